@@ -1,0 +1,190 @@
+//! Protocol vocabulary shared by the Engine, the runtime and the simulator:
+//! ranks, virtual time, and the protocol's tunable choices.
+
+use std::fmt;
+use std::ops::{Add, AddAssign, Sub};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A process of the job, `0..N`.
+pub type Rank = u32;
+
+/// A point in time, in nanoseconds since an origin the driver chooses (job
+/// start for the runtime, zero for the simulator). The protocol core never
+/// reads a clock: every `Time` it sees was handed to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(u64);
+
+impl Time {
+    pub const ZERO: Time = Time(0);
+    /// A time later than any deadline the protocol sets.
+    pub const NEVER: Time = Time(u64::MAX);
+
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Time(nanos)
+    }
+
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Time elapsed since `earlier`, zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: Time) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl Add<Duration> for Time {
+    type Output = Time;
+    fn add(self, d: Duration) -> Time {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Time(self.0.saturating_add(nanos))
+    }
+}
+
+impl AddAssign<Duration> for Time {
+    fn add_assign(&mut self, d: Duration) {
+        *self = *self + d;
+    }
+}
+
+impl Sub<Time> for Time {
+    type Output = Duration;
+    fn sub(self, earlier: Time) -> Duration {
+        self.saturating_since(earlier)
+    }
+}
+
+impl fmt::Display for Time {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.3}ms", self.0 as f64 / 1e6)
+    }
+}
+
+/// A setting's value was not one of its accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not one of {accepted}")]
+pub struct ParseSettingError {
+    pub value: String,
+    /// The accepted forms, e.g. `declare|suspect|off`.
+    pub accepted: &'static str,
+}
+
+macro_rules! setting_enum {
+    ($(#[$meta:meta])* $name:ident, $accepted:literal, { $($(#[$vmeta:meta])* $variant:ident => $word:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
+
+        impl $name {
+            /// The accepted spellings, as shown in error messages and `ffd info`.
+            pub const ACCEPTED: &'static str = $accepted;
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $word),+ }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ParseSettingError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($word => Ok($name::$variant),)+
+                    _ => Err(ParseSettingError { value: s.to_owned(), accepted: $accepted }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+setting_enum!(
+    /// What a transport error on the link to the observer means (`FFD_INBAND`).
+    InbandMode, "declare|suspect|off", {
+        /// Declare the observer failed at once (default).
+        #[default]
+        Declare => "declare",
+        /// Check the observer out of band before declaring it.
+        Suspect => "suspect",
+        /// Ignore transport errors; only timeouts detect.
+        Off => "off",
+    }
+);
+
+setting_enum!(
+    /// The broadcast overlay for failure notices (`FFD_BCAST`).
+    BcastKind, "bmg|chord", {
+        /// Binomial graph, links p ± 2^k (default).
+        #[default]
+        Bmg => "bmg",
+        /// Chord-like, links p + 2^k only: about half the messages.
+        Chord => "chord",
+    }
+);
+
+setting_enum!(
+    /// How ranks are placed on the observation ring (`FFD_RING`).
+    RingKind, "topology|shuffle|rank", {
+        /// Interleave hosts so ring neighbours sit on different hosts (default).
+        #[default]
+        Topology => "topology",
+        /// A seeded permutation, the same on every rank.
+        Shuffle => "shuffle",
+        /// Rank order.
+        Rank => "rank",
+    }
+);
+
+/// The protocol's settings, identical on every rank of a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Heartbeat period δ.
+    pub period: Duration,
+    /// Timeout η: an emitter whose slot has not changed for longer is declared failed.
+    pub timeout: Duration,
+    pub inband: InbandMode,
+    pub bcast: BcastKind,
+    pub ring: RingKind,
+    /// Seed of the `shuffle` ring order (agreed at bootstrap).
+    pub ring_seed: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            period: Duration::from_millis(10),
+            timeout: Duration::from_millis(100),
+            inband: InbandMode::default(),
+            bcast: BcastKind::default(),
+            ring: RingKind::default(),
+            ring_seed: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_their_words_and_reject_others() {
+        assert_eq!("SUSPECT".parse::<InbandMode>(), Ok(InbandMode::Suspect));
+        assert_eq!("chord".parse::<BcastKind>(), Ok(BcastKind::Chord));
+        assert_eq!(" rank ".parse::<RingKind>(), Ok(RingKind::Rank));
+        let err = "tree".parse::<BcastKind>().unwrap_err();
+        assert_eq!(err.to_string(), "`tree` is not one of bmg|chord");
+    }
+
+    #[test]
+    fn time_arithmetic_saturates() {
+        let t = Time::from_nanos(5);
+        assert_eq!(t + Duration::from_nanos(3), Time::from_nanos(8));
+        assert_eq!(Time::ZERO - t, Duration::ZERO);
+        assert_eq!(Time::NEVER + Duration::from_secs(1), Time::NEVER);
+    }
+}

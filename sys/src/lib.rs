@@ -1,0 +1,1 @@
+//! Raw libfabric bindings. Placeholder until the foundation issue lands.
