@@ -8,3 +8,4 @@
 //!   codec, the [`protocol::Engine`]). No clocks, threads or libfabric.
 
 pub mod protocol;
+pub mod runtime;

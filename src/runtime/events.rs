@@ -1,0 +1,190 @@
+//! Event delivery from the progress thread to the host: a bounded lock-free
+//! queue and a file descriptor that is readable while events are pending.
+//!
+//! Owns: the queue and its wake-up fd. Must not: block the progress thread.
+//! A full queue drops the new event and counts it; the failed set and the
+//! epoch stay exact, so a host that lost events re-reads `failed_ranks()`.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_queue::ArrayQueue;
+
+/// A bounded multi-consumer queue with a readiness fd.
+///
+/// The fd is a socket that holds at least one byte while the queue is not
+/// empty (it may also be readable, spuriously, right after the last pop).
+/// Hosts put it in their poll/epoll set and call [`EventQueue::try_pop`]
+/// when it becomes readable.
+#[derive(Debug)]
+pub struct EventQueue<T> {
+    queue: ArrayQueue<T>,
+    dropped: AtomicU64,
+    /// Readable end, handed to the host.
+    ready: UnixStream,
+    /// Written by producers (and by consumers re-arming).
+    wake: UnixStream,
+}
+
+impl<T> EventQueue<T> {
+    /// A queue holding at most `capacity` (≥ 1) events.
+    pub fn new(capacity: usize) -> std::io::Result<Self> {
+        let (ready, wake) = UnixStream::pair()?;
+        ready.set_nonblocking(true)?;
+        wake.set_nonblocking(true)?;
+        Ok(EventQueue {
+            queue: ArrayQueue::new(capacity.max(1)),
+            dropped: AtomicU64::new(0),
+            ready,
+            wake,
+        })
+    }
+
+    /// Adds an event; never blocks. Returns `false` (and counts it) when the
+    /// queue is full and the event was dropped.
+    pub fn push(&self, event: T) -> bool {
+        if self.queue.push(event).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.arm();
+        true
+    }
+
+    /// Takes the oldest event, if any; never blocks.
+    pub fn try_pop(&self) -> Option<T> {
+        // Drain the fd first: a producer that pushes after this point writes
+        // a fresh byte, so the fd never reads empty while an event waits.
+        self.disarm();
+        let event = self.queue.pop();
+        if !self.queue.is_empty() {
+            self.arm();
+        }
+        event
+    }
+
+    /// Events dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    fn arm(&self) {
+        // WouldBlock means the socket buffer is full: it is readable already.
+        let _ = (&self.wake).write(&[1]);
+    }
+
+    fn disarm(&self) {
+        let mut sink = [0u8; 256];
+        loop {
+            match (&self.ready).read(&mut sink) {
+                Ok(n) if n == sink.len() => continue,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                _ => break,
+            }
+        }
+    }
+}
+
+impl<T> AsFd for EventQueue<T> {
+    /// The readiness fd: readable while events are pending.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ready.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Whether the fd reads as readable (single-threaded use only: it takes a
+    /// byte and puts one back).
+    fn readable(q: &EventQueue<u32>) -> bool {
+        let mut b = [0u8; 1];
+        match (&q.ready).read(&mut b) {
+            Ok(n) => {
+                q.arm();
+                n > 0
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    #[test]
+    fn fd_is_readable_exactly_while_events_are_pending() {
+        let q = EventQueue::new(4).unwrap();
+        assert!(!readable(&q));
+        assert!(q.push(1));
+        assert!(q.push(2));
+        assert!(readable(&q));
+        assert_eq!(q.try_pop(), Some(1));
+        assert!(readable(&q), "one event still pending");
+        assert_eq!(q.try_pop(), Some(2));
+        assert!(!readable(&q));
+        assert_eq!(q.try_pop(), None);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_blocking() {
+        let q = EventQueue::new(2).unwrap();
+        assert!(q.push(1) && q.push(2));
+        assert!(!q.push(3));
+        assert_eq!(q.dropped(), 1);
+        assert_eq!(
+            (q.try_pop(), q.try_pop(), q.try_pop()),
+            (Some(1), Some(2), None)
+        );
+    }
+
+    #[test]
+    fn many_pushes_never_block_on_a_full_socket_buffer() {
+        let q = EventQueue::new(1 << 20).unwrap();
+        for i in 0..300_000u32 {
+            assert!(q.push(i));
+        }
+        assert_eq!(q.len(), 300_000);
+        assert!(readable(&q));
+    }
+
+    #[test]
+    fn concurrent_producer_and_consumer_lose_nothing() {
+        let q = Arc::new(EventQueue::new(64).unwrap());
+        let producer = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                let mut sent = 0u32;
+                let mut i = 0u32;
+                while sent < 10_000 {
+                    if q.push(i) {
+                        sent += 1;
+                        i += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let mut expected = 0u32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while expected < 10_000 && std::time::Instant::now() < deadline {
+            if let Some(v) = q.try_pop() {
+                assert_eq!(v, expected);
+                expected += 1;
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(expected, 10_000);
+        assert!(!readable(&q));
+    }
+}
