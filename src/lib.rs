@@ -6,5 +6,7 @@
 //!
 //! - [`protocol`]: the sans-IO core (ring, mending, BMG broadcast, wire
 //!   codec, the [`protocol::Engine`]). No clocks, threads or libfabric.
+//! - [`config`]: the `FFD_*` settings, their builder and their origins.
 
+pub mod config;
 pub mod protocol;
