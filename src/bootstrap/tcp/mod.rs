@@ -21,6 +21,7 @@ use crate::config::{
 };
 use crate::protocol::Rank;
 
+pub mod cli;
 mod client;
 mod server;
 pub mod wire;
