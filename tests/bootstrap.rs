@@ -421,6 +421,15 @@ fn exchange_rejects_what_no_honest_bootstrap_returns() {
         canned_error(vec![good(0), good(1), v9]),
         "rank 2's bootstrap record is of record version 9, this rank reads version 1"
     );
+    let mut empty = Canned {
+        rank: 0,
+        size: 0,
+        all: vec![],
+    };
+    assert!(matches!(
+        exchange(&mut empty, &record(0, 0, "h")),
+        Err(ExchangeError::WrongCount { got: 0, size: 0 })
+    ));
     assert!(matches!(
         {
             let mut b = Canned {

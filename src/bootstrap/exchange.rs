@@ -155,7 +155,10 @@ pub fn exchange<B: Bootstrap + ?Sized>(
             return Err(ExchangeError::NoAddress { rank: r.rank });
         }
     }
-    let rank0 = &records[0]; // size ≥ 1: this rank is in it
+    let Some(rank0) = records.first() else {
+        // Only a bootstrap claiming zero ranks gets here.
+        return Err(ExchangeError::WrongCount { got: 0, size });
+    };
     if rank0.job_key == 0 {
         return Err(ExchangeError::NoJobKey);
     }
