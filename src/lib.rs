@@ -6,6 +6,11 @@
 //!
 //! - [`protocol`]: the sans-IO core (ring, mending, BMG broadcast, wire
 //!   codec, the [`protocol::Engine`]). No clocks, threads or libfabric.
+//! - [`config`]: the `FFD_*` settings, their builder and their origins.
+//! - [`bootstrap`]: how ranks exchange addresses at start (host allgather,
+//!   TCP rendezvous, in-process groups for tests).
 
+pub mod bootstrap;
+pub mod config;
 pub mod protocol;
 pub mod runtime;

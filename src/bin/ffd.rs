@@ -1,6 +1,36 @@
 //! The `ffd` command: `ffd run`, `ffd sim`, `ffd info`, `ffd agent`, `ffd rendezvous`.
 
-fn main() {
-    eprintln!("ffd: no subcommands yet");
-    std::process::exit(2);
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "ffd", version, about = "The fabric failure detector")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the TCP bootstrap for N ranks started by hand (they connect
+    /// with FFD_BOOTSTRAP=host:port, FFD_RANK, FFD_SIZE).
+    Rendezvous(ffd::bootstrap::tcp::cli::RendezvousArgs),
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Rendezvous(args) => {
+            let served = ffd::bootstrap::tcp::cli::run(
+                &args,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            );
+            if served.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }

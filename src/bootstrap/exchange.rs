@@ -1,0 +1,224 @@
+//! The address exchange: one allgather of [`PeerRecord`]s, validated.
+//!
+//! Owns: the rules a job's records must satisfy together. Every rank
+//! receives the same records and runs the same checks, so a misconfigured
+//! job fails on every rank, each message naming the other rank and both
+//! values from this rank's point of view.
+
+use std::collections::BTreeMap;
+
+use super::record::{PeerRecord, RecordError};
+use super::{Bootstrap, BootstrapError};
+use crate::config::format_duration;
+use crate::protocol::Rank;
+
+/// Every rank's record, and what rank 0 decided for the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobView {
+    /// This process's rank.
+    pub rank: Rank,
+    pub size: u32,
+    /// Rank 0's random job key, stamped on every protocol message.
+    pub job_key: u64,
+    /// Rank 0's ring seed, for the `shuffle` order.
+    pub ring_seed: u64,
+    /// `records[r]` is rank r's.
+    pub records: Vec<PeerRecord>,
+}
+
+impl JobView {
+    pub fn record(&self, rank: Rank) -> Option<&PeerRecord> {
+        self.records.get(rank as usize)
+    }
+
+    /// A dense node index per rank (`0..node_count`), numbering hosts by
+    /// their first rank: the same on every rank of the job.
+    pub fn nodes(&self) -> Vec<u32> {
+        let mut index: BTreeMap<&str, u32> = BTreeMap::new();
+        self.records
+            .iter()
+            .map(|r| {
+                let next = index.len() as u32;
+                *index.entry(r.hostname.as_str()).or_insert(next)
+            })
+            .collect()
+    }
+}
+
+/// Why the exchange failed. Messages read from this rank's point of view.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// This rank's own record is unusable (a bug in the caller).
+    #[error("this rank's bootstrap record is unusable: {0}")]
+    Local(String),
+    #[error("rank {rank}'s bootstrap record {source}")]
+    Record {
+        rank: Rank,
+        #[source]
+        source: RecordError,
+    },
+    #[error("the bootstrap returned {got} contributions for a job of {size} ranks")]
+    WrongCount { got: usize, size: u32 },
+    #[error("the records of ranks {first} and {second} both claim rank {claimed}")]
+    DuplicateRank {
+        claimed: Rank,
+        first: Rank,
+        second: Rank,
+    },
+    #[error("the bootstrap put a record claiming rank {claimed} in rank {position}'s place")]
+    Misplaced { position: Rank, claimed: Rank },
+    #[error("rank {rank} runs ffd protocol version {theirs}, this rank runs {ours}")]
+    VersionMismatch { rank: Rank, theirs: u16, ours: u16 },
+    #[error("rank {rank} was started for a job of {theirs} ranks, this rank for {ours}")]
+    SizeMismatch { rank: Rank, theirs: u32, ours: u32 },
+    #[error("rank {rank} uses provider `{theirs}`, this rank uses `{ours}`")]
+    ProviderMismatch {
+        rank: Rank,
+        theirs: String,
+        ours: String,
+    },
+    #[error("rank {rank} runs with {setting} {theirs}, this rank with {ours}")]
+    SettingMismatch {
+        rank: Rank,
+        setting: &'static str,
+        theirs: String,
+        ours: String,
+    },
+    #[error("rank {rank} contributed an empty fabric address")]
+    NoAddress { rank: Rank },
+    #[error("rank 0 contributed no job key")]
+    NoJobKey,
+}
+
+/// Runs the address exchange: contributes `mine`, and checks that every
+/// rank runs the same protocol version, job size, provider and agreed
+/// settings, that no rank is claimed twice, and that rank 0 sent a job key.
+pub fn exchange<B: Bootstrap + ?Sized>(
+    bootstrap: &mut B,
+    mine: &PeerRecord,
+) -> Result<JobView, ExchangeError> {
+    let (me, size) = (bootstrap.rank(), bootstrap.size());
+    // Take part in the allgather even with a bad record of our own, so that
+    // the other ranks fail on it rather than wait for this one.
+    let (bytes, local_error) = match mine.encode() {
+        Ok(bytes) => (bytes, None),
+        Err(e) => (Vec::new(), Some(format!("it {e}"))),
+    };
+    let local_error = local_error.or_else(|| {
+        (mine.rank != me || mine.job_size != size).then(|| {
+            format!(
+                "it says rank {} of {}, the bootstrap says rank {me} of {size}",
+                mine.rank, mine.job_size
+            )
+        })
+    });
+    let all = bootstrap.allgather(&bytes)?;
+    if let Some(e) = local_error {
+        return Err(ExchangeError::Local(e));
+    }
+    if all.len() != size as usize {
+        return Err(ExchangeError::WrongCount {
+            got: all.len(),
+            size,
+        });
+    }
+    let records = all
+        .iter()
+        .zip(0..)
+        .map(|(b, rank)| {
+            PeerRecord::decode(b).map_err(|source| ExchangeError::Record { rank, source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut claimed: BTreeMap<Rank, Rank> = BTreeMap::new();
+    for (position, r) in (0..).zip(&records) {
+        if let Some(&first) = claimed.get(&r.rank) {
+            return Err(ExchangeError::DuplicateRank {
+                claimed: r.rank,
+                first,
+                second: position,
+            });
+        }
+        claimed.insert(r.rank, position);
+    }
+    for (position, r) in (0..).zip(&records) {
+        if r.rank != position {
+            return Err(ExchangeError::Misplaced {
+                position,
+                claimed: r.rank,
+            });
+        }
+        check_agreement(mine, r)?;
+        if r.fabric_addr.is_empty() {
+            return Err(ExchangeError::NoAddress { rank: r.rank });
+        }
+    }
+    let Some(rank0) = records.first() else {
+        // Only a bootstrap claiming zero ranks gets here.
+        return Err(ExchangeError::WrongCount { got: 0, size });
+    };
+    if rank0.job_key == 0 {
+        return Err(ExchangeError::NoJobKey);
+    }
+    Ok(JobView {
+        rank: me,
+        size,
+        job_key: rank0.job_key,
+        ring_seed: rank0.ring_seed,
+        records,
+    })
+}
+
+fn check_agreement(mine: &PeerRecord, r: &PeerRecord) -> Result<(), ExchangeError> {
+    let rank = r.rank;
+    if r.protocol_version != mine.protocol_version {
+        return Err(ExchangeError::VersionMismatch {
+            rank,
+            theirs: r.protocol_version,
+            ours: mine.protocol_version,
+        });
+    }
+    if r.job_size != mine.job_size {
+        return Err(ExchangeError::SizeMismatch {
+            rank,
+            theirs: r.job_size,
+            ours: mine.job_size,
+        });
+    }
+    if r.provider != mine.provider {
+        return Err(ExchangeError::ProviderMismatch {
+            rank,
+            theirs: r.provider.clone(),
+            ours: mine.provider.clone(),
+        });
+    }
+    let (a, b) = (&r.settings, &mine.settings);
+    let differs: [(&'static str, String, String); 5] = [
+        (
+            "period",
+            format_duration(a.period),
+            format_duration(b.period),
+        ),
+        (
+            "timeout",
+            format_duration(a.timeout),
+            format_duration(b.timeout),
+        ),
+        ("inband", a.inband.to_string(), b.inband.to_string()),
+        ("bcast", a.bcast.to_string(), b.bcast.to_string()),
+        ("ring", a.ring.to_string(), b.ring.to_string()),
+    ];
+    for (setting, theirs, ours) in differs {
+        if theirs != ours {
+            return Err(ExchangeError::SettingMismatch {
+                rank,
+                setting,
+                theirs,
+                ours,
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! An in-process bootstrap: threads of one process standing in for ranks,
+//! for tests and the simulator's smoke runs.
+//!
+//! Owns: a reusable allgather over a mutex and a condition variable. Must
+//! not: wait without a bound. A member that times out fails the whole group,
+//! and a member dropped while others wait for it fails their round, so a
+//! broken test ends with an error on every thread instead of a hang.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{Bootstrap, BootstrapError, MAX_CONTRIBUTION, format_ranks};
+use crate::protocol::Rank;
+
+/// How long a member waits for the others in one round unless told otherwise.
+pub const DEFAULT_LOCAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One rank's handle on an in-process group; see [`LocalBootstrap::group`].
+pub struct LocalBootstrap {
+    rank: Rank,
+    shared: Arc<Shared>,
+    /// Rounds this member has completed.
+    rounds: u32,
+}
+
+struct Shared {
+    size: u32,
+    timeout: Duration,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+struct State {
+    /// Rounds completed by the group.
+    completed: u32,
+    slots: Vec<Option<Vec<u8>>>,
+    arrived: u32,
+    /// The last completed round's contributions.
+    result: Arc<Vec<Vec<u8>>>,
+    /// Members that dropped their handle, with the rounds they had completed.
+    left: Vec<(Rank, u32)>,
+    /// Set when a member timed out: every later call fails with it.
+    failed: Option<String>,
+}
+
+impl LocalBootstrap {
+    /// `size` handles, one per rank, waiting at most 10 s per round.
+    pub fn group(size: u32) -> Result<Vec<LocalBootstrap>, BootstrapError> {
+        LocalBootstrap::group_with_timeout(size, DEFAULT_LOCAL_TIMEOUT)
+    }
+
+    /// `size` handles whose every wait is bounded by `timeout`.
+    pub fn group_with_timeout(
+        size: u32,
+        timeout: Duration,
+    ) -> Result<Vec<LocalBootstrap>, BootstrapError> {
+        if size == 0 {
+            return Err(BootstrapError::Invalid(
+                "a group needs at least one rank".into(),
+            ));
+        }
+        let shared = Arc::new(Shared {
+            size,
+            timeout,
+            state: Mutex::new(State {
+                completed: 0,
+                slots: vec![None; size as usize],
+                arrived: 0,
+                result: Arc::new(Vec::new()),
+                left: Vec::new(),
+                failed: None,
+            }),
+            changed: Condvar::new(),
+        });
+        Ok((0..size)
+            .map(|rank| LocalBootstrap {
+                rank,
+                shared: Arc::clone(&shared),
+                rounds: 0,
+            })
+            .collect())
+    }
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    // A panicking member must not take the others down with a poison
+    // panic; the state is consistent at every unlock.
+    shared.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Bootstrap for LocalBootstrap {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.shared.size
+    }
+
+    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        if mine.len() > MAX_CONTRIBUTION {
+            return Err(BootstrapError::TooLarge {
+                rank: self.rank,
+                len: mine.len() as u64,
+            });
+        }
+        let round = self.rounds + 1;
+        let shared = Arc::clone(&self.shared);
+        let size = shared.size;
+        let mut state = lock(&shared);
+        if let Some(why) = &state.failed {
+            return Err(BootstrapError::GroupFailed(why.clone()));
+        }
+        if let Some(&(rank, _)) = state.left.first() {
+            return Err(BootstrapError::PeerLeft { rank, round });
+        }
+        state.slots[self.rank as usize] = Some(mine.to_vec());
+        state.arrived += 1;
+        if state.arrived == size {
+            let all = state
+                .slots
+                .iter_mut()
+                .map(|s| s.take().unwrap_or_default())
+                .collect();
+            state.result = Arc::new(all);
+            state.arrived = 0;
+            state.completed = round;
+            shared.changed.notify_all();
+        }
+        let deadline = Instant::now() + shared.timeout;
+        // Each pass either returns or waits until notified or the deadline.
+        loop {
+            if state.completed >= round {
+                self.rounds = round;
+                return Ok(state.result.as_ref().clone());
+            }
+            if let Some(why) = &state.failed {
+                return Err(BootstrapError::GroupFailed(why.clone()));
+            }
+            if let Some(&(rank, _)) = state.left.iter().find(|&&(_, done)| done < round) {
+                return Err(BootstrapError::PeerLeft { rank, round });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<Rank> = (0..size)
+                    .filter(|&r| state.slots[r as usize].is_none())
+                    .collect();
+                let err = BootstrapError::Timeout {
+                    after: shared.timeout,
+                    waiting: format!("{} in round {round}", format_ranks(&missing)),
+                };
+                state.failed = Some(format!("rank {}: {err}", self.rank));
+                shared.changed.notify_all();
+                return Err(err);
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for LocalBootstrap {
+    fn drop(&mut self) {
+        let (rank, done) = (self.rank, self.rounds);
+        let mut state = lock(&self.shared);
+        state.left.push((rank, done));
+        self.shared.changed.notify_all();
+    }
+}

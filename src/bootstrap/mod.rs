@@ -1,0 +1,182 @@
+//! How ranks exchange addresses at start: the [`Bootstrap`] trait (an
+//! allgather of byte strings), its implementations, and the exchange of
+//! [`PeerRecord`]s that every detector runs once through one of them.
+//!
+//! Owns: the bootstrap collectives (host callback adapter, TCP rendezvous,
+//! in-process groups for tests), the bootstrap record format and its
+//! validation across ranks. Must not: touch the fabric or the protocol
+//! Engine, or block without a bound (every wait of ours has a timeout; a
+//! host's collective is the host's business).
+//!
+//! Implementations:
+//! - [`HostAllgather`]: the embedding case; the host passes a fixed-length
+//!   allgather (like `MPI_Allgather`), as the C ABI's `ffd_oob_t` will.
+//! - [`tcp::TcpBootstrap`] with [`tcp::Rendezvous`]: `FFD_BOOTSTRAP`,
+//!   `FFD_RANK`, `FFD_SIZE`, for the `ffd` launcher and ranks started by hand.
+//! - [`LocalBootstrap`]: threads of one process standing in for ranks.
+//!
+//! Unlike the sketch in DESIGN §7, `allgather` takes `&mut self`: a bootstrap
+//! is driven by one thread through a sequence of rounds that must happen in
+//! the same order on every rank, a TCP client owns its stream, and a host's
+//! C callback is an `FnMut`. Sharing one between threads has no meaning.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::config::{ConfigError, format_duration};
+use crate::protocol::Rank;
+
+mod exchange;
+mod host;
+mod local;
+mod record;
+pub mod tcp;
+
+pub use exchange::{ExchangeError, JobView, exchange};
+pub use host::HostAllgather;
+pub use local::LocalBootstrap;
+pub use record::{
+    AgreedSettings, PROTOCOL_VERSION, PeerRecord, RECORD_VERSION, RecordError, host_id,
+    local_hostname, random_job_key,
+};
+
+/// Largest contribution of one rank to one allgather round, in bytes.
+/// A bootstrap record is well under 1 KiB; this bounds what an untrusted
+/// peer can make every rank allocate.
+pub const MAX_CONTRIBUTION: usize = 1 << 20;
+
+/// An allgather among the ranks of a job, usable for several rounds.
+pub trait Bootstrap {
+    /// This process's rank, `0..size`.
+    fn rank(&self) -> Rank;
+    /// The number of ranks.
+    fn size(&self) -> u32;
+    /// Contributes `mine` and returns every rank's contribution, indexed by
+    /// rank (this rank's included). Contributions may differ in length.
+    /// Every rank must call it the same number of times; a call with an
+    /// empty contribution is a barrier.
+    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError>;
+}
+
+impl<B: Bootstrap + ?Sized> Bootstrap for &mut B {
+    fn rank(&self) -> Rank {
+        (**self).rank()
+    }
+    fn size(&self) -> u32 {
+        (**self).size()
+    }
+    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        (**self).allgather(mine)
+    }
+}
+
+impl<B: Bootstrap + ?Sized> Bootstrap for Box<B> {
+    fn rank(&self) -> Rank {
+        (**self).rank()
+    }
+    fn size(&self) -> u32 {
+        (**self).size()
+    }
+    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        (**self).allgather(mine)
+    }
+}
+
+/// Why a bootstrap round failed. Every variant says what was waited for,
+/// or who broke the round.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// Bad arguments to a constructor (rank not below size, empty group).
+    #[error("invalid bootstrap parameters: {0}")]
+    Invalid(String),
+    /// An `FFD_*` bootstrap variable is missing or malformed.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A rank's contribution is over [`MAX_CONTRIBUTION`].
+    #[error(
+        "rank {rank}'s contribution of {len} bytes exceeds the limit of {MAX_CONTRIBUTION} bytes"
+    )]
+    TooLarge { rank: Rank, len: u64 },
+    /// The host's allgather callback reported a failure.
+    #[error("the host's allgather failed: {0}")]
+    Host(String),
+    /// The host's allgather returned data that cannot be right (this rank's
+    /// own contribution not at its position).
+    #[error("the host's allgather is inconsistent: {0}")]
+    HostInconsistent(String),
+    /// A bounded wait ran out.
+    #[error("timed out after {} waiting for {waiting}", format_duration(*.after))]
+    Timeout { after: Duration, waiting: String },
+    /// A member of an in-process group left (dropped its handle) while
+    /// others still needed it.
+    #[error("rank {rank} left the group before round {round} completed")]
+    PeerLeft { rank: Rank, round: u32 },
+    /// Another member of an in-process group failed, which fails the group.
+    #[error("the bootstrap group failed: {0}")]
+    GroupFailed(String),
+    /// The rendezvous could not be reached within the bound.
+    #[error("could not reach the rendezvous at {addr} within {}: {source}", format_duration(*.after))]
+    Connect {
+        addr: String,
+        after: Duration,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connection to the rendezvous failed.
+    #[error("the connection to the rendezvous at {addr} failed {when}: {source}")]
+    Io {
+        addr: String,
+        when: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The rendezvous closed the connection.
+    #[error("the rendezvous at {addr} closed the connection {when}")]
+    Closed { addr: String, when: String },
+    /// The rendezvous aborted the job and said why (the same text reaches
+    /// every rank).
+    #[error("the rendezvous at {addr} aborted the job: {message}")]
+    Aborted {
+        addr: String,
+        code: tcp::AbortCode,
+        message: String,
+    },
+    /// The rendezvous sent something this client cannot read.
+    #[error("the rendezvous at {addr} sent a malformed reply: {what}")]
+    Malformed { addr: String, what: String },
+    /// An earlier call on this bootstrap failed, so it cannot be used again.
+    #[error("an earlier bootstrap call failed: {0}")]
+    Failed(String),
+}
+
+/// `rank 3`, `ranks 1, 2, 5`, or the first ten and a count of the rest.
+pub(crate) fn format_ranks(ranks: &[Rank]) -> String {
+    const SHOWN: usize = 10;
+    let mut out = String::from(if ranks.len() == 1 { "rank " } else { "ranks " });
+    for (i, r) in ranks.iter().take(SHOWN).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{r}");
+    }
+    if ranks.len() > SHOWN {
+        let _ = write!(out, " and {} more", ranks.len() - SHOWN);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_lists_are_short() {
+        assert_eq!(format_ranks(&[3]), "rank 3");
+        assert_eq!(format_ranks(&[1, 2, 5]), "ranks 1, 2, 5");
+        let many: Vec<Rank> = (0..25).collect();
+        assert_eq!(
+            format_ranks(&many),
+            "ranks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 15 more"
+        );
+    }
+}

@@ -1,0 +1,489 @@
+//! The bootstrap record: what each rank contributes to the address exchange,
+//! and its byte format.
+//!
+//! Owns: encoding and decoding [`PeerRecord`]; decoding treats its input as
+//! untrusted (length-checked, never panics). Must not: judge records against
+//! each other (that is `exchange`'s job).
+//!
+//! Format, little-endian, version [`RECORD_VERSION`] = 1:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `FFDR` |
+//! | 4 | 2 | record version (frozen at this offset in every version) |
+//! | 6 | 2 | ffd protocol version |
+//! | 8 | 4 | job size |
+//! | 12 | 4 | rank |
+//! | 16 | 8 | host id |
+//! | 24 | 8 | slot-region remote address (or offset) |
+//! | 32 | 8 | slot-region key |
+//! | 40 | 8 | job key (rank 0's is the job's) |
+//! | 48 | 8 | ring seed (rank 0's is the job's) |
+//! | 56 | 8 | period, ns |
+//! | 64 | 8 | timeout, ns |
+//! | 72 | 1 | inband: 0 declare, 1 suspect, 2 off |
+//! | 73 | 1 | bcast: 0 bmg, 1 chord |
+//! | 74 | 1 | ring: 0 topology, 1 shuffle, 2 rank |
+//! | 75 | 1 | reserved, 0 |
+//! | 76 | 1+n | hostname, UTF-8, n ≤ 255 |
+//! | | 1+n | provider name, UTF-8, n ≤ 255 |
+//! | | 2+n | fabric address, n ≤ 4096 |
+//!
+//! Nothing may follow the fabric address.
+
+use std::time::Duration;
+
+use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};
+
+/// The version of the record format above.
+pub const RECORD_VERSION: u16 = 1;
+
+/// The ffd protocol version this build speaks. Ranks of one job must agree.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+const MAGIC: [u8; 4] = *b"FFDR";
+const FIXED_LEN: usize = 76;
+const MAX_NAME: usize = 255;
+/// Longest fabric address accepted (libfabric's are tens of bytes).
+pub const MAX_FABRIC_ADDR: usize = 4096;
+
+/// The settings every rank of a job must share (a subset of `EngineConfig`
+/// that changes what other ranks may expect of this one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgreedSettings {
+    pub period: Duration,
+    pub timeout: Duration,
+    pub inband: InbandMode,
+    pub bcast: BcastKind,
+    pub ring: RingKind,
+}
+
+impl AgreedSettings {
+    pub fn of(engine: &EngineConfig) -> Self {
+        AgreedSettings {
+            period: engine.period,
+            timeout: engine.timeout,
+            inband: engine.inband,
+            bcast: engine.bcast,
+            ring: engine.ring,
+        }
+    }
+}
+
+/// What one rank tells every other at start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerRecord {
+    pub protocol_version: u16,
+    pub job_size: u32,
+    pub rank: Rank,
+    /// Host identity as text (the `topology` ring groups ranks by it).
+    pub hostname: String,
+    /// [`host_id`] of the hostname: the same on every rank of a host.
+    pub host_id: u64,
+    /// The libfabric provider this rank opened, e.g. `tcp;ofi_rxm`.
+    pub provider: String,
+    /// This rank's endpoint name (`fi_getname`).
+    pub fabric_addr: Vec<u8>,
+    /// Remote address of the slot region: a virtual address with
+    /// `FI_MR_VIRT_ADDR`, otherwise an offset (0).
+    pub slot_addr: u64,
+    /// Key of the slot region (`fi_mr_key`).
+    pub slot_key: u64,
+    /// Rank 0's random job key, stamped on every message; 0 on other ranks.
+    pub job_key: u64,
+    /// The ring seed this rank proposes; rank 0's is used.
+    pub ring_seed: u64,
+    pub settings: AgreedSettings,
+}
+
+impl PeerRecord {
+    /// A record of this build's protocol version with the engine's settings
+    /// and seed; the caller fills in the fabric fields and, on rank 0, the
+    /// job key ([`random_job_key`]).
+    pub fn new(
+        rank: Rank,
+        job_size: u32,
+        hostname: impl Into<String>,
+        engine: &EngineConfig,
+    ) -> Self {
+        let hostname = hostname.into();
+        PeerRecord {
+            protocol_version: PROTOCOL_VERSION,
+            job_size,
+            rank,
+            host_id: host_id(&hostname),
+            hostname,
+            provider: String::new(),
+            fabric_addr: Vec::new(),
+            slot_addr: 0,
+            slot_key: 0,
+            job_key: 0,
+            ring_seed: engine.ring_seed,
+            settings: AgreedSettings::of(engine),
+        }
+    }
+
+    /// The record's bytes, or which field is too long.
+    pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
+        let check = |field: &'static str, len: usize, max: usize| {
+            if len > max {
+                Err(RecordError::TooLong { field, len, max })
+            } else {
+                Ok(())
+            }
+        };
+        check("hostname", self.hostname.len(), MAX_NAME)?;
+        check("provider", self.provider.len(), MAX_NAME)?;
+        check("fabric address", self.fabric_addr.len(), MAX_FABRIC_ADDR)?;
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+
+        let mut out = Vec::with_capacity(
+            FIXED_LEN + 4 + self.hostname.len() + self.provider.len() + self.fabric_addr.len(),
+        );
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&RECORD_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.protocol_version.to_le_bytes());
+        out.extend_from_slice(&self.job_size.to_le_bytes());
+        out.extend_from_slice(&self.rank.to_le_bytes());
+        for v in [
+            self.host_id,
+            self.slot_addr,
+            self.slot_key,
+            self.job_key,
+            self.ring_seed,
+            nanos(self.settings.period),
+            nanos(self.settings.timeout),
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.push(inband_code(self.settings.inband));
+        out.push(bcast_code(self.settings.bcast));
+        out.push(ring_code(self.settings.ring));
+        out.push(0);
+        for text in [&self.hostname, &self.provider] {
+            out.push(text.len() as u8); // checked above: ≤ 255
+            out.extend_from_slice(text.as_bytes());
+        }
+        out.extend_from_slice(&(self.fabric_addr.len() as u16).to_le_bytes()); // ≤ 4096
+        out.extend_from_slice(&self.fabric_addr);
+        Ok(out)
+    }
+
+    /// Reads a record from untrusted bytes.
+    pub fn decode(bytes: &[u8]) -> Result<PeerRecord, RecordError> {
+        if bytes.len() < 6 || bytes[..4] != MAGIC {
+            return Err(RecordError::NotARecord);
+        }
+        let mut r = Reader { bytes, at: 4 };
+        let version = r.u16()?;
+        if version != RECORD_VERSION {
+            return Err(RecordError::Version {
+                theirs: version,
+                ours: RECORD_VERSION,
+            });
+        }
+        let protocol_version = r.u16()?;
+        let job_size = r.u32()?;
+        let rank = r.u32()?;
+        let host_id = r.u64()?;
+        let slot_addr = r.u64()?;
+        let slot_key = r.u64()?;
+        let job_key = r.u64()?;
+        let ring_seed = r.u64()?;
+        let period = Duration::from_nanos(r.u64()?);
+        let timeout = Duration::from_nanos(r.u64()?);
+        let inband = decode_code("inband", r.u8()?, &INBAND)?;
+        let bcast = decode_code("bcast", r.u8()?, &BCAST)?;
+        let ring = decode_code("ring", r.u8()?, &RING)?;
+        let _reserved = r.u8()?;
+        let hostname = r.text("hostname")?;
+        let provider = r.text("provider")?;
+        let addr_len = usize::from(r.u16()?);
+        if addr_len > MAX_FABRIC_ADDR {
+            return Err(RecordError::TooLong {
+                field: "fabric address",
+                len: addr_len,
+                max: MAX_FABRIC_ADDR,
+            });
+        }
+        let fabric_addr = r.take(addr_len)?.to_vec();
+        if r.at != bytes.len() {
+            return Err(RecordError::Trailing {
+                extra: bytes.len() - r.at,
+            });
+        }
+        Ok(PeerRecord {
+            protocol_version,
+            job_size,
+            rank,
+            hostname,
+            host_id,
+            provider,
+            fabric_addr,
+            slot_addr,
+            slot_key,
+            job_key,
+            ring_seed,
+            settings: AgreedSettings {
+                period,
+                timeout,
+                inband,
+                bcast,
+                ring,
+            },
+        })
+    }
+}
+
+/// Why a record could not be encoded or read. `Display` is a predicate:
+/// "rank 3's bootstrap record {error}".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("is not an ffd bootstrap record (no `FFDR` magic)")]
+    NotARecord,
+    #[error("is of record version {theirs}, this rank reads version {ours}")]
+    Version { theirs: u16, ours: u16 },
+    #[error("is truncated: {len} bytes, the {field} needs {need} more")]
+    Truncated {
+        field: &'static str,
+        len: usize,
+        need: usize,
+    },
+    #[error("has a {field} of {len} bytes, more than {max}")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("has an unknown {field} code {code}")]
+    UnknownCode { field: &'static str, code: u8 },
+    #[error("has a {field} that is not UTF-8")]
+    NotUtf8 { field: &'static str },
+    #[error("has {extra} bytes after its end")]
+    Trailing { extra: usize },
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take_field(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], RecordError> {
+        let rest = &self.bytes[self.at..];
+        if rest.len() < n {
+            return Err(RecordError::Truncated {
+                field,
+                len: self.bytes.len(),
+                need: n - rest.len(),
+            });
+        }
+        self.at += n;
+        Ok(&rest[..n])
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
+        self.take_field("fabric address", n)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], RecordError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take_field("fixed header", N)?);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, RecordError> {
+        Ok(self.array::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, RecordError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> Result<u32, RecordError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, RecordError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn text(&mut self, field: &'static str) -> Result<String, RecordError> {
+        let len = usize::from(self.take_field(field, 1)?[0]);
+        let bytes = self.take_field(field, len)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::NotUtf8 { field })
+    }
+}
+
+const INBAND: [InbandMode; 3] = [InbandMode::Declare, InbandMode::Suspect, InbandMode::Off];
+const BCAST: [BcastKind; 2] = [BcastKind::Bmg, BcastKind::Chord];
+const RING: [RingKind; 3] = [RingKind::Topology, RingKind::Shuffle, RingKind::Rank];
+
+fn inband_code(v: InbandMode) -> u8 {
+    match v {
+        InbandMode::Declare => 0,
+        InbandMode::Suspect => 1,
+        InbandMode::Off => 2,
+    }
+}
+fn bcast_code(v: BcastKind) -> u8 {
+    match v {
+        BcastKind::Bmg => 0,
+        BcastKind::Chord => 1,
+    }
+}
+fn ring_code(v: RingKind) -> u8 {
+    match v {
+        RingKind::Topology => 0,
+        RingKind::Shuffle => 1,
+        RingKind::Rank => 2,
+    }
+}
+
+fn decode_code<T: Copy>(field: &'static str, code: u8, table: &[T]) -> Result<T, RecordError> {
+    table
+        .get(usize::from(code))
+        .copied()
+        .ok_or(RecordError::UnknownCode { field, code })
+}
+
+/// A deterministic 64-bit id of a host name (FNV-1a): every rank computes
+/// the same id for the same host.
+pub fn host_id(hostname: &str) -> u64 {
+    hostname.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// This machine's host name, from the kernel (`/proc/sys/kernel/hostname`),
+/// else `/etc/hostname`.
+pub fn local_hostname() -> std::io::Result<String> {
+    let mut last = None;
+    for path in ["/proc/sys/kernel/hostname", "/etc/hostname"] {
+        match std::fs::read_to_string(path) {
+            Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("the host name is empty")))
+}
+
+/// A fresh random job key from the operating system's generator; never 0
+/// (0 means "no key" in a record).
+pub fn random_job_key() -> std::io::Result<u64> {
+    use rand::TryRngCore;
+    let key = rand::rngs::OsRng
+        .try_next_u64()
+        .map_err(std::io::Error::other)?;
+    Ok(key.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PeerRecord {
+        let mut r = PeerRecord::new(3, 8, "node17", &EngineConfig::default());
+        r.provider = "tcp;ofi_rxm".into();
+        r.fabric_addr = vec![1, 2, 3, 4, 5];
+        r.slot_addr = 0x7f00_0000_1000;
+        r.slot_key = 42;
+        r.job_key = 0xdead_beef;
+        r.ring_seed = 9;
+        r.settings.ring = RingKind::Shuffle;
+        r.settings.inband = InbandMode::Off;
+        r.settings.bcast = BcastKind::Chord;
+        r
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let r = sample();
+        let bytes = r.encode().unwrap();
+        assert_eq!(&bytes[..4], b"FFDR");
+        assert_eq!(bytes.len(), FIXED_LEN + 1 + 6 + 1 + 11 + 2 + 5);
+        assert_eq!(PeerRecord::decode(&bytes), Ok(r));
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_not_a_panic() {
+        let bytes = sample().encode().unwrap();
+        for len in 0..bytes.len() {
+            assert!(PeerRecord::decode(&bytes[..len]).is_err(), "length {len}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(
+            PeerRecord::decode(&long),
+            Err(RecordError::Trailing { extra: 1 })
+        );
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let bytes = sample().encode().unwrap();
+        let mut v2 = bytes.clone();
+        v2[4] = 2;
+        assert_eq!(
+            PeerRecord::decode(&v2).unwrap_err().to_string(),
+            "is of record version 2, this rank reads version 1"
+        );
+        let mut code = bytes.clone();
+        code[74] = 7;
+        assert_eq!(
+            PeerRecord::decode(&code),
+            Err(RecordError::UnknownCode {
+                field: "ring",
+                code: 7
+            })
+        );
+        let mut utf = bytes.clone();
+        utf[FIXED_LEN + 1] = 0xff;
+        assert_eq!(
+            PeerRecord::decode(&utf),
+            Err(RecordError::NotUtf8 { field: "hostname" })
+        );
+        assert_eq!(
+            PeerRecord::decode(&bytes[..80]).unwrap_err().to_string(),
+            "is truncated: 80 bytes, the hostname needs 3 more"
+        );
+    }
+
+    #[test]
+    fn over_long_fields_are_refused_on_both_sides() {
+        let mut r = sample();
+        r.fabric_addr = vec![0; MAX_FABRIC_ADDR + 1];
+        assert_eq!(
+            r.encode(),
+            Err(RecordError::TooLong {
+                field: "fabric address",
+                len: MAX_FABRIC_ADDR + 1,
+                max: MAX_FABRIC_ADDR
+            })
+        );
+        r.fabric_addr.clear();
+        r.hostname = "h".repeat(256);
+        assert!(matches!(
+            r.encode(),
+            Err(RecordError::TooLong {
+                field: "hostname",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn host_ids_are_deterministic_and_distinct() {
+        assert_eq!(host_id("node1"), host_id("node1"));
+        assert_ne!(host_id("node1"), host_id("node2"));
+        assert_eq!(host_id(""), 0xcbf2_9ce4_8422_2325);
+    }
+
+    #[test]
+    fn job_keys_are_random_and_nonzero() {
+        let a = random_job_key().unwrap();
+        let b = random_job_key().unwrap();
+        assert_ne!(a, 0);
+        assert_ne!(a, b, "two 64-bit draws collided");
+    }
+
+    #[test]
+    fn this_machine_has_a_hostname() {
+        let name = local_hostname().unwrap();
+        assert!(!name.is_empty() && !name.contains('\n'));
+    }
+}
