@@ -16,17 +16,7 @@ use hwlocality::cpu::binding::CpuBindingFlags;
 use hwlocality::cpu::cpuset::CpuSet;
 use hwlocality::topology::builder::TypeFilter;
 
-/// What the user asked for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum CoreRequest {
-    /// Near the NIC, outside the host's own binding where possible.
-    #[default]
-    Auto,
-    /// Leave the thread to the scheduler.
-    None,
-    /// Pin to this OS CPU index.
-    Cpu(usize),
-}
+use crate::config::CoreChoice;
 
 /// The choice made, and why; shown by `ffd info` and in the stats.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -50,13 +40,14 @@ pub enum PlacementError {
 /// Decides where the progress thread should run. Call it before starting the
 /// thread (it reads the process's binding, which the thread will not share
 /// once pinned).
-pub fn choose(request: CoreRequest, nic_bus_id: Option<&str>) -> Result<Placement, PlacementError> {
+pub fn choose(request: CoreChoice, nic_bus_id: Option<&str>) -> Result<Placement, PlacementError> {
     match request {
-        CoreRequest::None => Ok(Placement {
+        CoreChoice::None => Ok(Placement {
             cpu: None,
             reason: "none: left to the scheduler (FFD_CORE=none)".to_owned(),
         }),
-        CoreRequest::Cpu(cpu) => {
+        CoreChoice::Cpu(cpu) => {
+            let cpu = cpu as usize;
             let topology = load_topology(false)?;
             let allowed = topology.allowed_cpuset().clone_target();
             if !allowed.is_set(cpu) {
@@ -70,7 +61,7 @@ pub fn choose(request: CoreRequest, nic_bus_id: Option<&str>) -> Result<Placemen
                 reason: format!("cpu {cpu}: set by FFD_CORE"),
             })
         }
-        CoreRequest::Auto => auto(nic_bus_id),
+        CoreChoice::Auto => auto(nic_bus_id),
     }
 }
 
@@ -167,14 +158,14 @@ mod tests {
 
     #[test]
     fn none_leaves_the_thread_unpinned() {
-        let p = choose(CoreRequest::None, None).unwrap();
+        let p = choose(CoreChoice::None, None).unwrap();
         assert_eq!(p.cpu, None);
         assert!(p.reason.contains("FFD_CORE=none"));
     }
 
     #[test]
     fn explicit_cpu_outside_the_allowed_set_is_an_error_naming_it() {
-        let err = choose(CoreRequest::Cpu(100_000), None).unwrap_err();
+        let err = choose(CoreChoice::Cpu(100_000), None).unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with("FFD_CORE=100000: this process may run only on CPUs"),
@@ -184,7 +175,7 @@ mod tests {
 
     #[test]
     fn auto_without_nic_picks_the_highest_allowed_cpu_outside_the_binding() {
-        let p = choose(CoreRequest::Auto, None).unwrap();
+        let p = choose(CoreChoice::Auto, None).unwrap();
         let cpu = p.cpu.expect("some CPU is allowed");
         assert!(allowed().is_set(cpu));
         assert!(p.reason.contains("no NIC locality"), "{}", p.reason);
@@ -192,17 +183,17 @@ mod tests {
 
     #[test]
     fn auto_with_an_unknown_nic_falls_back_and_says_so() {
-        let p = choose(CoreRequest::Auto, Some("0000:ff:1f.7")).unwrap();
+        let p = choose(CoreChoice::Auto, Some("0000:ff:1f.7")).unwrap();
         assert!(p.cpu.is_some());
         assert!(p.reason.contains("not found by hwloc"), "{}", p.reason);
-        let p = choose(CoreRequest::Auto, Some("garbage")).unwrap();
+        let p = choose(CoreChoice::Auto, Some("garbage")).unwrap();
         assert!(p.reason.contains("not a PCI bus id"), "{}", p.reason);
     }
 
     #[test]
     fn pinning_binds_the_calling_thread_to_that_cpu() {
         let target = allowed().last_set().map(usize::from).unwrap();
-        let placement = choose(CoreRequest::Cpu(target), None).unwrap();
+        let placement = choose(CoreChoice::Cpu(target as u32), None).unwrap();
         let binding = std::thread::spawn(move || {
             pin_current_thread(&placement).unwrap();
             thread_binding()
