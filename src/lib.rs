@@ -6,5 +6,9 @@
 //!
 //! - [`protocol`]: the sans-IO core (ring, mending, BMG broadcast, wire
 //!   codec, the [`protocol::Engine`]). No clocks, threads or libfabric.
+//! - [`fabric`]: safe libfabric wrappers (provider choice, endpoint, slot
+//!   page, heartbeat writes, notices, normalised error completions); the
+//!   only place besides `libfabric-sys` with `unsafe`.
 
+pub mod fabric;
 pub mod protocol;
