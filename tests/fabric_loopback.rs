@@ -475,6 +475,37 @@ fn shm_rma_is_not_checked_against_registrations() {
     assert_eq!(b.slots.memory().read(5), 0);
 }
 
+/// `Endpoint::wait` returns by its timeout when nothing arrives (run on a
+/// thread, so a wait object that ignores its timeout, as shm's
+/// `fi_cq_sread` does in 1.17, fails the test instead of hanging it).
+fn wait_times_out(provider: &str, domain: Option<&str>) {
+    let Some((_a, mut b, _, _)) = pair(provider, domain, &EndpointConfig::default()) else {
+        return;
+    };
+    let waiter = std::thread::spawn(move || {
+        let start = Instant::now();
+        let n =
+            b.ep.wait(Duration::from_millis(50), &mut |_| {})
+                .expect("wait");
+        (n, start.elapsed(), b.ep.wait_kind())
+    });
+    let start = Instant::now();
+    while !waiter.is_finished() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{provider}: wait(50 ms) still blocked after {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (n, took, kind) = waiter.join().expect("waiter");
+    assert_eq!(n, 0, "nothing was sent");
+    assert!(
+        took >= Duration::from_millis(50),
+        "returned early: {took:?} ({kind:?})"
+    );
+    eprintln!("MEASURE provider={provider} wait={kind:?} wait(50ms) took {took:?}");
+}
+
 macro_rules! provider_tests {
     ($module:ident, $provider:expr, $domain:expr) => {
         mod $module {
@@ -497,6 +528,10 @@ macro_rules! provider_tests {
             #[test]
             fn wait_object_wakes_on_arrival() {
                 super::wait_wakes($provider, $domain);
+            }
+            #[test]
+            fn wait_returns_by_its_timeout() {
+                super::wait_times_out($provider, $domain);
             }
         }
     };

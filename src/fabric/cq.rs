@@ -26,7 +26,9 @@ pub enum WaitKind {
     /// [`CompletionQueue::try_wait`] before blocking on it.
     Fd,
     /// `FI_WAIT_UNSPEC`: the provider's own wait object, used through
-    /// `fi_cq_sread` with a timeout.
+    /// `fi_cq_sread` with a timeout. Only on explicit request: `shm` (1.17)
+    /// accepts it but its `fi_cq_sread` ignores the timeout and blocks
+    /// until a completion arrives.
     Sread,
     /// `FI_WAIT_NONE`: no wait object; waiting polls with short sleeps.
     None,
@@ -35,7 +37,8 @@ pub enum WaitKind {
 /// Which wait object to ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WaitPreference {
-    /// `FI_WAIT_FD`, else `FI_WAIT_UNSPEC`, else none.
+    /// `FI_WAIT_FD`, else none (polling with short sleeps). Skips
+    /// [`WaitKind::Sread`], whose timeout is not honoured everywhere.
     #[default]
     Auto,
     /// Exactly this one, or fail.
@@ -141,7 +144,7 @@ impl CompletionQueue {
         want: WaitPreference,
     ) -> Result<CompletionQueue, FabricError> {
         let order: &[WaitKind] = match want {
-            WaitPreference::Auto => &[WaitKind::Fd, WaitKind::Sread, WaitKind::None],
+            WaitPreference::Auto => &[WaitKind::Fd, WaitKind::None],
             WaitPreference::Only(WaitKind::Fd) => &[WaitKind::Fd],
             WaitPreference::Only(WaitKind::Sread) => &[WaitKind::Sread],
             WaitPreference::Only(WaitKind::None) => &[WaitKind::None],

@@ -698,8 +698,10 @@ impl Endpoint {
     /// or `-FI_ENOENT` as `sockets` says for a lost connection),
     /// progressing the queue between tries (completions go to `sink`,
     /// errors included; after 64 tries it sleeps 100 µs between them). Gives
-    /// up after `bound` with [`FabricError::Unreachable`]. Other errors
-    /// return at once. Returns the number of tries on success.
+    /// up after `bound` with [`FabricError::Unreachable`], and at once with
+    /// [`FabricError::Interrupted`] when an error completion arrived while
+    /// progressing. Other errors return at once. Returns the number of
+    /// tries on success.
     pub fn post_bounded(
         &mut self,
         peer: FiAddr,
@@ -732,7 +734,18 @@ impl Endpoint {
                     text: strerror(errno),
                 });
             }
-            self.poll(usize::MAX, sink)?;
+            let mut saw_error = false;
+            self.poll(usize::MAX, &mut |c| {
+                saw_error |= matches!(c, Completion::Failed(_));
+                sink(c)
+            })?;
+            if saw_error {
+                return Err(FabricError::Interrupted {
+                    peer,
+                    attempts,
+                    elapsed: start.elapsed(),
+                });
+            }
             // Yield for the first tries (connection set-up takes a few ms of
             // EAGAIN), then back off so a dead peer does not eat the core.
             if attempts <= 64 {

@@ -66,6 +66,22 @@ pub enum FabricError {
         /// `fi_strerror(errno)`.
         text: String,
     },
+    /// The bounded post helper stopped retrying because an error
+    /// completion arrived while it progressed the queue (it was handed to
+    /// the sink): errors are detection, so the caller looks at it before
+    /// posting to this peer again. Nothing was posted.
+    #[error(
+        "post to peer {peer} abandoned after {attempts} refusals over {elapsed:?}: \
+         an error completion arrived"
+    )]
+    Interrupted {
+        /// The peer the posts were addressed to.
+        peer: FiAddr,
+        /// How many posts were tried.
+        attempts: u32,
+        /// Time from the first try.
+        elapsed: Duration,
+    },
     /// The provider asked for is not offered here.
     #[error(
         "libfabric offers no provider {requested:?}{} with RDM endpoints, RMA and messages; \
