@@ -75,15 +75,17 @@ fn child_role() {
         });
     }
     let mut out = std::io::stdout().lock();
-    writeln!(
+    let hello = writeln!(
         out,
         "{TAG} hello {} {} {}",
         std::process::id(),
         hex(ep.name()),
         hex(&slots.remote().to_bytes())
     )
-    .unwrap();
-    out.flush().unwrap();
+    .and_then(|()| out.flush());
+    if hello.is_err() {
+        return; // the parent is gone: nobody to serve
+    }
     let start = Instant::now();
     let mut reported = false;
     while !stdin_closed.load(Ordering::SeqCst) && start.elapsed() < CHILD_LIFETIME {
@@ -91,8 +93,12 @@ fn child_role() {
             .expect("progress");
         let v = slots.memory().read(0);
         if v != 0 && !reported {
-            writeln!(out, "{TAG} landed {v}").unwrap();
-            out.flush().unwrap();
+            if writeln!(out, "{TAG} landed {v}")
+                .and_then(|()| out.flush())
+                .is_err()
+            {
+                return;
+            }
             reported = true;
         }
     }

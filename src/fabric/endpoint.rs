@@ -469,13 +469,13 @@ impl Endpoint {
             context: encode(Op::Write(token)),
             data: 0,
         };
-        // SAFETY: the endpoint is live; msg and everything it points to are
-        // valid for the call, and FI_INJECT makes the provider copy the 8
-        // source bytes before returning (8 <= inject_size, checked at open).
         let mut flags = sys::FI_INJECT | sys::FI_COMPLETION;
         if self.cfg.delivery_complete {
             flags |= sys::FI_DELIVERY_COMPLETE;
         }
+        // SAFETY: the endpoint is live; msg and everything it points to are
+        // valid for the call, and FI_INJECT makes the provider copy the 8
+        // source bytes before returning (8 <= inject_size, checked at open).
         let ret = unsafe { sys::fi_writemsg(self.inner.raw, &msg, flags) };
         post_result("fi_writemsg", ret)
     }
