@@ -9,8 +9,12 @@
 //! - [`config`]: the `FFD_*` settings, their builder and their origins.
 //! - [`bootstrap`]: how ranks exchange addresses at start (host allgather,
 //!   TCP rendezvous, in-process groups for tests).
+//! - [`fabric`]: safe libfabric wrappers (provider choice, endpoint, slot
+//!   page, heartbeat writes, notices, normalised error completions); the
+//!   only place besides `libfabric-sys` with `unsafe`.
 
 pub mod bootstrap;
 pub mod config;
+pub mod fabric;
 pub mod protocol;
 pub mod runtime;
