@@ -13,6 +13,8 @@
 //!   allgather (like `MPI_Allgather`), as the C ABI's `ffd_oob_t` will.
 //! - [`tcp::TcpBootstrap`] with [`tcp::Rendezvous`]: `FFD_BOOTSTRAP`,
 //!   `FFD_RANK`, `FFD_SIZE`, for the `ffd` launcher and ranks started by hand.
+//! - `pmix::PmixBootstrap` (feature `pmix`): PMIx Put/Commit/Fence/Get
+//!   through the server of `mpirun`, `prterun` or `srun --mpi=pmix`.
 //! - [`LocalBootstrap`]: threads of one process standing in for ranks.
 //!
 //! Unlike the sketch in DESIGN §7, `allgather` takes `&mut self`: a bootstrap
@@ -29,6 +31,8 @@ use crate::protocol::Rank;
 mod exchange;
 mod host;
 mod local;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 mod record;
 pub mod tcp;
 
@@ -144,6 +148,22 @@ pub enum BootstrapError {
     /// The rendezvous sent something this client cannot read.
     #[error("the rendezvous at {addr} sent a malformed reply: {what}")]
     Malformed { addr: String, what: String },
+    /// This process was not started in a way this bootstrap can use (e.g.
+    /// the PMIx bootstrap outside `mpirun`/`srun`).
+    #[error("the {bootstrap} bootstrap cannot be used here: {why}")]
+    Unavailable {
+        bootstrap: &'static str,
+        why: String,
+    },
+    /// A PMIx call returned an error status (the `pmix` feature): the call,
+    /// what it was doing, and PMIx's text for the status.
+    #[error("{call} failed {when}: {text} (PMIx status {status})")]
+    Pmix {
+        call: &'static str,
+        when: String,
+        status: i32,
+        text: String,
+    },
     /// An earlier call on this bootstrap failed, so it cannot be used again.
     #[error("an earlier bootstrap call failed: {0}")]
     Failed(String),

@@ -180,27 +180,35 @@ impl TcpEnv {
                 format!("is not below FFD_SIZE=`{size}`"),
             ));
         }
-        let timeout = match env.value(var::BOOTSTRAP_TIMEOUT)? {
-            None => DEFAULT_TIMEOUT,
-            Some(text) => {
-                let d = parse_duration(text)
-                    .map_err(|e| invalid(var::BOOTSTRAP_TIMEOUT, text, e.to_string()))?;
-                if d.is_zero() {
-                    return Err(invalid(
-                        var::BOOTSTRAP_TIMEOUT,
-                        text,
-                        "must be positive".into(),
-                    ));
-                }
-                d
-            }
-        };
+        let timeout = timeout_from_env(env)?;
         Ok(TcpEnv {
             addr: addr.trim().to_owned(),
             rank,
             size,
             timeout,
         })
+    }
+}
+
+/// `FFD_BOOTSTRAP_TIMEOUT` (a positive duration), or [`DEFAULT_TIMEOUT`]
+/// when unset: the bound on the bootstrap's waits, for the TCP and the PMIx
+/// bootstraps alike.
+pub fn timeout_from_env(env: &Env) -> Result<Duration, ConfigError> {
+    let invalid = |value: &str, problem: String| ConfigError::Invalid {
+        var: var::BOOTSTRAP_TIMEOUT,
+        value: value.to_owned(),
+        problem,
+        accepted: accepted(var::BOOTSTRAP_TIMEOUT),
+    };
+    match env.value(var::BOOTSTRAP_TIMEOUT)? {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(text) => {
+            let d = parse_duration(text).map_err(|e| invalid(text, e.to_string()))?;
+            if d.is_zero() {
+                return Err(invalid(text, "must be positive".into()));
+            }
+            Ok(d)
+        }
     }
 }
 
