@@ -141,6 +141,11 @@ setting_enum!(
 );
 
 /// The protocol's settings, identical on every rank of a job.
+///
+/// The fields after `ring_seed` are refinements with sensible defaults; the
+/// `Option<Duration>` ones default (`None`) to a fraction of `timeout`, so
+/// that changing the timeout alone keeps them proportionate. Read them
+/// through the accessor of the same name, which resolves the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
     /// Heartbeat period δ.
@@ -152,6 +157,29 @@ pub struct EngineConfig {
     pub ring: RingKind,
     /// Seed of the `shuffle` ring order (agreed at bootstrap).
     pub ring_seed: u64,
+    /// How many slot checks per timeout while idle (≥ 1, default 4). An idle
+    /// observer wakes `checks_per_timeout` times per timeout, not per period.
+    pub checks_per_timeout: u32,
+    /// Nobody is declared before start + `startup_grace` + `timeout`
+    /// (connection set-up on `tcp;ofi_rxm` takes tens of ms). Default: one timeout.
+    pub startup_grace: Option<Duration>,
+    /// Self-lag guard: a check that runs this late declares nobody and
+    /// restarts its baseline. Default: half a timeout.
+    pub lag_guard: Option<Duration>,
+    /// A live emitter whose slot stood still this long before changing again
+    /// raises `Event::SlowEmitter` (never a failure). Default: half a timeout.
+    pub slow_emitter_after: Option<Duration>,
+    /// `InbandMode::Suspect`: how long a suspect has to prove it is alive. Default: half a timeout.
+    pub suspect_timeout: Option<Duration>,
+    /// How long an emitter's failed-set digest must differ from ours before
+    /// we ask it for the difference (filters out notices still in flight).
+    /// Default: half a timeout. At most one sync request per timeout.
+    pub sync_after: Option<Duration>,
+    /// Largest application payload `Input::Broadcast` accepts, in bytes.
+    pub max_payload: usize,
+    /// Payload de-duplication remembers this many origins (least recently
+    /// used evicted), each with a 64-sequence window: bounded state.
+    pub payload_dedup_origins: usize,
 }
 
 impl Default for EngineConfig {
@@ -163,7 +191,79 @@ impl Default for EngineConfig {
             bcast: BcastKind::default(),
             ring: RingKind::default(),
             ring_seed: 0,
+            checks_per_timeout: 4,
+            startup_grace: None,
+            lag_guard: None,
+            slow_emitter_after: None,
+            suspect_timeout: None,
+            sync_after: None,
+            max_payload: 64 * 1024,
+            payload_dedup_origins: 1024,
         }
+    }
+}
+
+/// An `EngineConfig` the Engine cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the heartbeat period must be positive")]
+    ZeroPeriod,
+    #[error("the timeout ({timeout:?}) must exceed the heartbeat period ({period:?})")]
+    TimeoutNotAbovePeriod { period: Duration, timeout: Duration },
+    #[error("checks_per_timeout must be at least 1")]
+    ZeroChecks,
+    #[error("the ring is empty")]
+    EmptyRing,
+    #[error("rank {rank} is outside the job of {size} ranks")]
+    RankOutOfRange { rank: Rank, size: u32 },
+}
+
+impl EngineConfig {
+    /// Checks the settings the Engine depends on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.period.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        if self.timeout <= self.period {
+            return Err(ConfigError::TimeoutNotAbovePeriod {
+                period: self.period,
+                timeout: self.timeout,
+            });
+        }
+        if self.checks_per_timeout == 0 {
+            return Err(ConfigError::ZeroChecks);
+        }
+        Ok(())
+    }
+
+    fn half_timeout(&self) -> Duration {
+        self.timeout / 2
+    }
+
+    /// Interval between idle slot checks: `timeout / checks_per_timeout`.
+    pub fn check_interval(&self) -> Duration {
+        (self.timeout / self.checks_per_timeout.max(1)).max(Duration::from_nanos(1))
+    }
+
+    pub fn startup_grace(&self) -> Duration {
+        self.startup_grace.unwrap_or(self.timeout)
+    }
+
+    pub fn lag_guard(&self) -> Duration {
+        self.lag_guard.unwrap_or_else(|| self.half_timeout())
+    }
+
+    pub fn slow_emitter_after(&self) -> Duration {
+        self.slow_emitter_after
+            .unwrap_or_else(|| self.half_timeout())
+    }
+
+    pub fn suspect_timeout(&self) -> Duration {
+        self.suspect_timeout.unwrap_or_else(|| self.half_timeout())
+    }
+
+    pub fn sync_after(&self) -> Duration {
+        self.sync_after.unwrap_or_else(|| self.half_timeout())
     }
 }
 
@@ -186,5 +286,23 @@ mod tests {
         assert_eq!(t + Duration::from_nanos(3), Time::from_nanos(8));
         assert_eq!(Time::ZERO - t, Duration::ZERO);
         assert_eq!(Time::NEVER + Duration::from_secs(1), Time::NEVER);
+    }
+
+    #[test]
+    fn config_validation_and_derived_defaults() {
+        let mut c = EngineConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.check_interval(), Duration::from_millis(25));
+        assert_eq!(c.lag_guard(), Duration::from_millis(50));
+        c.timeout = Duration::from_millis(200);
+        assert_eq!(c.startup_grace(), Duration::from_millis(200));
+        c.timeout = c.period;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::TimeoutNotAbovePeriod { .. })
+        ));
+        c.timeout = Duration::from_secs(1);
+        c.checks_per_timeout = 0;
+        assert_eq!(c.validate(), Err(ConfigError::ZeroChecks));
     }
 }

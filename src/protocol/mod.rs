@@ -9,5 +9,20 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod engine;
+pub mod overlay;
+pub mod ranks;
+mod ring;
+pub mod wire;
 
-pub use config::{BcastKind, EngineConfig, InbandMode, ParseSettingError, Rank, RingKind, Time};
+pub use config::{
+    BcastKind, ConfigError, EngineConfig, InbandMode, ParseSettingError, Rank, RingKind, Time,
+};
+pub use engine::{
+    Cause, Engine, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
+    TransportErrorKind, slot_digest, slot_value,
+};
+pub use overlay::Overlay;
+pub use ranks::{RankList, RankSet};
+pub use ring::Ring;
+pub use wire::{Kind, RejectReason};
