@@ -593,6 +593,7 @@ impl Config {
             bcast: self.bcast(),
             ring: self.ring(),
             ring_seed: self.ring_seed().unwrap_or(0),
+            startup_grace: Some(self.startup_grace()),
             // Fields added to the engine later keep their defaults.
             ..EngineConfig::default()
         }

@@ -8,7 +8,7 @@
 //! not: interpret op contexts; the endpoint does that.
 
 use std::ffi::CStr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::ptr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -388,6 +388,29 @@ impl CompletionQueue {
         }
     }
 
+    /// Like [`wait_readable`](Self::wait_readable), but also returns as
+    /// soon as `wake` becomes readable (a host thread asking the progress
+    /// thread for attention). Without a wait fd it sleeps at most 1 ms, so
+    /// `wake` is noticed within a millisecond there too.
+    pub fn wait_readable_or(
+        &self,
+        timeout: Duration,
+        wake: BorrowedFd<'_>,
+    ) -> Result<(), FabricError> {
+        match (self.inner.wait, self.inner.fd) {
+            (WaitKind::Fd, Some(fd)) => {
+                if self.try_wait()? {
+                    poll_fds(fd, Some(wake), timeout)?;
+                }
+                Ok(())
+            }
+            _ => {
+                std::thread::sleep(timeout.min(Duration::from_millis(1)));
+                Ok(())
+            }
+        }
+    }
+
     /// The raw handle, valid while `self` lives.
     pub fn as_raw(&self) -> *mut sys::fid_cq {
         self.inner.raw
@@ -396,20 +419,38 @@ impl CompletionQueue {
 
 /// poll(2) for readability, retrying on EINTR within the timeout.
 fn poll_fd(fd: RawFd, timeout: Duration) -> Result<bool, FabricError> {
+    poll_fds(fd, None, timeout).map(|(cq, _)| cq)
+}
+
+/// poll(2) on `fd` and, if given, `extra`; returns which were readable.
+fn poll_fds(
+    fd: RawFd,
+    extra: Option<BorrowedFd<'_>>,
+    timeout: Duration,
+) -> Result<(bool, bool), FabricError> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         // Round up so a sub-millisecond timeout still sleeps.
         let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: pfd is one valid pollfd; fd stays open while the CQ lives.
-        let ret = unsafe { libc::poll(&mut pfd, 1, ms) };
+        let mut pfds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: extra.map_or(-1, |e| e.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let count: libc::nfds_t = if extra.is_some() { 2 } else { 1 };
+        // SAFETY: pfds holds `count` valid pollfds; fd stays open while the
+        // CQ lives and `extra` is borrowed for the duration of the call.
+        let ret = unsafe { libc::poll(pfds.as_mut_ptr(), count, ms) };
         if ret >= 0 {
-            return Ok(ret > 0);
+            return Ok((pfds[0].revents != 0, pfds[1].revents != 0));
         }
         let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
         if errno != libc::EINTR || left.is_zero() {

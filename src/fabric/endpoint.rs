@@ -9,6 +9,7 @@
 //! refusals and error completions, the protocol judges.
 
 use std::ffi::c_void;
+use std::os::fd::BorrowedFd;
 use std::ptr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -599,6 +600,24 @@ impl Endpoint {
         Ok(0)
     }
 
+    /// Sleeps until something completes, `wake` becomes readable, or
+    /// `timeout` passes, then handles what completed as
+    /// [`poll`](Self::poll) does. Returns how many completions were handled.
+    /// This is the progress thread's idle wait: it never consumes `wake`.
+    pub fn wait_or(
+        &mut self,
+        timeout: Duration,
+        wake: BorrowedFd<'_>,
+        sink: &mut dyn FnMut(Completion<'_>),
+    ) -> Result<usize, FabricError> {
+        let n = self.poll(usize::MAX, sink)?;
+        if n > 0 || timeout.is_zero() {
+            return Ok(n);
+        }
+        self.inner.cq.wait_readable_or(timeout, wake)?;
+        self.poll(usize::MAX, sink)
+    }
+
     /// Handles one read result; returns how many completions it handled.
     fn handle_read(
         &mut self,
@@ -715,7 +734,7 @@ impl Endpoint {
             attempts += 1;
             let refusal = match op(self) {
                 Ok(()) => return Ok(attempts),
-                Err(e) if is_refusal(&e) => e,
+                Err(e) if e.is_refusal() => e,
                 Err(e) => return Err(e),
             };
             let elapsed = start.elapsed();
@@ -782,15 +801,6 @@ impl Endpoint {
         sink: &mut dyn FnMut(Completion<'_>),
     ) -> Result<u32, FabricError> {
         self.post_bounded(peer, bound, sink, |ep| ep.try_send(peer, bytes, token))
-    }
-}
-
-/// True for the post results that mean "not now" rather than "wrong".
-fn is_refusal(e: &FabricError) -> bool {
-    match e {
-        FabricError::WouldBlock { .. } => true,
-        FabricError::Call { errno, .. } => *errno == sys::FI_ENOENT,
-        _ => false,
     }
 }
 
@@ -899,10 +909,10 @@ mod tests {
 
     #[test]
     fn refusals_are_eagain_and_enoent_only() {
-        assert!(is_refusal(&FabricError::WouldBlock { call: "fi_send" }));
-        assert!(is_refusal(&FabricError::call("fi_send", -sys::FI_ENOENT)));
-        assert!(!is_refusal(&FabricError::call("fi_send", -sys::FI_EINVAL)));
-        assert!(!is_refusal(&FabricError::Invalid("x".into())));
+        assert!(FabricError::WouldBlock { call: "fi_send" }.is_refusal());
+        assert!(FabricError::call("fi_send", -sys::FI_ENOENT).is_refusal());
+        assert!(!FabricError::call("fi_send", -sys::FI_EINVAL).is_refusal());
+        assert!(!FabricError::Invalid("x".into()).is_refusal());
     }
 
     #[test]

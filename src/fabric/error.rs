@@ -130,6 +130,18 @@ impl FabricError {
     pub fn is_would_block(&self) -> bool {
         matches!(self, FabricError::WouldBlock { .. })
     }
+
+    /// True for the post results that mean "not now" rather than "wrong":
+    /// `-FI_EAGAIN` (or no free local buffer) and `sockets`' `-FI_ENOENT`
+    /// for a lost connection. A long run of them is how a dead peer looks
+    /// to a sender on `tcp;ofi_rxm` and `sockets`.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            FabricError::WouldBlock { .. } => true,
+            FabricError::Call { errno, .. } => *errno == sys::FI_ENOENT,
+            _ => false,
+        }
+    }
 }
 
 /// `|ret|` as an `i32` error number; 0 and values that do not fit become
@@ -201,6 +213,15 @@ pub struct CqError {
     pub text: String,
     /// `fi_cq_strerror(prov_errno, err_data)`.
     pub prov_text: String,
+}
+
+impl CqError {
+    /// Whether the entry's flags say it was an RMA write, which tells a
+    /// heartbeat's error apart from a message's when the provider gave no
+    /// context ([`FailedOp::Unknown`], as `shm` does).
+    pub fn is_rma_write(&self) -> bool {
+        self.flags & sys::FI_WRITE != 0 && self.flags & sys::FI_RMA != 0
+    }
 }
 
 /// The raw facts of an error entry after normalisation, before the

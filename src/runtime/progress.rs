@@ -1,0 +1,541 @@
+//! The progress thread: drives one Engine with real time and the fabric.
+//!
+//! Owns: the detector's endpoint, slot region and Engine once started; the
+//! per-peer bookkeeping of refused posts; delivery of events. Must not:
+//! block on the host (callbacks are the host's promise), wait on anything
+//! but the completion queue and the wake socket, or allocate per heartbeat.
+//!
+//! Each turn of the loop: take host commands; read the completion queue
+//! (before any judgement, so heartbeats that landed are seen and errors are
+//! evidence); if the Engine's deadline has come, read the slot it watches
+//! and tick it; carry out its outputs; retry refused sends; then sleep on
+//! the completion queue's wait object or the wake socket until the next
+//! deadline (`FFD_PROGRESS=sleep`), or go round again (`spin`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::time::{Duration, Instant};
+
+use crate::fabric::{
+    AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
+};
+use crate::protocol::{self, Engine, Input, Output, Participation, Rank, Time, TransportErrorKind};
+
+use super::log::Logger;
+use super::stats::RuntimeCounters;
+use super::{Callback, DetectorEvent, Shared, SlotRegion};
+
+/// Size of each send and receive buffer: the largest message.
+pub(super) const MESSAGE_BUFFER: usize = 16 * 1024;
+
+/// How often the counters are published for [`super::Detector::stats`].
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+
+/// While sends wait for a refused peer, retry this often.
+const RETRY_EVERY: Duration = Duration::from_millis(1);
+
+/// What the host asks of the progress thread.
+#[derive(Debug)]
+pub(super) enum Command {
+    Broadcast(Vec<u8>),
+    /// Announce a clean leave, linger, then stop.
+    Leave,
+    /// Stop now (after a leave that did not finish in time).
+    Stop,
+}
+
+/// Everything [`Progress`] is made of, handed over by `Detector::start`.
+pub(super) struct Parts {
+    pub shared: Arc<Shared>,
+    pub engine: Engine,
+    pub endpoint: Endpoint,
+    /// Kept open while the endpoint uses it.
+    pub _av: AddressVector,
+    pub slots: SlotRegion,
+    /// `peers[r]`: rank r's slot region.
+    pub peers: Vec<RemoteRegion>,
+    pub started: Instant,
+    pub commands: Receiver<Command>,
+    pub wake: UnixStream,
+    pub callback: Option<Callback>,
+    /// Signalled once the first heartbeat write completed.
+    pub linked: Option<SyncSender<()>>,
+    pub spin: bool,
+    pub eagain_limit: Duration,
+    /// A refusal run on a link that never carried anything is connection
+    /// set-up: it becomes evidence only after this long.
+    pub connect_grace: Duration,
+    pub period: Duration,
+    pub timeout: Duration,
+    pub logger: Logger,
+}
+
+pub(super) struct Progress {
+    endpoint: Endpoint,
+    slots: SlotRegion,
+    /// Declared after the endpoint so it closes after it.
+    _av: AddressVector,
+    /// Readable when the host sent a command.
+    wake: UnixStream,
+    core: Core,
+}
+
+/// The progress thread's state apart from the endpoint, so completions can
+/// be handled while the endpoint is borrowed for reading them.
+struct Core {
+    shared: Arc<Shared>,
+    engine: Engine,
+    peers: Vec<RemoteRegion>,
+    started: Instant,
+    commands: Receiver<Command>,
+    callback: Option<Callback>,
+    linked: Option<SyncSender<()>>,
+    spin: bool,
+    eagain_limit: Duration,
+    connect_grace: Duration,
+    linger: Duration,
+    logger: Logger,
+    counters: RuntimeCounters,
+    /// Start of the current run of refused posts, per peer.
+    refused_since: BTreeMap<Rank, Instant>,
+    /// Peers an operation of ours completed to: their link is established.
+    connected: BTreeSet<Rank>,
+    /// Sends refused for now, in order.
+    pending: VecDeque<(Rank, Arc<[u8]>)>,
+    /// Where the last heartbeat went (attributes context-less write errors).
+    last_write_target: Option<Rank>,
+    /// Set by a leave: stop after this instant.
+    leaving_until: Option<Instant>,
+    stop: bool,
+    last_publish: Instant,
+}
+
+impl Progress {
+    pub(super) fn new(parts: Parts) -> Self {
+        Progress {
+            endpoint: parts.endpoint,
+            slots: parts.slots,
+            _av: parts._av,
+            wake: parts.wake,
+            core: Core {
+                shared: parts.shared,
+                engine: parts.engine,
+                peers: parts.peers,
+                started: parts.started,
+                commands: parts.commands,
+                callback: parts.callback,
+                linked: parts.linked,
+                spin: parts.spin,
+                eagain_limit: parts.eagain_limit,
+                connect_grace: parts.connect_grace,
+                linger: super::linger(parts.period, parts.timeout),
+                logger: parts.logger,
+                counters: RuntimeCounters::default(),
+                refused_since: BTreeMap::new(),
+                connected: BTreeSet::new(),
+                pending: VecDeque::new(),
+                last_write_target: None,
+                leaving_until: None,
+                stop: false,
+                last_publish: parts.started,
+            },
+        }
+    }
+
+    pub(super) fn logger(&self) -> Logger {
+        self.core.logger
+    }
+
+    /// Runs until the rank leaves, is excluded, or is told to stop.
+    pub(super) fn run(mut self) {
+        let Progress {
+            endpoint,
+            slots,
+            wake,
+            core,
+            ..
+        } = &mut self;
+        // Engine::new produced the first heartbeat.
+        core.carry_out(endpoint);
+        while !core.finished() {
+            // Empty the wake socket first: a command sent after this point
+            // writes a fresh byte, so the next wait returns at once.
+            let mut sink = [0u8; 64];
+            while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
+            core.take_commands();
+            if let Err(e) = endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)) {
+                core.logger
+                    .error(format_args!("reading the completion queue: {e}"));
+                break;
+            }
+            core.on_deadline(slots);
+            core.carry_out(endpoint);
+            core.retry_pending(endpoint);
+            core.publish(false);
+            if core.finished() {
+                break;
+            }
+            if core.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            let timeout = core.sleep_for();
+            if let Err(e) = endpoint.wait_or(timeout, wake.as_fd(), &mut |c| core.on_completion(c))
+            {
+                core.logger
+                    .error(format_args!("waiting on the completion queue: {e}"));
+                break;
+            }
+        }
+        core.publish(true);
+        core.shared.running.store(false, Ordering::Release);
+    }
+}
+
+impl Core {
+    fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn finished(&self) -> bool {
+        if self.stop || self.engine.participation() == Participation::Excluded {
+            return true;
+        }
+        match self.leaving_until {
+            Some(until) => Instant::now() >= until && self.pending.is_empty(),
+            None => false,
+        }
+    }
+
+    fn take_commands(&mut self) {
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Broadcast(bytes)) => {
+                    let now = self.now();
+                    if let Err(e) = self.engine.handle(now, Input::Broadcast(&bytes)) {
+                        self.logger.warn(format_args!("broadcast refused: {e}"));
+                    }
+                }
+                Ok(Command::Leave) => self.begin_leave(),
+                Ok(Command::Stop) => self.stop = true,
+                Err(TryRecvError::Empty) => break,
+                // The Detector is gone without a word: leave cleanly.
+                Err(TryRecvError::Disconnected) => {
+                    self.begin_leave();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn begin_leave(&mut self) {
+        if self.leaving_until.is_none() {
+            let now = self.now();
+            let _ = self.engine.handle(now, Input::Leave);
+            self.leaving_until = Some(Instant::now() + self.linger);
+        }
+    }
+
+    /// The Engine's deadline has come: read the watched slot, then tick.
+    fn on_deadline(&mut self, slots: &SlotRegion) {
+        let Some(deadline) = self.engine.next_deadline() else {
+            return;
+        };
+        let now = self.now();
+        if now < deadline {
+            return;
+        }
+        self.counters.lateness.record(now - deadline);
+        if let Some(slot) = self.engine.watched_slot() {
+            let value = slots.memory().read(usize::from(slot));
+            let _ = self
+                .engine
+                .handle(now, Input::HeartbeatSlot { slot, value });
+        }
+        let _ = self.engine.handle(now, Input::Tick);
+    }
+
+    fn on_completion(&mut self, completion: Completion<'_>) {
+        let now = self.now();
+        match completion {
+            Completion::Received { bytes, source } => {
+                self.counters.messages_received += 1;
+                let from = source.and_then(|a| Rank::try_from(a.0).ok());
+                if let Err(e) = self.engine.handle(now, Input::Message { from, bytes }) {
+                    self.counters.messages_rejected += 1;
+                    self.logger.debug(format_args!("message dropped: {e}"));
+                }
+            }
+            Completion::Sent { token, .. } => {
+                self.counters.messages_sent += 1;
+                self.link_works(token);
+            }
+            Completion::Written { token } => {
+                self.counters.heartbeats_completed += 1;
+                self.link_works(token);
+                if let Some(linked) = self.linked.take() {
+                    let _ = linked.try_send(());
+                }
+            }
+            Completion::Failed(error) => self.on_error_completion(now, error),
+        }
+    }
+
+    /// An operation to the peer named by `token` completed: its link is up.
+    fn link_works(&mut self, token: u64) {
+        if let Ok(peer) = Rank::try_from(token) {
+            self.refused_since.remove(&peer);
+            self.connected.insert(peer);
+        }
+    }
+
+    fn on_error_completion(&mut self, now: Time, error: CqError) {
+        let (peer, kind) = match error.op {
+            FailedOp::Write { token } => (
+                Rank::try_from(token).ok(),
+                TransportErrorKind::HeartbeatWrite,
+            ),
+            FailedOp::Send { token, .. } => (Rank::try_from(token).ok(), TransportErrorKind::Send),
+            FailedOp::Recv => {
+                self.logger.warn(format_args!("receive failed: {error}"));
+                return;
+            }
+            // No context (shm): a write can only have been a heartbeat, and
+            // heartbeats go to one peer at a time.
+            FailedOp::Unknown if error.is_rma_write() => {
+                (self.last_write_target, TransportErrorKind::HeartbeatWrite)
+            }
+            FailedOp::Unknown => (None, TransportErrorKind::Send),
+        };
+        match peer {
+            Some(peer) => {
+                self.logger.info(format_args!(
+                    "transport error on the link to rank {peer}: {error}"
+                ));
+                self.transport_error(now, peer, kind);
+            }
+            None => {
+                self.counters.unattributed_errors += 1;
+                self.logger
+                    .debug(format_args!("error completion naming no peer: {error}"));
+            }
+        }
+    }
+
+    fn transport_error(&mut self, now: Time, peer: Rank, kind: TransportErrorKind) {
+        self.counters.transport_errors += 1;
+        self.refused_since.remove(&peer);
+        let _ = self
+            .engine
+            .handle(now, Input::TransportError { peer, kind });
+    }
+
+    /// A post to `peer` was refused (`-FI_EAGAIN`/`-FI_ENOENT`): a run of
+    /// refusals longer than the bound is a verdict against the peer.
+    fn refused(&mut self, peer: Rank) {
+        self.counters.posts_refused += 1;
+        let now = Instant::now();
+        let since = *self.refused_since.entry(peer).or_insert(now);
+        let bound = if self.connected.contains(&peer) {
+            self.eagain_limit
+        } else {
+            self.eagain_limit.max(self.connect_grace)
+        };
+        if now.duration_since(since) > bound {
+            self.counters.unreachable_verdicts += 1;
+            self.logger.info(format_args!(
+                "rank {peer} unreachable: posts refused for {:?}",
+                now.duration_since(since)
+            ));
+            self.pending.retain(|(to, _)| *to != peer);
+            let t = self.now();
+            self.transport_error(t, peer, TransportErrorKind::Unreachable);
+        }
+    }
+
+    /// Carries out everything the Engine asked for.
+    fn carry_out(&mut self, endpoint: &mut Endpoint) {
+        while let Some(output) = self.engine.poll_output() {
+            match output {
+                Output::WriteHeartbeat { to, slot, value } => {
+                    self.write_heartbeat(endpoint, to, slot, value);
+                }
+                Output::Send { to, bytes } => {
+                    if self.pending.iter().any(|(p, _)| *p == to) {
+                        // Keep per-peer order behind the refused ones.
+                        self.pending.push_back((to, bytes));
+                    } else {
+                        self.send(endpoint, to, bytes);
+                    }
+                }
+                Output::Event(event) => self.deliver(event),
+                // Only in the simulator's modelled mode.
+                Output::HeartbeatStream { .. } => {}
+            }
+        }
+    }
+
+    fn write_heartbeat(&mut self, endpoint: &mut Endpoint, to: Rank, slot: u16, value: u64) {
+        let Some(region) = self.peers.get(to as usize) else {
+            return;
+        };
+        self.last_write_target = Some(to);
+        match endpoint.try_write_u64(
+            FiAddr(u64::from(to)),
+            region,
+            usize::from(slot),
+            value,
+            u64::from(to),
+        ) {
+            Ok(()) => {
+                self.counters.heartbeats_posted += 1;
+            }
+            // The next period brings the next beat; only the run is counted.
+            Err(e) if e.is_refusal() => self.refused(to),
+            Err(e) => {
+                self.logger
+                    .info(format_args!("heartbeat to rank {to} failed: {e}"));
+                let now = self.now();
+                self.transport_error(now, to, TransportErrorKind::HeartbeatWrite);
+            }
+        }
+    }
+
+    /// Tries a send; a refused one waits in `pending`. Returns whether the
+    /// send left (or was abandoned as an error).
+    fn send(&mut self, endpoint: &mut Endpoint, to: Rank, bytes: Arc<[u8]>) -> bool {
+        match endpoint.try_send(FiAddr(u64::from(to)), &bytes, u64::from(to)) {
+            Ok(()) => {
+                self.refused_since.remove(&to);
+                true
+            }
+            Err(e) if e.is_refusal() => {
+                self.pending.push_back((to, bytes));
+                self.refused(to);
+                false
+            }
+            Err(FabricError::Invalid(why)) => {
+                // Too large for a buffer: a bug, not evidence against `to`.
+                self.logger
+                    .error(format_args!("message to rank {to} not sent: {why}"));
+                true
+            }
+            Err(e) => {
+                self.logger
+                    .info(format_args!("send to rank {to} failed: {e}"));
+                let now = self.now();
+                self.transport_error(now, to, TransportErrorKind::Send);
+                true
+            }
+        }
+    }
+
+    /// Retries refused sends in order; stops at the first peer still refusing.
+    fn retry_pending(&mut self, endpoint: &mut Endpoint) {
+        let mut round = std::mem::take(&mut self.pending);
+        let mut blocked: Vec<Rank> = Vec::new();
+        while let Some((to, bytes)) = round.pop_front() {
+            if blocked.contains(&to) || self.engine.is_gone(to) {
+                if !self.engine.is_gone(to) {
+                    self.pending.push_back((to, bytes));
+                }
+                continue;
+            }
+            // `send` re-queues a refused message at the back of `pending`.
+            if !self.send(endpoint, to, bytes) {
+                blocked.push(to);
+            }
+        }
+        // Outputs raised by transport errors during the retries.
+        self.carry_out(endpoint);
+    }
+
+    fn deliver(&mut self, event: protocol::Event) {
+        match &event {
+            protocol::Event::Failed {
+                rank,
+                detector,
+                cause,
+                ..
+            } => {
+                self.shared.failed.insert(*rank);
+                self.pending.retain(|(to, _)| to != rank);
+                self.logger.info(format_args!(
+                    "rank {rank} failed ({}, declared by rank {detector})",
+                    cause.as_str()
+                ));
+            }
+            protocol::Event::Left { rank } => {
+                self.shared.left.insert(*rank);
+            }
+            protocol::Event::SelfExcluded { by } => {
+                self.shared.excluded.store(true, Ordering::Release);
+                self.logger.warn(format_args!(
+                    "this rank was declared failed (told by rank {by}); it stops participating"
+                ));
+            }
+            protocol::Event::SlowEmitter { rank, stalled_for } => {
+                self.logger.info(format_args!(
+                    "emitter {rank} is slow: its slot stood still for {stalled_for:?}"
+                ));
+            }
+            protocol::Event::Payload { .. } => {}
+        }
+        let event = DetectorEvent {
+            at: self.started.elapsed(),
+            epoch: self.shared.failed.epoch(),
+            event,
+        };
+        if let Some(callback) = self.callback.as_mut() {
+            if catch_unwind(AssertUnwindSafe(|| callback(&event))).is_err() {
+                self.counters.callback_panics += 1;
+                self.logger
+                    .error(format_args!("the host's event callback panicked"));
+            }
+        }
+        if !self.shared.events.push(event) {
+            self.counters.events_dropped += 1;
+        }
+    }
+
+    /// How long to sleep: until the Engine's deadline, the end of a leave,
+    /// the next retry of refused sends, or the next publication.
+    fn sleep_for(&self) -> Duration {
+        let now = self.now();
+        let mut sleep = self
+            .engine
+            .next_deadline()
+            .map_or(PUBLISH_EVERY, |d| d.saturating_since(now))
+            .min(PUBLISH_EVERY);
+        if let Some(until) = self.leaving_until {
+            sleep = sleep.min(until.saturating_duration_since(Instant::now()));
+        }
+        if !self.pending.is_empty() {
+            sleep = sleep.min(RETRY_EVERY);
+        }
+        sleep
+    }
+
+    /// Publishes the counters for `Detector::stats`, at most every
+    /// [`PUBLISH_EVERY`] unless `now`; never waits for the lock.
+    fn publish(&mut self, force: bool) {
+        if !force && self.last_publish.elapsed() < PUBLISH_EVERY {
+            return;
+        }
+        let Ok(mut snapshot) = self.shared.stats.try_lock() else {
+            return;
+        };
+        self.last_publish = Instant::now();
+        snapshot.uptime_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        snapshot.epoch = self.shared.failed.epoch();
+        self.counters.events_dropped = self.shared.events.dropped();
+        snapshot.runtime.clone_from(&self.counters);
+        snapshot.engine.clone_from(self.engine.stats());
+    }
+}

@@ -1,0 +1,187 @@
+//! What the progress thread counts, as the host reads it.
+//!
+//! Owns: the runtime's own counters (posts, refusals, verdicts, wake-up
+//! lateness) and the snapshot type that joins them to the Engine's.
+//! Must not: be locked by the progress thread in a way that can wait: it
+//! publishes with `try_lock` and simply retries at the next publication.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::protocol::{self, Cause, Kind, RejectReason};
+
+use super::placement::Placement;
+
+/// Upper bounds (exclusive) of the wake-up lateness buckets, in µs; the
+/// last bucket holds everything later.
+pub const LATENESS_BUCKETS_US: [u64; 7] = [10, 100, 1_000, 5_000, 10_000, 50_000, 100_000];
+
+/// How late the progress thread woke for its deadlines: the jitter that
+/// causes false positives when it approaches the timeout.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LatenessHistogram {
+    /// `counts[i]` wake-ups were later than bucket i-1's bound and earlier
+    /// than `LATENESS_BUCKETS_US[i]`; the last entry counts the rest.
+    pub counts: [u64; LATENESS_BUCKETS_US.len() + 1],
+    pub max_us: u64,
+    pub total: u64,
+}
+
+impl LatenessHistogram {
+    pub fn record(&mut self, late: Duration) {
+        let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        let i = LATENESS_BUCKETS_US
+            .iter()
+            .position(|&bound| us < bound)
+            .unwrap_or(LATENESS_BUCKETS_US.len());
+        self.counts[i] += 1;
+        self.total += 1;
+        self.max_us = self.max_us.max(us);
+    }
+
+    /// The smallest bucket bound below which at least `q` (0..=1) of the
+    /// wake-ups fall, in µs (`None` for the open last bucket or no data).
+    pub fn quantile_bound_us(&self, q: f64) -> Option<u64> {
+        if self.total == 0 {
+            return None;
+        }
+        let want = (q * self.total as f64).ceil() as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return LATENESS_BUCKETS_US.get(i).copied();
+            }
+        }
+        None
+    }
+}
+
+/// The runtime's own counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RuntimeCounters {
+    /// Heartbeat writes posted (accepted by the provider).
+    pub heartbeats_posted: u64,
+    /// Heartbeat writes that completed (tracked writes).
+    pub heartbeats_completed: u64,
+    /// Posts refused with `-FI_EAGAIN` (or `-FI_ENOENT`), heartbeats and messages.
+    pub posts_refused: u64,
+    /// Peers declared unreachable after a run of refused posts.
+    pub unreachable_verdicts: u64,
+    /// Error completions and post errors handed to the Engine as transport errors.
+    pub transport_errors: u64,
+    /// Error completions that named no peer (`shm` gives NULL contexts).
+    pub unattributed_errors: u64,
+    /// Messages sent / received over the fabric.
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    /// Messages the Engine rejected (malformed, wrong key or version, bad rank).
+    pub messages_rejected: u64,
+    /// Events dropped because the host's queue was full.
+    pub events_dropped: u64,
+    /// Host callbacks that panicked (caught; the thread goes on).
+    pub callback_panics: u64,
+    /// Wake-ups for a deadline and how late they ran.
+    pub lateness: LatenessHistogram,
+}
+
+/// One consistent picture of the detector's counters ([`super::Detector::stats`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StatsSnapshot {
+    /// Time since the detector started.
+    pub uptime_ms: f64,
+    pub epoch: u64,
+    pub runtime: RuntimeCounters,
+    #[serde(serialize_with = "serialize_engine_stats")]
+    pub engine: protocol::Stats,
+    pub placement: Option<Placement>,
+    pub provider: String,
+    pub domain: String,
+}
+
+impl StatsSnapshot {
+    /// Failures this rank learned, by cause.
+    pub fn detections(&self, cause: Cause) -> u64 {
+        self.engine.detections_by(cause)
+    }
+}
+
+/// The Engine's counters as a JSON object with named entries.
+fn serialize_engine_stats<S: serde::Serializer>(
+    stats: &protocol::Stats,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde_json::{Map, Value, json};
+    let by_kind = |counts: &[u64]| -> Value {
+        Kind::ALL
+            .iter()
+            .map(|k| (k.as_str().to_owned(), json!(counts[k.index()])))
+            .collect::<Map<_, _>>()
+            .into()
+    };
+    let rejected: Map<String, Value> = RejectReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_owned(), json!(stats.rejected[r.index()])))
+        .collect();
+    let detections: Map<String, Value> = Cause::ALL
+        .iter()
+        .map(|c| (c.as_str().to_owned(), json!(stats.detections_by(*c))))
+        .collect();
+    let v = json!({
+        "heartbeats_written": stats.heartbeats_written,
+        "slot_checks": stats.slot_checks,
+        "self_lag_trips": stats.self_lag_trips,
+        "max_lateness_ns": stats.max_lateness_ns,
+        "sent": by_kind(&stats.sent),
+        "received": by_kind(&stats.received),
+        "bytes_sent": stats.bytes_sent,
+        "rejected": rejected,
+        "dropped_from_failed": stats.dropped_from_failed,
+        "dropped_untrusted_origin": stats.dropped_untrusted_origin,
+        "duplicate_notices": stats.duplicate_notices,
+        "notices_forwarded": stats.notices_forwarded,
+        "detections": detections,
+        "departures_learned": stats.departures_learned,
+        "mendings": stats.mendings,
+        "sync_requests_sent": stats.sync_requests_sent,
+        "ranks_learned_by_sync": stats.ranks_learned_by_sync,
+        "exclusions_sent": stats.exclusions_sent,
+        "slow_emitter_warnings": stats.slow_emitter_warnings,
+        "transport_errors": stats.transport_errors,
+        "transport_errors_ignored": stats.transport_errors_ignored,
+        "suspicions": stats.suspicions,
+        "payloads_delivered": stats.payloads_delivered,
+    });
+    serde::Serialize::serialize(&v, s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_lands_in_its_bucket_and_quantiles_follow() {
+        let mut h = LatenessHistogram::default();
+        for us in [5, 50, 50, 500, 200_000] {
+            h.record(Duration::from_micros(us));
+        }
+        assert_eq!(h.counts, [1, 2, 1, 0, 0, 0, 0, 1]);
+        assert_eq!(h.total, 5);
+        assert_eq!(h.max_us, 200_000);
+        assert_eq!(h.quantile_bound_us(0.5), Some(100));
+        assert_eq!(h.quantile_bound_us(0.8), Some(1_000));
+        assert_eq!(h.quantile_bound_us(1.0), None, "open last bucket");
+        assert_eq!(LatenessHistogram::default().quantile_bound_us(0.5), None);
+    }
+
+    #[test]
+    fn snapshot_serialises_engine_counters_by_name() {
+        let mut snap = StatsSnapshot::default();
+        snap.engine.detections[Cause::InBand as usize] = 2;
+        let v = serde_json::to_value(&snap).unwrap();
+        assert_eq!(v["engine"]["detections"]["inband"], 2);
+        assert_eq!(v["engine"]["sent"]["notice"], 0);
+        assert_eq!(v["runtime"]["lateness"]["total"], 0);
+    }
+}

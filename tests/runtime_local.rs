@@ -1,0 +1,209 @@
+//! Detectors of several ranks inside one process (threads standing in for
+//! ranks, `tcp;ofi_rxm` over loopback): start-up, steady state, clean leave,
+//! application broadcast, events by queue, fd and callback.
+
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ffd::bootstrap::LocalBootstrap;
+use ffd::config::{Config, CoreChoice};
+use ffd::protocol::Event;
+use ffd::runtime::{Detector, DetectorEvent};
+
+fn config() -> Config {
+    Config::builder()
+        .provider("tcp")
+        .domain("lo")
+        .period(Duration::from_millis(10))
+        .timeout(Duration::from_millis(100))
+        .startup_grace(Duration::from_millis(200))
+        .core(CoreChoice::None)
+        .build()
+        .expect("valid config")
+}
+
+/// Starts `n` detectors concurrently (start is a collective).
+fn start_group(n: u32, config: &Config) -> Vec<Detector> {
+    let group = LocalBootstrap::group(n).expect("group");
+    let handles: Vec<_> = group
+        .into_iter()
+        .map(|mut b| {
+            let config = config.clone();
+            thread::spawn(move || Detector::start(&config, &mut b))
+        })
+        .collect();
+    let mut out: Vec<Detector> = handles
+        .into_iter()
+        .map(|h| h.join().expect("no panic").expect("detector starts"))
+        .collect();
+    out.sort_by_key(|d| d.rank());
+    out
+}
+
+/// Waits (bounded) until `pred` holds for the events drained from `d`.
+fn wait_for_event(
+    d: &Detector,
+    within: Duration,
+    mut pred: impl FnMut(&DetectorEvent) -> bool,
+) -> Option<DetectorEvent> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        while let Some(e) = d.try_next_event() {
+            if pred(&e) {
+                return Some(e);
+            }
+        }
+        // Sleep on the detector's own readiness fd rather than a timer.
+        let fd = d.event_fd();
+        let mut pfd = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = u16::try_from(left.as_millis().min(1000)).unwrap_or(1000);
+        let _ = nix::poll::poll(&mut pfd, ms);
+    }
+    None
+}
+
+#[test]
+fn a_quiet_job_reports_nobody_and_every_rank_is_alive() {
+    let config = config();
+    let detectors = start_group(4, &config);
+    // Four timeouts of steady state.
+    let quiet = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < quiet {
+        for d in &detectors {
+            if let Some(e) = d.try_next_event() {
+                panic!("rank {} saw {e:?}; stats {:?}", d.rank(), d.stats());
+            }
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    for d in &detectors {
+        assert_eq!(d.epoch(), 0);
+        assert!((0..4).all(|r| d.is_alive(r)));
+        assert!(!d.is_alive(4), "ranks beyond N are not members");
+        let stats = d.stats();
+        assert!(stats.runtime.heartbeats_posted >= 10, "{:?}", stats.runtime);
+        assert!(stats.engine.slot_checks > 0);
+        assert_eq!(stats.runtime.transport_errors, 0);
+    }
+}
+
+#[test]
+fn a_clean_leave_is_reported_as_left_not_failed() {
+    let config = config();
+    let mut detectors = start_group(4, &config);
+    let leaver = detectors.remove(2);
+    assert_eq!(leaver.rank(), 2);
+    leaver.shutdown();
+    for d in &detectors {
+        let left = wait_for_event(d, Duration::from_secs(3), |e| {
+            matches!(e.event, Event::Left { rank: 2 })
+        });
+        assert!(
+            left.is_some(),
+            "rank {} never learned rank 2 left",
+            d.rank()
+        );
+        assert!(d.has_left(2));
+        assert!(!d.is_alive(2));
+        assert_eq!(d.epoch(), 0, "a leave is not a failure");
+    }
+    // The ring mended around rank 2: another timeout passes with no failure.
+    let quiet = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < quiet {
+        for d in &detectors {
+            if let Some(e) = d.try_next_event() {
+                assert!(
+                    !matches!(e.event, Event::Failed { .. }),
+                    "rank {} reported {e:?}",
+                    d.rank()
+                );
+            }
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn all_ranks_shutting_down_at_once_report_no_failure() {
+    let config = config();
+    let seen: Arc<Mutex<Vec<(u32, DetectorEvent)>>> = Arc::default();
+    let group = LocalBootstrap::group(5).expect("group");
+    let handles: Vec<_> = group
+        .into_iter()
+        .map(|mut b| {
+            let config = config.clone();
+            let seen = Arc::clone(&seen);
+            thread::spawn(move || {
+                let me = ffd::bootstrap::Bootstrap::rank(&b);
+                Detector::start_with_callback(
+                    &config,
+                    &mut b,
+                    Box::new(move |e| seen.lock().unwrap().push((me, e.clone()))),
+                )
+            })
+        })
+        .collect();
+    let detectors: Vec<Detector> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("start"))
+        .collect();
+    let (done_tx, done_rx) = mpsc::channel();
+    for d in detectors {
+        let done_tx = done_tx.clone();
+        thread::spawn(move || {
+            d.shutdown();
+            let _ = done_tx.send(());
+        });
+    }
+    for _ in 0..5 {
+        done_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("shutdown is bounded");
+    }
+    let seen = seen.lock().unwrap();
+    let failures: Vec<_> = seen
+        .iter()
+        .filter(|(_, e)| matches!(e.event, Event::Failed { .. }))
+        .collect();
+    assert!(failures.is_empty(), "false reports: {failures:?}");
+}
+
+#[test]
+fn an_application_broadcast_reaches_every_other_rank_once() {
+    let config = config();
+    let detectors = start_group(5, &config);
+    detectors[1].broadcast(b"revoke 7").expect("broadcast");
+    for d in detectors.iter().filter(|d| d.rank() != 1) {
+        let got = wait_for_event(
+            d,
+            Duration::from_secs(3),
+            |e| matches!(&e.event, Event::Payload { origin: 1, bytes, .. } if bytes == b"revoke 7"),
+        );
+        assert!(got.is_some(), "rank {} missed the payload", d.rank());
+        // Exactly once.
+        let again = wait_for_event(d, Duration::from_millis(100), |e| {
+            matches!(e.event, Event::Payload { .. })
+        });
+        assert!(again.is_none(), "rank {} got it twice", d.rank());
+    }
+    let too_big = vec![0u8; 1 << 20];
+    let err = detectors[0].broadcast(&too_big).unwrap_err();
+    assert!(err.to_string().contains("exceeds"), "{err}");
+}
+
+#[test]
+fn an_unavailable_provider_is_a_clear_error_naming_the_available_ones() {
+    let config = Config::builder()
+        .provider("no-such-provider")
+        .core(CoreChoice::None)
+        .build()
+        .unwrap();
+    let mut group = LocalBootstrap::group(1).unwrap();
+    let err = Detector::start(&config, &mut group[0])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no-such-provider"), "{err}");
+    assert!(err.contains("tcp"), "lists what is available: {err}");
+}
