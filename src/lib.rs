@@ -9,8 +9,11 @@
 //! - [`config`]: the `FFD_*` settings, their builder and their origins.
 //! - [`bootstrap`]: how ranks exchange addresses at start (host allgather,
 //!   TCP rendezvous, in-process groups for tests).
+//! - [`launch`]: `ffd run`, a local job of agent processes with injected
+//!   faults, its live timeline and report.
 
 pub mod bootstrap;
 pub mod config;
+pub mod launch;
 pub mod protocol;
 pub mod runtime;
