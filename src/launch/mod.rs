@@ -17,8 +17,16 @@
 #![forbid(unsafe_code)]
 
 pub mod agent_line;
+pub mod cli;
 pub mod fault;
+mod launcher;
+mod process;
 mod timeline;
 
 pub use agent_line::{AgentEvent, AgentLine, Cause, LineError};
+pub use launcher::{
+    AbortHandle, AgentRecord, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TAIL, Ending, LaunchError,
+    Launcher, Outcome, Plan, default_ready_timeout,
+};
+pub use process::AgentCommand;
 pub use timeline::{AgentExit, Fact, FailureReport, FalseReport, Report, RunInfo, Timeline};
