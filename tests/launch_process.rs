@@ -232,7 +232,7 @@ fn a_straggler_is_killed_at_the_shutdown_bound() {
         outcome
             .timeline
             .summary()
-            .contains("abnormal exits: rank 1 (signal 9 (SIGKILL), killed by ffd run")
+            .contains("abnormal exits: rank 1 (killed by ffd run after the shutdown bound)")
     );
     assert_eq!(ffd::launch::cli::exit_status(&outcome), 1);
 }
@@ -240,9 +240,15 @@ fn a_straggler_is_killed_at_the_shutdown_bound() {
 #[test]
 fn an_agent_that_dies_before_ready_fails_the_start_and_nothing_is_left() {
     let dir = scratch("early-exit");
+    // Rank 2 fails once the others have written their PIDs (the launcher
+    // kills them as soon as it fails), polling within the ready bound.
     let before = format!(
         r#"echo $$ > {dir}/$FFD_RANK.pid
-case "$FFD_RANK" in 2) echo "boom: no fabric here" >&2; exit 3;; 0|1) read -r line; exit 0;; esac"#,
+case "$FFD_RANK" in
+2) while [ ! -s {dir}/0.pid ] || [ ! -s {dir}/1.pid ]; do sleep 0.01 </dev/null >/dev/null 2>&1; done
+   echo "boom: no fabric here" >&2; exit 3;;
+*) read -r line; exit 0;;
+esac"#,
         dir = dir.display()
     );
     let (result, _, log) = run(launcher(plan(3, &[], 1000), fake(&before, "")));
@@ -280,12 +286,11 @@ fn a_rank_that_never_gets_ready_is_named_after_the_bound() {
 case "$FFD_RANK" in 1) echo "waiting for a fabric" >&2; read -r line; exit 0;; esac"#,
         dir = dir.display()
     );
-    let l =
-        launcher(plan(2, &[], 1000), fake(&before, "")).ready_timeout(Duration::from_millis(500));
+    let l = launcher(plan(2, &[], 1000), fake(&before, "")).ready_timeout(Duration::from_secs(2));
     let (result, _, _) = run(l);
     let message = result.expect_err("not ready").to_string();
     assert!(
-        message.starts_with("not every rank was ready within 500ms; not ready: rank 1"),
+        message.starts_with("not every rank was ready within 2s; not ready: rank 1"),
         "{message}"
     );
     assert!(
@@ -369,4 +374,91 @@ fn an_abort_shuts_the_job_down_and_reaps_every_agent() {
     }
     assert_eq!(outcome.timeline.report().stats.len(), 3);
     assert_eq!(ffd::launch::cli::exit_status(&outcome), 1);
+}
+
+#[test]
+fn run_with_prints_the_timeline_and_summary_and_writes_the_json() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: ffd::launch::cli::RunArgs,
+    }
+    let dir = scratch("json");
+    let json = dir.join("report.json");
+    let json_arg = json.display().to_string();
+    let args = Cli::try_parse_from([
+        "run",
+        "-n",
+        "4",
+        "--kill",
+        "3@100ms",
+        "--stop",
+        "2@150ms",
+        "--duration",
+        "400ms",
+        "--json",
+        &json_arg,
+    ])
+    .expect("valid options")
+    .run;
+    // When asked to leave: rank 0 declares rank 3 (in-band), rank 1 hears
+    // of it and falsely declares rank 0; rank 2, continued, self-excludes.
+    let after = r#"case "$FFD_RANK" in
+0) echo '{"event":"failed","me":0,"rank":3,"cause":"inband","detector":0}';;
+1) echo '{"event":"failed","me":1,"rank":3,"cause":"notice","detector":0}'
+   echo '{"event":"failed","me":1,"rank":0,"cause":"timeout","detector":1}';;
+2) echo '{"event":"self_excluded","me":2}';;
+esac"#;
+    let (mut out, mut log) = (Vec::new(), Vec::new());
+    let status = ffd::launch::cli::run_with(
+        &args,
+        &ffd::config::Env::default(),
+        fake("", after),
+        false,
+        &mut out,
+        &mut log,
+    );
+    let (out, log) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&log));
+    assert_eq!(status, 0, "{out}{log}");
+    for want in [
+        " ms  kill -9 rank 3\n",
+        " ms  kill -STOP rank 2\n",
+        " ms  rank 0 detected rank 3 (in-band, ",
+        " ms  all 2 live ranks know rank 3 failed (",
+        " ms  rank 1 detected rank 0 (timeout) -- false report: rank 0 was not faulted\n",
+        " ms  rank 2 self-excluded\n",
+        "\nsummary: 4 ranks, provider tcp, period 10ms, timeout 100ms\n",
+        "false reports: rank 0 reported failed by rank 1\n",
+        "self-excluded: rank 2\n",
+        "never learned of rank 2's failure: ranks 0, 1\n",
+    ] {
+        assert!(out.contains(want), "{want:?} in:\n{out}");
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON was written"))
+            .expect("valid JSON");
+    assert_eq!(report["ranks"], 4);
+    assert_eq!(report["provider"], "tcp");
+    assert_eq!(report["period_ms"], 10.0);
+    assert_eq!(report["timeout_ms"], 100.0);
+    let kill = &report["failures"][0];
+    assert_eq!(kill["rank"], 3);
+    assert_eq!(kill["fault"], "kill");
+    assert_eq!(kill["cause"], "inband");
+    assert_eq!(kill["detector"], 0);
+    assert_eq!(kill["notified"], serde_json::json!([0, 1]));
+    assert!(kill["all_notified_at_ms"].as_f64().is_some(), "{report}");
+    assert!(kill["injected_at_ms"].as_f64().unwrap() >= 100.0);
+    let stop = &report["failures"][1];
+    assert_eq!((&stop["rank"], &stop["fault"]), (&2.into(), &"stop".into()));
+    assert!(stop["first_detected_at_ms"].is_null() && stop["all_notified_at_ms"].is_null());
+    assert_eq!(
+        report["false_reports"],
+        serde_json::json!([{"rank": 0, "reported_by": [1]}])
+    );
+    assert_eq!(report["self_excluded"], serde_json::json!([2]));
+    assert_eq!(report["left"], serde_json::json!([0, 1, 2]));
+    assert_eq!(report["stats"]["1"]["size"], "4");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
 use super::launcher::{Ending, Launcher, Outcome, Plan};
+use super::process::AgentCommand;
 use super::timeline::RunInfo;
 use crate::config::{
     ConfigBuilder, ConfigError, ConfigWarning, DURATION_FORM, Env, EnvPolicy, format_duration,
@@ -169,11 +170,32 @@ pub fn exit_status(outcome: &Outcome) -> u8 {
 /// Runs `ffd run` with the process's environment and this executable as
 /// the agent: timeline and summary on `out`, messages on `log`.
 pub fn run(args: &RunArgs, out: &mut dyn Write, log: &mut dyn Write) -> ExitCode {
-    let (plan, warnings) = match plan(args, &Env::process()) {
+    let agent = match Launcher::default_agent() {
+        Ok(agent) => agent,
+        Err(e) => {
+            let _ = writeln!(log, "ffd run: cannot find the ffd executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    ExitCode::from(run_with(args, &Env::process(), agent, true, out, log))
+}
+
+/// [`run`] with the launcher's `FFD_*` environment `env` (which the agents
+/// must also inherit), another agent program, and optionally without
+/// catching SIGINT/SIGTERM; the exit status.
+pub fn run_with(
+    args: &RunArgs,
+    env: &Env,
+    agent: AgentCommand,
+    catch_signals: bool,
+    out: &mut dyn Write,
+    log: &mut dyn Write,
+) -> u8 {
+    let (plan, warnings) = match plan(args, env) {
         Ok(p) => p,
         Err(e) => {
             let _ = writeln!(log, "ffd run: {e}");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     for w in warnings {
@@ -185,23 +207,19 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, log: &mut dyn Write) -> ExitCode
             Ok(file) => Some((path, file)),
             Err(e) => {
                 let _ = writeln!(log, "ffd run: cannot write {}: {e}", path.display());
-                return ExitCode::FAILURE;
+                return 1;
             }
         },
         None => None,
     };
-    let launcher = match Launcher::new(plan) {
-        Ok(l) => l.catch_signals(true).agent_args(&args.agent_args),
-        Err(e) => {
-            let _ = writeln!(log, "ffd run: cannot find the ffd executable: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let launcher = Launcher::with_agent_command(plan, agent)
+        .catch_signals(catch_signals)
+        .agent_args(&args.agent_args);
     let outcome = match launcher.run(out, log) {
         Ok(outcome) => outcome,
         Err(e) => {
             let _ = writeln!(log, "ffd run: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     let _ = writeln!(out);
@@ -217,7 +235,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, log: &mut dyn Write) -> ExitCode
             status = status.max(1);
         }
     }
-    ExitCode::from(status)
+    status
 }
 
 #[cfg(test)]

@@ -159,14 +159,18 @@ pub struct Launcher {
 impl Launcher {
     /// A launcher of `ffd agent --stdin-control` (this executable).
     pub fn new(plan: Plan) -> io::Result<Launcher> {
-        let program = std::env::current_exe()?;
         Ok(Launcher::with_agent_command(
             plan,
-            AgentCommand {
-                program,
-                args: vec!["agent".into(), "--stdin-control".into()],
-            },
+            Launcher::default_agent()?,
         ))
+    }
+
+    /// `ffd agent --stdin-control`, with this executable as `ffd`.
+    pub fn default_agent() -> io::Result<AgentCommand> {
+        Ok(AgentCommand {
+            program: std::env::current_exe()?,
+            args: vec!["agent".into(), "--stdin-control".into()],
+        })
     }
 
     /// A launcher of another agent program (which must speak the agent line
@@ -243,6 +247,7 @@ impl Launcher {
             timeline: Timeline::new(self.plan.info.clone(), self.plan.verbose),
             reported: vec![false; n as usize],
             forced: vec![false; n as usize],
+            exit_seen: vec![None; n as usize],
             early: Vec::new(),
             stdout_open: vec![true; n as usize],
             stderr_open: vec![true; n as usize],
@@ -484,7 +489,8 @@ impl Launcher {
                             ),
                         );
                         job.print(&[fact]);
-                        job.note_exits(None);
+                        job.reap(fault.rank as usize, None);
+                        job.note_exits(false);
                     }
                 }
             }
@@ -512,10 +518,13 @@ impl Launcher {
     fn shut_down(&self, job: &mut Job, ending: Ending) {
         let t = job.now_ms();
         job.timeline.shutdown_started(t);
+        for i in 0..job.agents.len() {
+            job.reap(i, None);
+        }
         let running: Vec<usize> = (0..job.agents.len())
-            .filter(|&i| job.agents[i].try_reap().is_none())
+            .filter(|&i| job.agents[i].exit().is_none())
             .collect();
-        job.note_exits(None);
+        job.note_exits(false);
         let why = match ending {
             Ending::Completed => "end of the run".to_owned(),
             Ending::AllExited => "every agent has exited".to_owned(),
@@ -568,7 +577,6 @@ impl Launcher {
                 }
             }
         }
-        job.note_exits(None);
         let deadline = Instant::now() + DRAIN_BOUND;
         while job.stdout_open.iter().chain(&job.stderr_open).any(|&o| o) {
             match self
@@ -581,6 +589,8 @@ impl Launcher {
                 Err(_) => break,
             }
         }
+        // Pipes a grandchild keeps open do not hold the report back.
+        job.note_exits(true);
         let fact = job.timeline.note(job.now_ms(), "all agents reaped");
         job.print(&[fact]);
     }
@@ -594,6 +604,8 @@ struct Job<'w> {
     reported: Vec<bool>,
     /// The launcher killed this agent at the shutdown bound.
     forced: Vec<bool>,
+    /// When the launcher learned the agent had exited.
+    exit_seen: Vec<Option<Instant>>,
     stdout_open: Vec<bool>,
     stderr_open: Vec<bool>,
     stderr_tail: Vec<VecDeque<String>>,
@@ -665,11 +677,21 @@ impl Job<'_> {
         }
     }
 
-    /// Tells the timeline of every agent reaped and not yet reported;
-    /// `at` is when the exit was seen, if known.
-    fn note_exits(&mut self, at: Option<(Rank, Instant)>) {
+    /// Reaps agent `i` if it has ended, noting when the exit was seen
+    /// (`at`, else now) the first time.
+    fn reap(&mut self, i: usize, at: Option<Instant>) {
+        if self.agents[i].try_reap().is_some() && self.exit_seen[i].is_none() {
+            self.exit_seen[i] = Some(at.unwrap_or_else(Instant::now));
+        }
+    }
+
+    /// Tells the timeline of every agent reaped and not yet reported, once
+    /// all its stdout lines were read (the exit watcher can overtake the
+    /// reader, and a rank's last lines must count before its exit), or
+    /// regardless with `all`.
+    fn note_exits(&mut self, all: bool) {
         for i in 0..self.agents.len() {
-            if self.reported[i] {
+            if self.reported[i] || (self.stdout_open[i] && !all) {
                 continue;
             }
             let Some(status) = self.agents[i].exit() else {
@@ -677,10 +699,7 @@ impl Job<'_> {
             };
             self.reported[i] = true;
             let rank = self.agents[i].rank;
-            let t = match at {
-                Some((r, at)) if r == rank => self.ms_since_start(at),
-                _ => self.now_ms(),
-            };
+            let t = self.exit_seen[i].map_or_else(|| self.now_ms(), |at| self.ms_since_start(at));
             let facts = self
                 .timeline
                 .agent_exited(t, rank, agent_exit(status, false));
@@ -695,13 +714,13 @@ impl Job<'_> {
             Msg::Stderr { rank, text } => self.stderr(rank, text),
             Msg::StdoutClosed { rank } => {
                 self.stdout_open[rank as usize] = false;
-                self.agents[rank as usize].try_reap();
-                self.note_exits(None);
+                self.reap(rank as usize, None);
+                self.note_exits(false);
             }
             Msg::StderrClosed { rank } => self.stderr_open[rank as usize] = false,
             Msg::Exited { rank, at } => {
-                self.agents[rank as usize].try_reap();
-                self.note_exits(Some((rank, at)));
+                self.reap(rank as usize, Some(at));
+                self.note_exits(false);
             }
             Msg::Interrupted { signal } => return Some(Ending::Interrupted(signal)),
             Msg::Abort => return Some(Ending::Aborted),

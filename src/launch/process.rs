@@ -339,11 +339,11 @@ mod tests {
         );
         assert_eq!(
             agent_exit(ExitStatus::from_raw(9), false).to_string(),
-            "signal 9 (SIGKILL)"
+            "killed by SIGKILL"
         );
         assert_eq!(
             agent_exit(ExitStatus::from_raw(9), true).to_string(),
-            "signal 9 (SIGKILL), killed by ffd run after the shutdown bound"
+            "killed by ffd run after the shutdown bound"
         );
     }
 }

@@ -18,10 +18,11 @@
 //!   report of any kind if no detector reported itself); later detectors
 //!   are shown but do not replace it.
 //! - A rank is *live* for a failure if it is not the failed rank, was never
-//!   killed or stopped, never self-excluded, and had not left or exited
-//!   before the first detection (before the shutdown, for a failure never
-//!   detected). The failure is *all-notified* when every live rank reported
-//!   it; the time is the last live rank's report.
+//!   killed or stopped, never self-excluded, and either reported the
+//!   failure or had not left or exited before the first detection (before
+//!   the shutdown, for a failure never detected). The failure is
+//!   *all-notified* when every live rank reported it; the time is the last
+//!   live rank's report.
 //! - A *false report* names a rank that was never faulted, unless that rank
 //!   crashed by itself (exited abnormally without self-excluding): then the
 //!   reports are true, and the crash is listed among the abnormal exits.
@@ -96,20 +97,19 @@ impl AgentExit {
 }
 
 impl fmt::Display for AgentExit {
-    /// `code 0`, `signal 9 (SIGKILL)`, `signal 9 (SIGKILL) sent by ffd run after the shutdown bound`
+    /// `code 0`, `killed by SIGKILL`, `killed by ffd run after the shutdown bound`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.code, self.signal) {
-            (Some(code), _) => write!(f, "code {code}")?,
-            (None, Some(sig)) => match nix::sys::signal::Signal::try_from(sig) {
-                Ok(name) => write!(f, "signal {sig} ({name})")?,
-                Err(_) => write!(f, "signal {sig}")?,
-            },
-            (None, None) => f.write_str("unknown status")?,
-        }
         if self.forced {
-            f.write_str(", killed by ffd run after the shutdown bound")?;
+            return f.write_str("killed by ffd run after the shutdown bound");
         }
-        Ok(())
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "code {code}"),
+            (None, Some(sig)) => match nix::sys::signal::Signal::try_from(sig) {
+                Ok(name) => write!(f, "killed by {name}"),
+                Err(_) => write!(f, "killed by signal {sig}"),
+            },
+            (None, None) => f.write_str("unknown status"),
+        }
     }
 }
 
@@ -510,11 +510,15 @@ impl Timeline {
             .map(|(t, _, _)| t)
             .or(self.shutdown_at)
             .unwrap_or(f64::INFINITY);
+        let learned = self.learned(failed);
         (0..self.info.ranks)
             .filter(|&r| {
                 let s = &self.ranks[r as usize];
-                let gone = s.left_at.is_some_and(|t| t < reference)
-                    || s.exited.is_some_and(|(t, _)| t < reference);
+                // A rank that reported it was there for it, whatever the
+                // order in which its lines and the detector's arrived.
+                let gone = !learned.contains_key(&r)
+                    && (s.left_at.is_some_and(|t| t < reference)
+                        || s.exited.is_some_and(|(t, _)| t < reference));
                 r != failed && !s.faulted() && s.self_excluded_at.is_none() && !gone
             })
             .collect()
@@ -819,7 +823,7 @@ mod tests {
                 "    +500.0 ms  kill -9 rank 3",
                 "    +502.5 ms  rank 2 detected rank 3 (in-band, 2.5 ms after kill -9)",
                 "    +507.2 ms  all 3 live ranks know rank 3 failed (4.7 ms after first detection)",
-                "    +510.0 ms  rank 3 exited (signal 9 (SIGKILL))",
+                "    +510.0 ms  rank 3 exited (killed by SIGKILL)",
             ]
         );
         let report = tl.report();
@@ -1059,6 +1063,27 @@ self-excluded: none
             ["all 2 live ranks know rank 3 failed (1.0 ms after first detection)"]
         );
         assert_eq!(tl.report().left, [1]);
+    }
+
+    #[test]
+    fn a_rank_that_learned_then_left_counts_even_if_its_lines_came_first() {
+        // Times by arrival: rank 1's report and exit arrive before the
+        // detector's own line. It learned, so it is live and notified.
+        let mut tl = Timeline::new(info(3), false);
+        tl.fault(100.0, 2, FaultKind::Kill);
+        tl.shutdown_started(400.0);
+        tl.agent_line(400.5, 1, &failed(2, Cause::Notice, 0));
+        tl.agent_line(400.6, 1, &line(AgentEvent::Exit));
+        tl.agent_exited(400.7, 1, AgentExit::code(0));
+        let facts = tl.agent_line(401.0, 0, &failed(2, Cause::Inband, 0));
+        assert_eq!(
+            texts(&facts),
+            [
+                "rank 0 detected rank 2 (in-band, 301.0 ms after kill -9)",
+                "all 2 live ranks know rank 2 failed (0.0 ms after first detection)",
+            ]
+        );
+        assert_eq!(tl.report().failures[0].all_notified_at_ms, Some(401.0));
     }
 
     #[test]
