@@ -462,3 +462,27 @@ esac"#;
     assert_eq!(report["stats"]["1"]["size"], "4");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_abort_during_start_up_fails_it_naming_the_ranks() {
+    // The abort is queued before the run, so it is the first thing seen.
+    let l = launcher(plan(2, &[], 1000), fake("read -r line; exit 0", ""));
+    l.abort_handle().abort();
+    let (result, _, _) = run(l);
+    match result {
+        Err(LaunchError::NotReady {
+            reason,
+            missing,
+            interrupted,
+            ..
+        }) => {
+            assert!(
+                reason.starts_with("aborted before every rank was ready; not ready: ranks 0, 1"),
+                "{reason}"
+            );
+            assert_eq!(missing, [0, 1]);
+            assert_eq!(interrupted, None);
+        }
+        other => panic!("expected a start-up failure, got {other:?}"),
+    }
+}

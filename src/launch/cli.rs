@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
-use super::launcher::{Ending, Launcher, Outcome, Plan};
+use super::launcher::{Ending, LaunchError, Launcher, Outcome, Plan};
 use super::process::AgentCommand;
 use super::timeline::RunInfo;
 use crate::config::{
@@ -56,10 +56,10 @@ pub struct RunArgs {
     /// Write the report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Observation ring order (FFD_RING).
+    /// Observation ring order (FFD_RING): topology, shuffle or rank.
     #[arg(long)]
     pub ring: Option<RingKind>,
-    /// Failure broadcast overlay (FFD_BCAST).
+    /// Failure broadcast overlay (FFD_BCAST): bmg or chord.
     #[arg(long)]
     pub bcast: Option<BcastKind>,
     /// Fake H hosts: FFD_HOSTNAME=node<rank mod H>.
@@ -219,7 +219,13 @@ pub fn run_with(
         Ok(outcome) => outcome,
         Err(e) => {
             let _ = writeln!(log, "ffd run: {e}");
-            return 1;
+            return match e {
+                LaunchError::NotReady {
+                    interrupted: Some(signal),
+                    ..
+                } => 128u8.saturating_add(signal as u8),
+                _ => 1,
+            };
         }
     };
     let _ = writeln!(out);

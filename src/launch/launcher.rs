@@ -132,6 +132,8 @@ pub enum LaunchError {
         reason: String,
         missing: Vec<Rank>,
         details: Vec<String>,
+        /// SIGINT or SIGTERM ended the start-up.
+        interrupted: Option<Signal>,
     },
 }
 
@@ -248,6 +250,7 @@ impl Launcher {
             reported: vec![false; n as usize],
             forced: vec![false; n as usize],
             exit_seen: vec![None; n as usize],
+            interrupted: None,
             early: Vec::new(),
             stdout_open: vec![true; n as usize],
             stderr_open: vec![true; n as usize],
@@ -365,6 +368,7 @@ impl Launcher {
                     return Err(format!("rank {rank} {status} before {before}"));
                 }
                 Msg::Interrupted { signal } => {
+                    job.interrupted = Some(signal);
                     return Err(format!(
                         "interrupted by {signal} before every rank was ready"
                     ));
@@ -454,6 +458,7 @@ impl Launcher {
             reason,
             missing,
             details,
+            interrupted: job.interrupted,
         }
     }
 
@@ -606,6 +611,8 @@ struct Job<'w> {
     forced: Vec<bool>,
     /// When the launcher learned the agent had exited.
     exit_seen: Vec<Option<Instant>>,
+    /// The start-up was interrupted by this signal.
+    interrupted: Option<Signal>,
     stdout_open: Vec<bool>,
     stderr_open: Vec<bool>,
     stderr_tail: Vec<VecDeque<String>>,

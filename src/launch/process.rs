@@ -204,8 +204,16 @@ pub(crate) fn agent_exit(status: ExitStatus, forced: bool) -> AgentExit {
     }
 }
 
+/// Stack of the watcher threads: they hold a line buffer and little else,
+/// and a job has three per rank.
+const WATCHER_STACK: usize = 256 * 1024;
+
 fn spawn_thread(name: String, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
-    thread::Builder::new().name(name).spawn(f).map(drop)
+    thread::Builder::new()
+        .name(name)
+        .stack_size(WATCHER_STACK)
+        .spawn(f)
+        .map(drop)
 }
 
 /// Calls `each` with every line of `input` (without its newline, invalid
