@@ -486,3 +486,20 @@ fn an_abort_during_start_up_fails_it_naming_the_ranks() {
         other => panic!("expected a start-up failure, got {other:?}"),
     }
 }
+
+#[test]
+fn the_run_ends_early_when_every_agent_is_gone() {
+    let (result, out, log) = run(launcher(
+        plan(1, &[(FaultKind::Kill, 0, 50)], 600_000),
+        fake("", ""),
+    ));
+    let outcome = result.expect("the job runs");
+    assert_eq!(outcome.ending, Ending::AllExited, "{out}{log}");
+    assert!(outcome.ran_for < BOUND, "{:?}", outcome.ran_for);
+    assert!(
+        out.contains("every agent has exited: shutting down 0 agents"),
+        "{out}"
+    );
+    assert_eq!(outcome.agents[0].exit, AgentExit::signal(9));
+    assert_eq!(ffd::launch::cli::exit_status(&outcome), 0);
+}
