@@ -12,9 +12,12 @@
 //! - [`fabric`]: safe libfabric wrappers (provider choice, endpoint, slot
 //!   page, heartbeat writes, notices, normalised error completions); the
 //!   only place besides `libfabric-sys` with `unsafe`.
+//! - [`launch`]: `ffd run`, a local job of agent processes with injected
+//!   faults, its live timeline and report.
 
 pub mod bootstrap;
 pub mod config;
 pub mod fabric;
+pub mod launch;
 pub mod protocol;
 pub mod runtime;

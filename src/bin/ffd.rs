@@ -16,6 +16,9 @@ enum Command {
     /// Serve the TCP bootstrap for N ranks started by hand (they connect
     /// with FFD_BOOTSTRAP=host:port, FFD_RANK, FFD_SIZE).
     Rendezvous(ffd::bootstrap::tcp::cli::RendezvousArgs),
+    /// Run a local job of N agents, inject faults (--kill/--stop/--cont
+    /// RANK@TIME), print the timeline and a summary.
+    Run(ffd::launch::cli::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +34,9 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             }
+        }
+        Command::Run(args) => {
+            ffd::launch::cli::run(&args, &mut std::io::stdout(), &mut std::io::stderr())
         }
     }
 }

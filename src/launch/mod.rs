@@ -1,0 +1,32 @@
+//! `ffd run`: a local job of N `ffd agent` processes, with faults injected
+//! on time, a live timeline, a summary and a JSON report.
+//!
+//! Owns: starting, signalling and reaping the agents, and the reading of
+//! the agent line protocol. Must not: touch the fabric or the protocol
+//! Engine (the agents do), use `unsafe`, or leave a process behind on any
+//! path. The pure part ([`Timeline`], [`agent_line`], [`fault`]) is kept
+//! apart from the process handling ([`Launcher`]) so it is tested with
+//! synthetic inputs.
+//!
+//! - [`cli`]: the options ([`cli::RunArgs`]) and [`cli::run`].
+//! - [`Launcher`]: serves the TCP rendezvous on `127.0.0.1:0`, spawns the
+//!   agents with `FFD_BOOTSTRAP`, `FFD_RANK`, `FFD_SIZE`, waits for every
+//!   `ready`, injects the [`fault::Schedule`], shuts down, reaps.
+//! - [`Timeline`]: what the lines and the faults mean.
+
+#![forbid(unsafe_code)]
+
+pub mod agent_line;
+pub mod cli;
+pub mod fault;
+mod launcher;
+mod process;
+mod timeline;
+
+pub use agent_line::{AgentEvent, AgentLine, Cause, LineError};
+pub use launcher::{
+    AbortHandle, AgentRecord, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TAIL, Ending, LaunchError,
+    Launcher, Outcome, Plan, default_ready_timeout,
+};
+pub use process::AgentCommand;
+pub use timeline::{AgentExit, Fact, FailureReport, FalseReport, Report, RunInfo, Timeline};
