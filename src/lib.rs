@@ -12,9 +12,13 @@
 //! - [`fabric`]: safe libfabric wrappers (provider choice, endpoint, slot
 //!   page, heartbeat writes, notices, normalised error completions); the
 //!   only place besides `libfabric-sys` with `unsafe`.
+//! - [`runtime`]: the detector itself: [`runtime::Detector`], its pinned
+//!   progress thread, events and stats.
+//! - [`agent`]: `ffd agent`, one rank driven by the `FFD_*` environment.
 //! - [`launch`]: `ffd run`, a local job of agent processes with injected
 //!   faults, its live timeline and report.
 
+pub mod agent;
 pub mod bootstrap;
 pub mod config;
 pub mod fabric;

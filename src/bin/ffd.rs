@@ -19,6 +19,9 @@ enum Command {
     /// Run a local job of N agents, inject faults (--kill/--stop/--cont
     /// RANK@TIME), print the timeline and a summary.
     Run(ffd::launch::cli::RunArgs),
+    /// Run one rank configured by FFD_* (FFD_BOOTSTRAP, FFD_RANK, FFD_SIZE,
+    /// ...), printing its events as JSON lines until stopped or excluded.
+    Agent(ffd::agent::AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+        Command::Agent(args) => ffd::agent::run(&args),
         Command::Run(args) => {
             ffd::launch::cli::run(&args, &mut std::io::stdout(), &mut std::io::stderr())
         }

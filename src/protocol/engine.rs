@@ -471,7 +471,10 @@ impl Engine {
         let grace_end = now + config.startup_grace();
         let mut timers = TimerTable([Time::NEVER; 3]);
         if emitter.is_some() {
-            timers.set(Timer::Check, grace_end);
+            // Check from the start: an emitter never heard from has until
+            // grace_end + timeout (changed_at below), but one whose beats
+            // flow and then stop is judged by the plain timeout.
+            timers.set(Timer::Check, (now + config.check_interval()).min(grace_end));
         }
         let mut engine = Engine {
             overlay: Overlay::new(config.bcast, n),
@@ -771,7 +774,11 @@ impl Engine {
                     }
                 }
                 self.watch.last_value = Some(value);
-                self.watch.changed_at = self.watch.changed_at.max(now);
+                // The emitter is alive now. (Not max(changed_at, now): during
+                // the start-up or post-mending grace changed_at lies in the
+                // future, and keeping it would blind the observer for the
+                // rest of the grace once heartbeats flow.)
+                self.watch.changed_at = now;
                 self.watch.awaiting_first = false;
                 self.watch.hurry = false;
             }

@@ -180,6 +180,9 @@ impl Detector {
         let me = bootstrap.rank();
         let size = bootstrap.size();
         let logger = Logger::new(config.log(), me);
+        let t0 = Instant::now();
+        let phase =
+            |what: &str| logger.debug(format_args!("start: {what} after {:?}", t0.elapsed()));
         let engine_config = config.engine_config();
 
         // Our own fabric resources, separate from the host's.
@@ -201,6 +204,7 @@ impl Detector {
         let endpoint = Endpoint::open(&domain, &av, &endpoint_config)?;
         let slots = endpoint.register(SlotPage::new()?)?;
         let remote = slots.remote();
+        phase("fabric open");
 
         // Address exchange.
         let hostname = match config.hostname() {
@@ -219,6 +223,7 @@ impl Detector {
             })?;
         }
         let view = bootstrap::exchange(bootstrap, &record)?;
+        phase("address exchange");
 
         let mut peers = Vec::with_capacity(size as usize);
         for (rank, rec) in view.records.iter().enumerate() {
@@ -251,6 +256,7 @@ impl Detector {
         let ring = Arc::new(Ring::new(engine_config.ring, &hosts, view.ring_seed));
         let nic = info.pci_address().map(|p| p.to_string());
         let placement = placement::choose(config.core(), nic.as_deref())?;
+        phase("placement");
         logger.info(format_args!(
             "provider {provider} domain {domain_name}, {} ranks, placement: {}",
             size, placement.reason
@@ -339,6 +345,7 @@ impl Detector {
         // Ready once our heartbeat link to the observer carried a write, so
         // the first timeout does not pay for connection set-up.
         let linked = linked_rx.recv_timeout(config.startup_grace().max(config.timeout()));
+        phase("heartbeat link");
         if linked.is_err() {
             logger.warn(format_args!(
                 "the heartbeat link to the observer was not confirmed within the start-up grace"

@@ -193,6 +193,9 @@ impl Progress {
                 break;
             }
         }
+        // What the last completions produced (the SelfExcluded event when
+        // the exclusion notice arrived during the wait) still goes out.
+        core.carry_out(endpoint);
         core.publish(true);
         core.shared.running.store(false, Ordering::Release);
     }
@@ -440,11 +443,12 @@ impl Core {
     fn retry_pending(&mut self, endpoint: &mut Endpoint) {
         let mut round = std::mem::take(&mut self.pending);
         let mut blocked: Vec<Rank> = Vec::new();
+        // Sends to ranks already declared failed stay queued too: the Engine
+        // addresses them on purpose (the exclusion notice a stopped rank
+        // must find when it resumes). Only a refusal verdict drops them.
         while let Some((to, bytes)) = round.pop_front() {
-            if blocked.contains(&to) || self.engine.is_gone(to) {
-                if !self.engine.is_gone(to) {
-                    self.pending.push_back((to, bytes));
-                }
+            if blocked.contains(&to) {
+                self.pending.push_back((to, bytes));
                 continue;
             }
             // `send` re-queues a refused message at the back of `pending`.
@@ -465,7 +469,6 @@ impl Core {
                 ..
             } => {
                 self.shared.failed.insert(*rank);
-                self.pending.retain(|(to, _)| to != rank);
                 self.logger.info(format_args!(
                     "rank {rank} failed ({}, declared by rank {detector})",
                     cause.as_str()
