@@ -1,0 +1,255 @@
+//! Multi-process detection through the real launcher and agents:
+//! `ffd run` over `tcp;ofi_rxm` on loopback, period 10 ms, timeout 100 ms.
+//! Each test reads the `--json` report. Jobs run one at a time so that two
+//! jobs do not compete for the machine's two cores.
+
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const TIMEOUT_MS: f64 = 100.0;
+
+/// Runs `ffd run` with `args` (plus the JSON report) and returns the report
+/// and the process output. `ffd run` reaps its agents on every path and
+/// bounds its own run time, so the test only bounds the launcher.
+fn run_job(args: &[&str]) -> (Value, Output) {
+    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!(
+        "ffd-e2e-{}-{}",
+        std::process::id(),
+        args.join("_").replace(['/', '@'], "-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ffd"))
+        .arg("run")
+        .args(["--period", "10ms", "--timeout", "100ms"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .env_remove("FFD_LOG")
+        .output()
+        .expect("ffd run starts");
+    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}); stdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    (serde_json::from_str(&text).expect("valid JSON"), out)
+}
+
+fn failure_of(report: &Value, rank: u64) -> &Value {
+    report["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rank"] == rank)
+        .unwrap_or_else(|| panic!("no failure entry for rank {rank}: {report:#}"))
+}
+
+fn assert_no_false_reports(report: &Value) {
+    assert_eq!(report["false_reports"], serde_json::json!([]), "{report:#}");
+}
+
+/// Every rank in `survivors` learned `rank` failed.
+fn assert_all_learned(report: &Value, rank: u64, survivors: &[u64]) {
+    let f = failure_of(report, rank);
+    let notified: Vec<u64> = f["notified"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    for s in survivors {
+        assert!(
+            notified.contains(s),
+            "rank {s} never learned rank {rank} failed: {f:#}"
+        );
+    }
+    assert!(!f["all_notified_at_ms"].is_null(), "{f:#}");
+}
+
+#[test]
+fn kill_9_of_one_rank_is_reported_by_every_survivor() {
+    let (report, out) = run_job(&["-n", "8", "--kill", "3@500ms", "--duration", "1500ms"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = failure_of(&report, 3);
+    let cause = f["cause"].as_str().unwrap();
+    assert!(cause == "inband" || cause == "timeout", "{f:#}");
+    let delay = f["first_detected_at_ms"].as_f64().unwrap() - f["injected_at_ms"].as_f64().unwrap();
+    assert!(
+        delay >= 0.0 && delay <= TIMEOUT_MS + 500.0,
+        "detected {delay} ms after the kill"
+    );
+    assert_all_learned(&report, 3, &[0, 1, 2, 4, 5, 6, 7]);
+    assert_no_false_reports(&report);
+}
+
+#[test]
+fn a_stopped_rank_is_reported_by_timeout_and_excludes_itself_when_continued() {
+    let (report, out) = run_job(&[
+        "-n",
+        "6",
+        "--stop",
+        "2@500ms",
+        "--cont",
+        "2@1000ms",
+        "--duration",
+        "2s",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = failure_of(&report, 2);
+    assert_eq!(f["cause"], "timeout", "{f:#}");
+    let delay = f["first_detected_at_ms"].as_f64().unwrap() - f["injected_at_ms"].as_f64().unwrap();
+    assert!(
+        delay >= TIMEOUT_MS * 0.5 && delay <= TIMEOUT_MS + 500.0,
+        "{delay} ms"
+    );
+    assert_all_learned(&report, 2, &[0, 1, 3, 4, 5]);
+    assert_eq!(
+        report["self_excluded"],
+        serde_json::json!([2]),
+        "{report:#}"
+    );
+    assert_no_false_reports(&report);
+    // Nobody else was reported.
+    assert_eq!(
+        report["failures"].as_array().unwrap().len(),
+        1,
+        "{report:#}"
+    );
+}
+
+#[test]
+fn three_consecutive_ranks_killed_at_once_are_all_reported() {
+    // With the rank ring, 2, 3 and 4 are ring neighbours.
+    let (report, out) = run_job(&[
+        "-n",
+        "8",
+        "--ring",
+        "rank",
+        "--kill",
+        "2@500ms",
+        "--kill",
+        "3@500ms",
+        "--kill",
+        "4@500ms",
+        "--duration",
+        "2s",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for dead in [2, 3, 4] {
+        assert_all_learned(&report, dead, &[0, 1, 5, 6, 7]);
+    }
+    assert_no_false_reports(&report);
+}
+
+#[test]
+fn a_job_that_shuts_down_cleanly_reports_nobody_failed() {
+    let (report, out) = run_job(&["-n", "6", "--duration", "1s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(report["failures"], serde_json::json!([]), "{report:#}");
+    assert_no_false_reports(&report);
+    // The agents' own counters agree: no detection of any kind.
+    for (rank, stats) in report["stats"].as_object().unwrap() {
+        let d = &stats["engine"]["detections"];
+        assert_eq!(
+            (
+                d["timeout"].as_u64(),
+                d["inband"].as_u64(),
+                d["notice"].as_u64()
+            ),
+            (Some(0), Some(0), Some(0)),
+            "rank {rank}: {d}"
+        );
+    }
+}
+
+#[test]
+fn twenty_idle_seconds_report_no_failure() {
+    let (report, out) = run_job(&["-n", "8", "--duration", "20s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(report["failures"], serde_json::json!([]), "{report:#}");
+    assert_no_false_reports(&report);
+    let ranks = report["stats"].as_object().unwrap();
+    assert_eq!(ranks.len(), 8);
+    for (rank, stats) in ranks {
+        // 20 s at 10 ms: about 2000 heartbeats each.
+        let beats = stats["runtime"]["heartbeats_posted"].as_u64().unwrap();
+        assert!(beats > 1000, "rank {rank} posted {beats}");
+    }
+}
+
+#[test]
+fn bad_settings_are_refused_before_anything_starts() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ffd"))
+        .args(["agent"])
+        .env("FFD_PERIOD", "10 parsecs")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("FFD_PERIOD") && err.contains("10 parsecs") && err.contains("10ms"),
+        "{err}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_ffd"))
+        .args(["agent"])
+        .env_remove("FFD_BOOTSTRAP")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("FFD_BOOTSTRAP") && err.contains("ffd rendezvous"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unavailable_provider_is_named_with_the_available_ones() {
+    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_ffd"))
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--provider",
+            "nosuchfabric",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nosuchfabric"), "{err}");
+    assert!(err.contains("tcp"), "lists the available providers: {err}");
+}
