@@ -15,6 +15,7 @@
 //! - [`runtime`]: the detector itself: [`runtime::Detector`], its pinned
 //!   progress thread, events and stats.
 //! - [`agent`]: `ffd agent`, one rank driven by the `FFD_*` environment.
+//! - [`info`]: `ffd info`, the effective settings and the fabric here.
 //! - [`launch`]: `ffd run`, a local job of agent processes with injected
 //!   faults, its live timeline and report.
 
@@ -22,6 +23,7 @@ pub mod agent;
 pub mod bootstrap;
 pub mod config;
 pub mod fabric;
+pub mod info;
 pub mod launch;
 pub mod protocol;
 pub mod runtime;

@@ -22,6 +22,9 @@ enum Command {
     /// Run one rank configured by FFD_* (FFD_BOOTSTRAP, FFD_RANK, FFD_SIZE,
     /// ...), printing its events as JSON lines until stopped or excluded.
     Agent(ffd::agent::AgentArgs),
+    /// Print the effective FFD_* settings and their sources, the providers
+    /// libfabric offers here, and where the progress thread would run.
+    Info,
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Agent(args) => ffd::agent::run(&args),
+        Command::Info => ffd::info::run(&mut std::io::stdout(), &mut std::io::stderr()),
         Command::Run(args) => {
             ffd::launch::cli::run(&args, &mut std::io::stdout(), &mut std::io::stderr())
         }

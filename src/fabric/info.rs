@@ -544,3 +544,11 @@ mod tests {
         assert!(err.to_string().contains("no-such-provider"));
     }
 }
+
+/// The version of the libfabric library loaded at run time
+/// (`FI_VERSION(major, minor)`), which may be newer than the headers.
+pub fn runtime_version() -> u32 {
+    // SAFETY: fi_version takes no arguments, has no preconditions and only
+    // returns a value.
+    unsafe { sys::fi_version() }
+}

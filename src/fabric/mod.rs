@@ -68,6 +68,7 @@ pub use endpoint::{Completion, Endpoint, EndpointConfig, MAX_WRITE_TOKEN, RetryB
 pub use error::{CqError, FabricError, FailedOp, strerror};
 pub use info::{
     Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings, provider_hint,
+    runtime_version,
 };
 pub use mr::{
     Access, ForeignMemory, MemoryRegion, RegionMemory, RemoteRegion, SlotPage, page_size,
