@@ -478,6 +478,14 @@ impl InfoList {
     }
 }
 
+/// The version of the libfabric library loaded at run time
+/// (`FI_VERSION(major, minor)`), which may be newer than the headers.
+pub fn runtime_version() -> u32 {
+    // SAFETY: fi_version takes no arguments, has no preconditions and only
+    // returns a value.
+    unsafe { sys::fi_version() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,12 +551,4 @@ mod tests {
         }
         assert!(err.to_string().contains("no-such-provider"));
     }
-}
-
-/// The version of the libfabric library loaded at run time
-/// (`FI_VERSION(major, minor)`), which may be newer than the headers.
-pub fn runtime_version() -> u32 {
-    // SAFETY: fi_version takes no arguments, has no preconditions and only
-    // returns a value.
-    unsafe { sys::fi_version() }
 }
