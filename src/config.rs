@@ -78,7 +78,7 @@ variables! {
     EAGAIN_LIMIT = "FFD_EAGAIN_LIMIT", "`timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`", "timeout",
         "run of -FI_EAGAIN on posts to a peer after which it is unreachable";
     STARTUP_GRACE = "FFD_STARTUP_GRACE", DURATION_FORM, "1s",
-        "time after start before silence counts against an emitter";
+        "extra time at start for an emitter never heard from (connection set-up)";
     HOSTNAME = "FFD_HOSTNAME", "a host name without spaces, e.g. `node17`", "this machine's",
         "host identity used by the `topology` ring";
     BOOTSTRAP = "FFD_BOOTSTRAP", "host:port of an `ffd rendezvous`, e.g. `127.0.0.1:5000`", "unset",
@@ -86,7 +86,7 @@ variables! {
     RANK = "FFD_RANK", "an integer below FFD_SIZE", "unset", "this process's rank (with FFD_BOOTSTRAP)";
     SIZE = "FFD_SIZE", "an integer from 1 to 4294967295", "unset", "number of ranks (with FFD_BOOTSTRAP)";
     BOOTSTRAP_TIMEOUT = "FFD_BOOTSTRAP_TIMEOUT", DURATION_FORM, "60s",
-        "bound on every wait of the TCP bootstrap";
+        "bound on every wait of the TCP and PMIx bootstraps";
 }
 
 /// Looks a variable up by name.

@@ -1,0 +1,96 @@
+"""Shared helpers of the ffd benchmarks: the release binary, running
+`ffd run` with a JSON report, percentiles, tables, JSON output.
+
+Every benchmark prints a table and writes JSON under target/bench/.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "target", "bench")
+FFD = os.path.join(ROOT, "target", "release", "ffd")
+
+
+def build():
+    """Builds the release binary (quietly) and returns its path."""
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "--bin", "ffd"],
+        cwd=ROOT,
+        check=True,
+    )
+    return FFD
+
+
+def run_job(args, env=None, timeout=600):
+    """Runs `ffd run ARGS --json F` and returns (report, seconds taken).
+
+    `ffd run` reaps its agents on every path; `timeout` bounds the launcher.
+    """
+    with tempfile.TemporaryDirectory(prefix="ffd-bench-") as d:
+        path = os.path.join(d, "report.json")
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [FFD, "run", *args, "--json", path],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+            timeout=timeout,
+            text=True,
+        )
+        took = time.monotonic() - t0
+        if not os.path.exists(path):
+            raise RuntimeError(f"ffd run {' '.join(args)} wrote no report: {proc.stderr[-2000:]}")
+        with open(path) as f:
+            return json.load(f), took
+
+
+def percentile(values, q):
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def fmt(v, digits=1):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def table(headers, rows):
+    """Prints an aligned table."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for i, r in enumerate(cells):
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def write_json(name, data):
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+    print(f"\nwrote {os.path.relpath(path, ROOT)}")
+    return path
+
+
+def machine():
+    """What the numbers were measured on."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "uname": " ".join(os.uname()),
+    }
