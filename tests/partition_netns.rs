@@ -184,10 +184,7 @@ fn a_node_cut_off_without_a_reset_is_reported_by_timeout() {
                 }
             }
         });
-        agents.push(Agent {
-            proc: Reaped(child),
-            stdin,
-        });
+        agents.push(Reaped(child));
     }
     drop(tx);
 
