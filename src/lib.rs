@@ -6,5 +6,8 @@
 //!
 //! - [`protocol`]: the sans-IO core (ring, mending, BMG broadcast, wire
 //!   codec, the [`protocol::Engine`]). No clocks, threads or libfabric.
+//! - [`sim`]: a deterministic discrete-event simulator of many Engines
+//!   (`ffd sim`).
 
 pub mod protocol;
+pub mod sim;
