@@ -622,13 +622,25 @@ fn inband_suspect_probes_before_declaring() {
 }
 
 #[test]
-fn a_probe_about_my_emitter_reports_its_beats() {
+fn a_probe_about_my_emitter_is_answered_by_its_next_beat() {
     let n = 8;
     let mut e = checker(n, 4);
     drain(&mut e);
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, slot_value(0, 1));
-    let outs = deliver(&mut e, t + ms(1), &Encoder::new(KEY, 2).probe(9, 3));
+    // A probe about our emitter (3): no answer until a beat written after it.
+    assert!(deliver(&mut e, t + ms(1), &Encoder::new(KEY, 2).probe(9, 3)).is_empty());
+    let soon = e.next_deadline().unwrap();
+    assert!(
+        soon <= t + ms(11),
+        "checks the slot within a period: {soon}"
+    );
+    assert!(
+        tick(&mut e, soon, slot_value(0, 1)).is_empty(),
+        "slot unchanged: still no answer"
+    );
+    let next = e.next_deadline().unwrap();
+    let outs = tick(&mut e, next, slot_value(0, 2));
     let Output::Send { to: 2, bytes } = &outs[0] else {
         panic!("{outs:?}")
     };
@@ -640,14 +652,28 @@ fn a_probe_about_my_emitter_reports_its_beats() {
             verdict: ProbeVerdict::Alive
         }
     ));
-    let outs = deliver(&mut e, t + ms(80), &Encoder::new(KEY, 2).probe(10, 3));
+    // After half a timeout of stillness, the answer is immediate: silent.
+    let still = next + ms(60);
+    let outs = deliver(&mut e, still, &Encoder::new(KEY, 2).probe(10, 3));
     let Output::Send { bytes, .. } = &outs[0] else {
-        panic!()
+        panic!("{outs:?}")
     };
     assert!(matches!(
         wire::decode(bytes, KEY, n).unwrap().1,
         Message::ProbeAck {
             verdict: ProbeVerdict::Silent,
+            ..
+        }
+    ));
+    // About someone else: unknown.
+    let outs = deliver(&mut e, still, &Encoder::new(KEY, 2).probe(11, 6));
+    let Output::Send { bytes, .. } = &outs[0] else {
+        panic!("{outs:?}")
+    };
+    assert!(matches!(
+        wire::decode(bytes, KEY, n).unwrap().1,
+        Message::ProbeAck {
+            verdict: ProbeVerdict::Unknown,
             ..
         }
     ));

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ffd::protocol::{BcastKind, Kind, Rank, Time};
+use ffd::protocol::{BcastKind, InbandMode, Kind, Rank, Time};
 use ffd::sim::{FaultSpec, SimConfig, SimReport, Simulator, Verdict};
 
 fn ms(v: u64) -> Duration {
@@ -182,6 +182,39 @@ fn random_failures_up_to_twice_log2_n() {
             assert_eq!(r.failures.len(), k as usize);
         }
     }
+}
+
+#[test]
+fn inband_suspect_mode_checks_before_declaring() {
+    let n = 64;
+    let ring = ffd::protocol::Ring::new(
+        ffd::protocol::RingKind::Topology,
+        &(0..n).map(|r| r / 8).collect::<Vec<_>>(),
+        0,
+    );
+    let observer_of_5 = ring.successors(5).next().unwrap();
+    let glitch = format!("glitch:5>{observer_of_5}@250ms");
+    // Declare: a spurious error on the ring link is taken at its word.
+    let mut cfg = config(n, &[&glitch], 3);
+    cfg.engine.ring_seed = 1;
+    let declare = run(cfg.clone());
+    assert_eq!(
+        declare.totals.false_reports, 1,
+        "declare mode trusts the error\n{declare}"
+    );
+    // Suspect: the observer answers its probe, nothing is declared; a real
+    // crash is still found within the suspect timeout, before the timeout.
+    cfg.engine.inband = InbandMode::Suspect;
+    cfg.faults.push("crash:20@300ms".parse().unwrap());
+    let suspect = run(cfg);
+    assert_complete(&suspect, "suspect");
+    let f = &suspect.failures[0];
+    assert_eq!(f.cause.as_deref(), Some("inband"));
+    let latency = f.detected_at_ms.unwrap() - 300.0;
+    assert!(
+        latency <= 10.0 + 3.0 + 50.0 + 0.1,
+        "{latency} ms\n{suspect}"
+    );
 }
 
 #[test]

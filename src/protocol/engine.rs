@@ -346,6 +346,14 @@ struct Beat {
     counter: u32,
 }
 
+/// A probe about our emitter, answered when its slot next moves.
+#[derive(Clone, Copy, Debug)]
+struct Witness {
+    requester: Rank,
+    nonce: u32,
+    asked_at: Time,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Suspect {
     rank: Rank,
@@ -478,6 +486,7 @@ pub struct Engine {
     watch: Watch,
     beat: Beat,
     suspect: Option<Suspect>,
+    witness: Option<Witness>,
     nonce: u32,
     next_payload_seq: u64,
     dedup: PayloadDedup,
@@ -544,6 +553,7 @@ impl Engine {
             stream_dirty: false,
             timers,
             suspect: None,
+            witness: None,
             nonce: 0,
             pending_write: None,
             out: VecDeque::new(),
@@ -820,6 +830,16 @@ impl Engine {
                         });
                     }
                 }
+                if let Some(w) = self.witness.take() {
+                    if previous.is_some() && now > w.asked_at {
+                        let m = self
+                            .encoder
+                            .probe_ack(w.nonce, emitter, ProbeVerdict::Alive);
+                        self.send(w.requester, Kind::ProbeAck, m);
+                    } else {
+                        self.witness = Some(w);
+                    }
+                }
                 self.watch.last_value = Some(value);
                 self.watch.changed_at = self.watch.changed_at.max(now);
                 self.watch.still_seen_at = None;
@@ -1060,6 +1080,7 @@ impl Engine {
     /// nobody left, there is no emitter (and no error).
     fn mend(&mut self, now: Time) {
         let candidate = self.ring.predecessors(self.me).find(|&r| !self.is_gone(r));
+        self.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
         self.watch.emitter = candidate;
@@ -1238,13 +1259,26 @@ impl Engine {
                     ProbeVerdict::Alive
                 } else if self.failed.contains(about) {
                     ProbeVerdict::Dead
-                } else if self.watch.emitter == Some(about) && self.watch.last_value.is_some() {
-                    if now < self.watch.changed_at
-                        || now - self.watch.changed_at < self.config.suspect_timeout()
-                    {
-                        ProbeVerdict::Alive
-                    } else {
+                } else if self.watch.emitter == Some(about) {
+                    // We observe the suspect: vouch for it only on a beat
+                    // written after this probe arrived (its error may be
+                    // milliseconds old, our last beat older). Silence past
+                    // the suspect timeout is reported at once.
+                    let stale = now >= self.watch.changed_at
+                        && now - self.watch.changed_at >= self.config.suspect_timeout();
+                    if stale && self.watch.last_value.is_some() {
                         ProbeVerdict::Silent
+                    } else {
+                        self.witness = Some(Witness {
+                            requester: sender,
+                            nonce,
+                            asked_at: now,
+                        });
+                        let soon = now + self.config.period;
+                        if self.timers.get(Timer::Check) > soon {
+                            self.timers.set(Timer::Check, soon);
+                        }
+                        return Ok(());
                     }
                 } else {
                     ProbeVerdict::Unknown

@@ -36,7 +36,8 @@ pub struct SimArgs {
     /// A fault, repeatable: crash:R@T, hang:R@T, resume:R@T, random:K@T,
     /// consecutive:R+K@T (K ring neighbours from R), host:H@T,
     /// partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T,
-    /// bcast:R@T (R broadcasts a payload).
+    /// bcast:R@T (R broadcasts a payload), glitch:R>P@T (R sees a spurious
+    /// transport error about P).
     #[arg(long = "fail", value_name = "SPEC")]
     pub fail: Vec<FaultSpec>,
     /// Broadcast overlay.

@@ -173,6 +173,10 @@ enum Action {
     Leave(Rank),
     LeaveAll,
     Broadcast(Rank),
+    Glitch {
+        rank: Rank,
+        peer: Rank,
+    },
 }
 
 enum What {
@@ -240,6 +244,8 @@ pub struct Simulator {
     now: Time,
     // totals
     events: u64,
+    /// Live ranks some live rank declared failed, and how many such reports.
+    falsely_declared: std::collections::BTreeSet<Rank>,
     false_reports: u64,
     false_samples: Vec<(Rank, Rank, f64)>,
     reports_by_faulty: u64,
@@ -344,6 +350,7 @@ impl Simulator {
             track_of: BTreeMap::new(),
             now: Time::ZERO,
             events: 0,
+            falsely_declared: std::collections::BTreeSet::new(),
             false_reports: 0,
             false_samples: Vec::new(),
             reports_by_faulty: 0,
@@ -442,6 +449,10 @@ impl Simulator {
                     Action::LeaveAll
                 }
                 FaultKind::Broadcast(r) => Action::Broadcast(rank(*r)?),
+                FaultKind::Glitch { rank: r, peer } => Action::Glitch {
+                    rank: rank(*r)?,
+                    peer: rank(*peer)?,
+                },
             };
             out.push((at, action));
         }
@@ -848,6 +859,14 @@ impl Simulator {
                 self.slots.heal();
             }
             Action::Leave(r) => self.queue.push(now, What::Leave(r)),
+            Action::Glitch { rank, peer } => self.queue.push(
+                now,
+                What::Error {
+                    to: rank,
+                    peer,
+                    kind: TransportErrorKind::HeartbeatWrite,
+                },
+            ),
             Action::Broadcast(r) => {
                 if self.state[r as usize].status == Status::Up {
                     let payload = format!("payload from {r} at {now}");
@@ -896,6 +915,7 @@ impl Simulator {
                     }
                 } else if healthy_reporter {
                     self.false_reports += 1;
+                    self.falsely_declared.insert(rank);
                     if self.false_samples.len() < 32 {
                         self.false_samples.push((reporter, rank, ms(now)));
                     }
@@ -974,7 +994,8 @@ impl Simulator {
                 hosts: self.cfg.hosts,
                 bcast: self.cfg.engine.bcast.as_str().to_owned(),
                 seed: self.cfg.seed,
-                false_reports: self.false_reports,
+                false_reports: self.falsely_declared.len() as u64,
+                false_report_events: self.false_reports,
                 missed_notifications: missed_total,
                 reports_by_faulty_ranks: self.reports_by_faulty,
                 self_excluded: self.self_excluded.clone(),

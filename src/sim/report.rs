@@ -45,8 +45,11 @@ pub struct Totals {
     pub hosts: u32,
     pub bcast: String,
     pub seed: u64,
-    /// Live ranks declaring ranks that were never faulted (or left cleanly).
+    /// Ranks never faulted (or that left cleanly) that some live rank
+    /// declared failed.
     pub false_reports: u64,
+    /// How many such reports live ranks made in all.
+    pub false_report_events: u64,
     /// Σ over failures of live ranks that never learned it.
     pub missed_notifications: u64,
     /// Failure reports made by ranks that were themselves faulted (e.g. a

@@ -41,7 +41,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// The accepted fault forms, for error messages.
 pub const FAULT_FORMS: &str = "crash:R@T, hang:R@T, resume:R@T, random:K@T, consecutive:R+K@T, \
-host:H@T, partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T, bcast:R@T (T a duration, e.g. 50ms)";
+host:H@T, partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T, bcast:R@T, glitch:R>P@T (T a duration, e.g. 50ms)";
 
 /// What happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +70,8 @@ pub enum FaultKind {
     AllBut(Rank),
     /// Rank R broadcasts an application payload.
     Broadcast(Rank),
+    /// Rank R sees one spurious transport error about peer P (P is fine).
+    Glitch { rank: Rank, peer: Rank },
 }
 
 /// A fault at a virtual time.
@@ -100,6 +102,7 @@ impl fmt::Display for FaultSpec {
             FaultKind::LeaveAll => write!(f, "leave:all@{at:?}"),
             FaultKind::AllBut(r) => write!(f, "allbut:{r}@{at:?}"),
             FaultKind::Broadcast(r) => write!(f, "bcast:{r}@{at:?}"),
+            FaultKind::Glitch { rank, peer } => write!(f, "glitch:{rank}>{peer}@{at:?}"),
         }
     }
 }
@@ -137,6 +140,15 @@ impl FromStr for FaultSpec {
                 FaultKind::Consecutive {
                     first: number("rank", r, spec)?,
                     count: number("count", k, spec)?,
+                }
+            }
+            "glitch" => {
+                let (r, p) = arg
+                    .split_once('>')
+                    .ok_or_else(|| format!("`{spec}`: glitch needs R>P; expected {FAULT_FORMS}"))?;
+                FaultKind::Glitch {
+                    rank: number("rank", r, spec)?,
+                    peer: number("rank", p, spec)?,
                 }
             }
             "partition" => {
