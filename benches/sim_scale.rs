@@ -33,20 +33,46 @@ struct Row {
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn run(ffd: &Path, out: &Path, ranks: u64, bcast: &str, fail: &str, seed: u64) -> Row {
-    let json = out.join(format!("sim_{bcast}_{ranks}_{}.json", fail.replace([':', '@'], "_")));
+    let json = out.join(format!(
+        "sim_{bcast}_{ranks}_{}.json",
+        fail.replace([':', '@'], "_")
+    ));
     let status = Command::new(ffd)
-        .args(["sim", "--ranks", &ranks.to_string(), "--hosts", &(ranks / 8).max(1).to_string()])
-        .args(["--bcast", bcast, "--fail", fail, "--latency", "2us", "--jitter", "0ns"])
+        .args([
+            "sim",
+            "--ranks",
+            &ranks.to_string(),
+            "--hosts",
+            &(ranks / 8).max(1).to_string(),
+        ])
+        .args([
+            "--bcast",
+            bcast,
+            "--fail",
+            fail,
+            "--latency",
+            "2us",
+            "--jitter",
+            "0ns",
+        ])
         .args(["--seed", &seed.to_string(), "--quiet", "--json"])
         .arg(&json)
         .status()
         .expect("ffd runs");
-    assert!(status.success(), "ffd sim failed for N={ranks} {bcast} {fail}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("report written")).expect("valid JSON");
+    assert!(
+        status.success(),
+        "ffd sim failed for N={ranks} {bcast} {fail}"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
+            .expect("valid JSON");
     let failures = report["failures"].as_array().cloned().unwrap_or_default();
     let totals = &report["totals"];
     let f64_of = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
@@ -54,13 +80,20 @@ fn run(ffd: &Path, out: &Path, ranks: u64, bcast: &str, fail: &str, seed: u64) -
         .iter()
         .map(|f| (f64_of(&f["all_notified_at_ms"]) - f64_of(&f["detected_at_ms"])) * 1e3)
         .fold(0.0, f64::max);
-    let messages: u64 = failures.iter().map(|f| f["messages"].as_u64().unwrap_or(0)).sum();
+    let messages: u64 = failures
+        .iter()
+        .map(|f| f["messages"].as_u64().unwrap_or(0))
+        .sum();
     Row {
         ranks,
         bcast: bcast.to_owned(),
         fail: fail.to_owned(),
         failures: failures.len(),
-        max_hops: failures.iter().map(|f| f["max_hops"].as_u64().unwrap_or(0)).max().unwrap_or(0),
+        max_hops: failures
+            .iter()
+            .map(|f| f["max_hops"].as_u64().unwrap_or(0))
+            .max()
+            .unwrap_or(0),
         propagation_us,
         messages_per_failure: messages as f64 / failures.len().max(1) as f64,
         missed_notifications: totals["missed_notifications"].as_u64().unwrap_or(u64::MAX),
@@ -80,7 +113,17 @@ fn main() {
     let mut rows = Vec::new();
     println!(
         "{:>8} {:>6} {:>16} {:>4} {:>5} {:>12} {:>14} {:>6} {:>6} {:>8} {:>8}",
-        "N", "bcast", "fail", "k", "hops", "propag_us", "msgs/failure", "missed", "false", "wall_s", "rss_MiB"
+        "N",
+        "bcast",
+        "fail",
+        "k",
+        "hops",
+        "propag_us",
+        "msgs/failure",
+        "missed",
+        "false",
+        "wall_s",
+        "rss_MiB"
     );
     let print = |r: &Row| {
         println!(
@@ -101,7 +144,14 @@ fn main() {
     for log2 in 4..=max_log2 {
         let n = 1u64 << log2;
         for bcast in ["bmg", "chord"] {
-            let row = run(&ffd, &out, n, bcast, &format!("crash:{}@300ms", n / 3), seed);
+            let row = run(
+                &ffd,
+                &out,
+                n,
+                bcast,
+                &format!("crash:{}@300ms", n / 3),
+                seed,
+            );
             print(&row);
             rows.push(row);
         }
@@ -114,8 +164,19 @@ fn main() {
         }
     }
     let path = out.join("sim_scale.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&rows).expect("serialisable") + "\n").expect("write JSON");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&rows).expect("serialisable") + "\n",
+    )
+    .expect("write JSON");
     println!("wrote {}", path.display());
-    let bad: Vec<&Row> = rows.iter().filter(|r| r.missed_notifications != 0 || r.false_reports != 0).collect();
-    assert!(bad.is_empty(), "runs with missed notifications or false reports: {}", bad.len());
+    let bad: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.missed_notifications != 0 || r.false_reports != 0)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "runs with missed notifications or false reports: {}",
+        bad.len()
+    );
 }

@@ -955,3 +955,65 @@ fn engine_rejects_impossible_settings() {
     assert!(drain(&mut alone).is_empty());
     assert_eq!(alone.next_deadline(), None);
 }
+
+mod mending_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Whatever fails, in whatever order and however it is learned, the
+        /// emitter is the nearest predecessor not known failed (None when
+        /// alone), the observer request goes to it, and generations grow.
+        #[test]
+        fn emitter_is_the_nearest_live_predecessor(
+            n in 2u32..40,
+            me_seed in any::<u32>(),
+            shuffle_seed in any::<u64>(),
+            failures in proptest::collection::vec(any::<u32>(), 1..40),
+            batch in 1usize..4,
+        ) {
+            let me = me_seed % n;
+            let ring = Arc::new(Ring::shuffled(n, shuffle_seed));
+            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, KEY, Time::ZERO).unwrap();
+            drain(&mut e);
+            let mut failed: Vec<Rank> = Vec::new();
+            let mut t = 1;
+            let mut last_generation = e.generation();
+            for chunk in failures.chunks(batch) {
+                let mut names: Vec<Rank> = chunk.iter().map(|x| x % n).filter(|&r| r != me).collect();
+                names.sort_unstable();
+                names.dedup();
+                // Told by any live rank other than us (or by a rank named in the notice).
+                let from = (0..n).find(|r| *r != me && !failed.contains(r)).unwrap_or(names.first().copied().unwrap_or(me));
+                if from == me || names.is_empty() {
+                    continue;
+                }
+                let before = e.emitter();
+                let outs = deliver(&mut e, at(t), &notice(from, from, &names, &[]));
+                t += 1;
+                if failed.contains(&from) {
+                    continue;
+                }
+                failed.extend(names.iter().copied());
+                failed.sort_unstable();
+                failed.dedup();
+                let expect = ring.predecessors(me).find(|r| !failed.contains(r));
+                prop_assert_eq!(e.emitter(), expect);
+                prop_assert_eq!(e.watched_slot().is_some(), expect.is_some());
+                if e.emitter() != before {
+                    prop_assert!(e.generation() > last_generation);
+                    last_generation = e.generation();
+                    if let Some(x) = expect {
+                        prop_assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![x]);
+                    }
+                }
+                // Forwarded notices never go to ranks known failed.
+                for to in sent_to(&outs, n, Kind::Notice) {
+                    prop_assert!(!failed.contains(&to), "notice to failed {}", to);
+                }
+            }
+        }
+    }
+}
