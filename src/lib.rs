@@ -18,6 +18,8 @@
 //! - [`info`]: `ffd info`, the effective settings and the fabric here.
 //! - [`launch`]: `ffd run`, a local job of agent processes with injected
 //!   faults, its live timeline and report.
+//! - [`sim`]: a deterministic discrete-event simulator of many Engines
+//!   (`ffd sim`).
 
 pub mod agent;
 pub mod bootstrap;
@@ -27,3 +29,4 @@ pub mod info;
 pub mod launch;
 pub mod protocol;
 pub mod runtime;
+pub mod sim;

@@ -625,13 +625,25 @@ fn inband_suspect_probes_before_declaring() {
 }
 
 #[test]
-fn a_probe_about_my_emitter_reports_its_beats() {
+fn a_probe_about_my_emitter_is_answered_by_its_next_beat() {
     let n = 8;
     let mut e = checker(n, 4);
     drain(&mut e);
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, slot_value(0, 1));
-    let outs = deliver(&mut e, t + ms(1), &Encoder::new(KEY, 2).probe(9, 3));
+    // A probe about our emitter (3): no answer until a beat written after it.
+    assert!(deliver(&mut e, t + ms(1), &Encoder::new(KEY, 2).probe(9, 3)).is_empty());
+    let soon = e.next_deadline().unwrap();
+    assert!(
+        soon <= t + ms(11),
+        "checks the slot within a period: {soon}"
+    );
+    assert!(
+        tick(&mut e, soon, slot_value(0, 1)).is_empty(),
+        "slot unchanged: still no answer"
+    );
+    let next = e.next_deadline().unwrap();
+    let outs = tick(&mut e, next, slot_value(0, 2));
     let Output::Send { to: 2, bytes } = &outs[0] else {
         panic!("{outs:?}")
     };
@@ -643,14 +655,28 @@ fn a_probe_about_my_emitter_reports_its_beats() {
             verdict: ProbeVerdict::Alive
         }
     ));
-    let outs = deliver(&mut e, t + ms(80), &Encoder::new(KEY, 2).probe(10, 3));
+    // After half a timeout of stillness, the answer is immediate: silent.
+    let still = next + ms(60);
+    let outs = deliver(&mut e, still, &Encoder::new(KEY, 2).probe(10, 3));
     let Output::Send { bytes, .. } = &outs[0] else {
-        panic!()
+        panic!("{outs:?}")
     };
     assert!(matches!(
         wire::decode(bytes, KEY, n).unwrap().1,
         Message::ProbeAck {
             verdict: ProbeVerdict::Silent,
+            ..
+        }
+    ));
+    // About someone else: unknown.
+    let outs = deliver(&mut e, still, &Encoder::new(KEY, 2).probe(11, 6));
+    let Output::Send { bytes, .. } = &outs[0] else {
+        panic!("{outs:?}")
+    };
+    assert!(matches!(
+        wire::decode(bytes, KEY, n).unwrap().1,
+        Message::ProbeAck {
+            verdict: ProbeVerdict::Unknown,
             ..
         }
     ));
@@ -932,4 +958,66 @@ fn engine_rejects_impossible_settings() {
     let mut alone = engine(1, 0);
     assert!(drain(&mut alone).is_empty());
     assert_eq!(alone.next_deadline(), None);
+}
+
+mod mending_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Whatever fails, in whatever order and however it is learned, the
+        /// emitter is the nearest predecessor not known failed (None when
+        /// alone), the observer request goes to it, and generations grow.
+        #[test]
+        fn emitter_is_the_nearest_live_predecessor(
+            n in 2u32..40,
+            me_seed in any::<u32>(),
+            shuffle_seed in any::<u64>(),
+            failures in proptest::collection::vec(any::<u32>(), 1..40),
+            batch in 1usize..4,
+        ) {
+            let me = me_seed % n;
+            let ring = Arc::new(Ring::shuffled(n, shuffle_seed));
+            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, KEY, Time::ZERO).unwrap();
+            drain(&mut e);
+            let mut failed: Vec<Rank> = Vec::new();
+            let mut t = 1;
+            let mut last_generation = e.generation();
+            for chunk in failures.chunks(batch) {
+                let mut names: Vec<Rank> = chunk.iter().map(|x| x % n).filter(|&r| r != me).collect();
+                names.sort_unstable();
+                names.dedup();
+                // Told by any live rank other than us (or by a rank named in the notice).
+                let from = (0..n).find(|r| *r != me && !failed.contains(r)).unwrap_or(names.first().copied().unwrap_or(me));
+                if from == me || names.is_empty() {
+                    continue;
+                }
+                let before = e.emitter();
+                let outs = deliver(&mut e, at(t), &notice(from, from, &names, &[]));
+                t += 1;
+                if failed.contains(&from) {
+                    continue;
+                }
+                failed.extend(names.iter().copied());
+                failed.sort_unstable();
+                failed.dedup();
+                let expect = ring.predecessors(me).find(|r| !failed.contains(r));
+                prop_assert_eq!(e.emitter(), expect);
+                prop_assert_eq!(e.watched_slot().is_some(), expect.is_some());
+                if e.emitter() != before {
+                    prop_assert!(e.generation() > last_generation);
+                    last_generation = e.generation();
+                    if let Some(x) = expect {
+                        prop_assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![x]);
+                    }
+                }
+                // Forwarded notices never go to ranks known failed.
+                for to in sent_to(&outs, n, Kind::Notice) {
+                    prop_assert!(!failed.contains(&to), "notice to failed {}", to);
+                }
+            }
+        }
+    }
 }

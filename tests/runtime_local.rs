@@ -188,6 +188,20 @@ fn an_application_broadcast_reaches_every_other_rank_once() {
         });
         assert!(again.is_none(), "rank {} got it twice", d.rank());
     }
+    // The largest payload the detector accepts arrives whole; one more byte
+    // is refused at once.
+    let largest = vec![b'x'; 8 * 1024];
+    detectors[2].broadcast(&largest).expect("8 KiB payload");
+    let got = wait_for_event(
+        &detectors[0],
+        Duration::from_secs(3),
+        |e| matches!(&e.event, Event::Payload { origin: 2, bytes, .. } if bytes.len() == largest.len()),
+    );
+    assert!(got.is_some(), "rank 0 missed the 8 KiB payload");
+    let err = detectors[0]
+        .broadcast(&vec![0u8; 8 * 1024 + 1])
+        .unwrap_err();
+    assert!(err.to_string().contains("8192"), "{err}");
     let too_big = vec![0u8; 1 << 20];
     let err = detectors[0].broadcast(&too_big).unwrap_err();
     assert!(err.to_string().contains("exceeds"), "{err}");

@@ -25,6 +25,8 @@ enum Command {
     /// Print the effective FFD_* settings and their sources, the providers
     /// libfabric offers here, and where the progress thread would run.
     Info,
+    /// Simulate N ranks on virtual time with injected faults.
+    Sim(ffd::sim::cli::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,5 +48,6 @@ fn main() -> ExitCode {
         Command::Run(args) => {
             ffd::launch::cli::run(&args, &mut std::io::stdout(), &mut std::io::stderr())
         }
+        Command::Sim(args) => ffd::sim::cli::run(&args),
     }
 }

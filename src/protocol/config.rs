@@ -175,6 +175,11 @@ pub struct EngineConfig {
     /// we ask it for the difference (filters out notices still in flight).
     /// Default: half a timeout. At most one sync request per timeout.
     pub sync_after: Option<Duration>,
+    /// Leaves learned from others are forwarded in batches, one notice per
+    /// window (mass leave at job end would otherwise cost N broadcasts).
+    /// Must stay well under the runtime's linger after a leave. Default:
+    /// half a period.
+    pub leave_batch: Option<Duration>,
     /// Largest application payload `Input::Broadcast` accepts, in bytes.
     pub max_payload: usize,
     /// Payload de-duplication remembers this many origins (least recently
@@ -197,6 +202,7 @@ impl Default for EngineConfig {
             slow_emitter_after: None,
             suspect_timeout: None,
             sync_after: None,
+            leave_batch: None,
             max_payload: 64 * 1024,
             payload_dedup_origins: 1024,
         }
@@ -260,6 +266,10 @@ impl EngineConfig {
 
     pub fn suspect_timeout(&self) -> Duration {
         self.suspect_timeout.unwrap_or_else(|| self.half_timeout())
+    }
+
+    pub fn leave_batch(&self) -> Duration {
+        self.leave_batch.unwrap_or(self.period / 2)
     }
 
     pub fn sync_after(&self) -> Duration {

@@ -215,26 +215,30 @@ pub enum HeartbeatMode {
 }
 
 /// Counters the runtime can read ([`Engine::stats`]). Plain integers.
+/// (`repr(C)`: the counters touched by every message come first, next to
+/// the Engine's other hot fields.)
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Stats {
+    /// Messages received, indexed by [`Kind::index`].
+    pub received: [u64; Kind::COUNT],
+    /// Notices that named nothing new (not forwarded).
+    pub duplicate_notices: u64,
+    /// Messages sent, indexed by [`Kind::index`].
+    pub sent: [u64; Kind::COUNT],
+    pub bytes_sent: u64,
     pub heartbeats_written: u64,
     pub slot_checks: u64,
     /// Wake-ups that ran later than the lag guard: nobody declared.
     pub self_lag_trips: u64,
     /// The latest any timer fired past its deadline, in ns.
     pub max_lateness_ns: u64,
-    /// Messages sent / received, indexed by [`Kind::index`].
-    pub sent: [u64; Kind::COUNT],
-    pub bytes_sent: u64,
-    pub received: [u64; Kind::COUNT],
     /// Messages dropped at decoding, indexed by [`RejectReason::index`].
     pub rejected: [u64; RejectReason::COUNT],
     /// Messages from ranks in the failed set (answered with an exclusion).
     pub dropped_from_failed: u64,
     /// Notices and payloads whose origin is in the failed set.
     pub dropped_untrusted_origin: u64,
-    /// Notices that named nothing new (not forwarded).
-    pub duplicate_notices: u64,
     pub notices_forwarded: u64,
     /// Failures this rank learned, indexed like [`Cause::ALL`].
     pub detections: [u64; 3],
@@ -283,14 +287,16 @@ enum Timer {
     Check = 1,
     /// A suspect's time to prove itself alive is up.
     Suspect = 2,
+    /// Forward the leaves learned in this window.
+    LeaveBatch = 3,
 }
 
-const TIMERS: [Timer; 3] = [Timer::Beat, Timer::Check, Timer::Suspect];
+const TIMERS: [Timer; 4] = [Timer::Beat, Timer::Check, Timer::Suspect, Timer::LeaveBatch];
 
 /// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer
 /// whose deadline has moved is simply not due: no cancel API.
 #[derive(Clone, Copy, Debug)]
-struct TimerTable([Time; 3]);
+struct TimerTable([Time; 4]);
 
 impl TimerTable {
     fn get(&self, t: Timer) -> Time {
@@ -318,6 +324,8 @@ struct Watch {
     /// When the slot was last seen to change (or the baseline restarted).
     /// May lie in the future during the start-up grace.
     changed_at: Time,
+    /// The latest read that found the slot unchanged since `changed_at`.
+    still_seen_at: Option<Time>,
     /// Mended and no beat seen yet: resend `ObserveMe` at each check.
     awaiting_first: bool,
     mismatch_since: Option<Time>,
@@ -336,8 +344,14 @@ struct Beat {
     generation: u32,
     slot: u16,
     counter: u32,
-    /// Modelled mode: a `HeartbeatStream` is owed.
-    stream_dirty: bool,
+}
+
+/// A probe about our emitter, answered when its slot next moves.
+#[derive(Clone, Copy, Debug)]
+struct Witness {
+    requester: Rank,
+    nonce: u32,
+    asked_at: Time,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -418,32 +432,68 @@ impl PayloadDedup {
     }
 }
 
+/// The ranks of `list` (ascending) that are neither `me` nor in the sorted
+/// sets `a` and `b`: binary searches for short lists, one merge walk for
+/// long ones (batched leaves).
+fn unknown_ranks(list: RankList<'_>, me: Rank, a: &[Rank], b: &[Rank]) -> Vec<Rank> {
+    let k = list.len() as usize;
+    if k * 16 < a.len() + b.len() {
+        return list
+            .iter()
+            .filter(|r| *r != me && a.binary_search(r).is_err() && b.binary_search(r).is_err())
+            .collect();
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    for r in list.iter() {
+        while i < a.len() && a[i] < r {
+            i += 1;
+        }
+        while j < b.len() && b[j] < r {
+            j += 1;
+        }
+        if r != me && a.get(i) != Some(&r) && b.get(j) != Some(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
 /// One rank's protocol state. Per-rank memory is O(failures + log N): the
 /// ring and config are shared (`Arc`), the failed set is sparse.
+///
+/// (`repr(C)`, hot fields first: a simulator touches a million of these
+/// in random order, and a duplicate notice should cost few cache lines.)
 #[derive(Debug)]
+#[repr(C)]
 pub struct Engine {
-    config: Arc<EngineConfig>,
-    ring: Arc<Ring>,
-    overlay: Overlay,
-    me: Rank,
-    encoder: Encoder,
     participation: Participation,
     mode: HeartbeatMode,
+    /// Modelled mode: a `HeartbeatStream` is owed.
+    stream_dirty: bool,
+    me: Rank,
+    encoder: Encoder,
+    ring: Arc<Ring>,
     failed: RankSet,
     left: RankSet,
-    watch: Watch,
-    beat: Beat,
     timers: TimerTable,
-    suspect: Option<Suspect>,
-    nonce: u32,
     pending_write: Option<(Rank, u16, u64)>,
     out: VecDeque<Output>,
     fanouts: VecDeque<Fanout>,
+    stats: Stats,
+    config: Arc<EngineConfig>,
+    overlay: Overlay,
+    watch: Watch,
+    beat: Beat,
+    suspect: Option<Suspect>,
+    witness: Option<Witness>,
+    nonce: u32,
     next_payload_seq: u64,
     dedup: PayloadDedup,
+    /// Leaves learned from others, not yet forwarded (see `leave_batch`).
+    pending_left: Vec<Rank>,
     /// Recent exclusion replies (rank, when), for rate limiting.
     exclusion_replies: [(Rank, Time); 4],
-    stats: Stats,
 }
 
 impl Engine {
@@ -469,7 +519,7 @@ impl Engine {
         let emitter = ring.predecessors(me).next();
         let observer = ring.successors(me).next();
         let grace_end = now + config.startup_grace();
-        let mut timers = TimerTable([Time::NEVER; 3]);
+        let mut timers = TimerTable([Time::NEVER; 4]);
         if emitter.is_some() {
             // Check from the start: an emitter never heard from has until
             // grace_end + timeout (changed_at below), but one whose beats
@@ -490,6 +540,7 @@ impl Engine {
                 slot: 0,
                 last_value: None,
                 changed_at: grace_end,
+                still_seen_at: None,
                 awaiting_first: false,
                 mismatch_since: None,
                 sync_not_before: Time::ZERO,
@@ -501,16 +552,18 @@ impl Engine {
                 generation: 0,
                 slot: 0,
                 counter: 0,
-                stream_dirty: false,
             },
+            stream_dirty: false,
             timers,
             suspect: None,
+            witness: None,
             nonce: 0,
             pending_write: None,
             out: VecDeque::new(),
             fanouts: VecDeque::new(),
             next_payload_seq: 0,
             dedup: PayloadDedup::default(),
+            pending_left: Vec::new(),
             exclusion_replies: [(NO_RANK, Time::ZERO); 4],
             stats: Stats::default(),
             config,
@@ -527,7 +580,7 @@ impl Engine {
         self.mode = HeartbeatMode::Modelled;
         self.timers.stop(Timer::Beat);
         self.pending_write = None;
-        self.beat.stream_dirty = true;
+        self.stream_dirty = true;
     }
 
     // ----- accessors -----
@@ -612,8 +665,8 @@ impl Engine {
         if let Some((to, slot, value)) = self.pending_write.take() {
             return Some(Output::WriteHeartbeat { to, slot, value });
         }
-        if self.beat.stream_dirty {
-            self.beat.stream_dirty = false;
+        if self.stream_dirty {
+            self.stream_dirty = false;
             return Some(Output::HeartbeatStream {
                 to: self.beat.observer,
                 slot: self.beat.slot,
@@ -720,7 +773,7 @@ impl Engine {
                     self.timers.set(Timer::Beat, now + self.config.period);
                 }
             }
-            HeartbeatMode::Modelled => self.beat.stream_dirty = true,
+            HeartbeatMode::Modelled => self.stream_dirty = true,
         }
     }
 
@@ -755,11 +808,18 @@ impl Engine {
             return;
         }
         match self.watch.last_value {
-            Some(v) if v == value => {}
+            Some(v) if v == value => self.watch.still_seen_at = Some(now),
             None if value == 0 => self.watch.last_value = Some(0),
             previous => {
-                if previous.is_some() && !self.watch.awaiting_first {
-                    let stalled_for = now - self.watch.changed_at;
+                // Slow, not dead: a read saw the slot standing still for a
+                // while, and now it moved. (A long gap between our own reads
+                // is our stall, not the emitter's: no read, no evidence.)
+                if let (Some(_), Some(still), false) = (
+                    previous,
+                    self.watch.still_seen_at,
+                    self.watch.awaiting_first,
+                ) {
+                    let stalled_for = still - self.watch.changed_at;
                     let quiet = self
                         .watch
                         .slow_warned_at
@@ -773,12 +833,23 @@ impl Engine {
                         });
                     }
                 }
+                if let Some(w) = self.witness.take() {
+                    if previous.is_some() && now > w.asked_at {
+                        let m = self
+                            .encoder
+                            .probe_ack(w.nonce, emitter, ProbeVerdict::Alive);
+                        self.send(w.requester, Kind::ProbeAck, m);
+                    } else {
+                        self.witness = Some(w);
+                    }
+                }
                 self.watch.last_value = Some(value);
                 // The emitter is alive now. (Not max(changed_at, now): during
                 // the start-up or post-mending grace changed_at lies in the
                 // future, and keeping it would blind the observer for the
                 // rest of the grace once heartbeats flow.)
                 self.watch.changed_at = now;
+                self.watch.still_seen_at = None;
                 self.watch.awaiting_first = false;
                 self.watch.hurry = false;
             }
@@ -823,6 +894,24 @@ impl Engine {
             self.timers.stop(Timer::Check);
             self.check(now, lagging);
         }
+        if self.timers.get(Timer::LeaveBatch) <= now {
+            self.timers.stop(Timer::LeaveBatch);
+            self.forward_leaves();
+        }
+    }
+
+    /// Forwards the leaves learned since the last batch as one notice
+    /// rooted here.
+    fn forward_leaves(&mut self) {
+        if self.pending_left.is_empty() || self.participation == Participation::Excluded {
+            return;
+        }
+        let mut left = std::mem::take(&mut self.pending_left);
+        left.sort_unstable();
+        left.dedup();
+        self.stats.notices_forwarded += 1;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
+        self.fan_out(Kind::Notice, m, self.me, [NO_RANK, NO_RANK]);
     }
 
     /// This thread woke late by more than the lag guard: its own stall is not
@@ -834,6 +923,7 @@ impl Engine {
     fn on_self_lag(&mut self, now: Time) {
         self.stats.self_lag_trips += 1;
         self.watch.changed_at = self.watch.changed_at.max(now);
+        self.watch.still_seen_at = None;
         self.watch.mismatch_since = None;
         if self.participation != Participation::Active {
             return;
@@ -932,7 +1022,8 @@ impl Engine {
         self.after_gone_changed(now);
     }
 
-    /// Adds the listed ranks; returns the ones that were new.
+    /// Adds the listed ranks; returns the ones that were new. (Lists are
+    /// ascending, so the new ones merge into the sets in one pass.)
     fn learn(
         &mut self,
         failed: RankList<'_>,
@@ -940,26 +1031,27 @@ impl Engine {
         detector: Rank,
         hops: u16,
     ) -> (Vec<Rank>, Vec<Rank>) {
-        let mut new_failed = Vec::new();
-        let mut new_left = Vec::new();
-        for r in failed.iter() {
-            if r != self.me && !self.left.contains(r) && self.failed.insert(r) {
-                new_failed.push(r);
-                self.stats.detections[Cause::Notice as usize] += 1;
-                self.push_event(Event::Failed {
-                    rank: r,
-                    detector,
-                    cause: Cause::Notice,
-                    hops,
-                });
-            }
+        let new_failed = unknown_ranks(
+            failed,
+            self.me,
+            self.failed.as_slice(),
+            self.left.as_slice(),
+        );
+        self.failed.insert_sorted(&new_failed);
+        let new_left = unknown_ranks(left, self.me, self.failed.as_slice(), self.left.as_slice());
+        self.left.insert_sorted(&new_left);
+        for &rank in &new_failed {
+            self.stats.detections[Cause::Notice as usize] += 1;
+            self.push_event(Event::Failed {
+                rank,
+                detector,
+                cause: Cause::Notice,
+                hops,
+            });
         }
-        for r in left.iter() {
-            if r != self.me && !self.failed.contains(r) && self.left.insert(r) {
-                new_left.push(r);
-                self.stats.departures_learned += 1;
-                self.push_event(Event::Left { rank: r });
-            }
+        for &rank in &new_left {
+            self.stats.departures_learned += 1;
+            self.push_event(Event::Left { rank });
         }
         (new_failed, new_left)
     }
@@ -969,7 +1061,7 @@ impl Engine {
     /// drop a departed suspect, announce the new digest.
     fn after_gone_changed(&mut self, now: Time) {
         if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
-            self.beat.stream_dirty = true;
+            self.stream_dirty = true;
         }
         if let Some(o) = self.beat.observer {
             if self.is_gone(o) {
@@ -995,11 +1087,13 @@ impl Engine {
     /// nobody left, there is no emitter (and no error).
     fn mend(&mut self, now: Time) {
         let candidate = self.ring.predecessors(self.me).find(|&r| !self.is_gone(r));
+        self.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
         self.watch.emitter = candidate;
         self.watch.last_value = None;
         self.watch.changed_at = now;
+        self.watch.still_seen_at = None;
         self.watch.awaiting_first = true;
         self.watch.mismatch_since = None;
         self.watch.hurry = false;
@@ -1021,12 +1115,12 @@ impl Engine {
             return;
         }
         self.participation = Participation::Excluded;
-        self.timers = TimerTable([Time::NEVER; 3]);
+        self.timers = TimerTable([Time::NEVER; 4]);
         self.fanouts.clear();
         self.pending_write = None;
         self.suspect = None;
         self.beat.observer = None;
-        self.beat.stream_dirty = self.mode == HeartbeatMode::Modelled;
+        self.stream_dirty = self.mode == HeartbeatMode::Modelled;
         self.push_event(Event::SelfExcluded { by });
     }
 
@@ -1113,9 +1207,14 @@ impl Engine {
                     self.stats.duplicate_notices += 1;
                     return Ok(());
                 }
-                if let Some(fwd) = wire::forwarded(bytes, self.me) {
-                    self.stats.notices_forwarded += 1;
-                    self.fan_out(Kind::Notice, fwd.into(), n.origin, [sender, NO_RANK]);
+                if !nf.is_empty() {
+                    // Failures travel at once, as received (forward-once).
+                    if let Some(fwd) = wire::forwarded(bytes, self.me) {
+                        self.stats.notices_forwarded += 1;
+                        self.fan_out(Kind::Notice, fwd.into(), n.origin, [sender, NO_RANK]);
+                    }
+                } else {
+                    self.batch_leaves(now, &nl);
                 }
                 self.after_gone_changed(now);
             }
@@ -1167,13 +1266,26 @@ impl Engine {
                     ProbeVerdict::Alive
                 } else if self.failed.contains(about) {
                     ProbeVerdict::Dead
-                } else if self.watch.emitter == Some(about) && self.watch.last_value.is_some() {
-                    if now < self.watch.changed_at
-                        || now - self.watch.changed_at < self.config.suspect_timeout()
-                    {
-                        ProbeVerdict::Alive
-                    } else {
+                } else if self.watch.emitter == Some(about) {
+                    // We observe the suspect: vouch for it only on a beat
+                    // written after this probe arrived (its error may be
+                    // milliseconds old, our last beat older). Silence past
+                    // the suspect timeout is reported at once.
+                    let stale = now >= self.watch.changed_at
+                        && now - self.watch.changed_at >= self.config.suspect_timeout();
+                    if stale && self.watch.last_value.is_some() {
                         ProbeVerdict::Silent
+                    } else {
+                        self.witness = Some(Witness {
+                            requester: sender,
+                            nonce,
+                            asked_at: now,
+                        });
+                        let soon = now + self.config.period;
+                        if self.timers.get(Timer::Check) > soon {
+                            self.timers.set(Timer::Check, soon);
+                        }
+                        return Ok(());
                     }
                 } else {
                     ProbeVerdict::Unknown
@@ -1233,6 +1345,18 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Queues leaves learned from others for the next batch.
+    fn batch_leaves(&mut self, now: Time, left: &[Rank]) {
+        if left.is_empty() {
+            return;
+        }
+        self.pending_left.extend_from_slice(left);
+        if self.timers.get(Timer::LeaveBatch) == Time::NEVER {
+            self.timers
+                .set(Timer::LeaveBatch, now + self.config.leave_batch());
+        }
     }
 
     /// Ranks learned from a sync exchange are new to this part of the

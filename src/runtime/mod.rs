@@ -191,14 +191,15 @@ impl Detector {
         let domain_name = info.domain_name();
         let domain = Domain::open_info(&info)?;
         let av = AddressVector::open(&domain, size as usize)?;
+        let (buffers, buffer_size) = progress::message_buffers(size);
         let endpoint_config = EndpointConfig {
             // On tcp;ofi_rxm a write to a dead peer fails fast only with
             // delivery-complete (DESIGN §5); elsewhere errors come anyway.
             delivery_complete: provider.starts_with("tcp"),
-            recv_buffers: 32,
-            recv_size: progress::MESSAGE_BUFFER,
-            send_buffers: 32,
-            send_size: progress::MESSAGE_BUFFER,
+            recv_buffers: buffers,
+            recv_size: buffer_size,
+            send_buffers: buffers,
+            send_size: buffer_size,
             ..EndpointConfig::default()
         };
         let endpoint = Endpoint::open(&domain, &av, &endpoint_config)?;
@@ -251,6 +252,7 @@ impl Detector {
         let hosts: Vec<u64> = view.records.iter().map(|r| r.host_id).collect();
         let engine_config = protocol::EngineConfig {
             ring_seed: view.ring_seed,
+            max_payload: engine_config.max_payload.min(progress::MAX_APP_PAYLOAD),
             ..engine_config
         };
         let ring = Arc::new(Ring::new(engine_config.ring, &hosts, view.ring_seed));

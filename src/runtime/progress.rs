@@ -31,8 +31,25 @@ use super::log::Logger;
 use super::stats::RuntimeCounters;
 use super::{Callback, DetectorEvent, Shared, SlotRegion};
 
-/// Size of each send and receive buffer: the largest message.
-pub(super) const MESSAGE_BUFFER: usize = 16 * 1024;
+/// The largest application payload the runtime carries (`broadcast`).
+/// A revoke or reinit order is a few bytes; this keeps buffers small.
+pub(super) const MAX_APP_PAYLOAD: usize = 8 * 1024;
+
+/// Send and receive buffers for a job of `ranks`: (count, bytes each).
+/// A message is bounded by its rank lists, each at most a bitmap of
+/// `ranks` bits (the encoder picks the smallest of deltas, ranges and
+/// bitmap; a notice or sync carries a failed and a left list), or by a
+/// payload of [`MAX_APP_PAYLOAD`]; every message of the protocol fits.
+pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
+    let lists = 2 * (ranks as usize).div_ceil(8) + 1024;
+    let size = lists
+        .max(MAX_APP_PAYLOAD + 1024)
+        .max(16 * 1024)
+        .next_multiple_of(4096);
+    // Fewer buffers when each is large (jobs beyond ~250k ranks).
+    let count = if size <= 64 * 1024 { 32 } else { 8 };
+    (count, size)
+}
 
 /// How often the counters are published for [`super::Detector::stats`].
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
@@ -424,7 +441,8 @@ impl Core {
                 false
             }
             Err(FabricError::Invalid(why)) => {
-                // Too large for a buffer: a bug, not evidence against `to`.
+                // Too large for a buffer (message_buffers says it cannot
+                // be): a bug, not evidence against `to`.
                 self.logger
                     .error(format_args!("message to rank {to} not sent: {why}"));
                 true
@@ -540,5 +558,42 @@ impl Core {
         self.counters.events_dropped = self.shared.events.dropped();
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::wire::Encoder;
+
+    /// The worst notice of a job (every other rank failed, as a list the
+    /// encoder must send whole) and the largest payload fit the buffers.
+    #[test]
+    fn every_message_fits_the_buffers() {
+        for ranks in [2u32, 1000, 65_536, 1 << 20] {
+            let (_, size) = message_buffers(ranks);
+            let enc = Encoder::new(1, 0);
+            // Alternate ranks: the densest list that is not a range.
+            let failed: Vec<Rank> = (1..ranks).step_by(2).collect();
+            let left: Vec<Rank> = (2..ranks).step_by(2).collect();
+            let notice = enc.notice(0, 0, &failed, &left);
+            assert!(
+                notice.len() <= size,
+                "N={ranks}: notice {} > {size}",
+                notice.len()
+            );
+            let sync = enc.sync_request(0, &failed, &left);
+            assert!(
+                sync.len() <= size,
+                "N={ranks}: sync {} > {size}",
+                sync.len()
+            );
+            let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]);
+            assert!(
+                payload.len() <= size,
+                "N={ranks}: payload {} > {size}",
+                payload.len()
+            );
+        }
     }
 }
