@@ -284,7 +284,7 @@ typedef struct {
 
 /**
  * The main counters of a detector (ffd_stats()), as last published by its
- * progress thread (at most a few periods old).
+ * progress thread (every 50 ms).
  */
 typedef struct {
     /**
@@ -292,7 +292,8 @@ typedef struct {
      */
     uint64_t uptime_ns;
     /**
-     * Failures known to this rank.
+     * Failures known to this rank when the counters were published (the
+     * live value is ffd_epoch()'s).
      */
     uint64_t epoch;
     /**
@@ -701,7 +702,9 @@ ffd_result ffd_broadcast(const ffd_t *h, const void *bytes, size_t len);
 
 /**
  * The detector's main counters (see ffd_stats_t), as last published by
- * the progress thread. Any thread; takes a lock the progress thread only
+ * the progress thread (every 50 ms, so up to 50 ms old: compare its
+ * `epoch` with ffd_epoch() to know whether it includes the latest
+ * failure). Any thread; takes a lock the progress thread only
  * ever try-locks.
  *
  * @param[out] out receives the counters on success.

@@ -196,13 +196,14 @@ pub struct ffd_event_t {
 }
 
 /// The main counters of a detector (ffd_stats()), as last published by its
-/// progress thread (at most a few periods old).
+/// progress thread (every 50 ms).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ffd_stats_t {
     /// Time since ffd_init(), in ns.
     pub uptime_ns: u64,
-    /// Failures known to this rank.
+    /// Failures known to this rank when the counters were published (the
+    /// live value is ffd_epoch()'s).
     pub epoch: u64,
     /// Heartbeat RDMA writes posted to this rank's observer.
     pub heartbeats_sent: u64,
@@ -1393,7 +1394,9 @@ pub unsafe extern "C" fn ffd_broadcast(
 }
 
 /// The detector's main counters (see ffd_stats_t), as last published by
-/// the progress thread. Any thread; takes a lock the progress thread only
+/// the progress thread (every 50 ms, so up to 50 ms old: compare its
+/// `epoch` with ffd_epoch() to know whether it includes the latest
+/// failure). Any thread; takes a lock the progress thread only
 /// ever try-locks.
 ///
 /// @param[out] out receives the counters on success.
@@ -1413,7 +1416,7 @@ pub unsafe extern "C" fn ffd_stats(h: *const ffd_t, out: *mut ffd_stats_t) -> ff
         let (r, e) = (&s.runtime, &s.engine);
         let stats = ffd_stats_t {
             uptime_ns: (s.uptime_ms * 1e6) as u64,
-            epoch: h.detector.epoch(),
+            epoch: s.epoch,
             heartbeats_sent: r.heartbeats_posted,
             heartbeats_completed: r.heartbeats_completed,
             posts_refused: r.posts_refused,
