@@ -576,16 +576,27 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                         e.kind == ffd_event_kind::FFD_EVENT_LEFT && e.rank == leaver
                     })
                     .unwrap_or_else(|| panic!("rank {rank}: no departure"));
-                    let mut st = ffd_stats_t::default();
                     // SAFETY: a live handle and valid outputs.
                     unsafe {
                         assert_eq!(ffd_is_alive(h, leaver), 0);
                         assert_eq!(ffd_epoch(h, &mut epoch), FFD_OK);
-                        assert_eq!(ffd_stats(h, &mut st), FFD_OK);
                     }
                     assert_eq!(epoch, 0, "a departure is no failure");
+                    // The counters are published every 50 ms: poll (bounded)
+                    // until they include the departure.
+                    let mut st = ffd_stats_t::default();
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while st.departures_learned == 0 && Instant::now() < deadline {
+                        // SAFETY: a live handle and a valid output.
+                        assert_eq!(unsafe { ffd_stats(h, &mut st) }, FFD_OK);
+                        thread::sleep(Duration::from_millis(10));
+                    }
                     assert!(
-                        st.heartbeats_sent > 0 && st.uptime_ns > 0 && st.pinned_cpu == -1,
+                        st.departures_learned == 1
+                            && st.heartbeats_sent > 0
+                            && st.uptime_ns > 0
+                            && st.epoch == 0
+                            && st.pinned_cpu == -1,
                         "{st:?}"
                     );
                     assert_eq!(*mine.left.lock().unwrap(), [leaver]);
