@@ -108,3 +108,35 @@ fn the_c_test_passes_against_the_static_library_under_valgrind() {
         out.text()
     );
 }
+
+#[test]
+fn the_header_compiles_as_pedantic_c99_and_as_cpp() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let source = dir.join("header_only.c");
+    std::fs::write(
+        &source,
+        "#include <ffd.h>\nint main(void) { return sizeof(ffd_event_t) > 0 ? 0 : FFD_OK; }\n",
+    )
+    .expect("write the source");
+    let include = repo().join("include");
+    for (compiler, std) in [("cc", "-std=c99"), ("g++", "-std=c++11")] {
+        let mut cmd = std::process::Command::new(compiler);
+        cmd.args([
+            std,
+            "-pedantic",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+        ])
+        .arg("-I")
+        .arg(&include);
+        if compiler == "g++" {
+            cmd.args(["-x", "c++"]);
+        }
+        cmd.arg(&source);
+        let out = run(cmd, compiler, Duration::from_secs(60));
+        assert!(out.status.success(), "{compiler} {std}\n{}", out.text());
+    }
+}

@@ -617,3 +617,27 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
     }
     assert!(failures.is_empty(), "{failures:?}");
 }
+
+#[test]
+fn errors_map_to_their_codes() {
+    let code = |e: Error| e.code;
+    assert_eq!(code(DetectorError::Stopped.into()), FFD_ERR_STOPPED);
+    assert_eq!(
+        code(DetectorError::PayloadTooLarge { len: 9, max: 8 }.into()),
+        FFD_ERR_PAYLOAD_TOO_LARGE
+    );
+    assert_eq!(
+        code(BootstrapError::Host("x".into()).into()),
+        FFD_ERR_BOOTSTRAP
+    );
+    // A bootstrap variable's bad value is a settings error, not a bootstrap one.
+    let missing = ConfigError::Missing {
+        var: config::var::RANK,
+        accepted: "",
+    };
+    assert_eq!(code(BootstrapError::Config(missing).into()), FFD_ERR_CONFIG);
+    let start = StartError::Hostname(std::io::Error::other("no name"));
+    assert_eq!(code(start.into()), FFD_ERR_SYSTEM);
+    let start = StartError::Exchange(BootstrapError::Invalid("x".into()).into());
+    assert_eq!(code(start.into()), FFD_ERR_BOOTSTRAP);
+}
