@@ -23,6 +23,7 @@
 
 pub mod agent;
 pub mod bootstrap;
+pub mod capi;
 pub mod config;
 pub mod fabric;
 pub mod info;

@@ -131,8 +131,10 @@ pub struct Detector {
     /// Writing a byte wakes the progress thread.
     wake: UnixStream,
     thread: Option<JoinHandle<()>>,
-    /// Disconnects (or carries a unit) when the progress thread ends.
-    exited: mpsc::Receiver<()>,
+    /// Disconnects (or carries a unit) when the progress thread ends. In a
+    /// mutex only so that `Detector` is `Sync` (the C ABI shares it between
+    /// host threads); only `stop` locks it.
+    exited: Mutex<mpsc::Receiver<()>>,
     size: u32,
     max_payload: usize,
     linger: Duration,
@@ -359,7 +361,7 @@ impl Detector {
             commands,
             wake,
             thread: Some(thread),
-            exited,
+            exited: Mutex::new(exited),
             size,
             max_payload,
             linger: linger(config.period(), config.timeout()),
@@ -484,9 +486,12 @@ impl Detector {
                 Err(mpsc::RecvTimeoutError::Timeout)
             )
         };
-        if !ended(&self.exited, self.linger + Duration::from_secs(1))
-            && (self.command(Command::Stop).is_err()
-                || !ended(&self.exited, Duration::from_secs(1)))
+        let exited = self
+            .exited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !ended(&exited, self.linger + Duration::from_secs(1))
+            && (self.command(Command::Stop).is_err() || !ended(&exited, Duration::from_secs(1)))
         {
             // Stuck in a host callback: never hang the host on it.
             return;

@@ -1,0 +1,404 @@
+/*
+ * Every function of the ffd C API, called from C as a host would, against
+ * include/ffd.h and libffd (tests/capi.rs builds it twice, against
+ * libffd.so and libffd.a, and runs both under valgrind).
+ *
+ * Part 1 checks argument handling and result codes: NULL handles and
+ * outputs, bad settings (the message names the variable, the value and the
+ * accepted form), a failing host allgather, double finalize.
+ * Part 2 runs a job of RANKS threads standing in for ranks, whose address
+ * exchange is an allgather over a shared buffer (what MPI_Allgather does
+ * for an MPI library): start, queries, a broadcast seen by the callback and
+ * by the queue, a clean departure, finalize.
+ *
+ * Prints "ok <line>: <check>" per check and "not ok ..." with ffd's last
+ * message on failure; ends with "capi_test: all N checks passed" (exit 0)
+ * or "capi_test: N of M checks failed" (exit 1). Every wait is bounded.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ffd.h>
+
+#define RANKS 3
+#define WAIT_MS 20000 /* bound on every wait for an event or a barrier */
+
+static atomic_int passed, failed;
+
+static const char *last_error(void) {
+    static _Thread_local char buf[1024];
+    size_t n = 0;
+    if (ffd_last_error_message(buf, sizeof buf, &n) != FFD_OK)
+        return "(ffd_last_error_message failed)";
+    return buf;
+}
+
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (cond) {                                                                     \
+            atomic_fetch_add(&passed, 1);                                               \
+            printf("ok %d: %s\n", __LINE__, #cond);                                     \
+        } else {                                                                        \
+            atomic_fetch_add(&failed, 1);                                               \
+            printf("not ok %d: %s (last error: %s)\n", __LINE__, #cond, last_error()); \
+        }                                                                               \
+        fflush(stdout);                                                                 \
+    } while (0)
+
+static int contains(const char *haystack, const char *needle) {
+    return strstr(haystack, needle) != NULL;
+}
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A barrier whose wait gives up after WAIT_MS (returns -1), so that one
+ * failed rank cannot hang the others. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n, count;
+    unsigned generation;
+} barrier_t;
+
+static int barrier_wait(barrier_t *b) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += WAIT_MS / 1000;
+    pthread_mutex_lock(&b->mu);
+    unsigned gen = b->generation;
+    if (++b->count == b->n) {
+        b->count = 0;
+        b->generation++;
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        return 0;
+    }
+    int rc = 0;
+    while (b->generation == gen && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&b->cv, &b->mu, &until);
+    int ok = b->generation != gen;
+    pthread_mutex_unlock(&b->mu);
+    return ok ? 0 : -1;
+}
+
+static barrier_t barrier = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, RANKS, 0, 0};
+
+/* The shared buffer of the in-process allgather. */
+static unsigned char *slots[RANKS];
+static size_t slot_len[RANKS];
+
+typedef struct {
+    int rank;
+    atomic_int payloads, lefts, others;
+    char payload[64];
+    size_t payload_len;
+} rank_ctx_t;
+
+static rank_ctx_t ctx[RANKS];
+
+static int shared_allgather(void *userdata, const void *mine, size_t len, void *all) {
+    rank_ctx_t *me = userdata;
+    if (barrier_wait(&barrier) != 0) /* everybody has read the last round */
+        return 2;
+    free(slots[me->rank]);
+    slots[me->rank] = malloc(len ? len : 1);
+    memcpy(slots[me->rank], mine, len);
+    slot_len[me->rank] = len;
+    if (barrier_wait(&barrier) != 0)
+        return 2;
+    for (int r = 0; r < RANKS; r++) {
+        if (slot_len[r] != len)
+            return 1;
+        memcpy((unsigned char *)all + (size_t)r * len, slots[r], len);
+    }
+    return 0;
+}
+
+static int allgather_calls;
+
+static int failing_allgather(void *userdata, const void *mine, size_t len, void *all) {
+    (void)userdata, (void)mine, (void)len, (void)all;
+    allgather_calls++;
+    return 5;
+}
+
+/* Runs on the progress thread: count, copy, return at once. */
+static void on_event(void *userdata, const ffd_event_t *ev) {
+    rank_ctx_t *me = userdata;
+    switch (ev->kind) {
+    case FFD_EVENT_PAYLOAD:
+        if (ev->payload_len <= sizeof me->payload) {
+            memcpy(me->payload, ev->payload, ev->payload_len);
+            me->payload_len = ev->payload_len;
+        }
+        atomic_fetch_add(&me->payloads, 1);
+        break;
+    case FFD_EVENT_LEFT:
+        atomic_fetch_add(&me->lefts, 1);
+        break;
+    default:
+        atomic_fetch_add(&me->others, 1);
+    }
+}
+
+/* Waits (bounded, on the event fd) for an event of `kind` about `rank`. */
+static int wait_event(const ffd_t *h, ffd_event_kind kind, uint32_t rank, ffd_event_t *out) {
+    long long deadline = now_ms() + WAIT_MS;
+    int fd = ffd_event_fd(h);
+    if (fd < 0)
+        return -1;
+    for (;;) {
+        ffd_event_t ev;
+        int rc;
+        while ((rc = ffd_next_event(h, &ev)) == FFD_OK) {
+            if (ev.kind == kind && ev.rank == rank) {
+                *out = ev;
+                return 0;
+            }
+        }
+        if (rc != FFD_NO_EVENT)
+            return -1;
+        long long left = deadline - now_ms();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, left > 1000 ? 1000 : (int)left);
+    }
+}
+
+static ffd_config_t *job_config(rank_ctx_t *me) {
+    ffd_config_t *cfg = NULL;
+    CHECK(ffd_config_new(&cfg) == FFD_OK && cfg != NULL);
+    /* Loopback only; generous timings: valgrind slows every thread down. */
+    CHECK(ffd_config_set(cfg, "FFD_PROVIDER", "tcp") == FFD_OK);
+    CHECK(ffd_config_set(cfg, "FFD_DOMAIN", "lo") == FFD_OK);
+    CHECK(ffd_config_set(cfg, "FFD_CORE", "none") == FFD_OK);
+    CHECK(ffd_config_set(cfg, "FFD_LOG", "error") == FFD_OK);
+    CHECK(ffd_config_set(cfg, "FFD_STARTUP_GRACE", "2s") == FFD_OK);
+    CHECK(ffd_config_set_period_ns(cfg, 50 * 1000 * 1000) == FFD_OK);
+    CHECK(ffd_config_set_timeout_ns(cfg, 5ull * 1000 * 1000 * 1000) == FFD_OK);
+    CHECK(ffd_config_set_callback(cfg, on_event, me) == FFD_OK);
+    return cfg;
+}
+
+static void *rank_main(void *arg) {
+    rank_ctx_t *me = arg;
+    ffd_config_t *cfg = job_config(me);
+    ffd_oob_t oob = {.rank = me->rank, .size = RANKS, .allgather = shared_allgather, .userdata = me};
+    ffd_t *h = NULL;
+    int rc = ffd_init(&oob, cfg, &h);
+    CHECK(rc == FFD_OK && h != NULL);
+    ffd_config_free(cfg); /* init copied what it needs */
+    if (rc != FFD_OK)
+        return NULL;
+
+    uint32_t rank = 99, size = 99;
+    CHECK(ffd_rank_size(h, &rank, &size) == FFD_OK && rank == (uint32_t)me->rank && size == RANKS);
+    CHECK(ffd_rank_size(h, NULL, NULL) == FFD_OK);
+    for (uint32_t r = 0; r < RANKS; r++)
+        CHECK(ffd_is_alive(h, r) == 1);
+    CHECK(ffd_is_alive(h, RANKS) == 0);
+    CHECK(ffd_is_excluded(h) == 0);
+    uint64_t epoch = 99;
+    CHECK(ffd_epoch(h, &epoch) == FFD_OK && epoch == 0);
+    CHECK(ffd_epoch(h, NULL) == FFD_ERR_NULL);
+    size_t n = 99;
+    CHECK(ffd_failed_ranks(h, NULL, 0, &n) == FFD_OK && n == 0);
+    CHECK(ffd_failed_ranks(h, NULL, 4, &n) == FFD_ERR_NULL);
+    CHECK(ffd_failed_ranks(h, NULL, 0, NULL) == FFD_ERR_NULL);
+    CHECK(ffd_event_fd(h) >= 0);
+    ffd_event_t ev;
+    CHECK(ffd_next_event(h, NULL) == FFD_ERR_NULL);
+
+    /* Heartbeats flow: bounded wait for the first published counters. */
+    ffd_stats_t st;
+    memset(&st, 0, sizeof st);
+    long long deadline = now_ms() + WAIT_MS;
+    while (ffd_stats(h, &st) == FFD_OK && st.heartbeats_sent == 0 && now_ms() < deadline)
+        poll(NULL, 0, 20);
+    CHECK(st.heartbeats_sent > 0 && st.uptime_ns > 0 && st.epoch == 0 && st.pinned_cpu == -1);
+    CHECK(ffd_stats(h, NULL) == FFD_ERR_NULL);
+    CHECK(barrier_wait(&barrier) == 0);
+
+    /* A broadcast from rank 0 reaches the others' callbacks and queues. */
+    if (me->rank == 0) {
+        static char big[1 << 20];
+        CHECK(ffd_broadcast(h, big, sizeof big) == FFD_ERR_PAYLOAD_TOO_LARGE);
+        CHECK(contains(last_error(), "exceeds the 65536-byte limit"));
+        CHECK(ffd_broadcast(h, NULL, 3) == FFD_ERR_NULL);
+        CHECK(ffd_broadcast(h, "hello", 5) == FFD_OK);
+    } else {
+        CHECK(wait_event(h, FFD_EVENT_PAYLOAD, 0, &ev) == 0);
+        CHECK(ev.payload_len == 5 && ev.payload != NULL && memcmp(ev.payload, "hello", 5) == 0);
+        CHECK(ev.cause == FFD_CAUSE_NONE && ev.seq >= 1 && ev.epoch == 0);
+        CHECK(atomic_load(&me->payloads) == 1 && me->payload_len == 5 &&
+              memcmp(me->payload, "hello", 5) == 0);
+    }
+    CHECK(barrier_wait(&barrier) == 0);
+
+    /* The last rank leaves; the others see a departure, not a failure. */
+    if (me->rank == RANKS - 1) {
+        CHECK(ffd_finalize(&h) == FFD_OK && h == NULL);
+    } else {
+        CHECK(wait_event(h, FFD_EVENT_LEFT, RANKS - 1, &ev) == 0);
+        CHECK(ev.cause == FFD_CAUSE_NONE && ev.epoch == 0 && ev.payload == NULL);
+        CHECK(atomic_load(&me->lefts) == 1);
+        CHECK(ffd_is_alive(h, RANKS - 1) == 0);
+        CHECK(ffd_epoch(h, &epoch) == FFD_OK && epoch == 0);
+        uint32_t buf[4] = {7, 7, 7, 7};
+        CHECK(ffd_failed_ranks(h, buf, 4, &n) == FFD_OK && n == 0 && buf[0] == 7);
+        CHECK(ffd_stats(h, &st) == FFD_OK && st.detections_timeout + st.detections_inband +
+                                                     st.detections_notice == 0);
+    }
+    CHECK(barrier_wait(&barrier) == 0);
+    if (h != NULL)
+        CHECK(ffd_finalize(&h) == FFD_OK && h == NULL);
+    /* Double finalize: the handle variable is NULL now. */
+    CHECK(ffd_finalize(&h) == FFD_ERR_NULL);
+    CHECK(contains(last_error(), "already finalized"));
+    CHECK(atomic_load(&me->others) == 0);
+    return NULL;
+}
+
+static void part1_arguments(void) {
+    /* Codes and messages. */
+    CHECK(strcmp(ffd_version(), FFD_VERSION) == 0);
+    const int codes[] = {FFD_OK, FFD_NO_EVENT, FFD_ERR_NULL, FFD_ERR_INVALID_ARGUMENT,
+                         FFD_ERR_CONFIG, FFD_ERR_BOOTSTRAP, FFD_ERR_FABRIC, FFD_ERR_SYSTEM,
+                         FFD_ERR_STOPPED, FFD_ERR_PAYLOAD_TOO_LARGE, FFD_ERR_PANIC};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        CHECK(strcmp(ffd_strerror(codes[i]), "unknown ffd result code") != 0);
+    CHECK(strcmp(ffd_strerror(12345), "unknown ffd result code") == 0);
+    size_t n = 99;
+    char small[8];
+    CHECK(ffd_last_error_message(small, sizeof small, &n) == FFD_OK && n == 0 && small[0] == 0);
+
+    /* Settings. */
+    ffd_config_t *cfg = NULL;
+    CHECK(ffd_config_new(NULL) == FFD_ERR_NULL);
+    CHECK(ffd_config_new(&cfg) == FFD_OK);
+    CHECK(ffd_config_set(cfg, "FFD_PERIOD", "10") == FFD_ERR_CONFIG);
+    CHECK(contains(last_error(), "FFD_PERIOD=`10` has no unit; accepted: a number with a unit"));
+    CHECK(ffd_config_set(cfg, "FFD_CORE", "elsewhere") == FFD_ERR_CONFIG);
+    CHECK(contains(last_error(), "FFD_CORE=`elsewhere`") && contains(last_error(), "auto|none"));
+    CHECK(ffd_config_set(cfg, "FFD_PERIDO", "10ms") == FFD_ERR_INVALID_ARGUMENT);
+    CHECK(contains(last_error(), "did you mean FFD_PERIOD?"));
+    CHECK(ffd_config_set(NULL, "FFD_PERIOD", "10ms") == FFD_ERR_NULL);
+    CHECK(ffd_config_set(cfg, NULL, "10ms") == FFD_ERR_NULL);
+    CHECK(ffd_config_set(cfg, "FFD_PERIOD", "20ms") == FFD_OK);
+    char value[32];
+    CHECK(ffd_config_get(cfg, "FFD_PERIOD", value, sizeof value, &n) == FFD_OK &&
+          strcmp(value, "20ms") == 0 && n == 4);
+    CHECK(ffd_config_get(cfg, "FFD_PROVIDER", small, 3, &n) == FFD_OK && strcmp(small, "tc") == 0 &&
+          n == 3);
+    CHECK(ffd_config_get(cfg, "FFD_NOPE", value, sizeof value, &n) == FFD_ERR_INVALID_ARGUMENT);
+    CHECK(ffd_config_set_period_ns(cfg, 0) == FFD_ERR_CONFIG);
+    CHECK(ffd_config_set_period_ns(NULL, 1) == FFD_ERR_NULL);
+    CHECK(ffd_config_set_timeout_ns(cfg, 1500000) == FFD_OK); /* 1.5ms, below the period */
+    CHECK(ffd_config_get(cfg, "FFD_TIMEOUT", value, sizeof value, &n) == FFD_ERR_CONFIG);
+    CHECK(contains(last_error(), "the timeout must exceed the period"));
+
+    /* init refuses the settings before calling the host's collective. */
+    ffd_oob_t oob = {.rank = 0, .size = 1, .allgather = failing_allgather, .userdata = NULL};
+    ffd_t *h = (ffd_t *)&oob; /* a sentinel: must stay untouched on failure */
+    CHECK(ffd_init(&oob, cfg, &h) == FFD_ERR_CONFIG && h == (ffd_t *)&oob && allgather_calls == 0);
+    CHECK(ffd_config_set(cfg, "FFD_TIMEOUT", NULL) == FFD_OK); /* back to the default */
+    CHECK(ffd_config_set_period_ns(cfg, 10 * 1000 * 1000) == FFD_OK);
+    CHECK(ffd_config_set(cfg, "FFD_DOMAIN", "lo") == FFD_OK);
+    CHECK(ffd_config_set(cfg, "FFD_CORE", "none") == FFD_OK);
+    CHECK(ffd_config_set_callback(cfg, NULL, NULL) == FFD_OK);
+    CHECK(ffd_config_set_callback(NULL, on_event, NULL) == FFD_ERR_NULL);
+
+    /* A host allgather that fails is a bootstrap error naming it. */
+    CHECK(ffd_init(&oob, cfg, &h) == FFD_ERR_BOOTSTRAP && h == (ffd_t *)&oob);
+    CHECK(allgather_calls == 1 && contains(last_error(), "ffd_oob_t allgather callback returned 5"));
+    oob.rank = 1;
+    CHECK(ffd_init(&oob, cfg, &h) == FFD_ERR_INVALID_ARGUMENT);
+    oob.rank = 0;
+    oob.allgather = NULL;
+    CHECK(ffd_init(&oob, cfg, &h) == FFD_ERR_NULL);
+    CHECK(ffd_init(&oob, cfg, NULL) == FFD_ERR_NULL);
+    /* No oob, no launcher: the message says what is missing. */
+    CHECK(ffd_init(NULL, cfg, &h) == FFD_ERR_BOOTSTRAP && h == (ffd_t *)&oob);
+    CHECK(contains(last_error(), "FFD_BOOTSTRAP is not set"));
+    ffd_config_free(cfg);
+    ffd_config_free(NULL);
+
+    /* The environment. */
+    setenv("FFD_TIMEOUT", "250ms", 1);
+    CHECK(ffd_config_from_env(&cfg) == FFD_OK);
+    CHECK(ffd_config_get(cfg, "FFD_TIMEOUT", value, sizeof value, NULL) == FFD_OK &&
+          strcmp(value, "250ms") == 0);
+    CHECK(ffd_config_set(cfg, "FFD_TIMEOUT", "300ms") == FFD_OK); /* code after env wins */
+    CHECK(ffd_config_get(cfg, "FFD_TIMEOUT", value, sizeof value, NULL) == FFD_OK &&
+          strcmp(value, "300ms") == 0);
+    CHECK(ffd_config_load_env(cfg) == FFD_OK); /* env loaded after code wins */
+    CHECK(ffd_config_get(cfg, "FFD_TIMEOUT", value, sizeof value, NULL) == FFD_OK &&
+          strcmp(value, "250ms") == 0);
+    setenv("FFD_INBAND", "sometimes", 1);
+    ffd_config_t *untouched = cfg;
+    CHECK(ffd_config_from_env(&untouched) == FFD_ERR_CONFIG && untouched == cfg);
+    CHECK(contains(last_error(), "FFD_INBAND=`sometimes`"));
+    CHECK(ffd_config_load_env(cfg) == FFD_ERR_CONFIG);
+    CHECK(ffd_config_load_env(NULL) == FFD_ERR_NULL);
+    CHECK(ffd_config_from_env(NULL) == FFD_ERR_NULL);
+    unsetenv("FFD_INBAND");
+    unsetenv("FFD_TIMEOUT");
+    ffd_config_free(cfg);
+
+    /* Every call on a NULL handle. */
+    uint64_t epoch = 7;
+    ffd_event_t ev;
+    ffd_stats_t st;
+    uint32_t r;
+    CHECK(ffd_is_alive(NULL, 0) == FFD_ERR_NULL);
+    CHECK(ffd_is_excluded(NULL) == FFD_ERR_NULL);
+    CHECK(ffd_rank_size(NULL, &r, &r) == FFD_ERR_NULL);
+    CHECK(ffd_epoch(NULL, &epoch) == FFD_ERR_NULL && epoch == 7);
+    CHECK(ffd_failed_ranks(NULL, &r, 1, &n) == FFD_ERR_NULL);
+    CHECK(ffd_next_event(NULL, &ev) == FFD_ERR_NULL);
+    CHECK(ffd_event_fd(NULL) == FFD_ERR_NULL);
+    CHECK(ffd_broadcast(NULL, "x", 1) == FFD_ERR_NULL);
+    CHECK(ffd_stats(NULL, &st) == FFD_ERR_NULL);
+    CHECK(ffd_finalize(NULL) == FFD_ERR_NULL);
+    h = NULL;
+    CHECK(ffd_finalize(&h) == FFD_ERR_NULL);
+    CHECK(ffd_last_error_message(NULL, 4, &n) == FFD_ERR_NULL);
+    CHECK(ffd_last_error_message(NULL, 0, &n) == FFD_OK && n > 0);
+}
+
+int main(void) {
+    part1_arguments();
+
+    pthread_t threads[RANKS];
+    for (int r = 0; r < RANKS; r++) {
+        ctx[r].rank = r;
+        if (pthread_create(&threads[r], NULL, rank_main, &ctx[r]) != 0) {
+            printf("not ok: pthread_create\n");
+            return 1;
+        }
+    }
+    for (int r = 0; r < RANKS; r++)
+        pthread_join(threads[r], NULL);
+    for (int r = 0; r < RANKS; r++)
+        free(slots[r]);
+
+    int p = atomic_load(&passed), f = atomic_load(&failed);
+    if (f == 0) {
+        printf("capi_test: all %d checks passed\n", p);
+        return 0;
+    }
+    printf("capi_test: %d of %d checks failed\n", f, p + f);
+    return 1;
+}

@@ -1,0 +1,204 @@
+//! Shared by the C API tests (`tests/capi.rs`, `tests/capi_mpi.rs`):
+//! building libffd's pkg-config files with `ci/pkgconfig`, compiling C
+//! against them, and running children with bounded waits.
+//!
+//! Every child is started here and reaped here: [`Child`] waits for it in
+//! a thread and, if the test lets go of it before it exited (a failed
+//! assertion, a hang past its bound), sends SIGTERM then SIGKILL to its
+//! PID and reaps it.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Bound on building libffd and its pkg-config files (a no-op when the
+/// library is fresh, which it is after `cargo test` built it).
+const BUILD_BOUND: Duration = Duration::from_secs(900);
+
+/// A finished child: its exit status and everything it printed.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    /// Both streams, for assertion messages.
+    pub fn text(&self) -> String {
+        format!(
+            "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A child process of ours with bounded waits.
+pub struct Child {
+    pid: u32,
+    what: String,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+    exited: Receiver<std::io::Result<ExitStatus>>,
+    done: bool,
+}
+
+impl Child {
+    pub fn start(mut cmd: Command, what: &str) -> Child {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let pid = child.id();
+        let reader = |mut stream: Box<dyn Read + Send>| {
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = stream.read_to_end(&mut bytes);
+                let _ = tx.send(String::from_utf8_lossy(&bytes).into_owned());
+            });
+            rx
+        };
+        let stdout = reader(Box::new(child.stdout.take().expect("piped stdout")));
+        let stderr = reader(Box::new(child.stderr.take().expect("piped stderr")));
+        let (tx, exited) = mpsc::channel();
+        thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        Child {
+            pid,
+            what: what.to_owned(),
+            stdout,
+            stderr,
+            exited,
+            done: false,
+        }
+    }
+
+    /// Waits for the exit and the output, all within `bound` (or the test
+    /// fails, and the drop ends the child).
+    pub fn finish(mut self, bound: Duration) -> Output {
+        let deadline = Instant::now() + bound;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let status = match self.exited.recv_timeout(left()) {
+            Ok(status) => status.unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what)),
+            Err(_) => panic!("{} did not exit within {bound:?}", self.what),
+        };
+        self.done = true;
+        // The streams close at exit, unless a grandchild holds them.
+        let stdout = self.stdout.recv_timeout(left()).unwrap_or_default();
+        let stderr = self.stderr.recv_timeout(left()).unwrap_or_default();
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Still running: mpirun forwards SIGTERM to its ranks and exits.
+        let pid = Pid::from_raw(self.pid as i32);
+        for (signal, grace) in [(Signal::SIGTERM, 10), (Signal::SIGKILL, 10)] {
+            if self.exited.try_recv().is_ok() {
+                return;
+            }
+            let _ = kill(pid, signal);
+            if self.exited.recv_timeout(Duration::from_secs(grace)).is_ok() {
+                return;
+            }
+        }
+        eprintln!("{} (pid {}) survived SIGKILL", self.what, self.pid);
+    }
+}
+
+/// Runs `cmd` to completion within `bound`.
+pub fn run(cmd: Command, what: &str, bound: Duration) -> Output {
+    Child::start(cmd, what).finish(bound)
+}
+
+/// The repository root.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory holding `ffd.pc` and `ffd-static.pc` for this test's
+/// profile and features, written once per test process by `ci/pkgconfig`
+/// (which builds the library with cargo: a no-op when it is fresh).
+pub fn pkg_config_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let mut cmd = Command::new(repo().join("ci/pkgconfig"));
+        if cfg!(debug_assertions) {
+            cmd.arg("--debug");
+        }
+        if cfg!(feature = "pmix") {
+            cmd.args(["--features", "pmix"]);
+        }
+        let out = run(cmd, "ci/pkgconfig", BUILD_BOUND);
+        assert!(out.status.success(), "ci/pkgconfig failed\n{}", out.text());
+        let dir = PathBuf::from(out.stdout.trim());
+        assert!(dir.join("ffd.pc").is_file(), "{}", out.text());
+        dir
+    })
+}
+
+/// `pkg-config --cflags --libs <package>` against our .pc files, split.
+pub fn pkg_config_flags(package: &str) -> Vec<String> {
+    let mut cmd = Command::new("pkg-config");
+    cmd.env("PKG_CONFIG_PATH", pkg_config_dir())
+        .args(["--cflags", "--libs", package]);
+    let out = run(cmd, "pkg-config", Duration::from_secs(60));
+    assert!(out.status.success(), "pkg-config {package}\n{}", out.text());
+    out.stdout.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Compiles C `source` into `name` under this test target's scratch
+/// directory with `compiler` and the flags of pkg-config `package`.
+pub fn compile_c(compiler: &str, source: &str, package: &str, name: &str) -> PathBuf {
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
+    std::fs::create_dir_all(&out_dir).expect("create the scratch directory");
+    let exe = out_dir.join(name);
+    let mut cmd = Command::new(compiler);
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-pthread"])
+        .arg(repo().join(source))
+        .arg("-o")
+        .arg(&exe)
+        .args(pkg_config_flags(package));
+    let out = run(cmd, compiler, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "{compiler} {source} against {package} failed\n{}",
+        out.text()
+    );
+    exe
+}
+
+/// A command without the `FFD_*`, `PMIX_*` and `OMPI_*` variables of the
+/// test's own environment, so that only what the test sets applies.
+pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        let n = name.to_string_lossy();
+        if n.starts_with("FFD_") || n.starts_with("PMIX_") || n.starts_with("OMPI_") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
+}
