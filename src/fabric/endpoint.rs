@@ -402,7 +402,12 @@ impl Endpoint {
 
     /// Tries once to write `value` into 8-byte slot `slot` of `remote` at
     /// `peer` with `fi_inject_write`: no completion on success, and the
-    /// value is copied before return. `-FI_EAGAIN` is
+    /// value is copied before return.
+    ///
+    /// Avoid it on `tcp;ofi_rxm` towards a peer that may die: libfabric
+    /// 1.17 was seen to crash (SIGSEGV in `fi_cq_readfrom`, in rxm's error
+    /// handling) about once in 20 such kills here. Prefer
+    /// [`try_write_u64`](Self::try_write_u64), which the runtime uses. `-FI_EAGAIN` is
     /// [`FabricError::WouldBlock`]: progress with [`poll`](Self::poll) and
     /// keep per-peer bookkeeping of how long that lasts.
     pub fn try_inject_write(
