@@ -94,7 +94,7 @@ typedef enum {
      */
     FFD_ERR_STOPPED = -7,
     /**
-     * ffd_broadcast(): the payload exceeds the limit (64 KiB by default).
+     * ffd_broadcast(): the payload exceeds the limit (8 KiB).
      */
     FFD_ERR_PAYLOAD_TOO_LARGE = -8,
     /**
@@ -692,7 +692,7 @@ int ffd_event_fd(const ffd_t *h);
  * bytes are copied. `bytes` may be NULL when `len` is 0. Any thread.
  *
  * @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
- * gives the limit, 64 KiB by default); FFD_ERR_STOPPED once this rank has
+ * gives the limit, 8 KiB); FFD_ERR_STOPPED once this rank has
  * been excluded or its detector stopped.
  *
  * # Safety

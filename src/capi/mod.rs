@@ -79,7 +79,7 @@ pub enum ffd_result {
     /// The detector has stopped: this rank was excluded (declared failed by
     /// the others) or its progress thread ended.
     FFD_ERR_STOPPED = -7,
-    /// ffd_broadcast(): the payload exceeds the limit (64 KiB by default).
+    /// ffd_broadcast(): the payload exceeds the limit (8 KiB).
     FFD_ERR_PAYLOAD_TOO_LARGE = -8,
     /// A bug inside ffd: a Rust panic was caught at the API boundary. The
     /// message says where; please report it.
@@ -1362,7 +1362,7 @@ pub unsafe extern "C" fn ffd_event_fd(h: *const ffd_t) -> c_int {
 /// bytes are copied. `bytes` may be NULL when `len` is 0. Any thread.
 ///
 /// @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
-/// gives the limit, 64 KiB by default); FFD_ERR_STOPPED once this rank has
+/// gives the limit, 8 KiB); FFD_ERR_STOPPED once this rank has
 /// been excluded or its detector stopped.
 ///
 /// # Safety

@@ -235,7 +235,7 @@ static void *rank_main(void *arg) {
     if (me->rank == 0) {
         static char big[1 << 20];
         CHECK(ffd_broadcast(h, big, sizeof big) == FFD_ERR_PAYLOAD_TOO_LARGE);
-        CHECK(contains(last_error(), "exceeds the 65536-byte limit"));
+        CHECK(contains(last_error(), "exceeds the 8192-byte limit"));
         CHECK(ffd_broadcast(h, NULL, 3) == FFD_ERR_NULL);
         CHECK(ffd_broadcast(h, "hello", 5) == FFD_OK);
     } else {
