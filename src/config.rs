@@ -75,8 +75,8 @@ variables! {
     LOG = "FFD_LOG", "off|error|warn|info|debug", "warn", "log level (to stderr)";
     EVENT_QUEUE = "FFD_EVENT_QUEUE", "an integer from 1 to 1048576, e.g. `1024`", "1024",
         "capacity of the pollable event queue";
-    EAGAIN_LIMIT = "FFD_EAGAIN_LIMIT", "`timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`", "timeout",
-        "run of -FI_EAGAIN on posts to a peer after which it is unreachable";
+    EAGAIN_LIMIT = "FFD_EAGAIN_LIMIT", "`auto`, `timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`", "auto",
+        "run of -FI_EAGAIN on posts to a peer after which it is unreachable (auto: 3 periods, at most the timeout)";
     STARTUP_GRACE = "FFD_STARTUP_GRACE", DURATION_FORM, "1s",
         "extra time at start for an emitter never heard from (connection set-up)";
     HOSTNAME = "FFD_HOSTNAME", "a host name without spaces, e.g. `node17`", "this machine's",
@@ -409,6 +409,23 @@ pub enum ProgressMode {
     Spin,
 }
 
+/// How long a run of refused posts (`-FI_EAGAIN`, `sockets`' `-FI_ENOENT`)
+/// to one peer lasts before the peer counts as unreachable
+/// (`FFD_EAGAIN_LIMIT`). On `tcp;ofi_rxm` a dead peer's connection refuses
+/// every post forever, so on a link that has carried traffic a run of a few
+/// periods is strong evidence; a link that never worked gets the start-up
+/// grace plus the timeout whatever this says (connection set-up).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EagainLimit {
+    /// Three periods, at most the timeout.
+    #[default]
+    Auto,
+    /// The timeout.
+    Timeout,
+    /// This long.
+    After(Duration),
+}
+
 /// Log level (`FFD_LOG`), ordered from quietest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {
@@ -492,7 +509,7 @@ pub struct Config {
     progress: Setting<ProgressMode>,
     log: Setting<LogLevel>,
     event_queue: Setting<usize>,
-    eagain_limit: Setting<Option<Duration>>,
+    eagain_limit: Setting<EagainLimit>,
     startup_grace: Setting<Duration>,
     hostname: Setting<Option<String>>,
     warnings: Vec<ConfigWarning>,
@@ -563,9 +580,13 @@ impl Config {
         self.event_queue.value
     }
     /// How long posts to one peer may keep returning `-FI_EAGAIN` before the
-    /// peer counts as unreachable (the timeout unless set).
+    /// peer counts as unreachable ([`EagainLimit`]; `auto` unless set).
     pub fn eagain_limit(&self) -> Duration {
-        self.eagain_limit.value.unwrap_or(self.timeout.value)
+        match self.eagain_limit.value {
+            EagainLimit::Auto => (self.period.value * 3).min(self.timeout.value),
+            EagainLimit::Timeout => self.timeout.value,
+            EagainLimit::After(d) => d,
+        }
     }
     /// Time after start before an emitter's silence counts against it.
     pub fn startup_grace(&self) -> Duration {
@@ -615,8 +636,9 @@ impl Config {
             }
         }
         let eagain = match self.eagain_limit.value {
-            Some(d) => format_duration(d),
-            None => format!("timeout ({})", format_duration(self.timeout())),
+            EagainLimit::After(d) => format_duration(d),
+            EagainLimit::Auto => format!("auto ({})", format_duration(self.eagain_limit())),
+            EagainLimit::Timeout => format!("timeout ({})", format_duration(self.eagain_limit())),
         };
         vec![
             info(
@@ -748,7 +770,7 @@ impl ConfigBuilder {
         progress: ProgressMode;
         log: LogLevel;
         event_queue: usize;
-        /// Defaults to the timeout.
+        /// Defaults to [`EagainLimit::Auto`].
         eagain_limit: Duration;
         startup_grace: Duration;
     }
@@ -970,17 +992,22 @@ impl Resolver<'_> {
         )?;
         let eagain_limit = self.setting(
             ("eagain_limit", var::EAGAIN_LIMIT),
-            b.eagain_limit.map(Some),
-            None,
-            |s| {
-                if s.trim().eq_ignore_ascii_case("timeout") {
-                    Ok(None)
-                } else {
-                    dur(s).map(Some)
-                }
+            b.eagain_limit.map(EagainLimit::After),
+            EagainLimit::Auto,
+            |s| match s.trim().to_ascii_lowercase().as_str() {
+                "auto" => Ok(EagainLimit::Auto),
+                "timeout" => Ok(EagainLimit::Timeout),
+                _ => dur(s).map(EagainLimit::After),
             },
-            |d: &Option<Duration>| d.as_ref().map_or(Ok(()), positive),
-            |d| d.map_or_else(|| "timeout".to_owned(), format_duration),
+            |l: &EagainLimit| match l {
+                EagainLimit::After(d) => positive(d),
+                _ => Ok(()),
+            },
+            |l| match l {
+                EagainLimit::Auto => "auto".to_owned(),
+                EagainLimit::Timeout => "timeout".to_owned(),
+                EagainLimit::After(d) => format_duration(*d),
+            },
         )?;
         let startup_grace = self.setting(
             ("startup_grace", var::STARTUP_GRACE),

@@ -49,7 +49,7 @@ fn defaults_are_documented_values() {
     assert_eq!(cfg.progress(), ProgressMode::Sleep);
     assert_eq!(cfg.log(), LogLevel::Warn);
     assert_eq!(cfg.event_queue(), 1024);
-    assert_eq!(cfg.eagain_limit(), ms(100));
+    assert_eq!(cfg.eagain_limit(), ms(30));
     assert_eq!(cfg.startup_grace(), Duration::from_secs(1));
     assert_eq!(cfg.hostname(), None);
     assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
@@ -271,20 +271,24 @@ fn event_queue() {
 }
 
 #[test]
-fn eagain_limit_follows_the_timeout_unless_set() {
+fn eagain_limit_is_three_periods_at_most_the_timeout_unless_set() {
     let cfg = from(&[("FFD_TIMEOUT", "300ms")]).unwrap();
-    assert_eq!(cfg.eagain_limit(), ms(300));
+    assert_eq!(cfg.eagain_limit(), ms(30), "3 × the 10ms period");
+    let cfg = from(&[("FFD_PERIOD", "50ms"), ("FFD_TIMEOUT", "120ms")]).unwrap();
+    assert_eq!(cfg.eagain_limit(), ms(120), "never beyond the timeout");
+    let cfg = from(&[("FFD_EAGAIN_LIMIT", "AUTO"), ("FFD_PERIOD", "20ms")]).unwrap();
+    assert_eq!(cfg.eagain_limit(), ms(60));
     let cfg = from(&[("FFD_EAGAIN_LIMIT", "50ms")]).unwrap();
     assert_eq!(cfg.eagain_limit(), ms(50));
     let cfg = from(&[("FFD_EAGAIN_LIMIT", "timeout"), ("FFD_TIMEOUT", "1s")]).unwrap();
     assert_eq!(cfg.eagain_limit(), Duration::from_secs(1));
     assert_eq!(
         err(&[("FFD_EAGAIN_LIMIT", "0s")]),
-        "FFD_EAGAIN_LIMIT=`0s` must be positive; accepted: `timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`"
+        "FFD_EAGAIN_LIMIT=`0s` must be positive; accepted: `auto`, `timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`"
     );
     assert_eq!(
         err(&[("FFD_EAGAIN_LIMIT", "forever")]),
-        "FFD_EAGAIN_LIMIT=`forever` is not a duration; accepted: `timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`"
+        "FFD_EAGAIN_LIMIT=`forever` is not a duration; accepted: `auto`, `timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`"
     );
 }
 
@@ -485,7 +489,7 @@ fn describe_lists_every_setting_with_its_origin() {
     );
     assert_eq!(
         line("FFD_EAGAIN_LIMIT").as_deref(),
-        Some("FFD_EAGAIN_LIMIT timeout (300ms) default")
+        Some("FFD_EAGAIN_LIMIT auto (60ms) default")
     );
     assert_eq!(text.lines().count(), cfg.settings().len());
 }
