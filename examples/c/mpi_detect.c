@@ -9,7 +9,7 @@
  * on ffd's event fd until ffd reports the victim, prints what it learned
  * and how long after the kill, prints its counters, finalizes ffd and exits.
  *
- * Build and run (docs/embedding.md):
+ * Build and run (the README, "Embedding ffd in an MPI or OpenSHMEM library"):
  *
  *   ci/pkgconfig --features pmix
  *   mpicc examples/c/mpi_detect.c $(PKG_CONFIG_PATH=target/release pkg-config --cflags --libs ffd) \
