@@ -26,7 +26,7 @@
  *   thread and must not block.
  *
  * Link: pkg-config --cflags --libs ffd (shared), or ffd-static (static);
- * see docs/embedding.md.
+ * see the README section "Embedding ffd in an MPI or OpenSHMEM library".
  */
 
 #ifndef FFD_H
