@@ -42,7 +42,7 @@ def main():
     for n in [int(x) for x in a.sizes.split(",")]:
         per_job = max(1, min(5, n // 4))
         for fault in ["kill", "stop"]:
-            samples, missed, false_reports, jobs = [], 0, 0, 0
+            samples, missed, false_reports, jobs, false_detail = [], 0, 0, 0, []
             while len(samples) + missed < a.trials:
                 k = min(per_job, a.trials - len(samples) - missed)
                 # Victims spread around the ring: ranks 1, 1+n/k, ...
@@ -57,6 +57,10 @@ def main():
                 samples += got
                 missed += len(victims) - len(got)
                 false_reports += len(report["false_reports"])
+                if report["false_reports"]:
+                    lag = {r: st["engine"]["self_lag_trips"] for r, st in report["stats"].items()}
+                    false_detail.append({"faults": args, "false_reports": report["false_reports"],
+                                         "self_lag_trips": lag})
             detect = [s["detect_ms"] for s in samples]
             spread = [s["propagate_ms"] for s in samples if s["propagate_ms"] is not None]
             causes = {}
@@ -64,7 +68,8 @@ def main():
                 causes[s["cause"]] = causes.get(s["cause"], 0) + 1
             results.append({
                 "ranks": n, "fault": fault, "trials": len(samples), "missed": missed,
-                "jobs": jobs, "false_reports": false_reports, "causes": causes,
+                "jobs": jobs, "false_reports": false_reports, "false_detail": false_detail,
+                "causes": causes,
                 "detect_p50_ms": median(detect), "detect_p99_ms": percentile(detect, 99),
                 "propagate_p50_ms": median(spread), "propagate_p99_ms": percentile(spread, 99),
                 "log2_n": math.log2(n),

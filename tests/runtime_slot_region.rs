@@ -106,13 +106,21 @@ fn only_the_slot_page_is_writable(provider: &str) {
     record.slot_addr = mine.remote().addr;
     record.slot_key = mine.remote().key;
     let view = bootstrap::exchange(&mut me, &record).expect("exchange");
+    for r in &view.records {
+        av.insert(&r.fabric_addr).unwrap();
+    }
+    // Join the start-up barrier as every rank does, progressing our
+    // endpoint meanwhile: rank 1's heartbeat link is to us.
+    let barrier = thread::spawn(move || me.allgather(&[]).map(|_| ()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !barrier.is_finished() && Instant::now() < deadline {
+        ep.wait(Duration::from_millis(5), &mut |_| {}).unwrap();
+    }
+    barrier.join().unwrap().expect("start-up barrier");
     let _detectors: Vec<Detector> = detectors
         .into_iter()
         .map(|h| h.join().unwrap().expect("detector starts"))
         .collect();
-    for r in &view.records {
-        av.insert(&r.fabric_addr).unwrap();
-    }
     let target = &view.records[0];
     let page = page_size() as u64;
     assert_eq!(page, 4096, "the slot page is one 4 KiB page here");

@@ -47,7 +47,7 @@ use crate::fabric::{
     AddressVector, Domain, Endpoint, EndpointConfig, FabricError, Info, MemoryRegion, RemoteRegion,
     SlotPage,
 };
-use crate::protocol::{self, Engine, Rank, Ring};
+use crate::protocol::{self, Rank, Ring};
 
 pub use events::EventQueue;
 pub use failed_bits::FailedBits;
@@ -55,7 +55,7 @@ pub use placement::Placement;
 pub use stats::{LatenessHistogram, RuntimeCounters, StatsSnapshot};
 
 use log::Logger;
-use progress::{Command, Progress};
+use progress::Command;
 
 /// An event as the host receives it: what happened (the protocol's
 /// [`protocol::Event`]), when this rank learned it, and the epoch after it.
@@ -269,13 +269,11 @@ impl Detector {
         let max_payload = engine_config.max_payload;
         let engine_config = Arc::new(engine_config);
         let started = Instant::now();
-        let engine = Engine::new(
-            Arc::clone(&engine_config),
-            ring,
-            me,
-            view.job_key,
-            protocol::Time::ZERO,
-        )?;
+        // The Engine is built by the progress thread once every rank is
+        // linked; check its settings now, while errors can still be returned.
+        engine_config.validate()?;
+        let observer = ring.successors(me).next();
+        let link_target = observer.map(|o| (o, peers[o as usize]));
 
         let shared = Arc::new(Shared {
             me,
@@ -307,10 +305,16 @@ impl Detector {
             })?;
         let (commands, command_rx) = mpsc::channel();
         let (linked_tx, linked_rx) = mpsc::sync_channel(1);
+        let (go_tx, go_rx) = mpsc::sync_channel(1);
 
-        let progress = Progress::new(progress::Parts {
+        let parts = progress::Parts {
             shared: Arc::clone(&shared),
-            engine,
+            seed: progress::EngineSeed {
+                config: engine_config,
+                ring,
+                me,
+                job_key: view.job_key,
+            },
             endpoint,
             _av: av,
             slots,
@@ -319,14 +323,18 @@ impl Detector {
             commands: command_rx,
             wake: wake_rx,
             callback,
-            linked: Some(linked_tx),
+            link: progress::Link {
+                target: link_target,
+                linked: linked_tx,
+                go: go_rx,
+            },
             spin: config.progress() == crate::config::ProgressMode::Spin,
             eagain_limit: config.eagain_limit(),
             connect_grace: config.startup_grace() + config.timeout(),
             period: config.period(),
             timeout: config.timeout(),
             logger,
-        });
+        };
         let pin = placement.clone();
         let (exit_tx, exited) = mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
@@ -335,26 +343,31 @@ impl Detector {
                 // Dropped when the thread ends, however it ends.
                 let _exit = exit_tx;
                 if let Err(e) = placement::pin_current_thread(&pin) {
-                    progress
-                        .logger()
-                        .warn(format_args!("{e}; running unpinned"));
+                    logger.warn(format_args!("{e}; running unpinned"));
                 }
-                progress.run();
+                progress::run(parts);
             })
             .map_err(|source| StartError::Io {
                 what: "progress thread",
                 source,
             })?;
 
-        // Ready once our heartbeat link to the observer carried a write, so
-        // the first timeout does not pay for connection set-up.
-        let linked = linked_rx.recv_timeout(config.startup_grace().max(config.timeout()));
-        phase("heartbeat link");
-        if linked.is_err() {
+        // Nobody judges anybody before every rank's heartbeat link carried a
+        // write: wait for ours, then for everyone's (a barrier), then go.
+        // A link still down after three times the grace has a dead or
+        // wedged observer: go on, its own observer will find it.
+        let bound = (config.startup_grace() + config.timeout()) * 3;
+        if linked_rx.recv_timeout(bound).is_err() {
             logger.warn(format_args!(
-                "the heartbeat link to the observer was not confirmed within the start-up grace"
+                "the heartbeat link to the observer was not confirmed within {bound:?}"
             ));
         }
+        phase("heartbeat link");
+        // On error the thread sees `go` dropped and ends.
+        bootstrap.allgather(&[]).map_err(ExchangeError::from)?;
+        phase("all ranks linked");
+        let _ = go_tx.send(());
+        let _ = (&wake).write(&[1]);
 
         Ok(Detector {
             shared,

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
-use crate::protocol::{self, Engine, Input, Output, Participation, Rank, Time, TransportErrorKind};
+use crate::protocol::{
+    self, Engine, EngineConfig, Input, Output, Participation, Rank, Ring, Time, TransportErrorKind,
+};
 
 use super::log::Logger;
 use super::stats::RuntimeCounters;
@@ -70,7 +72,8 @@ pub(super) enum Command {
 /// Everything [`Progress`] is made of, handed over by `Detector::start`.
 pub(super) struct Parts {
     pub shared: Arc<Shared>,
-    pub engine: Engine,
+    /// What the Engine is made of once every rank's link is up.
+    pub seed: EngineSeed,
     pub endpoint: Endpoint,
     /// Kept open while the endpoint uses it.
     pub _av: AddressVector,
@@ -81,8 +84,8 @@ pub(super) struct Parts {
     pub commands: Receiver<Command>,
     pub wake: UnixStream,
     pub callback: Option<Callback>,
-    /// Signalled once the first heartbeat write completed.
-    pub linked: Option<SyncSender<()>>,
+    /// The linking phase before the Engine starts.
+    pub link: Link,
     pub spin: bool,
     pub eagain_limit: Duration,
     /// A refusal run on a link that never carried anything is connection
@@ -112,7 +115,6 @@ struct Core {
     started: Instant,
     commands: Receiver<Command>,
     callback: Option<Callback>,
-    linked: Option<SyncSender<()>>,
     spin: bool,
     eagain_limit: Duration,
     connect_grace: Duration,
@@ -133,8 +135,138 @@ struct Core {
     last_publish: Instant,
 }
 
+/// The Engine's ingredients; it is built when the linking phase ends, so
+/// its clock (start-up grace, first checks) starts when every rank is linked.
+pub(super) struct EngineSeed {
+    pub config: Arc<EngineConfig>,
+    pub ring: Arc<Ring>,
+    pub me: Rank,
+    pub job_key: u64,
+}
+
+/// The linking phase: before any Engine judges anyone, each rank's
+/// heartbeat link to its observer must carry a write. On `tcp;ofi_rxm`
+/// connection set-up costs CPU on both sides and was seen to take over a
+/// second with 32 ranks on 2 cores; judged meanwhile, live ranks would be
+/// declared. The thread keeps progressing its completion queue (peers'
+/// connections to it need that) until `Detector::start` has seen every
+/// rank linked (a bootstrap barrier) and says go.
+pub(super) struct Link {
+    /// The observer and its slot region (none in a job of one).
+    pub target: Option<(Rank, RemoteRegion)>,
+    /// Signalled once the write to the observer completed.
+    pub linked: SyncSender<()>,
+    /// Go (a unit) or give up (disconnected).
+    pub go: Receiver<()>,
+}
+
+/// The progress thread's body: the linking phase, then the Engine's loop.
+pub(super) fn run(parts: Parts) {
+    let mut parts = parts;
+    let Some(held) = link_phase(&mut parts) else {
+        parts.shared.running.store(false, Ordering::Release);
+        return;
+    };
+    let now =
+        Time::from_nanos(u64::try_from(parts.started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    let seed = &parts.seed;
+    let engine = match Engine::new(
+        Arc::clone(&seed.config),
+        Arc::clone(&seed.ring),
+        seed.me,
+        seed.job_key,
+        now,
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            parts
+                .logger
+                .error(format_args!("the protocol engine refused to start: {e}"));
+            parts.shared.running.store(false, Ordering::Release);
+            return;
+        }
+    };
+    let mut progress = Progress::new(parts, engine);
+    // Messages that arrived while linking (a faster rank's first notice).
+    for bytes in held {
+        let now = progress.core.now();
+        let _ = progress.core.engine.handle(
+            now,
+            Input::Message {
+                from: None,
+                bytes: &bytes,
+            },
+        );
+    }
+    progress.run();
+}
+
+/// Returns the messages received meanwhile, or `None` when told to stop.
+fn link_phase(parts: &mut Parts) -> Option<Vec<Vec<u8>>> {
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    let mut linked = parts.link.target.is_none();
+    if linked {
+        let _ = parts.link.linked.try_send(());
+    }
+    let mut posted = false;
+    // Bounded by Detector::start, which says go or drops the channel
+    // within start-up grace + timeout + the bootstrap's own bound.
+    loop {
+        match parts.link.go.try_recv() {
+            Ok(()) => return Some(held),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
+        }
+        if matches!(
+            parts.commands.try_recv(),
+            Ok(Command::Stop | Command::Leave)
+        ) {
+            return None;
+        }
+        if let (false, false, Some((to, region))) = (linked, posted, parts.link.target.as_ref()) {
+            match parts
+                .endpoint
+                .try_write_u64(FiAddr(u64::from(*to)), region, 0, 0, u64::from(*to))
+            {
+                Ok(()) => posted = true,
+                Err(e) if e.is_refusal() => {}
+                Err(e) => parts
+                    .logger
+                    .debug(format_args!("linking to rank {to}: {e}")),
+            }
+        }
+        let target = parts.link.target.as_ref().map(|(t, _)| u64::from(*t));
+        let mut done = false;
+        let mut failed = false;
+        let waited = parts.endpoint.wait_or(
+            Duration::from_millis(5),
+            parts.wake.as_fd(),
+            &mut |c| match c {
+                Completion::Written { token } if Some(token) == target => done = true,
+                Completion::Failed(_) => failed = true,
+                Completion::Received { bytes, .. } => held.push(bytes.to_vec()),
+                _ => {}
+            },
+        );
+        if let Err(e) = waited {
+            parts.logger.error(format_args!("linking: {e}"));
+            return None;
+        }
+        let mut sink = [0u8; 64];
+        while matches!((&parts.wake).read(&mut sink), Ok(n) if n > 0) {}
+        if done && !linked {
+            linked = true;
+            let _ = parts.link.linked.try_send(());
+        }
+        if failed {
+            // Try again next round (the observer may still be starting).
+            posted = false;
+        }
+    }
+}
+
 impl Progress {
-    pub(super) fn new(parts: Parts) -> Self {
+    fn new(parts: Parts, engine: Engine) -> Self {
         Progress {
             endpoint: parts.endpoint,
             slots: parts.slots,
@@ -142,12 +274,11 @@ impl Progress {
             wake: parts.wake,
             core: Core {
                 shared: parts.shared,
-                engine: parts.engine,
+                engine,
                 peers: parts.peers,
                 started: parts.started,
                 commands: parts.commands,
                 callback: parts.callback,
-                linked: parts.linked,
                 spin: parts.spin,
                 eagain_limit: parts.eagain_limit,
                 connect_grace: parts.connect_grace,
@@ -165,12 +296,8 @@ impl Progress {
         }
     }
 
-    pub(super) fn logger(&self) -> Logger {
-        self.core.logger
-    }
-
     /// Runs until the rank leaves, is excluded, or is told to stop.
-    pub(super) fn run(mut self) {
+    fn run(mut self) {
         let Progress {
             endpoint,
             slots,
@@ -299,9 +426,6 @@ impl Core {
             Completion::Written { token } => {
                 self.counters.heartbeats_completed += 1;
                 self.link_works(token);
-                if let Some(linked) = self.linked.take() {
-                    let _ = linked.try_send(());
-                }
             }
             Completion::Failed(error) => self.on_error_completion(now, error),
         }
