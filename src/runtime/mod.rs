@@ -274,6 +274,12 @@ impl Detector {
         engine_config.validate()?;
         let observer = ring.successors(me).next();
         let link_target = observer.map(|o| (o, peers[o as usize]));
+        let warm: Vec<Rank> = protocol::Overlay::new(engine_config.bcast, size)
+            .neighbours(ring.position_of(me))
+            .into_iter()
+            .map(|pos| ring.rank_at(pos))
+            .filter(|&r| r != me)
+            .collect();
 
         let shared = Arc::new(Shared {
             me,
@@ -325,6 +331,7 @@ impl Detector {
             callback,
             link: progress::Link {
                 target: link_target,
+                warm,
                 linked: linked_tx,
                 go: go_rx,
             },

@@ -53,6 +53,11 @@ pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
     (count, size)
 }
 
+/// The linking phase's warm-up message. It cannot be mistaken for a
+/// protocol message (those start with the magic `FFDP` and a 28-byte
+/// header) and never reaches the Engine.
+const WARM_UP: &[u8] = b"FFDW";
+
 /// How often the counters are published for [`super::Detector::stats`].
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
@@ -154,6 +159,9 @@ pub(super) struct EngineSeed {
 pub(super) struct Link {
     /// The observer and its slot region (none in a job of one).
     pub target: Option<(Rank, RemoteRegion)>,
+    /// The broadcast neighbours: their links are set up now too, so the
+    /// first notice wave does not pay a connection set-up per hop.
+    pub warm: Vec<Rank>,
     /// Signalled once the write to the observer completed.
     pub linked: SyncSender<()>,
     /// Go (a unit) or give up (disconnected).
@@ -204,13 +212,13 @@ pub(super) fn run(parts: Parts) {
 /// Returns the messages received meanwhile, or `None` when told to stop.
 fn link_phase(parts: &mut Parts) -> Option<Vec<Vec<u8>>> {
     let mut held: Vec<Vec<u8>> = Vec::new();
-    let mut linked = parts.link.target.is_none();
-    if linked {
-        let _ = parts.link.linked.try_send(());
-    }
+    let mut observer_done = parts.link.target.is_none();
     let mut posted = false;
+    // Broadcast neighbours still to warm up, and whether a send is posted.
+    let mut warm: BTreeMap<Rank, bool> = parts.link.warm.iter().map(|&r| (r, false)).collect();
+    let mut linked = false;
     // Bounded by Detector::start, which says go or drops the channel
-    // within start-up grace + timeout + the bootstrap's own bound.
+    // within its own bounds.
     loop {
         match parts.link.go.try_recv() {
             Ok(()) => return Some(held),
@@ -223,7 +231,21 @@ fn link_phase(parts: &mut Parts) -> Option<Vec<Vec<u8>>> {
         ) {
             return None;
         }
-        if let (false, false, Some((to, region))) = (linked, posted, parts.link.target.as_ref()) {
+        for (&to, in_flight) in warm.iter_mut().filter(|(_, f)| !**f) {
+            match parts
+                .endpoint
+                .try_send(FiAddr(u64::from(to)), WARM_UP, u64::from(to))
+            {
+                Ok(()) => *in_flight = true,
+                Err(e) if e.is_refusal() => {}
+                Err(e) => parts
+                    .logger
+                    .debug(format_args!("warming the link to rank {to}: {e}")),
+            }
+        }
+        if let (false, false, Some((to, region))) =
+            (observer_done, posted, parts.link.target.as_ref())
+        {
             match parts
                 .endpoint
                 .try_write_u64(FiAddr(u64::from(*to)), region, 0, 0, u64::from(*to))
@@ -237,14 +259,27 @@ fn link_phase(parts: &mut Parts) -> Option<Vec<Vec<u8>>> {
         }
         let target = parts.link.target.as_ref().map(|(t, _)| u64::from(*t));
         let mut done = false;
-        let mut failed = false;
+        let mut write_failed = false;
         let waited = parts.endpoint.wait_or(
             Duration::from_millis(5),
             parts.wake.as_fd(),
             &mut |c| match c {
                 Completion::Written { token } if Some(token) == target => done = true,
-                Completion::Failed(_) => failed = true,
-                Completion::Received { bytes, .. } => held.push(bytes.to_vec()),
+                Completion::Sent { token, .. } => {
+                    if let Ok(peer) = Rank::try_from(token) {
+                        warm.remove(&peer);
+                    }
+                }
+                Completion::Failed(e) => match e.op {
+                    // Try again next round (the peer may still be starting).
+                    FailedOp::Send { token, .. } => {
+                        if let Some(f) = Rank::try_from(token).ok().and_then(|p| warm.get_mut(&p)) {
+                            *f = false;
+                        }
+                    }
+                    _ => write_failed = true,
+                },
+                Completion::Received { bytes, .. } if bytes != WARM_UP => held.push(bytes.to_vec()),
                 _ => {}
             },
         );
@@ -254,13 +289,13 @@ fn link_phase(parts: &mut Parts) -> Option<Vec<Vec<u8>>> {
         }
         let mut sink = [0u8; 64];
         while matches!((&parts.wake).read(&mut sink), Ok(n) if n > 0) {}
-        if done && !linked {
+        observer_done |= done;
+        if write_failed {
+            posted = false;
+        }
+        if observer_done && warm.is_empty() && !linked {
             linked = true;
             let _ = parts.link.linked.try_send(());
-        }
-        if failed {
-            // Try again next round (the observer may still be starting).
-            posted = false;
         }
     }
 }
@@ -411,6 +446,8 @@ impl Core {
     fn on_completion(&mut self, completion: Completion<'_>) {
         let now = self.now();
         match completion {
+            // A late neighbour's link warm-up: not for the Engine.
+            Completion::Received { bytes, .. } if bytes == WARM_UP => {}
             Completion::Received { bytes, source } => {
                 self.counters.messages_received += 1;
                 let from = source.and_then(|a| Rank::try_from(a.0).ok());
