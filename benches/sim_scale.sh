@@ -5,4 +5,4 @@
 # Knobs: SIM_SCALE_MAX_LOG2 (default 20), SIM_SCALE_STRESS=0, SIM_SCALE_SEED.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo bench --bench sim_scale "$@"
+exec cargo bench -p ffd-cli --bench sim_scale "$@"

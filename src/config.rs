@@ -20,6 +20,8 @@
 //! periods is accepted with a warning, since one late heartbeat then suffices
 //! for a false positive.
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;

@@ -1,33 +1,36 @@
-//! ffd, the fabric failure detector.
+//! ffd, the fabric failure detector: the library that MPI and OpenSHMEM
+//! implementations embed to learn, within milliseconds and consistently,
+//! which processes of their job have died.
 //!
-//! A library that MPI and OpenSHMEM implementations embed to learn, within
-//! milliseconds and consistently, which processes of a job have died. See
-//! `DESIGN.md` for the protocol; the layout of this crate:
+//! The layers are crates of one workspace, so Cargo enforces the arrows
+//! (see `docs/design.md`):
 //!
-//! - [`protocol`]: the sans-IO core (ring, mending, BMG broadcast, wire
-//!   codec, the [`protocol::Engine`]). No clocks, threads or libfabric.
-//! - [`config`]: the `FFD_*` settings, their builder and their origins.
-//! - [`bootstrap`]: how ranks exchange addresses at start (host allgather,
-//!   TCP rendezvous, in-process groups for tests).
-//! - [`fabric`]: safe libfabric wrappers (provider choice, endpoint, slot
-//!   page, heartbeat writes, notices, normalised error completions); the
-//!   only place besides `libfabric-sys` with `unsafe`.
-//! - [`runtime`]: the detector itself: [`runtime::Detector`], its pinned
-//!   progress thread, events and stats.
-//! - [`agent`]: `ffd agent`, one rank driven by the `FFD_*` environment.
-//! - [`info`]: `ffd info`, the effective settings and the fabric here.
-//! - [`launch`]: `ffd run`, a local job of agent processes with injected
-//!   faults, its live timeline and report.
-//! - [`sim`]: a deterministic discrete-event simulator of many Engines
-//!   (`ffd sim`).
+//! - [`protocol`] (crate `ffd-protocol`, re-exported): the sans-IO core
+//!   (ring, mending, BMG broadcast, wire codec, the [`protocol::Engine`]).
+//!   No clock, no libc, no libfabric, no `unsafe`.
+//! - this crate, the embeddable library (`libffd.so`, `libffd.a`):
+//!   - [`config`]: the `FFD_*` settings, their builder and their origins;
+//!   - [`bootstrap`]: the address-exchange transports (an allgather of
+//!     bytes: host callback, TCP rendezvous, PMIx, in-process groups);
+//!   - [`fabric`]: safe libfabric wrappers (`unsafe` here, with `libfabric-sys`);
+//!   - [`runtime`]: the detector itself, [`runtime::Detector`], its start-up,
+//!     its pinned progress thread, events and stats;
+//!   - [`capi`]: the C ABI (`include/ffd.h`).
+//! - `ffd-cli` (`cli/`): the `ffd` command (`run`, `agent`, `rendezvous`,
+//!   `sim`, `info`); the library links none of it.
+//!
+//! `unsafe` is denied crate-wide and allowed only in [`fabric`], [`capi`]
+//! and [`bootstrap::pmix`](bootstrap) (feature `pmix`), each block with a
+//! `// SAFETY:` comment; every other module forbids it.
 
-pub mod agent;
+#![deny(unsafe_code)]
+
+pub use ffd_protocol as protocol;
+
 pub mod bootstrap;
+#[allow(unsafe_code)]
 pub mod capi;
 pub mod config;
+#[allow(unsafe_code)]
 pub mod fabric;
-pub mod info;
-pub mod launch;
-pub mod protocol;
 pub mod runtime;
-pub mod sim;

@@ -5,6 +5,8 @@
 //! job fails on every rank, each message naming the other rank and both
 //! values from this rank's point of view.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 
 use super::record::{PeerRecord, RecordError};

@@ -10,6 +10,8 @@
 //! rank's length (8 bytes, little-endian), then, unless every contribution is
 //! empty, every contribution padded with zeros to the longest.
 
+#![forbid(unsafe_code)]
+
 use super::{Bootstrap, BootstrapError, MAX_CONTRIBUTION};
 use crate::protocol::Rank;
 

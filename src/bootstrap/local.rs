@@ -6,11 +6,14 @@
 //! and a member dropped while others wait for it fails their round, so a
 //! broken test ends with an error on every thread instead of a hang.
 
+#![forbid(unsafe_code)]
+
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{Bootstrap, BootstrapError, MAX_CONTRIBUTION, format_ranks};
+use super::{Bootstrap, BootstrapError, MAX_CONTRIBUTION};
 use crate::protocol::Rank;
+use crate::protocol::ranks::format_ranks;
 
 /// How long a member waits for the others in one round unless told otherwise.
 pub const DEFAULT_LOCAL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -22,7 +22,8 @@
 //! the same order on every rank, a TCP client owns its stream, and a host's
 //! C callback is an `FnMut`. Sharing one between threads has no meaning.
 
-use std::fmt::Write as _;
+#![deny(unsafe_code)]
+
 use std::time::Duration;
 
 use crate::config::{ConfigError, format_duration};
@@ -32,6 +33,7 @@ mod exchange;
 mod host;
 mod local;
 #[cfg(feature = "pmix")]
+#[allow(unsafe_code)]
 pub mod pmix;
 mod record;
 pub mod tcp;
@@ -167,36 +169,4 @@ pub enum BootstrapError {
     /// An earlier call on this bootstrap failed, so it cannot be used again.
     #[error("an earlier bootstrap call failed: {0}")]
     Failed(String),
-}
-
-/// `rank 3`, `ranks 1, 2, 5`, or the first ten and a count of the rest.
-pub(crate) fn format_ranks(ranks: &[Rank]) -> String {
-    const SHOWN: usize = 10;
-    let mut out = String::from(if ranks.len() == 1 { "rank " } else { "ranks " });
-    for (i, r) in ranks.iter().take(SHOWN).enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        let _ = write!(out, "{r}");
-    }
-    if ranks.len() > SHOWN {
-        let _ = write!(out, " and {} more", ranks.len() - SHOWN);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rank_lists_are_short() {
-        assert_eq!(format_ranks(&[3]), "rank 3");
-        assert_eq!(format_ranks(&[1, 2, 5]), "ranks 1, 2, 5");
-        let many: Vec<Rank> = (0..25).collect();
-        assert_eq!(
-            format_ranks(&many),
-            "ranks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 15 more"
-        );
-    }
 }

@@ -31,6 +31,8 @@
 //!
 //! Nothing may follow the fabric address.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};

@@ -464,11 +464,15 @@ fn wait_event(
         if left.is_zero() {
             return None;
         }
-        // SAFETY: the fd is ffd's, valid until finalize; only polled.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        let mut pfd = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
-        let ms = u16::try_from(left.as_millis().min(1000)).unwrap_or(1000);
-        let _ = nix::poll::poll(&mut pfd, ms);
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().min(1000) as libc::c_int;
+        // SAFETY: one valid pollfd for the duration of the call; the fd is
+        // ffd's, valid until finalize, and only polled.
+        let _ = unsafe { libc::poll(&mut pfd, 1, ms) };
     }
 }
 

@@ -25,6 +25,8 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod events;
 pub mod failed_bits;
 mod log;

@@ -19,7 +19,8 @@ use hwlocality::topology::builder::TypeFilter;
 use crate::config::CoreChoice;
 
 /// The choice made, and why; shown by `ffd info` and in the stats.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Placement {
     /// The CPU to pin to, or `None` to leave the thread unpinned.
     pub cpu: Option<usize>,

@@ -7,8 +7,6 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::protocol::{self, Cause, Kind, RejectReason};
 
 use super::placement::Placement;
@@ -19,7 +17,8 @@ pub const LATENESS_BUCKETS_US: [u64; 7] = [10, 100, 1_000, 5_000, 10_000, 50_000
 
 /// How late the progress thread woke for its deadlines: the jitter that
 /// causes false positives when it approaches the timeout.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LatenessHistogram {
     /// `counts[i]` wake-ups were later than bucket i-1's bound and earlier
     /// than `LATENESS_BUCKETS_US[i]`; the last entry counts the rest.
@@ -59,7 +58,8 @@ impl LatenessHistogram {
 }
 
 /// The runtime's own counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RuntimeCounters {
     /// Heartbeat writes posted (accepted by the provider).
     pub heartbeats_posted: u64,
@@ -87,13 +87,14 @@ pub struct RuntimeCounters {
 }
 
 /// One consistent picture of the detector's counters ([`super::Detector::stats`]).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct StatsSnapshot {
     /// Time since the detector started.
     pub uptime_ms: f64,
     pub epoch: u64,
     pub runtime: RuntimeCounters,
-    #[serde(serialize_with = "serialize_engine_stats")]
+    #[cfg_attr(feature = "serde", serde(serialize_with = "serialize_engine_stats"))]
     pub engine: protocol::Stats,
     pub placement: Option<Placement>,
     pub provider: String,
@@ -107,53 +108,51 @@ impl StatsSnapshot {
     }
 }
 
-/// The Engine's counters as a JSON object with named entries.
+/// The Engine's counters as a map with named entries (kinds, reject
+/// reasons and causes by their names rather than by index).
+#[cfg(feature = "serde")]
 fn serialize_engine_stats<S: serde::Serializer>(
     stats: &protocol::Stats,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    use serde_json::{Map, Value, json};
-    let by_kind = |counts: &[u64]| -> Value {
-        Kind::ALL
-            .iter()
-            .map(|k| (k.as_str().to_owned(), json!(counts[k.index()])))
-            .collect::<Map<_, _>>()
-            .into()
-    };
-    let rejected: Map<String, Value> = RejectReason::ALL
-        .iter()
-        .map(|r| (r.as_str().to_owned(), json!(stats.rejected[r.index()])))
-        .collect();
-    let detections: Map<String, Value> = Cause::ALL
-        .iter()
-        .map(|c| (c.as_str().to_owned(), json!(stats.detections_by(*c))))
-        .collect();
-    let v = json!({
-        "heartbeats_written": stats.heartbeats_written,
-        "slot_checks": stats.slot_checks,
-        "self_lag_trips": stats.self_lag_trips,
-        "max_lateness_ns": stats.max_lateness_ns,
-        "sent": by_kind(&stats.sent),
-        "received": by_kind(&stats.received),
-        "bytes_sent": stats.bytes_sent,
-        "rejected": rejected,
-        "dropped_from_failed": stats.dropped_from_failed,
-        "dropped_untrusted_origin": stats.dropped_untrusted_origin,
-        "duplicate_notices": stats.duplicate_notices,
-        "notices_forwarded": stats.notices_forwarded,
-        "detections": detections,
-        "departures_learned": stats.departures_learned,
-        "mendings": stats.mendings,
-        "sync_requests_sent": stats.sync_requests_sent,
-        "ranks_learned_by_sync": stats.ranks_learned_by_sync,
-        "exclusions_sent": stats.exclusions_sent,
-        "slow_emitter_warnings": stats.slow_emitter_warnings,
-        "transport_errors": stats.transport_errors,
-        "transport_errors_ignored": stats.transport_errors_ignored,
-        "suspicions": stats.suspicions,
-        "payloads_delivered": stats.payloads_delivered,
-    });
-    serde::Serialize::serialize(&v, s)
+    use serde::ser::SerializeMap;
+
+    /// Counters indexed like `names`, as a map name -> count.
+    struct Named<'a>(&'a [&'static str], &'a [u64]);
+    impl serde::Serialize for Named<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_map(self.0.iter().zip(self.1))
+        }
+    }
+    let kinds: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+    let reasons: Vec<&str> = RejectReason::ALL.iter().map(|r| r.as_str()).collect();
+    let causes: Vec<&str> = Cause::ALL.iter().map(|c| c.as_str()).collect();
+    let detections: Vec<u64> = Cause::ALL.iter().map(|&c| stats.detections_by(c)).collect();
+    let mut m = s.serialize_map(None)?;
+    m.serialize_entry("heartbeats_written", &stats.heartbeats_written)?;
+    m.serialize_entry("slot_checks", &stats.slot_checks)?;
+    m.serialize_entry("self_lag_trips", &stats.self_lag_trips)?;
+    m.serialize_entry("max_lateness_ns", &stats.max_lateness_ns)?;
+    m.serialize_entry("sent", &Named(&kinds, &stats.sent))?;
+    m.serialize_entry("received", &Named(&kinds, &stats.received))?;
+    m.serialize_entry("bytes_sent", &stats.bytes_sent)?;
+    m.serialize_entry("rejected", &Named(&reasons, &stats.rejected))?;
+    m.serialize_entry("dropped_from_failed", &stats.dropped_from_failed)?;
+    m.serialize_entry("dropped_untrusted_origin", &stats.dropped_untrusted_origin)?;
+    m.serialize_entry("duplicate_notices", &stats.duplicate_notices)?;
+    m.serialize_entry("notices_forwarded", &stats.notices_forwarded)?;
+    m.serialize_entry("detections", &Named(&causes, &detections))?;
+    m.serialize_entry("departures_learned", &stats.departures_learned)?;
+    m.serialize_entry("mendings", &stats.mendings)?;
+    m.serialize_entry("sync_requests_sent", &stats.sync_requests_sent)?;
+    m.serialize_entry("ranks_learned_by_sync", &stats.ranks_learned_by_sync)?;
+    m.serialize_entry("exclusions_sent", &stats.exclusions_sent)?;
+    m.serialize_entry("slow_emitter_warnings", &stats.slow_emitter_warnings)?;
+    m.serialize_entry("transport_errors", &stats.transport_errors)?;
+    m.serialize_entry("transport_errors_ignored", &stats.transport_errors_ignored)?;
+    m.serialize_entry("suspicions", &stats.suspicions)?;
+    m.serialize_entry("payloads_delivered", &stats.payloads_delivered)?;
+    m.end()
 }
 
 #[cfg(test)]
@@ -175,6 +174,7 @@ mod tests {
         assert_eq!(LatenessHistogram::default().quantile_bound_us(0.5), None);
     }
 
+    #[cfg(feature = "serde")]
     #[test]
     fn snapshot_serialises_engine_counters_by_name() {
         let mut snap = StatsSnapshot::default();

@@ -13,15 +13,16 @@
 //! then receives all contributions. The server exits when every rank has
 //! connected and then closed its connection.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
-use super::format_ranks;
 use crate::config::{
     ConfigError, Env, format_duration, parse_duration, parse_integer, var, variable,
 };
 use crate::protocol::Rank;
+use crate::protocol::ranks::format_ranks;
 
-pub mod cli;
 mod client;
 mod server;
 pub mod wire;

@@ -1,0 +1,128 @@
+//! `ffd info`: the effective settings and where each came from, the
+//! providers libfabric offers here, what the chosen one requires, and where
+//! the progress thread would run.
+//!
+//! Owns: the report. Must not: open an endpoint or talk to other ranks.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+
+use ffd::config::{Config, Env, var};
+use ffd::fabric::{self, Info};
+use ffd::runtime::placement;
+
+/// Prints the report to `out`; problems go to `err`. Exit status 2 when a
+/// setting is invalid, 1 when the chosen provider is not available.
+pub fn run(out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    match report(out, err) {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(err, "ffd info: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode> {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            writeln!(err, "ffd info: {e}")?;
+            return Ok(ExitCode::from(2));
+        }
+    };
+    writeln!(
+        out,
+        "ffd {} (protocol version {})",
+        env!("CARGO_PKG_VERSION"),
+        ffd::protocol::wire::VERSION
+    )?;
+    writeln!(out, "\nsettings (variable, effective value, source):")?;
+    for line in config.describe().lines() {
+        writeln!(out, "  {line}")?;
+    }
+    for w in config.warnings() {
+        writeln!(out, "  warning: {w}")?;
+    }
+    let env = Env::process();
+    let bootstrap: Vec<String> = [var::BOOTSTRAP, var::RANK, var::SIZE, var::BOOTSTRAP_TIMEOUT]
+        .iter()
+        .filter_map(|v| env.get(v).map(|value| format!("{v}={value}")))
+        .collect();
+    if !bootstrap.is_empty() {
+        writeln!(out, "  bootstrap: {}", bootstrap.join(" "))?;
+    }
+
+    writeln!(
+        out,
+        "\nproviders offered by libfabric {} (RDM endpoints with RMA and messages):",
+        libfabric_version()
+    )?;
+    match fabric::offerings() {
+        Ok(offers) => {
+            let mut by_provider: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for o in &offers {
+                by_provider
+                    .entry(o.provider.clone())
+                    .or_default()
+                    .push(o.domain.clone());
+            }
+            for (provider, mut domains) in by_provider {
+                domains.dedup();
+                writeln!(out, "  {provider:<16} domains: {}", domains.join(", "))?;
+            }
+        }
+        Err(e) => writeln!(out, "  (could not list: {e})")?,
+    }
+
+    writeln!(
+        out,
+        "\nchosen: FFD_PROVIDER={} FFD_DOMAIN={}",
+        config.provider(),
+        config.domain().unwrap_or("any")
+    )?;
+    let info = match Info::query(config.provider(), config.domain()) {
+        Ok(info) => info,
+        Err(e) => {
+            writeln!(err, "ffd info: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let pci = info.pci_address().map(|p| p.to_string());
+    writeln!(
+        out,
+        "  provider {} fabric {} domain {}",
+        info.provider(),
+        info.fabric_name(),
+        info.domain_name()
+    )?;
+    writeln!(
+        out,
+        "  mr_mode {}, inject size {}, max message {}, sender addresses {}",
+        info.mr_mode(),
+        info.inject_size(),
+        info.max_msg_size(),
+        if info.has_source() { "yes" } else { "no" }
+    )?;
+    writeln!(
+        out,
+        "  NIC PCI address: {}",
+        pci.as_deref().unwrap_or("none reported")
+    )?;
+
+    writeln!(out, "\nprogress thread (FFD_CORE={}):", config.core())?;
+    match placement::choose(config.core(), pci.as_deref()) {
+        Ok(p) => writeln!(out, "  {}", p.reason)?,
+        Err(e) => {
+            writeln!(err, "ffd info: {e}")?;
+            return Ok(ExitCode::from(2));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn libfabric_version() -> String {
+    let v = fabric::runtime_version();
+    format!("{}.{}", v >> 16, v & 0xffff)
+}

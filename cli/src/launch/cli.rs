@@ -1,0 +1,415 @@
+//! `ffd run`: the options, their validation into a [`Plan`], and the
+//! output (timeline, summary, JSON) and exit status of a run.
+//!
+//! Owns: the subcommand's surface. Exit status: 0 when the run completed
+//! and every agent that was not killed exited cleanly; 1 when the job did
+//! not start, an agent exited abnormally, it was aborted, or the JSON could
+//! not be written; 2 for bad usage (nothing is started); 128+signal when
+//! SIGINT or SIGTERM interrupted it (after clean-up and the summary).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
+use super::launcher::{Ending, LaunchError, Launcher, Outcome, Plan};
+use super::process::AgentCommand;
+use super::timeline::RunInfo;
+use ffd::config::{
+    ConfigBuilder, ConfigError, ConfigWarning, DURATION_FORM, Env, EnvPolicy, format_duration,
+    parse_duration, var,
+};
+use ffd::protocol::{BcastKind, RingKind};
+
+/// Options of `ffd run`.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct RunArgs {
+    /// Number of ranks (agent processes) to start.
+    #[arg(short = 'n', long = "ranks", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ranks: u32,
+    /// libfabric provider (FFD_PROVIDER), e.g. `tcp`, `tcp;ofi_rxm`.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Fabric domain (FFD_DOMAIN); `lo` for tcp and sockets when not given.
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// Heartbeat period (FFD_PERIOD), e.g. `10ms`.
+    #[arg(long, value_parser = positive_duration)]
+    pub period: Option<Duration>,
+    /// Silence before an emitter is declared failed (FFD_TIMEOUT), e.g. `100ms`.
+    #[arg(long, value_parser = positive_duration)]
+    pub timeout: Option<Duration>,
+    /// SIGKILL rank RANK at TIME after job start (repeatable), e.g. `3@500ms`.
+    #[arg(long, value_name = "RANK@TIME")]
+    pub kill: Vec<RankAt>,
+    /// SIGSTOP rank RANK at TIME after job start (repeatable).
+    #[arg(long, value_name = "RANK@TIME")]
+    pub stop: Vec<RankAt>,
+    /// SIGCONT a stopped rank at TIME after job start (repeatable).
+    #[arg(long, value_name = "RANK@TIME")]
+    pub cont: Vec<RankAt>,
+    /// Run length after job start; default: 2s after the last fault.
+    #[arg(long, value_parser = positive_duration)]
+    pub duration: Option<Duration>,
+    /// Write the report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Observation ring order (FFD_RING): topology, shuffle or rank.
+    #[arg(long)]
+    pub ring: Option<RingKind>,
+    /// Failure broadcast overlay (FFD_BCAST): bmg or chord.
+    #[arg(long)]
+    pub bcast: Option<BcastKind>,
+    /// Fake H hosts: FFD_HOSTNAME=node<rank mod H>.
+    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..))]
+    pub hosts: Option<u32>,
+    /// Print every agent line, not only first detections and all-notified lines.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Extra arguments for every `ffd agent`.
+    #[arg(last = true, value_name = "AGENT ARGS")]
+    pub agent_args: Vec<String>,
+}
+
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!(
+            "`{text}` must be positive; accepted: {DURATION_FORM}"
+        )),
+        Err(e) => Err(format!("`{text}` {e}; accepted: {DURATION_FORM}")),
+    }
+}
+
+/// Why the options do not make a job.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("{0}")]
+    Schedule(#[from] ScheduleError),
+    #[error("the agents would reject their settings: {0}")]
+    Config(#[from] ConfigError),
+}
+
+/// The job the options describe, with `env` the launcher's `FFD_*`
+/// variables (which the agents inherit); also the settings' warnings.
+pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), UsageError> {
+    let faults = [
+        (FaultKind::Kill, &args.kill),
+        (FaultKind::Stop, &args.stop),
+        (FaultKind::Cont, &args.cont),
+    ]
+    .into_iter()
+    .flat_map(|(kind, list)| {
+        list.iter().map(move |r| Fault {
+            kind,
+            rank: r.rank,
+            at: r.at,
+        })
+    });
+    let schedule = Schedule::new(args.ranks, faults, args.duration)?;
+
+    let mut set: Vec<(String, String)> = Vec::new();
+    let mut put = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            set.push((name.to_owned(), value));
+        }
+    };
+    put(var::PROVIDER, args.provider.clone());
+    put(var::DOMAIN, args.domain.clone());
+    put(var::PERIOD, args.period.map(format_duration));
+    put(var::TIMEOUT, args.timeout.map(format_duration));
+    put(var::RING, args.ring.map(|r| r.to_string()));
+    put(var::BCAST, args.bcast.map(|b| b.to_string()));
+    // The agents read the inherited variables with these on top: check that.
+    let merged = Env::from_pairs(
+        env.iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .filter(|(k, _)| !set.iter().any(|(s, _)| s == k))
+            .chain(set.iter().cloned()),
+    );
+    let config = ConfigBuilder::default().build_with_env(&merged, EnvPolicy::Override)?;
+    let transport = config.provider().split(';').next().unwrap_or_default();
+    let loopback_provider = matches!(transport.to_ascii_lowercase().as_str(), "tcp" | "sockets");
+    if loopback_provider && args.domain.is_none() && env.get(var::DOMAIN).is_none() {
+        // A local job: keep the detector's traffic on loopback.
+        set.push((var::DOMAIN.to_owned(), "lo".to_owned()));
+    }
+    let plan = Plan {
+        info: RunInfo {
+            ranks: args.ranks,
+            provider: config.provider().to_owned(),
+            period: config.period(),
+            timeout: config.timeout(),
+        },
+        schedule,
+        duration: args.duration,
+        env: set,
+        hosts: args.hosts,
+        verbose: args.verbose,
+    };
+    Ok((plan, config.warnings().to_vec()))
+}
+
+/// The exit status of a job that started.
+pub fn exit_status(outcome: &Outcome) -> u8 {
+    match outcome.ending {
+        Ending::Interrupted(signal) => 128u8.saturating_add(signal as u8),
+        Ending::Aborted => 1,
+        Ending::Completed | Ending::AllExited => {
+            if outcome.timeline.abnormal_exits().is_empty() {
+                0
+            } else {
+                1
+            }
+        }
+    }
+}
+
+/// Runs `ffd run` with the process's environment and this executable as
+/// the agent: timeline and summary on `out`, messages on `log`.
+pub fn run(args: &RunArgs, out: &mut dyn Write, log: &mut dyn Write) -> ExitCode {
+    let agent = match Launcher::default_agent() {
+        Ok(agent) => agent,
+        Err(e) => {
+            let _ = writeln!(log, "ffd run: cannot find the ffd executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    ExitCode::from(run_with(args, &Env::process(), agent, true, out, log))
+}
+
+/// [`run`] with the launcher's `FFD_*` environment `env` (which the agents
+/// must also inherit), another agent program, and optionally without
+/// catching SIGINT/SIGTERM; the exit status.
+pub fn run_with(
+    args: &RunArgs,
+    env: &Env,
+    agent: AgentCommand,
+    catch_signals: bool,
+    out: &mut dyn Write,
+    log: &mut dyn Write,
+) -> u8 {
+    let (plan, warnings) = match plan(args, env) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = writeln!(log, "ffd run: {e}");
+            return 2;
+        }
+    };
+    for w in warnings {
+        let _ = writeln!(log, "ffd run: warning: {w}");
+    }
+    // Opened first, so a bad path fails before anything is started.
+    let json = match &args.json {
+        Some(path) => match File::create(path) {
+            Ok(file) => Some((path, file)),
+            Err(e) => {
+                let _ = writeln!(log, "ffd run: cannot write {}: {e}", path.display());
+                return 1;
+            }
+        },
+        None => None,
+    };
+    let launcher = Launcher::with_agent_command(plan, agent)
+        .catch_signals(catch_signals)
+        .agent_args(&args.agent_args);
+    let outcome = match launcher.run(out, log) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let _ = writeln!(log, "ffd run: {e}");
+            return match e {
+                LaunchError::NotReady {
+                    interrupted: Some(signal),
+                    ..
+                } => 128u8.saturating_add(signal as u8),
+                _ => 1,
+            };
+        }
+    };
+    let _ = writeln!(out);
+    let _ = write!(out, "{}", outcome.timeline.summary());
+    let _ = out.flush();
+    let mut status = exit_status(&outcome);
+    if let Some((path, mut file)) = json {
+        let written = serde_json::to_writer_pretty(&mut file, &outcome.timeline.report())
+            .map_err(io::Error::from)
+            .and_then(|()| writeln!(file));
+        if let Err(e) = written {
+            let _ = writeln!(log, "ffd run: cannot write {}: {e}", path.display());
+            status = status.max(1);
+        }
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunArgs, String> {
+        Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+            .map(|c| c.run)
+            .map_err(|e| e.to_string())
+    }
+
+    fn plan_of(args: &[&str], env: &[(&str, &str)]) -> Result<Plan, String> {
+        let args = parse(args)?;
+        plan(&args, &Env::from_pairs(env.iter().copied()))
+            .map(|(p, _)| p)
+            .map_err(|e| e.to_string())
+    }
+
+    fn var_of<'a>(plan: &'a Plan, name: &str) -> Option<&'a str> {
+        plan.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn options_become_ffd_variables_and_a_tcp_job_stays_on_loopback() {
+        let plan = plan_of(
+            &[
+                "-n",
+                "8",
+                "--period",
+                "5ms",
+                "--timeout",
+                "50ms",
+                "--ring",
+                "shuffle",
+                "--bcast",
+                "chord",
+                "--kill",
+                "3@500ms",
+                "--stop",
+                "5@1s",
+                "--cont",
+                "5@1.5s",
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(var_of(&plan, "FFD_PERIOD"), Some("5ms"));
+        assert_eq!(var_of(&plan, "FFD_TIMEOUT"), Some("50ms"));
+        assert_eq!(var_of(&plan, "FFD_RING"), Some("shuffle"));
+        assert_eq!(var_of(&plan, "FFD_BCAST"), Some("chord"));
+        assert_eq!(var_of(&plan, "FFD_DOMAIN"), Some("lo"));
+        assert_eq!(var_of(&plan, "FFD_PROVIDER"), None, "inherited, not set");
+        assert_eq!(plan.info.provider, "tcp");
+        assert_eq!(plan.info.timeout, Duration::from_millis(50));
+        assert_eq!(plan.schedule.faults().len(), 3);
+        assert_eq!(plan.end(), Duration::from_millis(3500));
+
+        let env = plan.env_of(5, "127.0.0.1:4000");
+        let get = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        assert_eq!(get("FFD_BOOTSTRAP").as_deref(), Some("127.0.0.1:4000"));
+        assert_eq!(get("FFD_RANK").as_deref(), Some("5"));
+        assert_eq!(get("FFD_SIZE").as_deref(), Some("8"));
+        assert_eq!(get("FFD_HOSTNAME"), None);
+    }
+
+    #[test]
+    fn hosts_are_faked_round_robin() {
+        let plan = plan_of(&["-n", "5", "--hosts", "2"], &[]).unwrap();
+        let host = |rank| {
+            plan.env_of(rank, "x")
+                .into_iter()
+                .find(|(k, _)| k == "FFD_HOSTNAME")
+                .map(|(_, v)| v)
+        };
+        assert_eq!(host(0).as_deref(), Some("node0"));
+        assert_eq!(host(3).as_deref(), Some("node1"));
+        assert_eq!(host(4).as_deref(), Some("node0"));
+    }
+
+    #[test]
+    fn the_domain_is_left_alone_when_given_or_not_tcp() {
+        let given = plan_of(&["-n", "2", "--domain", "eth0"], &[]).unwrap();
+        assert_eq!(var_of(&given, "FFD_DOMAIN"), Some("eth0"));
+        let inherited = plan_of(&["-n", "2"], &[("FFD_DOMAIN", "mlx5_0")]).unwrap();
+        assert_eq!(var_of(&inherited, "FFD_DOMAIN"), None);
+        let verbs = plan_of(&["-n", "2", "--provider", "verbs;ofi_rxm"], &[]).unwrap();
+        assert_eq!(var_of(&verbs, "FFD_DOMAIN"), None);
+        let rxm = plan_of(&["-n", "2"], &[("FFD_PROVIDER", "tcp;ofi_rxm")]).unwrap();
+        assert_eq!(var_of(&rxm, "FFD_DOMAIN"), Some("lo"));
+        assert_eq!(rxm.info.provider, "tcp;ofi_rxm");
+    }
+
+    #[test]
+    fn options_beat_inherited_variables_and_bad_inherited_ones_are_caught() {
+        let plan = plan_of(&["-n", "2", "--period", "20ms"], &[("FFD_PERIOD", "1ms")]).unwrap();
+        assert_eq!(plan.info.period, Duration::from_millis(20));
+        let err = plan_of(&["-n", "2"], &[("FFD_TIMEOUT", "soon")]).unwrap_err();
+        assert!(
+            err.starts_with("the agents would reject their settings: FFD_TIMEOUT=`soon`"),
+            "{err}"
+        );
+        let err = plan_of(&["-n", "2", "--period", "10ms", "--timeout", "5ms"], &[]).unwrap_err();
+        assert!(err.contains("the timeout must exceed the period"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_option_and_the_accepted_form() {
+        let cases: [(&[&str], &str); 9] = [
+            (
+                &["-n", "4", "--kill", "3"],
+                "'--kill <RANK@TIME>': `3` has no `@`",
+            ),
+            (&["-n", "4", "--kill", "3"], "e.g. `--kill 3@500ms`"),
+            (&["-n", "4", "--stop", "1@500"], "time `500` has no unit"),
+            (
+                &["-n", "4", "--period", "10"],
+                "`10` has no unit; accepted: a number with a unit",
+            ),
+            (&["-n", "4", "--duration", "0s"], "`0s` must be positive"),
+            (&["-n", "0"], "'--ranks <RANKS>'"),
+            (
+                &["-n", "4", "--ring", "circle"],
+                "`circle` is not one of topology|shuffle|rank",
+            ),
+            (
+                &["-n", "4", "--bcast", "flood"],
+                "`flood` is not one of bmg|chord",
+            ),
+            (&["-n", "4", "--hosts", "0"], "'--hosts <H>'"),
+        ];
+        for (args, want) in cases {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+        let cases: [(&[&str], &str); 3] = [
+            (
+                &["-n", "4", "--kill", "4@1s"],
+                "--kill 4@1s: rank 4 is not in the job (ranks 0 to 3)",
+            ),
+            (
+                &["-n", "4", "--cont", "2@1s"],
+                "--cont 2@1s: rank 2 is not stopped then",
+            ),
+            (
+                &["-n", "4", "--kill", "1@3s", "--duration", "2s"],
+                "--kill 1@3s is not before the end of the run (--duration 2s)",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = plan_of(args, &[]).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn agent_args_follow_the_double_dash() {
+        let args = parse(&["-n", "2", "--", "--foo", "bar"]).unwrap();
+        assert_eq!(args.agent_args, ["--foo", "bar"]);
+    }
+}

@@ -1,0 +1,252 @@
+//! `ffd sim`: command-line arguments and the run of the simulator of
+//! `ffd-protocol`, timed here (the protocol crate reads no clock).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use ffd::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
+use ffd_protocol::sim::{FaultSpec, parse_duration};
+use ffd_protocol::sim::{NetModel, SimConfig, Simulator};
+
+/// In-band error latency, or `off` (no error ever comes back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InbandLatency(pub Option<Duration>);
+
+fn parse_inband_latency(s: &str) -> Result<InbandLatency, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        Ok(InbandLatency(None))
+    } else {
+        parse_duration(s)
+            .map(|d| InbandLatency(Some(d)))
+            .map_err(|e| format!("{e}, or `off`"))
+    }
+}
+
+/// Simulate a job of N ranks on virtual time and report detection and
+/// propagation of the injected failures.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Number of ranks.
+    #[arg(long, value_name = "N")]
+    pub ranks: u32,
+    /// Number of hosts; ranks are placed on them in blocks [default: N/8].
+    #[arg(long, value_name = "H")]
+    pub hosts: Option<u32>,
+    /// A fault, repeatable: crash:R@T, hang:R@T, resume:R@T, random:K@T,
+    /// consecutive:R+K@T (K ring neighbours from R), host:H@T,
+    /// partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T,
+    /// bcast:R@T (R broadcasts a payload), glitch:R>P@T (R sees a spurious
+    /// transport error about P).
+    #[arg(long = "fail", value_name = "SPEC")]
+    pub fail: Vec<FaultSpec>,
+    /// Broadcast overlay.
+    #[arg(long, value_name = "bmg|chord", default_value = "bmg")]
+    pub bcast: BcastKind,
+    /// Ring order.
+    #[arg(long, value_name = "topology|shuffle|rank", default_value = "topology")]
+    pub ring: RingKind,
+    /// What a transport error on a ring link means.
+    #[arg(long, value_name = "declare|suspect|off", default_value = "declare")]
+    pub inband: InbandMode,
+    /// Heartbeat period (e.g. 10ms).
+    #[arg(long, value_name = "D", default_value = "10ms", value_parser = parse_duration)]
+    pub period: Duration,
+    /// Detection timeout; must exceed the period.
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// One-way link latency.
+    #[arg(long, value_name = "D", default_value = "2us", value_parser = parse_duration)]
+    pub latency: Duration,
+    /// Uniform extra delay per message, up to this.
+    #[arg(long, value_name = "D", default_value = "500ns", value_parser = parse_duration)]
+    pub jitter: Duration,
+    /// How long a write or send to a dead process takes to error, or `off`.
+    #[arg(long, value_name = "D|off", default_value = "3ms", value_parser = parse_inband_latency)]
+    pub inband_latency: InbandLatency,
+    /// Virtual run length [default: until every failure is known everywhere, at least a timeout after the last fault].
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Seed of every random choice of the run.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Count notice copies per directed link (reports the maximum).
+    #[arg(long)]
+    pub track_links: bool,
+    /// Print nothing but errors.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl SimArgs {
+    /// The simulation these arguments describe, or the message of a usage error.
+    pub fn to_config(&self) -> Result<SimConfig, String> {
+        if self.period.is_zero() {
+            return Err(format!(
+                "invalid value '{:?}' for '--period <D>': must be positive",
+                self.period
+            ));
+        }
+        if self.timeout <= self.period {
+            return Err(format!(
+                "invalid value '{:?}' for '--timeout <D>': must exceed --period ({:?})",
+                self.timeout, self.period
+            ));
+        }
+        let mut cfg = SimConfig::new(self.ranks);
+        if let Some(h) = self.hosts {
+            cfg.hosts = h;
+        }
+        cfg.engine = EngineConfig {
+            period: self.period,
+            timeout: self.timeout,
+            inband: self.inband,
+            bcast: self.bcast,
+            ring: self.ring,
+            ..EngineConfig::default()
+        };
+        cfg.net = NetModel {
+            latency: self.latency,
+            jitter: self.jitter,
+            inband_latency: self.inband_latency.0,
+        };
+        cfg.faults = self.fail.clone();
+        cfg.seed = self.seed;
+        cfg.duration = self.duration;
+        cfg.track_links = self.track_links;
+        Ok(cfg)
+    }
+}
+
+/// Runs `ffd sim`. Exit code 2 for bad arguments, 1 if the JSON cannot be
+/// written, 0 otherwise.
+pub fn run(args: &SimArgs) -> ExitCode {
+    let cfg = match args.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut sim = match Simulator::new(cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let wall = Instant::now();
+    let mut report = sim.run();
+    report.totals.wall_s = wall.elapsed().as_secs_f64();
+    report.totals.peak_rss_mb = peak_rss_mb();
+    if !args.quiet {
+        println!("{report}");
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report).expect("a report serialises");
+        if let Err(e) = std::fs::write(path, json + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// This process's peak resident set size in MiB (Linux `VmHWM`), 0 if unknown.
+pub fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser, Debug)]
+    struct Wrapper {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<SimArgs, clap::Error> {
+        Wrapper::try_parse_from(std::iter::once("sim").chain(args.iter().copied())).map(|w| w.sim)
+    }
+
+    #[test]
+    fn definition_is_consistent() {
+        Wrapper::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_every_option() {
+        let a = parse(&[
+            "--ranks",
+            "64",
+            "--hosts",
+            "8",
+            "--fail",
+            "crash:3@50ms",
+            "--fail",
+            "random:2@1s",
+            "--bcast",
+            "chord",
+            "--period",
+            "500us",
+            "--timeout",
+            "5ms",
+            "--latency",
+            "1us",
+            "--jitter",
+            "0ns",
+            "--inband-latency",
+            "off",
+            "--seed",
+            "9",
+            "--json",
+            "/tmp/x.json",
+        ])
+        .unwrap();
+        assert_eq!(
+            (a.ranks, a.hosts, a.fail.len(), a.bcast),
+            (64, Some(8), 2, BcastKind::Chord)
+        );
+        assert_eq!(
+            (a.period, a.timeout, a.inband_latency),
+            (
+                Duration::from_micros(500),
+                Duration::from_millis(5),
+                InbandLatency(None)
+            )
+        );
+        let cfg = a.to_config().unwrap();
+        assert_eq!(
+            (cfg.seed, cfg.net.inband_latency, cfg.engine.bcast),
+            (9, None, BcastKind::Chord)
+        );
+    }
+
+    #[test]
+    fn bad_arguments_name_the_argument_and_the_form() {
+        for (args, needle) in [
+            (vec!["--ranks", "x"], "--ranks"),
+            (vec!["--ranks", "4", "--period", "10"], "no unit"),
+            (vec!["--ranks", "4", "--fail", "crash:1"], "crash:R@T"),
+            (vec!["--ranks", "4", "--bcast", "tree"], "bmg|chord"),
+            (vec!["--ranks", "4", "--inband-latency", "soon"], "`off`"),
+        ] {
+            let e = parse(&args).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            assert!(e.to_string().contains(needle), "{args:?}: {e}");
+        }
+        let a = parse(&["--ranks", "4", "--period", "10ms", "--timeout", "10ms"]).unwrap();
+        assert!(a.to_config().unwrap_err().contains("--timeout"));
+    }
+}

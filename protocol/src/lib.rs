@@ -1,0 +1,34 @@
+//! ffd's sans-IO protocol core: observation ring, mending, BMG broadcast,
+//! failed set, wire codec and the `Engine` state machine; and, with the
+//! `sim` feature, the deterministic simulator that drives many Engines on
+//! virtual time.
+//!
+//! Owns: every protocol decision. Must not: read a clock, spawn a thread,
+//! touch a socket or libfabric, or use `unsafe`. Time is passed in as
+//! [`Time`]; effects come out as outputs that a driver (the progress thread
+//! of the `ffd` library, the simulator, a test) carries out. This crate
+//! depends on neither libc nor libfabric: Cargo enforces the layering.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod engine;
+pub mod overlay;
+pub mod ranks;
+mod ring;
+pub mod wire;
+
+#[cfg(feature = "sim")]
+pub mod sim;
+
+pub use config::{
+    BcastKind, ConfigError, EngineConfig, InbandMode, ParseSettingError, Rank, RingKind, Time,
+};
+pub use engine::{
+    Cause, Engine, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
+    TransportErrorKind, slot_digest, slot_value,
+};
+pub use overlay::Overlay;
+pub use ranks::{RankList, RankSet};
+pub use ring::Ring;
+pub use wire::{Kind, RejectReason};

@@ -1,0 +1,126 @@
+//! The simulator's event queue: earliest time first, ties in insertion
+//! order, so a run is a deterministic function of its inputs.
+//!
+//! A monotone radix queue: virtual time never goes back, so every push is
+//! at or after the time of the last pop. Entries sit in 65 buckets by the
+//! highest bit in which their time differs from the last popped time;
+//! popping refills bucket 0 (entries due exactly now, ordered by insertion)
+//! from the lowest non-empty bucket. Pushes are O(1), each entry moves down
+//! a few buckets over its life, and memory is touched sequentially: several
+//! times faster than a binary heap at tens of millions of entries.
+
+use std::collections::VecDeque;
+
+use crate::Time;
+
+struct Entry<T> {
+    at: u64,
+    seq: u64,
+    item: T,
+}
+
+pub struct EventQueue<T> {
+    /// Time of bucket 0 (the last popped time).
+    last: u64,
+    seq: u64,
+    /// Entries due at `last`, in insertion order.
+    now: VecDeque<Entry<T>>,
+    /// `buckets[i]`: entries whose time differs from `last` first in bit i.
+    buckets: Vec<Vec<Entry<T>>>,
+}
+
+impl<T> Default for EventQueue<T> {
+    fn default() -> Self {
+        EventQueue {
+            last: 0,
+            seq: 0,
+            now: VecDeque::new(),
+            buckets: (0..64).map(|_| Vec::new()).collect(),
+        }
+    }
+}
+
+impl<T> EventQueue<T> {
+    /// Schedules `item` at `at`; times before the last popped time are
+    /// treated as due now.
+    pub fn push(&mut self, at: Time, item: T) {
+        self.seq += 1;
+        let at = at.as_nanos().max(self.last);
+        let entry = Entry {
+            at,
+            seq: self.seq,
+            item,
+        };
+        match at ^ self.last {
+            0 => self.now.push_back(entry),
+            x => self.buckets[63 - x.leading_zeros() as usize].push(entry),
+        }
+    }
+
+    pub fn pop(&mut self) -> Option<(Time, T)> {
+        if self.now.is_empty() {
+            let i = self.buckets.iter().position(|b| !b.is_empty())?;
+            let moving = std::mem::take(&mut self.buckets[i]);
+            self.last = moving.iter().map(|e| e.at).min().unwrap_or(self.last);
+            let mut due = Vec::new();
+            for e in moving {
+                match e.at ^ self.last {
+                    0 => due.push(e),
+                    x => self.buckets[63 - x.leading_zeros() as usize].push(e),
+                }
+            }
+            due.sort_unstable_by_key(|e| e.seq);
+            self.now.extend(due);
+        }
+        self.now
+            .pop_front()
+            .map(|e| (Time::from_nanos(e.at), e.item))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn earliest_first_then_fifo() {
+        let mut q = EventQueue::default();
+        q.push(Time::from_nanos(5), 'a');
+        q.push(Time::from_nanos(1), 'b');
+        q.push(Time::from_nanos(5), 'c');
+        q.push(Time::from_nanos(1), 'd');
+        let order: Vec<char> = std::iter::from_fn(|| q.pop().map(|(_, c)| c)).collect();
+        assert_eq!(order, vec!['b', 'd', 'a', 'c']);
+    }
+
+    proptest! {
+        /// Same order as sorting by (time, insertion), with pushes
+        /// interleaved between pops at or after the current time.
+        #[test]
+        fn matches_a_sorted_reference(ops in proptest::collection::vec((0u64..3, 0u64..5000), 1..400)) {
+            let mut q = EventQueue::default();
+            let mut reference: Vec<(u64, u64)> = Vec::new();
+            let (mut now, mut seq) = (0u64, 0u64);
+            for (op, delta) in ops {
+                if op == 0 && !reference.is_empty() {
+                    reference.sort_unstable();
+                    let (at, s) = reference.remove(0);
+                    let (t, item) = q.pop().unwrap();
+                    prop_assert_eq!((t.as_nanos(), item), (at, s));
+                    now = at;
+                } else {
+                    seq += 1;
+                    let at = now + if op == 1 { 0 } else { delta };
+                    q.push(Time::from_nanos(at), seq);
+                    reference.push((at, seq));
+                }
+            }
+            reference.sort_unstable();
+            for (at, s) in reference {
+                prop_assert_eq!(q.pop().map(|(t, i)| (t.as_nanos(), i)), Some((at, s)));
+            }
+            prop_assert!(q.pop().is_none());
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! Simulator scenarios, each over several seeds: completeness, accuracy,
+//! hop bounds and forward-once, for N from 2 to 65536.
+//!
+//! The 65536-rank, 32-failure scenario is `#[ignore]`d (minutes in a debug
+//! build); `benches/sim_scale.sh` and `cargo test --release -- --ignored`
+//! run it.
+
+use std::time::Duration;
+
+use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator, Verdict};
+use ffd_protocol::{BcastKind, InbandMode, Kind, Rank, Time};
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn ceil_log2(n: u32) -> u32 {
+    ffd_protocol::overlay::levels(n)
+}
+
+fn config(n: u32, faults: &[&str], seed: u64) -> SimConfig {
+    let mut cfg = SimConfig::new(n);
+    cfg.seed = seed;
+    cfg.hosts = (n / 8).max(1);
+    cfg.faults = faults
+        .iter()
+        .map(|f| f.parse::<FaultSpec>().expect("valid spec"))
+        .collect();
+    cfg.track_links = n <= 4096;
+    cfg
+}
+
+fn run(cfg: SimConfig) -> SimReport {
+    Simulator::new(cfg).expect("valid simulation").run()
+}
+
+/// Every injected failure detected and known to every live rank; no live
+/// rank reported a live one.
+fn assert_complete(r: &SimReport, what: &str) {
+    assert_eq!(
+        r.totals.false_reports, 0,
+        "{what}: false reports {:?}",
+        r.false_report_samples
+    );
+    assert_eq!(r.totals.missed_notifications, 0, "{what}: missed\n{r}");
+    for f in &r.failures {
+        assert!(
+            f.detected_at_ms.is_some(),
+            "{what}: rank {} never detected\n{r}",
+            f.rank
+        );
+        assert!(
+            f.all_notified_at_ms.is_some(),
+            "{what}: rank {} not known everywhere\n{r}",
+            f.rank
+        );
+    }
+}
+
+/// Hops ≤ ⌈log2 N⌉ + failures (fewer than 2·log2 N failures), and no
+/// directed link carried more notice copies than there were detections.
+fn assert_bounds(r: &SimReport, n: u32, what: &str) {
+    let k = r.failures.len() as u32;
+    if k < 2 * ceil_log2(n).max(1) {
+        for f in &r.failures {
+            assert!(
+                u32::from(f.max_hops) <= ceil_log2(n) + k,
+                "{what}: rank {} took {} hops\n{r}",
+                f.rank,
+                f.max_hops
+            );
+        }
+    }
+    if let Some(max) = r.totals.max_notices_per_link {
+        assert!(
+            max <= k.max(1),
+            "{what}: a link carried {max} notices for {k} failures"
+        );
+    }
+}
+
+#[test]
+fn single_crash_at_every_size() {
+    for n in [2u32, 3, 7, 64, 1000] {
+        for seed in 1..=3 {
+            let victim = (seed as u32 * 7919) % n;
+            let r = run(config(n, &[&format!("crash:{victim}@300ms")], seed));
+            let what = format!("n={n} seed={seed}");
+            assert_complete(&r, &what);
+            assert_bounds(&r, n, &what);
+            let f = &r.failures[0];
+            // In-band: the crashed rank's emitter sees its next write fail.
+            assert_eq!(f.cause.as_deref(), Some("inband"), "{what}");
+            assert!(
+                f.detected_at_ms.unwrap() <= 300.0 + 10.0 + 3.0 + 0.01,
+                "{what}\n{r}"
+            );
+            // The notice reaches everyone within a few link latencies per hop.
+            let propagation = f.all_notified_at_ms.unwrap() - f.detected_at_ms.unwrap();
+            assert!(
+                propagation <= 0.003 * f64::from(ceil_log2(n) + 1),
+                "{what}: {propagation} ms"
+            );
+            // Forward-once: a notice copy per live overlay link, at most.
+            let links = u64::from(n - 1) * u64::from(2 * ceil_log2(n));
+            assert!(
+                f.messages <= links + 1,
+                "{what}: {} notices for {links} links",
+                f.messages
+            );
+        }
+    }
+}
+
+#[test]
+fn single_crash_detected_by_timeout_without_inband() {
+    for n in [3u32, 64, 1000] {
+        let mut cfg = config(n, &["crash:1@300ms"], 4);
+        cfg.net.inband_latency = None;
+        let r = run(cfg);
+        assert_complete(&r, "no in-band");
+        let f = &r.failures[0];
+        assert_eq!(f.cause.as_deref(), Some("timeout"));
+        let latency = f.detected_at_ms.unwrap() - 300.0;
+        assert!(
+            (90.0..=100.0 + 25.0 + 0.1).contains(&latency),
+            "detected {latency} ms after the crash"
+        );
+    }
+}
+
+#[test]
+fn sixty_five_thousand_ranks_single_crash() {
+    let n = 65536;
+    let r = run(config(n, &["crash:40000@300ms"], 1));
+    assert_complete(&r, "65536");
+    assert_bounds(&r, n, "65536");
+    assert!(r.failures[0].max_hops as u32 <= ceil_log2(n));
+}
+
+#[test]
+fn consecutive_failures_mend_around_the_gap() {
+    for n in [64u32, 1000] {
+        for k in [2u32, 3, 5, 8] {
+            for inband in [true, false] {
+                let mut cfg = config(n, &[&format!("consecutive:10+{k}@300ms")], u64::from(k));
+                cfg.engine.ring = ffd_protocol::RingKind::Rank;
+                if !inband {
+                    cfg.net.inband_latency = None;
+                }
+                let r = run(cfg);
+                let what = format!("n={n} k={k} inband={inband}");
+                assert_complete(&r, &what);
+                assert_bounds(&r, n, &what);
+                assert_eq!(r.failures.len(), k as usize);
+                // Mending walks the gap: without in-band evidence, one timeout per rank.
+                let last = r
+                    .failures
+                    .iter()
+                    .filter_map(|f| f.detected_at_ms)
+                    .fold(0.0, f64::max);
+                let bound = if inband {
+                    300.0 + 13.0 + 3.5 * f64::from(k)
+                } else {
+                    300.0 + 125.0 * f64::from(k) + 1.0
+                };
+                assert!(last <= bound, "{what}: last detection at {last}\n{r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn random_failures_up_to_twice_log2_n() {
+    for n in [7u32, 64, 1000] {
+        let k = 2 * ceil_log2(n) - 1;
+        for seed in 1..=3 {
+            let r = run(config(n, &[&format!("random:{k}@300ms")], seed));
+            let what = format!("n={n} k={k} seed={seed}");
+            assert_complete(&r, &what);
+            assert_bounds(&r, n, &what);
+            assert_eq!(r.failures.len(), k as usize);
+        }
+    }
+}
+
+#[test]
+fn inband_suspect_mode_checks_before_declaring() {
+    let n = 64;
+    let ring = ffd_protocol::Ring::new(
+        ffd_protocol::RingKind::Topology,
+        &(0..n).map(|r| r / 8).collect::<Vec<_>>(),
+        0,
+    );
+    let observer_of_5 = ring.successors(5).next().unwrap();
+    let glitch = format!("glitch:5>{observer_of_5}@250ms");
+    // Declare: a spurious error on the ring link is taken at its word.
+    let mut cfg = config(n, &[&glitch], 3);
+    cfg.engine.ring_seed = 1;
+    let declare = run(cfg.clone());
+    assert_eq!(
+        declare.totals.false_reports, 1,
+        "declare mode trusts the error\n{declare}"
+    );
+    // Suspect: the observer answers its probe, nothing is declared; a real
+    // crash is still found within the suspect timeout, before the timeout.
+    cfg.engine.inband = InbandMode::Suspect;
+    cfg.faults.push("crash:20@300ms".parse().unwrap());
+    let suspect = run(cfg);
+    assert_complete(&suspect, "suspect");
+    let f = &suspect.failures[0];
+    assert_eq!(f.cause.as_deref(), Some("inband"));
+    let latency = f.detected_at_ms.unwrap() - 300.0;
+    assert!(
+        latency <= 10.0 + 3.0 + 50.0 + 0.1,
+        "{latency} ms\n{suspect}"
+    );
+}
+
+#[test]
+fn chord_broadcast_is_complete_with_fewer_messages() {
+    let n = 1000;
+    for spec in ["crash:17@300ms", "random:12@300ms"] {
+        let bmg = run(config(n, &[spec], 5));
+        let mut cfg = config(n, &[spec], 5);
+        cfg.engine.bcast = BcastKind::Chord;
+        let chord = run(cfg);
+        assert_complete(&chord, spec);
+        assert_bounds(&chord, n, spec);
+        let count = |r: &SimReport| r.totals.messages.get("notice").map_or(0, |k| k.count);
+        assert!(
+            count(&chord) * 10 < count(&bmg) * 6,
+            "chord {} vs bmg {}",
+            count(&chord),
+            count(&bmg)
+        );
+    }
+}
+
+#[test]
+fn a_whole_host_is_detected_within_one_timeout() {
+    for (n, hosts) in [(64u32, 8u32), (1000, 125)] {
+        for inband in [true, false] {
+            let mut cfg = config(n, &["host:3@300ms"], 9);
+            cfg.hosts = hosts;
+            if !inband {
+                cfg.net.inband_latency = None;
+            }
+            let r = run(cfg);
+            let what = format!("n={n} inband={inband}");
+            assert_complete(&r, &what);
+            assert_eq!(r.failures.len() as u32, n / hosts);
+            let times: Vec<f64> = r
+                .failures
+                .iter()
+                .map(|f| f.detected_at_ms.unwrap())
+                .collect();
+            let spread = times.iter().cloned().fold(f64::MIN, f64::max)
+                - times.iter().cloned().fold(f64::MAX, f64::min);
+            assert!(
+                spread <= 100.0,
+                "{what}: detections spread over {spread} ms\n{r}"
+            );
+            // Each victim was detected by a survivor on another host.
+            for f in &r.failures {
+                let d = f.detector.unwrap();
+                assert!(
+                    r.failures.iter().all(|g| g.rank != d),
+                    "{what}: {d} is a victim"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_hung_rank_that_resumes_is_excluded_and_reports_nobody() {
+    for n in [3u32, 7, 64, 1000] {
+        for seed in 1..=2 {
+            let victim = n / 2;
+            let r = run(config(
+                n,
+                &[
+                    &format!("hang:{victim}@300ms"),
+                    &format!("resume:{victim}@900ms"),
+                ],
+                seed,
+            ));
+            let what = format!("n={n} seed={seed}");
+            assert_complete(&r, &what);
+            assert_eq!(r.failures[0].cause.as_deref(), Some("timeout"), "{what}");
+            assert_eq!(r.totals.self_excluded, vec![victim], "{what}");
+            assert_eq!(
+                r.totals.reports_by_faulty_ranks, 0,
+                "{what}: the resumed rank declared someone"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_resumed_rank_learns_its_exclusion_from_its_standing_check() {
+    // Drop every notice sent to the victim while it is stopped, so the
+    // detector's direct exclusion notice is lost: the resumed rank's lag
+    // guard must hold it back and its standing check must exclude it.
+    let n = 64;
+    let victim: Rank = 20;
+    let mut sim = Simulator::new(config(n, &["hang:20@300ms", "resume:20@900ms"], 3)).unwrap();
+    let resume = Time::ZERO + ms(900);
+    sim.set_rule(Box::new(move |m| {
+        if m.to == victim && m.kind == Some(Kind::Notice) && m.at < resume {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let r = sim.run();
+    assert_complete(&r, "standing check");
+    assert!(r.totals.dropped_by_network >= 1);
+    assert_eq!(r.totals.self_excluded, vec![victim]);
+    assert_eq!(
+        r.totals.reports_by_faulty_ranks, 0,
+        "the resumed rank declared someone"
+    );
+    assert!(sim.engine(victim).stats().self_lag_trips >= 1);
+    assert!(sim.engine(victim).stats().sync_requests_sent >= 1);
+}
+
+#[test]
+fn a_partitioned_rank_is_declared_and_excluded_after_healing() {
+    for n in [7u32, 64, 1000] {
+        let victim = 3;
+        let r = run(config(
+            n,
+            &[&format!("partition:{victim}@300ms"), "heal@800ms"],
+            2,
+        ));
+        let what = format!("n={n}");
+        assert_complete(&r, &what);
+        assert_eq!(r.failures[0].cause.as_deref(), Some("timeout"), "{what}");
+        assert_eq!(
+            r.totals.self_excluded,
+            vec![victim],
+            "{what}: excluded once healed\n{r}"
+        );
+    }
+}
+
+#[test]
+fn all_but_one_failed() {
+    for n in [2u32, 3, 7, 64] {
+        let survivor = n - 1;
+        let mut cfg = config(n, &[&format!("allbut:{survivor}@300ms")], 1);
+        cfg.net.inband_latency = None;
+        let mut sim = Simulator::new(cfg).unwrap();
+        let r = sim.run();
+        let what = format!("n={n}");
+        assert_complete(&r, &what);
+        assert_eq!(r.failures.len() as u32, n - 1);
+        let last = sim.engine(survivor);
+        assert_eq!(last.failed().len() as u32, n - 1, "{what}");
+        assert_eq!(
+            (last.emitter(), last.observer(), last.watched_slot()),
+            (None, None, None),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn all_ranks_leaving_report_no_failure() {
+    for n in [2u32, 3, 7, 64, 1000] {
+        for seed in 1..=2 {
+            let r = run(config(n, &["leave:all@300ms"], seed));
+            let what = format!("n={n} seed={seed}");
+            assert_eq!(
+                r.totals.false_reports, 0,
+                "{what}: {:?}",
+                r.false_report_samples
+            );
+            assert!(r.failures.is_empty());
+            let failed_events: u64 = r.totals.reports_by_faulty_ranks;
+            assert_eq!(failed_events, 0, "{what}");
+            assert!(r.totals.left_events > 0, "{what}");
+        }
+    }
+}
+
+#[test]
+fn one_rank_leaving_is_reported_as_left_everywhere() {
+    for n in [3u32, 64, 1000] {
+        let r = run(config(n, &["leave:1@300ms"], 1));
+        assert_eq!(r.totals.false_reports, 0, "n={n}");
+        assert_eq!(r.totals.left_events, u64::from(n - 1), "n={n}");
+    }
+}
+
+#[test]
+fn payloads_reach_every_live_rank_once() {
+    for n in [2u32, 64, 1000] {
+        let r = run(config(
+            n,
+            &["crash:1@300ms", "bcast:0@400ms", "bcast:0@410ms"],
+            2,
+        ));
+        assert_complete(&r, "payload");
+        assert_eq!(r.totals.payloads_delivered, 2 * u64::from(n - 2), "n={n}");
+    }
+}
+
+#[test]
+fn delayed_notices_still_complete() {
+    let n = 1000;
+    let mut sim = Simulator::new(config(n, &["random:6@300ms"], 8)).unwrap();
+    let mut count = 0u64;
+    sim.set_rule(Box::new(move |m| {
+        count += 1;
+        if m.kind == Some(Kind::Notice) && count % 3 == 0 {
+            Verdict::Delay(ms(5))
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let r = sim.run();
+    assert_complete(&r, "delayed");
+}
+
+#[test]
+fn ranks_cut_off_from_notices_learn_through_the_digest_sync() {
+    // Ranks 100..=104 (ring neighbours, rank ring) never receive a notice:
+    // the broadcast cannot inform them. Each learns from its emitter's
+    // heartbeat digest, asks for the difference, and passes it on.
+    let n = 200;
+    let mut cfg = config(n, &["crash:5@300ms", "crash:77@300ms"], 6);
+    cfg.engine.ring = ffd_protocol::RingKind::Rank;
+    let mut sim = Simulator::new(cfg).unwrap();
+    sim.set_rule(Box::new(|m| {
+        if m.kind == Some(Kind::Notice) && (100..=104).contains(&m.to) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let r = sim.run();
+    assert_complete(&r, "blackout");
+    let syncs = r.totals.messages.get("sync_request").map_or(0, |k| k.count);
+    assert!(syncs >= 5, "each blacked-out rank asked its emitter\n{r}");
+    for rank in 100..=104 {
+        assert_eq!(sim.engine(rank).failed(), &[5, 77]);
+        assert!(
+            sim.engine(rank).stats().ranks_learned_by_sync >= 2,
+            "rank {rank}"
+        );
+    }
+}
+
+#[test]
+fn identical_seeds_give_identical_runs() {
+    let faults = [
+        "random:5@300ms",
+        "hang:3@350ms",
+        "resume:3@900ms",
+        "leave:9@400ms",
+    ];
+    let a = run(config(500, &faults, 42)).deterministic_part();
+    let b = run(config(500, &faults, 42)).deterministic_part();
+    assert_eq!(a, b);
+    let json = |r: &SimReport| serde_json::to_string(r).expect("a report serialises");
+    assert_eq!(json(&a), json(&b));
+    let c = run(config(500, &faults, 43)).deterministic_part();
+    let ranks = |r: &SimReport| r.failures.iter().map(|f| f.rank).collect::<Vec<_>>();
+    assert_ne!(ranks(&a), ranks(&c), "another seed picks other victims");
+}
+
+#[test]
+#[ignore = "minutes in a debug build; run with --release (benches/sim_scale.sh does)"]
+fn sixty_five_thousand_ranks_thirty_two_random_crashes() {
+    let n = 65536;
+    let r = run(config(n, &["random:32@300ms"], 1));
+    assert_complete(&r, "65536 x 32");
+    assert_bounds(&r, n, "65536 x 32");
+}
