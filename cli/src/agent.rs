@@ -35,9 +35,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use serde_json::{Value, json};
 
-use ffd::bootstrap::tcp::TcpBootstrap;
-use ffd::bootstrap::{Bootstrap, BootstrapError};
-use ffd::config::{Config, Env, var};
+use ffd::bootstrap::{self, Bootstrap, BootstrapError};
+use ffd::config::{Config, Env};
 use ffd::protocol::Event;
 use ffd::runtime::{Detector, DetectorEvent};
 
@@ -153,27 +152,12 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
 /// `FFD_BOOTSTRAP` (TCP rendezvous) when set, else PMIx when launched by
 /// `mpirun`/`srun` and built with the `pmix` feature.
 fn open_bootstrap(env: &Env) -> Result<Box<dyn Bootstrap>, AgentError> {
-    if env.get(var::BOOTSTRAP).is_some() {
-        return TcpBootstrap::connect_with_env(env)
-            .map(|b| Box::new(b) as Box<dyn Bootstrap>)
-            .map_err(|e| match e {
-                BootstrapError::Config(e) => AgentError::Usage(e.to_string()),
-                e => AgentError::Failed(e.to_string()),
-            });
-    }
-    #[cfg(feature = "pmix")]
-    if ffd::bootstrap::pmix::PmixBootstrap::is_available() {
-        return ffd::bootstrap::pmix::PmixBootstrap::init_with_env(env)
-            .map(|b| Box::new(b) as Box<dyn Bootstrap>)
-            .map_err(|e| AgentError::Failed(e.to_string()));
-    }
-    Err(AgentError::Usage(format!(
-        "no bootstrap: set {}=host:port, {} and {} (serve it with `ffd rendezvous -n N`), \
-         or launch under mpirun/srun with a build that has the `pmix` feature",
-        var::BOOTSTRAP,
-        var::RANK,
-        var::SIZE
-    )))
+    bootstrap::from_env(env).map_err(|e| match e {
+        BootstrapError::Config(_) | BootstrapError::Unavailable { .. } => {
+            AgentError::Usage(e.to_string())
+        }
+        e => AgentError::Failed(e.to_string()),
+    })
 }
 
 /// The JSON line for a detector event (without the common stamp).

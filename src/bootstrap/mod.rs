@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use crate::config::{ConfigError, format_duration};
+use crate::config::{ConfigError, Env, format_duration, var};
 use crate::protocol::Rank;
 
 mod exchange;
@@ -86,6 +86,38 @@ impl<B: Bootstrap + ?Sized> Bootstrap for Box<B> {
     fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
         (**self).allgather(mine)
     }
+}
+
+/// The bootstrap a process started by a launcher uses when its host lent
+/// no allgather of its own: an explicit `FFD_BOOTSTRAP` (the TCP rendezvous
+/// of `ffd run`/`ffd rendezvous`) first, else PMIx when this process was
+/// started by a PMIx launcher (`mpirun`, `prterun`, `srun --mpi=pmix`; the
+/// `pmix` feature). `ffd agent` and `ffd_init` with a NULL `oob` both come
+/// here. Neither available is [`BootstrapError::Unavailable`] naming both
+/// ways; a malformed `FFD_*` variable is [`BootstrapError::Config`].
+pub fn from_env(env: &Env) -> Result<Box<dyn Bootstrap>, BootstrapError> {
+    if env.get(var::BOOTSTRAP).is_some() {
+        return Ok(Box::new(tcp::TcpBootstrap::connect_with_env(env)?));
+    }
+    #[cfg(feature = "pmix")]
+    if pmix::PmixBootstrap::is_available() {
+        return Ok(Box::new(pmix::PmixBootstrap::init_with_env(env)?));
+    }
+    let pmix = if cfg!(feature = "pmix") {
+        "this process was not started by a PMIx launcher (PMIX_NAMESPACE and PMIX_RANK are not set)"
+    } else {
+        "this build has no PMIx bootstrap (the `pmix` feature)"
+    };
+    Err(BootstrapError::Unavailable {
+        bootstrap: "launcher",
+        why: format!(
+            "{} is not set (set it to the host:port of an `ffd rendezvous -n N`, with {} and {}), \
+             and {pmix}",
+            var::BOOTSTRAP,
+            var::RANK,
+            var::SIZE
+        ),
+    })
 }
 
 /// Why a bootstrap round failed. Every variant says what was waited for,

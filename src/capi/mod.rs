@@ -32,8 +32,8 @@ use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
-use crate::bootstrap::tcp::{self, TcpBootstrap};
-use crate::bootstrap::{Bootstrap, BootstrapError, HostAllgather};
+use crate::bootstrap::tcp;
+use crate::bootstrap::{self, Bootstrap, BootstrapError, HostAllgather};
 use crate::config::{self, Config, ConfigError, ConfigWarning, Env, EnvPolicy, LogLevel};
 use crate::protocol::{Cause, Event, Rank};
 use crate::runtime::{Detector, DetectorError, DetectorEvent, StartError};
@@ -913,30 +913,6 @@ fn host_bootstrap(oob: &ffd_oob_t) -> Result<Box<dyn Bootstrap>, Error> {
     Ok(Box::new(bootstrap))
 }
 
-/// No host collective: an explicit FFD_BOOTSTRAP (TCP rendezvous) first,
-/// else PMIx when this process was started by a PMIx launcher.
-fn launcher_bootstrap(env: &Env) -> Result<Box<dyn Bootstrap>, Error> {
-    if env.get(config::var::BOOTSTRAP).is_some() {
-        return Ok(Box::new(TcpBootstrap::connect_with_env(env)?));
-    }
-    #[cfg(feature = "pmix")]
-    {
-        use crate::bootstrap::pmix::PmixBootstrap;
-        if PmixBootstrap::is_available() {
-            return Ok(Box::new(PmixBootstrap::init_with_env(env)?));
-        }
-    }
-    let pmix = if cfg!(feature = "pmix") {
-        "this process was not started by a PMIx launcher (PMIX_NAMESPACE and PMIX_RANK not set)"
-    } else {
-        "this libffd was built without the pmix feature"
-    };
-    Err(Error::new(
-        FFD_ERR_BOOTSTRAP,
-        format!("no way to exchange addresses: oob is NULL, {pmix}, and FFD_BOOTSTRAP is not set"),
-    ))
-}
-
 fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
     let mut c = ffd_event_t {
         kind: ffd_event_kind::FFD_EVENT_FAILED,
@@ -1062,7 +1038,7 @@ pub unsafe extern "C" fn ffd_init(
                         .map(|(k, v)| (k.to_owned(), v.to_owned()))
                         .chain(cfg.vars.iter().map(|(k, v)| (k.clone(), v.clone()))),
                 );
-                launcher_bootstrap(&env)?
+                bootstrap::from_env(&env)?
             }
         };
         let me = bootstrap.rank();
