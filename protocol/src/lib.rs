@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod duration;
 mod engine;
 pub mod overlay;
 pub mod ranks;
