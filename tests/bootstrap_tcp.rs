@@ -13,9 +13,9 @@ use ffd::bootstrap::tcp::{
     AbortCode, AbortReason, Rendezvous, RendezvousError, RendezvousHandle, ServeEvent,
     TcpBootstrap, TcpEnv,
 };
-use ffd::bootstrap::{Bootstrap, BootstrapError, MAX_CONTRIBUTION, PeerRecord, exchange};
+use ffd::bootstrap::{Bootstrap, BootstrapError, MAX_CONTRIBUTION};
 use ffd::config::Env;
-use ffd::protocol::{EngineConfig, Rank};
+use ffd::protocol::Rank;
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -111,37 +111,6 @@ fn ranks_gather_several_rounds_over_one_connection() {
             "the server ends once every rank has closed"
         );
     }
-}
-
-#[test]
-fn the_record_exchange_runs_over_tcp() {
-    let n = 3;
-    let h = serve(n, LONG);
-    let addr = h.addr().to_string();
-    let views: Vec<_> = thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
-                let addr = addr.clone();
-                s.spawn(move || {
-                    let mut b = TcpBootstrap::connect(&addr, rank, n, LONG).unwrap();
-                    let mut mine =
-                        PeerRecord::new(rank, n, format!("node{rank}"), &EngineConfig::default());
-                    mine.provider = "tcp".into();
-                    mine.fabric_addr = vec![rank as u8; 24];
-                    mine.job_key = if rank == 0 { 77 } else { 0 };
-                    exchange(&mut b, &mine).unwrap()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    assert!(
-        views
-            .iter()
-            .all(|v| v.job_key == 77 && v.records == views[0].records)
-    );
-    assert_eq!(views[2].nodes(), [0, 1, 2]);
-    assert!(h.join().is_ok());
 }
 
 #[test]

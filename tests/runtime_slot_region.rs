@@ -11,10 +11,11 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::{self, Bootstrap, LocalBootstrap, PeerRecord};
+use ffd::bootstrap::{Bootstrap, LocalBootstrap};
 use ffd::config::{Config, CoreChoice};
 use ffd::fabric::*;
 use ffd::runtime::Detector;
+use ffd::runtime::startup::{PeerRecord, exchange};
 
 const DEADLINE: Duration = Duration::from_secs(5);
 
@@ -105,7 +106,7 @@ fn only_the_slot_page_is_writable(provider: &str) {
     record.fabric_addr = ep.name().to_vec();
     record.slot_addr = mine.remote().addr;
     record.slot_key = mine.remote().key;
-    let view = bootstrap::exchange(&mut me, &record).expect("exchange");
+    let view = exchange(&mut me, &record).expect("exchange");
     for r in &view.records {
         av.insert(&r.fabric_addr).unwrap();
     }

@@ -21,12 +21,14 @@ pub const DEFAULT_LOCAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// One rank's handle on an in-process group; see [`LocalBootstrap::group`].
 pub struct LocalBootstrap {
     rank: Rank,
-    shared: Arc<Shared>,
+    group: Arc<Group>,
     /// Rounds this member has completed.
     rounds: u32,
 }
 
-struct Shared {
+/// One in-process group, held by each of its members' handles: its size,
+/// its bound, and the round state under a mutex.
+struct Group {
     size: u32,
     timeout: Duration,
     state: Mutex<State>,
@@ -62,7 +64,7 @@ impl LocalBootstrap {
                 "a group needs at least one rank".into(),
             ));
         }
-        let shared = Arc::new(Shared {
+        let group = Arc::new(Group {
             size,
             timeout,
             state: Mutex::new(State {
@@ -78,17 +80,17 @@ impl LocalBootstrap {
         Ok((0..size)
             .map(|rank| LocalBootstrap {
                 rank,
-                shared: Arc::clone(&shared),
+                group: Arc::clone(&group),
                 rounds: 0,
             })
             .collect())
     }
 }
 
-fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+fn lock(group: &Group) -> MutexGuard<'_, State> {
     // A panicking member must not take the others down with a poison
     // panic; the state is consistent at every unlock.
-    shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    group.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Bootstrap for LocalBootstrap {
@@ -97,7 +99,7 @@ impl Bootstrap for LocalBootstrap {
     }
 
     fn size(&self) -> u32 {
-        self.shared.size
+        self.group.size
     }
 
     fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
@@ -108,9 +110,9 @@ impl Bootstrap for LocalBootstrap {
             });
         }
         let round = self.rounds + 1;
-        let shared = Arc::clone(&self.shared);
-        let size = shared.size;
-        let mut state = lock(&shared);
+        let group = Arc::clone(&self.group);
+        let size = group.size;
+        let mut state = lock(&group);
         if let Some(why) = &state.failed {
             return Err(BootstrapError::GroupFailed(why.clone()));
         }
@@ -128,9 +130,9 @@ impl Bootstrap for LocalBootstrap {
             state.result = Arc::new(all);
             state.arrived = 0;
             state.completed = round;
-            shared.changed.notify_all();
+            group.changed.notify_all();
         }
-        let deadline = Instant::now() + shared.timeout;
+        let deadline = Instant::now() + group.timeout;
         // Each pass either returns or waits until notified or the deadline.
         loop {
             if state.completed >= round {
@@ -149,15 +151,15 @@ impl Bootstrap for LocalBootstrap {
                     .filter(|&r| state.slots[r as usize].is_none())
                     .collect();
                 let err = BootstrapError::Timeout {
-                    after: shared.timeout,
+                    after: group.timeout,
                     waiting: format!("{} in round {round}", format_ranks(&missing)),
                 };
                 state.failed = Some(format!("rank {}: {err}", self.rank));
-                shared.changed.notify_all();
+                group.changed.notify_all();
                 return Err(err);
             }
             state = self
-                .shared
+                .group
                 .changed
                 .wait_timeout(state, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
@@ -169,8 +171,8 @@ impl Bootstrap for LocalBootstrap {
 impl Drop for LocalBootstrap {
     fn drop(&mut self) {
         let (rank, done) = (self.rank, self.rounds);
-        let mut state = lock(&self.shared);
+        let mut state = lock(&self.group);
         state.left.push((rank, done));
-        self.shared.changed.notify_all();
+        self.group.changed.notify_all();
     }
 }

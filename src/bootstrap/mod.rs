@@ -1,11 +1,14 @@
-//! How ranks exchange addresses at start: the [`Bootstrap`] trait (an
-//! allgather of byte strings), its implementations, and the exchange of
-//! [`PeerRecord`]s that every detector runs once through one of them.
+//! The transport ranks exchange bytes over at start: the [`Bootstrap`]
+//! trait (an allgather of byte strings), its implementations, and
+//! [`from_env`], the one choice between them for a process a launcher
+//! started.
 //!
 //! Owns: the bootstrap collectives (host callback adapter, TCP rendezvous,
-//! in-process groups for tests), the bootstrap record format and its
-//! validation across ranks. Must not: touch the fabric or the protocol
-//! Engine, or block without a bound (every wait of ours has a timeout; a
+//! PMIx, in-process groups for tests) and their own `FFD_*` variables.
+//! Must not: know what the bytes mean (the peer records and their
+//! validation are the runtime's start-up, `runtime::startup`), touch the
+//! fabric or the protocol Engine, import from the protocol anything but
+//! ranks, or block without a bound (every wait of ours has a timeout; a
 //! host's collective is the host's business).
 //!
 //! Implementations:
@@ -29,26 +32,19 @@ use std::time::Duration;
 use crate::config::{ConfigError, Env, format_duration, var};
 use crate::protocol::Rank;
 
-mod exchange;
 mod host;
 mod local;
 #[cfg(feature = "pmix")]
 #[allow(unsafe_code)]
 pub mod pmix;
-mod record;
 pub mod tcp;
 
-pub use exchange::{ExchangeError, JobView, exchange};
 pub use host::HostAllgather;
 pub use local::LocalBootstrap;
-pub use record::{
-    AgreedSettings, PROTOCOL_VERSION, PeerRecord, RECORD_VERSION, RecordError, host_id,
-    local_hostname, random_job_key,
-};
 
 /// Largest contribution of one rank to one allgather round, in bytes.
-/// A bootstrap record is well under 1 KiB; this bounds what an untrusted
-/// peer can make every rank allocate.
+/// A start-up peer record is well under 1 KiB; this bounds what an
+/// untrusted peer can make every rank allocate.
 pub const MAX_CONTRIBUTION: usize = 1 << 20;
 
 /// An allgather among the ranks of a job, usable for several rounds.

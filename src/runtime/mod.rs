@@ -4,9 +4,11 @@
 //!
 //! Owns: the detector's own fabric resources (fabric, domain, endpoint,
 //! address vector, completion queue, the one-page slot region), start-up
-//! (address exchange, ring, placement), the progress thread, and delivery
-//! of events. Must not: make protocol decisions (the Engine does), block
-//! the progress thread on the host, or allocate on the heartbeat path.
+//! ([`startup`]: peer records and their exchange, ring, placement, the
+//! linking phase), the progress thread, and delivery of events. This file
+//! holds the host's API, [`Detector`]. Must not: make protocol decisions
+//! (the Engine does), block the progress thread on the host, or allocate
+//! on the heartbeat path.
 //!
 //! ```no_run
 //! use ffd::bootstrap::tcp::TcpBootstrap;
@@ -32,6 +34,7 @@ pub mod failed_bits;
 mod log;
 pub mod placement;
 mod progress;
+pub mod startup;
 pub mod stats;
 
 use std::io::Write;
@@ -41,23 +44,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::bootstrap::{self, Bootstrap, ExchangeError, PeerRecord};
+use crate::bootstrap::Bootstrap;
 use crate::config::Config;
-use crate::fabric::{
-    AddressVector, Domain, Endpoint, EndpointConfig, FabricError, Info, MemoryRegion, RemoteRegion,
-    SlotPage,
-};
-use crate::protocol::{self, Rank, Ring};
+use crate::fabric::{FabricError, MemoryRegion, SlotPage};
+use crate::protocol::{self, Rank};
 
 pub use events::EventQueue;
 pub use failed_bits::FailedBits;
 pub use placement::Placement;
 pub use stats::{LatenessHistogram, RuntimeCounters, StatsSnapshot};
 
-use log::Logger;
 use progress::Command;
+use startup::ExchangeError;
 
 /// An event as the host receives it: what happened (the protocol's
 /// [`protocol::Event`]), when this rank learned it, and the epoch after it.
@@ -110,10 +110,10 @@ pub enum DetectorError {
     PayloadTooLarge { len: usize, max: usize },
 }
 
-/// State the progress thread writes and any thread reads without a lock
-/// the progress thread can hold.
+/// The state the progress thread publishes for the host: it writes it,
+/// any thread reads it without a lock the progress thread can hold.
 #[derive(Debug)]
-struct Shared {
+struct PublishedState {
     me: Rank,
     failed: FailedBits,
     left: FailedBits,
@@ -128,7 +128,7 @@ struct Shared {
 /// One rank's failure detector: a pinned progress thread and the state the
 /// host reads. Dropping it shuts it down cleanly (see [`Detector::shutdown`]).
 pub struct Detector {
-    shared: Arc<Shared>,
+    shared: Arc<PublishedState>,
     commands: mpsc::Sender<Command>,
     /// Writing a byte wakes the progress thread.
     wake: UnixStream,
@@ -163,7 +163,7 @@ impl Detector {
     /// and returns once this rank's heartbeat link to its observer is up
     /// (or the start-up grace has passed).
     pub fn start(config: &Config, bootstrap: &mut dyn Bootstrap) -> Result<Detector, StartError> {
-        Self::start_with(config, bootstrap, None)
+        startup::start(config, bootstrap, None)
     }
 
     /// Like [`start`](Self::start), with a callback that sees every event
@@ -173,224 +173,7 @@ impl Detector {
         bootstrap: &mut dyn Bootstrap,
         callback: Callback,
     ) -> Result<Detector, StartError> {
-        Self::start_with(config, bootstrap, Some(callback))
-    }
-
-    fn start_with(
-        config: &Config,
-        bootstrap: &mut dyn Bootstrap,
-        callback: Option<Callback>,
-    ) -> Result<Detector, StartError> {
-        let me = bootstrap.rank();
-        let size = bootstrap.size();
-        let logger = Logger::new(config.log(), me);
-        let t0 = Instant::now();
-        let phase =
-            |what: &str| logger.debug(format_args!("start: {what} after {:?}", t0.elapsed()));
-        let engine_config = config.engine_config();
-
-        // Our own fabric resources, separate from the host's.
-        let info = Info::query(config.provider(), config.domain())?;
-        let provider = info.provider();
-        let domain_name = info.domain_name();
-        let domain = Domain::open_info(&info)?;
-        let av = AddressVector::open(&domain, size as usize)?;
-        let (buffers, buffer_size) = progress::message_buffers(size);
-        let endpoint_config = EndpointConfig {
-            // On tcp;ofi_rxm a write to a dead peer fails fast only with
-            // delivery-complete (DESIGN §5); elsewhere errors come anyway.
-            delivery_complete: provider.starts_with("tcp"),
-            recv_buffers: buffers,
-            recv_size: buffer_size,
-            send_buffers: buffers,
-            send_size: buffer_size,
-            ..EndpointConfig::default()
-        };
-        let endpoint = Endpoint::open(&domain, &av, &endpoint_config)?;
-        let slots = endpoint.register(SlotPage::new()?)?;
-        let remote = slots.remote();
-        phase("fabric open");
-
-        // Address exchange.
-        let hostname = match config.hostname() {
-            Some(h) => h.to_owned(),
-            None => bootstrap::local_hostname().map_err(StartError::Hostname)?,
-        };
-        let mut record = PeerRecord::new(me, size, hostname, &engine_config);
-        record.provider = provider.clone();
-        record.fabric_addr = endpoint.name().to_vec();
-        record.slot_addr = remote.addr;
-        record.slot_key = remote.key;
-        if me == 0 {
-            record.job_key = bootstrap::random_job_key().map_err(|source| StartError::Io {
-                what: "job key",
-                source,
-            })?;
-        }
-        let view = bootstrap::exchange(bootstrap, &record)?;
-        phase("address exchange");
-
-        let mut peers = Vec::with_capacity(size as usize);
-        for (rank, rec) in view.records.iter().enumerate() {
-            let addr = av.insert(&rec.fabric_addr)?;
-            if addr.0 != rank as u64 {
-                return Err(StartError::AddressOrder {
-                    rank: rank as Rank,
-                    got: addr.0,
-                });
-            }
-            peers.push(RemoteRegion {
-                addr: rec.slot_addr,
-                key: rec.slot_key,
-                len: remote.len,
-            });
-        }
-        if remote.len < u64::from(protocol::wire::SLOTS) * 8 {
-            return Err(StartError::SlotRegion {
-                rank: me,
-                len: remote.len,
-                need: u64::from(protocol::wire::SLOTS),
-            });
-        }
-
-        let hosts: Vec<u64> = view.records.iter().map(|r| r.host_id).collect();
-        let engine_config = protocol::EngineConfig {
-            ring_seed: view.ring_seed,
-            max_payload: engine_config.max_payload.min(progress::MAX_APP_PAYLOAD),
-            ..engine_config
-        };
-        let ring = Arc::new(Ring::new(engine_config.ring, &hosts, view.ring_seed));
-        let nic = info.pci_address().map(|p| p.to_string());
-        let placement = placement::choose(config.core(), nic.as_deref())?;
-        phase("placement");
-        logger.info(format_args!(
-            "provider {provider} domain {domain_name}, {} ranks, placement: {}",
-            size, placement.reason
-        ));
-
-        let max_payload = engine_config.max_payload;
-        let engine_config = Arc::new(engine_config);
-        let started = Instant::now();
-        // The Engine is built by the progress thread once every rank is
-        // linked; check its settings now, while errors can still be returned.
-        engine_config.validate()?;
-        let observer = ring.successors(me).next();
-        let link_target = observer.map(|o| (o, peers[o as usize]));
-        let warm: Vec<Rank> = protocol::Overlay::new(engine_config.bcast, size)
-            .neighbours(ring.position_of(me))
-            .into_iter()
-            .map(|pos| ring.rank_at(pos))
-            .filter(|&r| r != me)
-            .collect();
-
-        let shared = Arc::new(Shared {
-            me,
-            failed: FailedBits::new(size),
-            left: FailedBits::new(size),
-            excluded: AtomicBool::new(false),
-            running: AtomicBool::new(true),
-            events: EventQueue::new(config.event_queue()).map_err(|source| StartError::Io {
-                what: "event queue",
-                source,
-            })?,
-            stats: Mutex::new(StatsSnapshot {
-                placement: Some(placement.clone()),
-                provider: provider.clone(),
-                domain: domain_name.clone(),
-                ..StatsSnapshot::default()
-            }),
-        });
-        let (wake_rx, wake) = UnixStream::pair().map_err(|source| StartError::Io {
-            what: "wake-up socket",
-            source,
-        })?;
-        wake_rx
-            .set_nonblocking(true)
-            .and_then(|()| wake.set_nonblocking(true))
-            .map_err(|source| StartError::Io {
-                what: "wake-up socket",
-                source,
-            })?;
-        let (commands, command_rx) = mpsc::channel();
-        let (linked_tx, linked_rx) = mpsc::sync_channel(1);
-        let (go_tx, go_rx) = mpsc::sync_channel(1);
-
-        let parts = progress::Parts {
-            shared: Arc::clone(&shared),
-            seed: progress::EngineSeed {
-                config: engine_config,
-                ring,
-                me,
-                job_key: view.job_key,
-            },
-            endpoint,
-            _av: av,
-            slots,
-            peers,
-            started,
-            commands: command_rx,
-            wake: wake_rx,
-            callback,
-            link: progress::Link {
-                target: link_target,
-                warm,
-                linked: linked_tx,
-                go: go_rx,
-            },
-            spin: config.progress() == crate::config::ProgressMode::Spin,
-            eagain_limit: config.eagain_limit(),
-            connect_grace: config.startup_grace() + config.timeout(),
-            period: config.period(),
-            timeout: config.timeout(),
-            logger,
-        };
-        let pin = placement.clone();
-        let (exit_tx, exited) = mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name(format!("ffd-progress-{me}"))
-            .spawn(move || {
-                // Dropped when the thread ends, however it ends.
-                let _exit = exit_tx;
-                if let Err(e) = placement::pin_current_thread(&pin) {
-                    logger.warn(format_args!("{e}; running unpinned"));
-                }
-                progress::run(parts);
-            })
-            .map_err(|source| StartError::Io {
-                what: "progress thread",
-                source,
-            })?;
-
-        // Nobody judges anybody before every rank's heartbeat link carried a
-        // write: wait for ours, then for everyone's (a barrier), then go.
-        // A link still down after three times the grace has a dead or
-        // wedged observer: go on, its own observer will find it.
-        let bound = (config.startup_grace() + config.timeout()) * 3;
-        if linked_rx.recv_timeout(bound).is_err() {
-            logger.warn(format_args!(
-                "the heartbeat link to the observer was not confirmed within {bound:?}"
-            ));
-        }
-        phase("heartbeat link");
-        // On error the thread sees `go` dropped and ends.
-        bootstrap.allgather(&[]).map_err(ExchangeError::from)?;
-        phase("all ranks linked");
-        let _ = go_tx.send(());
-        let _ = (&wake).write(&[1]);
-
-        Ok(Detector {
-            shared,
-            commands,
-            wake,
-            thread: Some(thread),
-            exited: Mutex::new(exited),
-            size,
-            max_payload,
-            linger: linger(config.period(), config.timeout()),
-            placement,
-            provider,
-            domain: domain_name,
-        })
+        startup::start(config, bootstrap, Some(callback))
     }
 
     /// This process's rank.

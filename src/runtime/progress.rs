@@ -31,7 +31,7 @@ use crate::protocol::{
 
 use super::log::Logger;
 use super::stats::RuntimeCounters;
-use super::{Callback, DetectorEvent, Shared, SlotRegion};
+use super::{Callback, DetectorEvent, PublishedState, SlotRegion};
 
 /// The largest application payload the runtime carries (`broadcast`).
 /// A revoke or reinit order is a few bytes; this keeps buffers small.
@@ -76,7 +76,7 @@ pub(super) enum Command {
 
 /// Everything [`Progress`] is made of, handed over by `Detector::start`.
 pub(super) struct Parts {
-    pub shared: Arc<Shared>,
+    pub shared: Arc<PublishedState>,
     /// What the Engine is made of once every rank's link is up.
     pub seed: EngineSeed,
     pub endpoint: Endpoint,
@@ -114,7 +114,7 @@ pub(super) struct Progress {
 /// The progress thread's state apart from the endpoint, so completions can
 /// be handled while the endpoint is borrowed for reading them.
 struct Core {
-    shared: Arc<Shared>,
+    shared: Arc<PublishedState>,
     engine: Engine,
     peers: Vec<RemoteRegion>,
     started: Instant,

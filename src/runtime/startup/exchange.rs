@@ -1,16 +1,18 @@
-//! The address exchange: one allgather of [`PeerRecord`]s, validated.
+//! The address exchange: one allgather of [`PeerRecord`]s over a
+//! [`Bootstrap`], validated.
 //!
 //! Owns: the rules a job's records must satisfy together. Every rank
 //! receives the same records and runs the same checks, so a misconfigured
 //! job fails on every rank, each message naming the other rank and both
-//! values from this rank's point of view.
+//! values from this rank's point of view. Must not: touch the fabric or
+//! the Engine (the start-up steps in `startup` do, with the [`JobView`]).
 
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 
 use super::record::{PeerRecord, RecordError};
-use super::{Bootstrap, BootstrapError};
+use crate::bootstrap::{Bootstrap, BootstrapError};
 use crate::config::format_duration;
 use crate::protocol::Rank;
 

@@ -1,9 +1,10 @@
-//! The bootstrap record: what each rank contributes to the address exchange,
-//! and its byte format.
+//! The bootstrap record: what each rank contributes to the address exchange
+//! at start-up, and its byte format.
 //!
 //! Owns: encoding and decoding [`PeerRecord`]; decoding treats its input as
 //! untrusted (length-checked, never panics). Must not: judge records against
-//! each other (that is `exchange`'s job).
+//! each other (that is `exchange`'s job), or carry the bytes anywhere (the
+//! [`Bootstrap`](crate::bootstrap::Bootstrap) transport does).
 //!
 //! Format, little-endian, version [`RECORD_VERSION`] = 1:
 //!
@@ -11,7 +12,7 @@
 //! |---|---|---|
 //! | 0 | 4 | magic `FFDR` |
 //! | 4 | 2 | record version (frozen at this offset in every version) |
-//! | 6 | 2 | ffd protocol version |
+//! | 6 | 2 | ffd protocol version ([`wire::VERSION`], a `u8`, widened) |
 //! | 8 | 4 | job size |
 //! | 12 | 4 | rank |
 //! | 16 | 8 | host id |
@@ -30,18 +31,21 @@
 //! | | 2+n | fabric address, n ≤ 4096 |
 //!
 //! Nothing may follow the fabric address.
+//!
+//! The protocol version is the one constant the message codec stamps on
+//! every protocol message ([`wire::VERSION`]); the record keeps it in a
+//! 16-bit field, so a peer's version that does not fit a `u8` still decodes
+//! and is reported as a mismatch by the exchange.
 
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
 
+use crate::protocol::wire;
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};
 
 /// The version of the record format above.
 pub const RECORD_VERSION: u16 = 1;
-
-/// The ffd protocol version this build speaks. Ranks of one job must agree.
-pub const PROTOCOL_VERSION: u16 = 1;
 
 const MAGIC: [u8; 4] = *b"FFDR";
 const FIXED_LEN: usize = 76;
@@ -75,6 +79,8 @@ impl AgreedSettings {
 /// What one rank tells every other at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerRecord {
+    /// The ffd protocol version this rank speaks, [`wire::VERSION`] widened
+    /// to the record's 16-bit field. Ranks of one job must agree.
     pub protocol_version: u16,
     pub job_size: u32,
     pub rank: Rank,
@@ -99,9 +105,9 @@ pub struct PeerRecord {
 }
 
 impl PeerRecord {
-    /// A record of this build's protocol version with the engine's settings
-    /// and seed; the caller fills in the fabric fields and, on rank 0, the
-    /// job key ([`random_job_key`]).
+    /// A record of this build's protocol version ([`wire::VERSION`]) with
+    /// the engine's settings and seed; the caller fills in the fabric
+    /// fields and, on rank 0, the job key ([`random_job_key`]).
     pub fn new(
         rank: Rank,
         job_size: u32,
@@ -110,7 +116,7 @@ impl PeerRecord {
     ) -> Self {
         let hostname = hostname.into();
         PeerRecord {
-            protocol_version: PROTOCOL_VERSION,
+            protocol_version: u16::from(wire::VERSION),
             job_size,
             rank,
             host_id: host_id(&hostname),
@@ -176,7 +182,7 @@ impl PeerRecord {
         if bytes.len() < 6 || bytes[..4] != MAGIC {
             return Err(RecordError::NotARecord);
         }
-        let mut r = Reader { bytes, at: 4 };
+        let mut r = RecordReader { bytes, at: 4 };
         let version = r.u16()?;
         if version != RECORD_VERSION {
             return Err(RecordError::Version {
@@ -265,12 +271,14 @@ pub enum RecordError {
     Trailing { extra: usize },
 }
 
-struct Reader<'a> {
+/// A cursor over an untrusted record's bytes; every read names the field
+/// it was for when the bytes run out. (Not the message codec's reader.)
+struct RecordReader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
-impl<'a> Reader<'a> {
+impl<'a> RecordReader<'a> {
     fn take_field(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], RecordError> {
         let rest = &self.bytes[self.at..];
         if rest.len() < n {
@@ -399,6 +407,17 @@ mod tests {
         assert_eq!(&bytes[..4], b"FFDR");
         assert_eq!(bytes.len(), FIXED_LEN + 1 + 6 + 1 + 11 + 2 + 5);
         assert_eq!(PeerRecord::decode(&bytes), Ok(r));
+    }
+
+    #[test]
+    fn the_protocol_version_is_the_wire_version_in_a_16_bit_field() {
+        let bytes = sample().encode().unwrap();
+        assert_eq!(bytes[6..8], [wire::VERSION, 0]);
+        let mut future = sample();
+        future.protocol_version = 0x0102;
+        let bytes = future.encode().unwrap();
+        assert_eq!(bytes[6..8], [2, 1]);
+        assert_eq!(PeerRecord::decode(&bytes).unwrap().protocol_version, 0x0102);
     }
 
     #[test]

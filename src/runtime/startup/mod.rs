@@ -1,0 +1,407 @@
+//! Start-up of one detector: the steps [`Detector::start`] runs, in order,
+//! and the peer records the ranks exchange on the way.
+//!
+//! Owns: opening the detector's own fabric resources, this rank's
+//! [`PeerRecord`] and the address exchange (the record's byte format in
+//! `record`, the checks across ranks in `exchange`), the address vector in
+//! rank order, the ring and the Engine's ingredients, placement, the state
+//! published to the host, spawning the progress thread, and the linking
+//! phase with its barrier. Must not: make protocol decisions (the Engine
+//! does), carry bytes between ranks itself (a [`Bootstrap`] does), or wait
+//! without a bound of its own (a host's collective is the host's business).
+//!
+//! The steps, each a function below, in the order `start` runs them:
+//! `open_fabric`, `exchange_records`, `insert_peers`, `agree_engine`,
+//! `choose_placement`, `seed_engine`, `plan_links`, `publish_state`,
+//! `wake_socket`, `spawn_progress`, `await_links`.
+
+#![forbid(unsafe_code)]
+
+mod exchange;
+mod record;
+
+pub use exchange::{ExchangeError, JobView, exchange};
+pub use record::{
+    AgreedSettings, PeerRecord, RECORD_VERSION, RecordError, host_id, local_hostname,
+    random_job_key,
+};
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::bootstrap::Bootstrap;
+use crate::config::{Config, ProgressMode};
+use crate::fabric::{
+    AddressVector, Domain, Endpoint, EndpointConfig, Info, RemoteRegion, SlotPage,
+};
+use crate::protocol::{self, EngineConfig, Rank, Ring};
+
+use super::log::Logger;
+use super::placement::{self, Placement};
+use super::progress::{self, EngineSeed};
+use super::{
+    Callback, Detector, EventQueue, FailedBits, PublishedState, SlotRegion, StartError,
+    StatsSnapshot, linger,
+};
+
+/// Runs every start-up step in order and returns the running detector; see
+/// [`Detector::start`]. A collective: every rank of the job runs it through
+/// the same bootstrap.
+pub(super) fn start(
+    config: &Config,
+    bootstrap: &mut dyn Bootstrap,
+    callback: Option<Callback>,
+) -> Result<Detector, StartError> {
+    let (me, size) = (bootstrap.rank(), bootstrap.size());
+    let logger = Logger::new(config.log(), me);
+    let phases = Phases {
+        logger,
+        t0: Instant::now(),
+    };
+    let engine_config = config.engine_config();
+
+    let fabric = open_fabric(config, size)?;
+    phases.done("fabric open");
+    let view = exchange_records(config, bootstrap, &fabric, &engine_config)?;
+    phases.done("address exchange");
+    let peers = insert_peers(&fabric, &view)?;
+    let (engine_config, ring) = agree_engine(engine_config, &view);
+    let placement = choose_placement(config, &fabric.info)?;
+    phases.done("placement");
+    let (provider, domain) = (fabric.info.provider(), fabric.info.domain_name());
+    logger.info(format_args!(
+        "provider {provider} domain {domain}, {size} ranks, placement: {}",
+        placement.reason
+    ));
+
+    // Time zero of the detector's clock and of its events.
+    let started = Instant::now();
+    let seed = seed_engine(engine_config, ring, &view)?;
+    let max_payload = seed.config.max_payload;
+    let links = plan_links(&seed, size, &peers);
+    let published = publish_state(config, me, size, &placement, &provider, &domain)?;
+    let (wake_rx, wake) = wake_socket()?;
+    let (commands, command_rx) = mpsc::channel();
+    let (linked_tx, linked_rx) = mpsc::sync_channel(1);
+    let (go_tx, go_rx) = mpsc::sync_channel(1);
+
+    let parts = progress::Parts {
+        shared: Arc::clone(&published),
+        seed,
+        endpoint: fabric.endpoint,
+        _av: fabric.av,
+        slots: fabric.slots,
+        peers,
+        started,
+        commands: command_rx,
+        wake: wake_rx,
+        callback,
+        link: progress::Link {
+            target: links.target,
+            warm: links.warm,
+            linked: linked_tx,
+            go: go_rx,
+        },
+        spin: config.progress() == ProgressMode::Spin,
+        eagain_limit: config.eagain_limit(),
+        connect_grace: config.startup_grace() + config.timeout(),
+        period: config.period(),
+        timeout: config.timeout(),
+        logger,
+    };
+    let (thread, exited) = spawn_progress(parts, &placement, logger)?;
+    await_links(config, bootstrap, &phases, &linked_rx, go_tx, &wake)?;
+
+    Ok(Detector {
+        shared: published,
+        commands,
+        wake,
+        thread: Some(thread),
+        exited: Mutex::new(exited),
+        size,
+        max_payload,
+        linger: linger(config.period(), config.timeout()),
+        placement,
+        provider,
+        domain,
+    })
+}
+
+/// Logs how long start-up took to reach each step (`FFD_LOG=debug`).
+struct Phases {
+    logger: Logger,
+    t0: Instant,
+}
+
+impl Phases {
+    fn done(&self, what: &str) {
+        self.logger
+            .debug(format_args!("start: {what} after {:?}", self.t0.elapsed()));
+    }
+}
+
+/// The detector's own fabric resources, separate from the host's: open,
+/// the slot region registered, not yet linked to any peer.
+struct OwnFabric {
+    info: Info,
+    av: AddressVector,
+    endpoint: Endpoint,
+    slots: SlotRegion,
+}
+
+/// Opens the provider and domain `config` names, an address vector for
+/// `size` ranks, an endpoint whose buffers fit every message of a job of
+/// that size, and registers the one-page slot region peers write into.
+fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
+    let info = Info::query(config.provider(), config.domain())?;
+    let domain = Domain::open_info(&info)?;
+    let av = AddressVector::open(&domain, size as usize)?;
+    let (buffers, buffer_size) = progress::message_buffers(size);
+    let endpoint_config = EndpointConfig {
+        // On tcp;ofi_rxm a write to a dead peer fails fast only with
+        // delivery-complete (DESIGN §5); elsewhere errors come anyway.
+        delivery_complete: info.provider().starts_with("tcp"),
+        recv_buffers: buffers,
+        recv_size: buffer_size,
+        send_buffers: buffers,
+        send_size: buffer_size,
+        ..EndpointConfig::default()
+    };
+    let endpoint = Endpoint::open(&domain, &av, &endpoint_config)?;
+    let slots = endpoint.register(SlotPage::new()?)?;
+    Ok(OwnFabric {
+        info,
+        av,
+        endpoint,
+        slots,
+    })
+}
+
+/// Builds this rank's [`PeerRecord`] (host name, provider, fabric address,
+/// slot region, agreed settings, and on rank 0 a fresh job key) and runs
+/// the [`exchange`] through `bootstrap`: every rank's record, checked to
+/// agree with ours.
+fn exchange_records(
+    config: &Config,
+    bootstrap: &mut dyn Bootstrap,
+    fabric: &OwnFabric,
+    engine_config: &EngineConfig,
+) -> Result<JobView, StartError> {
+    let (me, size) = (bootstrap.rank(), bootstrap.size());
+    let hostname = match config.hostname() {
+        Some(h) => h.to_owned(),
+        None => local_hostname().map_err(StartError::Hostname)?,
+    };
+    let remote = fabric.slots.remote();
+    let mut record = PeerRecord::new(me, size, hostname, engine_config);
+    record.provider = fabric.info.provider();
+    record.fabric_addr = fabric.endpoint.name().to_vec();
+    record.slot_addr = remote.addr;
+    record.slot_key = remote.key;
+    if me == 0 {
+        record.job_key = random_job_key().map_err(|source| StartError::Io {
+            what: "job key",
+            source,
+        })?;
+    }
+    Ok(exchange(bootstrap, &record)?)
+}
+
+/// Inserts every rank's fabric address into the address vector, in rank
+/// order (so rank r is fabric address r), and returns each rank's slot
+/// region. Fails when the provider numbers addresses otherwise, or when
+/// our slot region cannot hold the protocol's slots.
+fn insert_peers(fabric: &OwnFabric, view: &JobView) -> Result<Vec<RemoteRegion>, StartError> {
+    let remote = fabric.slots.remote();
+    let mut peers = Vec::with_capacity(view.records.len());
+    for (rank, rec) in view.records.iter().enumerate() {
+        let addr = fabric.av.insert(&rec.fabric_addr)?;
+        if addr.0 != rank as u64 {
+            return Err(StartError::AddressOrder {
+                rank: rank as Rank,
+                got: addr.0,
+            });
+        }
+        peers.push(RemoteRegion {
+            addr: rec.slot_addr,
+            key: rec.slot_key,
+            len: remote.len,
+        });
+    }
+    if remote.len < u64::from(protocol::wire::SLOTS) * 8 {
+        return Err(StartError::SlotRegion {
+            rank: view.rank,
+            len: remote.len,
+            need: u64::from(protocol::wire::SLOTS),
+        });
+    }
+    Ok(peers)
+}
+
+/// The Engine's settings as the job agreed them (rank 0's ring seed, the
+/// payload bounded by what the runtime carries), and the ring they build
+/// over every rank's host.
+fn agree_engine(engine_config: EngineConfig, view: &JobView) -> (EngineConfig, Arc<Ring>) {
+    let hosts: Vec<u64> = view.records.iter().map(|r| r.host_id).collect();
+    let engine_config = EngineConfig {
+        ring_seed: view.ring_seed,
+        max_payload: engine_config.max_payload.min(progress::MAX_APP_PAYLOAD),
+        ..engine_config
+    };
+    let ring = Arc::new(Ring::new(engine_config.ring, &hosts, view.ring_seed));
+    (engine_config, ring)
+}
+
+/// Where the progress thread will run: `FFD_CORE`, or a core near the NIC
+/// of the chosen domain.
+fn choose_placement(config: &Config, info: &Info) -> Result<Placement, StartError> {
+    let nic = info.pci_address().map(|p| p.to_string());
+    Ok(placement::choose(config.core(), nic.as_deref())?)
+}
+
+/// What the progress thread builds the Engine from once every rank is
+/// linked. The settings are checked now, while errors can still be
+/// returned to the host.
+fn seed_engine(
+    engine_config: EngineConfig,
+    ring: Arc<Ring>,
+    view: &JobView,
+) -> Result<EngineSeed, StartError> {
+    let config = Arc::new(engine_config);
+    config.validate()?;
+    Ok(EngineSeed {
+        config,
+        ring,
+        me: view.rank,
+        job_key: view.job_key,
+    })
+}
+
+/// The links the linking phase sets up before anyone is judged.
+struct LinkPlan {
+    /// The observer (this rank's successor on the ring) and its slot
+    /// region; none in a job of one.
+    target: Option<(Rank, RemoteRegion)>,
+    /// The other broadcast neighbours of this rank.
+    warm: Vec<Rank>,
+}
+
+/// The heartbeat link to this rank's observer and the broadcast links to
+/// warm up, from the ring and the overlay the Engine will use.
+fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan {
+    let (ring, me) = (&seed.ring, seed.me);
+    let target = ring.successors(me).next().map(|o| (o, peers[o as usize]));
+    let warm = protocol::Overlay::new(seed.config.bcast, size)
+        .neighbours(ring.position_of(me))
+        .into_iter()
+        .map(|pos| ring.rank_at(pos))
+        .filter(|&r| r != me)
+        .collect();
+    LinkPlan { target, warm }
+}
+
+/// The state the progress thread publishes and the host reads: empty
+/// failed and left sets, the event queue (`FFD_EVENT_QUEUE`), and stats
+/// that already name the placement and the fabric.
+fn publish_state(
+    config: &Config,
+    me: Rank,
+    size: u32,
+    placement: &Placement,
+    provider: &str,
+    domain: &str,
+) -> Result<Arc<PublishedState>, StartError> {
+    let events = EventQueue::new(config.event_queue()).map_err(|source| StartError::Io {
+        what: "event queue",
+        source,
+    })?;
+    Ok(Arc::new(PublishedState {
+        me,
+        failed: FailedBits::new(size),
+        left: FailedBits::new(size),
+        excluded: AtomicBool::new(false),
+        running: AtomicBool::new(true),
+        events,
+        stats: Mutex::new(StatsSnapshot {
+            placement: Some(placement.clone()),
+            provider: provider.to_owned(),
+            domain: domain.to_owned(),
+            ..StatsSnapshot::default()
+        }),
+    }))
+}
+
+/// The socket pair by which the host wakes the progress thread: (the
+/// thread's end, the host's end), both non-blocking.
+fn wake_socket() -> Result<(UnixStream, UnixStream), StartError> {
+    let io = |source| StartError::Io {
+        what: "wake-up socket",
+        source,
+    };
+    let (thread_end, host_end) = UnixStream::pair().map_err(io)?;
+    thread_end
+        .set_nonblocking(true)
+        .and_then(|()| host_end.set_nonblocking(true))
+        .map_err(io)?;
+    Ok((thread_end, host_end))
+}
+
+/// Spawns the progress thread `ffd-progress-<rank>`, pinned as `placement`
+/// says (unpinned, with a warning, when that fails). Returns its handle
+/// and a receiver that disconnects when the thread ends, however it ends.
+fn spawn_progress(
+    parts: progress::Parts,
+    placement: &Placement,
+    logger: Logger,
+) -> Result<(JoinHandle<()>, mpsc::Receiver<()>), StartError> {
+    let pin = placement.clone();
+    let (exit_tx, exited) = mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name(format!("ffd-progress-{}", parts.seed.me))
+        .spawn(move || {
+            // Dropped when the thread ends, however it ends.
+            let _exit = exit_tx;
+            if let Err(e) = placement::pin_current_thread(&pin) {
+                logger.warn(format_args!("{e}; running unpinned"));
+            }
+            progress::run(parts);
+        })
+        .map_err(|source| StartError::Io {
+            what: "progress thread",
+            source,
+        })?;
+    Ok((thread, exited))
+}
+
+/// The linking phase's end. Nobody judges anybody before every rank's
+/// heartbeat link carried a write: wait for ours, then for everyone's (a
+/// bootstrap barrier), then tell the progress thread to go. A link still
+/// down after three times the grace has a dead or wedged observer: go on,
+/// its own observer will find it. On error `go` is dropped and the thread
+/// ends.
+fn await_links(
+    config: &Config,
+    bootstrap: &mut dyn Bootstrap,
+    phases: &Phases,
+    linked: &mpsc::Receiver<()>,
+    go: mpsc::SyncSender<()>,
+    wake: &UnixStream,
+) -> Result<(), StartError> {
+    let bound = (config.startup_grace() + config.timeout()) * 3;
+    if linked.recv_timeout(bound).is_err() {
+        phases.logger.warn(format_args!(
+            "the heartbeat link to the observer was not confirmed within {bound:?}"
+        ));
+    }
+    phases.done("heartbeat link");
+    bootstrap.allgather(&[]).map_err(ExchangeError::from)?;
+    phases.done("all ranks linked");
+    let _ = go.send(());
+    let _ = (&*wake).write(&[1]);
+    Ok(())
+}
