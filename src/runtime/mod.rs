@@ -143,6 +143,9 @@ pub struct Detector {
     placement: Placement,
     provider: String,
     domain: String,
+    /// The origin of the detector's clock ([`DetectorEvent::at`], the
+    /// stats' `uptime_ms`).
+    started: Instant,
 }
 
 impl std::fmt::Debug for Detector {
@@ -390,6 +393,7 @@ impl Detector {
             placement,
             provider,
             domain: domain_name,
+            started,
         })
     }
 
@@ -477,6 +481,13 @@ impl Detector {
             Ok(s) => s.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// The instant the detector's clock started: [`DetectorEvent::at`] and
+    /// the stats' `uptime_ms` count from it, so a host can place an event
+    /// on its own clocks (`started() + event.at`).
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// Where the progress thread runs, and why.
