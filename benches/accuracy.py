@@ -64,8 +64,8 @@ def main():
         kill = next((f for f in report["failures"] if f["rank"] == 3), None)
         detected_ms = None
         complete = False
-        if kill and kill["first_detected_at_ms"] is not None:
-            detected_ms = kill["first_detected_at_ms"] - kill["injected_at_ms"]
+        if kill and kill["detected_at_ms"] is not None:
+            detected_ms = kill["detected_at_ms"] - kill["injected_at_ms"]
             complete = kill["all_notified_at_ms"] is not None
         stats = report["stats"].values()
         lag = sum(s["engine"]["self_lag_trips"] for s in stats)

@@ -20,12 +20,12 @@ from common import build, fmt, machine, median, percentile, run_job, table, writ
 def trials_for(report, fault):
     out = []
     for f in report["failures"]:
-        if f["fault"] != fault or f["first_detected_at_ms"] is None:
+        if f["fault"] != fault or f["detected_at_ms"] is None:
             continue
-        detect = f["first_detected_at_ms"] - f["injected_at_ms"]
+        detect = f["detected_at_ms"] - f["injected_at_ms"]
         spread = None
         if f["all_notified_at_ms"] is not None:
-            spread = f["all_notified_at_ms"] - f["first_detected_at_ms"]
+            spread = f["all_notified_at_ms"] - f["detected_at_ms"]
         out.append({"detect_ms": detect, "propagate_ms": spread, "cause": f["cause"]})
     return out
 

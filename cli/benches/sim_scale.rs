@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ffd_protocol::sim::SimReport;
 use serde::Serialize;
-use serde_json::Value;
 
 #[derive(Serialize)]
 struct Row {
@@ -70,20 +70,19 @@ fn run(ffd: &Path, out: &Path, ranks: u64, bcast: &str, fail: &str, seed: u64) -
         status.success(),
         "ffd sim failed for N={ranks} {bcast} {fail}"
     );
-    let report: Value =
+    let report: SimReport =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
-            .expect("valid JSON");
-    let failures = report["failures"].as_array().cloned().unwrap_or_default();
-    let totals = &report["totals"];
-    let f64_of = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+            .expect("a simulator report");
+    let failures = &report.failures;
+    let totals = &report.totals;
     let propagation_us = failures
         .iter()
-        .map(|f| (f64_of(&f["all_notified_at_ms"]) - f64_of(&f["detected_at_ms"])) * 1e3)
+        .map(|f| match (f.detected_at_ms, f.all_notified_at_ms) {
+            (Some(detected), Some(all)) => (all - detected) * 1e3,
+            _ => f64::NAN,
+        })
         .fold(0.0, f64::max);
-    let messages: u64 = failures
-        .iter()
-        .map(|f| f["messages"].as_u64().unwrap_or(0))
-        .sum();
+    let messages: u64 = failures.iter().filter_map(|f| f.messages).sum();
     Row {
         ranks,
         bcast: bcast.to_owned(),
@@ -91,15 +90,15 @@ fn run(ffd: &Path, out: &Path, ranks: u64, bcast: &str, fail: &str, seed: u64) -
         failures: failures.len(),
         max_hops: failures
             .iter()
-            .map(|f| f["max_hops"].as_u64().unwrap_or(0))
+            .filter_map(|f| f.max_hops)
             .max()
-            .unwrap_or(0),
+            .map_or(0, u64::from),
         propagation_us,
         messages_per_failure: messages as f64 / failures.len().max(1) as f64,
-        missed_notifications: totals["missed_notifications"].as_u64().unwrap_or(u64::MAX),
-        false_reports: totals["false_reports"].as_u64().unwrap_or(u64::MAX),
-        wall_s: f64_of(&totals["wall_s"]),
-        peak_rss_mb: f64_of(&totals["peak_rss_mb"]),
+        missed_notifications: totals.missed_notifications,
+        false_reports: totals.false_reports,
+        wall_s: totals.wall_s,
+        peak_rss_mb: totals.peak_rss_mb,
     }
 }
 

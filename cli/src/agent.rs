@@ -6,19 +6,11 @@
 //! the agent side of the line protocol that `ffd run` reads (see
 //! [`crate::launch`]). Must not: decide anything about failures itself.
 //!
-//! Lines (one JSON object each; `t_ms` is time since the detector started,
-//! `unix_ms` the wall clock, so a launcher can merge ranks' timelines):
-//!
-//! ```text
-//! {"event":"ready","me":3,"pid":1234,"core":1,"t_ms":0.0,"unix_ms":...}
-//! {"event":"failed","me":3,"rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,...}
-//! {"event":"left","me":3,"rank":5,...}
-//! {"event":"self_excluded","me":3,"by":4,...}
-//! {"event":"slow_emitter","me":3,"rank":2,"late_ms":37.0,...}
-//! {"event":"payload","me":3,"origin":1,"seq":0,"text":"revoke",...}
-//! {"event":"stats","me":3,"stats":{...}}
-//! {"event":"exit","me":3,...}
-//! ```
+//! Lines: one JSON object each, an [`AgentLine`] (the contract, with the
+//! list of kinds, is [`crate::launch::agent_line`]). A detector event's
+//! line carries the detector's own time of the event (`t_ms` since the
+//! detector started, `unix_ms` the same instant on the wall clock), not the
+//! time it was printed; the other lines carry the time they are printed.
 //!
 //! It stops, leaving cleanly, on SIGTERM or SIGINT, and with
 //! `--stdin-control` also when stdin reaches EOF or reads `shutdown`. It
@@ -30,14 +22,15 @@ use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::launch::agent_line::{AgentEvent, AgentLine, Stamp};
 use ffd::bootstrap::{self, Bootstrap, BootstrapError};
 use ffd::config::{Config, Env};
-use ffd::protocol::Event;
+use ffd::protocol::{Event, Rank};
 use ffd::runtime::{Detector, DetectorEvent};
 
 /// `ffd agent` options.
@@ -83,11 +76,17 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Failed(format!("rank {me}: could not start: {e}")))?;
     drop(bootstrap);
 
-    let line = |event: Value| -> Value { stamp(event, me, &detector) };
-    let core = detector.placement().cpu;
+    let clock = LineClock::new(me, detector.started());
+    let core = detector
+        .placement()
+        .cpu
+        .and_then(|cpu| u32::try_from(cpu).ok());
     emit(
         out,
-        line(json!({"event": "ready", "pid": std::process::id(), "core": core})),
+        &clock.now(AgentEvent::Ready {
+            pid: Some(std::process::id()),
+            core,
+        }),
     )?;
 
     // Signals and stdin wake the loop through this socket.
@@ -122,7 +121,7 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     while !stop.load(Ordering::Acquire) && !excluded {
         while let Some(event) = detector.try_next_event() {
             excluded |= matches!(event.event, Event::SelfExcluded { .. });
-            emit(out, line(event_json(&event)))?;
+            emit(out, &clock.event(&event))?;
         }
         if excluded || !detector.is_running() {
             break;
@@ -140,13 +139,13 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     }
     // Whatever arrived meanwhile.
     while let Some(event) = detector.try_next_event() {
-        emit(out, line(event_json(&event)))?;
+        emit(out, &clock.event(&event))?;
     }
     let stats = serde_json::to_value(detector.stats()).unwrap_or(Value::Null);
-    emit(out, line(json!({"event": "stats", "stats": stats})))?;
-    let last = line(json!({"event": "exit"}));
+    emit(out, &clock.now(AgentEvent::Stats { stats }))?;
+    let last = clock.now(AgentEvent::Exit);
     detector.shutdown();
-    emit(out, last)
+    emit(out, &last)
 }
 
 /// `FFD_BOOTSTRAP` (TCP rendezvous) when set, else PMIx when launched by
@@ -160,50 +159,88 @@ fn open_bootstrap(env: &Env) -> Result<Box<dyn Bootstrap>, AgentError> {
     })
 }
 
-/// The JSON line for a detector event (without the common stamp).
-pub fn event_json(event: &DetectorEvent) -> Value {
+/// The line's event for a detector event.
+pub fn agent_event(event: &DetectorEvent) -> AgentEvent {
     match &event.event {
         Event::Failed {
             rank,
             detector,
             cause,
             hops,
-        } => json!({
-            "event": "failed", "rank": rank, "cause": cause.as_str(),
-            "detector": detector, "hops": hops, "epoch": event.epoch,
-        }),
-        Event::Left { rank } => json!({"event": "left", "rank": rank}),
-        Event::SelfExcluded { by } => json!({"event": "self_excluded", "by": by}),
-        Event::SlowEmitter { rank, stalled_for } => json!({
-            "event": "slow_emitter", "rank": rank, "late_ms": ms(*stalled_for),
-        }),
-        Event::Payload { origin, seq, bytes } => json!({
-            "event": "payload", "origin": origin, "seq": seq,
-            "text": String::from_utf8_lossy(bytes),
-        }),
+        } => AgentEvent::Failed {
+            rank: *rank,
+            cause: *cause,
+            detector: Some(*detector),
+            hops: Some(*hops),
+            epoch: Some(event.epoch),
+        },
+        Event::Left { rank } => AgentEvent::Left { rank: *rank },
+        Event::SelfExcluded { by } => AgentEvent::SelfExcluded { by: Some(*by) },
+        Event::SlowEmitter { rank, stalled_for } => AgentEvent::SlowEmitter {
+            rank: *rank,
+            late_ms: Some(ms(*stalled_for)),
+        },
+        Event::Payload { origin, seq, bytes } => AgentEvent::Payload {
+            origin: *origin,
+            seq: *seq,
+            text: String::from_utf8_lossy(bytes).into_owned(),
+        },
     }
 }
 
-/// Adds `me`, `t_ms` and `unix_ms` to a line.
-fn stamp(mut line: Value, me: u32, detector: &Detector) -> Value {
-    let uptime = detector.stats().uptime_ms;
-    let unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e3);
-    if let Value::Object(map) = &mut line {
-        map.insert("me".into(), json!(me));
-        map.insert("t_ms".into(), json!(uptime));
-        map.insert("unix_ms".into(), json!(unix_ms));
+/// Stamps lines with this rank and the detector's clock: `t_ms` counts
+/// from the detector's start, `unix_ms` is the same instant on the wall
+/// clock (read once, so the two never disagree).
+#[derive(Clone, Copy, Debug)]
+struct LineClock {
+    me: Rank,
+    started: Instant,
+    /// The detector's start on the wall clock.
+    started_unix_ms: f64,
+}
+
+impl LineClock {
+    fn new(me: Rank, started: Instant) -> LineClock {
+        let unix_now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, ms);
+        LineClock {
+            me,
+            started,
+            started_unix_ms: unix_now_ms - ms(started.elapsed()),
+        }
     }
-    line
+
+    /// The line of something that happened `at` after the detector started.
+    fn at(&self, at: Duration, event: AgentEvent) -> AgentLine {
+        AgentLine {
+            event,
+            stamp: Stamp {
+                me: Some(self.me),
+                t_ms: Some(ms(at)),
+                unix_ms: Some(self.started_unix_ms + ms(at)),
+            },
+        }
+    }
+
+    /// The line of a detector event, at the detector's own time of it.
+    fn event(&self, event: &DetectorEvent) -> AgentLine {
+        self.at(event.at, agent_event(event))
+    }
+
+    /// The line of something that happens now.
+    fn now(&self, event: AgentEvent) -> AgentLine {
+        self.at(self.started.elapsed(), event)
+    }
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn emit(out: &mut dyn Write, line: Value) -> Result<(), AgentError> {
-    writeln!(out, "{line}")
+fn emit(out: &mut dyn Write, line: &AgentLine) -> Result<(), AgentError> {
+    let text = line
+        .to_json()
+        .map_err(|e| AgentError::Failed(format!("a `{}` line: {e}", line.event.kind())))?;
+    writeln!(out, "{text}")
         .and_then(|()| out.flush())
         .map_err(|e| AgentError::Failed(format!("stdout: {e}")))
 }
@@ -211,59 +248,109 @@ fn emit(out: &mut dyn Write, line: Value) -> Result<(), AgentError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::agent_line::{AgentEvent, AgentLine, Cause};
     use ffd::protocol;
 
-    fn detector_event(event: protocol::Event) -> DetectorEvent {
+    fn detector_event(at_ms: u64, event: protocol::Event) -> DetectorEvent {
         DetectorEvent {
-            at: Duration::from_millis(5),
+            at: Duration::from_millis(at_ms),
             epoch: 1,
             event,
         }
     }
 
-    /// The agent's lines are what the launcher's parser expects: one contract.
+    fn clock() -> LineClock {
+        LineClock {
+            me: 3,
+            started: Instant::now(),
+            started_unix_ms: 1.5e12,
+        }
+    }
+
+    /// The agent's lines read back as written: one contract.
     #[test]
     fn agent_lines_parse_as_the_launcher_reads_them() {
-        let failed = event_json(&detector_event(protocol::Event::Failed {
-            rank: 5,
-            detector: 4,
-            cause: protocol::Cause::InBand,
-            hops: 2,
-        }));
-        let mut failed = failed;
-        failed["me"] = json!(3);
-        failed["unix_ms"] = json!(1.5e12);
-        let parsed = AgentLine::parse(&failed.to_string()).unwrap();
-        assert_eq!(parsed.me, Some(3));
-        assert_eq!(
-            parsed.event,
-            AgentEvent::Failed {
-                rank: 5,
-                cause: Cause::Inband,
-                detector: Some(4)
-            }
-        );
-        let left = event_json(&detector_event(protocol::Event::Left { rank: 2 }));
-        assert_eq!(
-            AgentLine::parse(&left.to_string()).unwrap().event,
-            AgentEvent::Left { rank: 2 }
-        );
-        let excluded = event_json(&detector_event(protocol::Event::SelfExcluded { by: 1 }));
-        assert_eq!(
-            AgentLine::parse(&excluded.to_string()).unwrap().event,
-            AgentEvent::SelfExcluded
-        );
-        let slow = event_json(&detector_event(protocol::Event::SlowEmitter {
-            rank: 2,
-            stalled_for: Duration::from_millis(37),
-        }));
-        assert_eq!(
-            AgentLine::parse(&slow.to_string()).unwrap().event,
-            AgentEvent::SlowEmitter {
-                rank: 2,
-                late_ms: Some(37.0)
-            }
+        let cases = [
+            (
+                protocol::Event::Failed {
+                    rank: 5,
+                    detector: 4,
+                    cause: protocol::Cause::InBand,
+                    hops: 2,
+                },
+                AgentEvent::Failed {
+                    rank: 5,
+                    cause: protocol::Cause::InBand,
+                    detector: Some(4),
+                    hops: Some(2),
+                    epoch: Some(1),
+                },
+            ),
+            (
+                protocol::Event::Left { rank: 2 },
+                AgentEvent::Left { rank: 2 },
+            ),
+            (
+                protocol::Event::SelfExcluded { by: 1 },
+                AgentEvent::SelfExcluded { by: Some(1) },
+            ),
+            (
+                protocol::Event::SlowEmitter {
+                    rank: 2,
+                    stalled_for: Duration::from_millis(37),
+                },
+                AgentEvent::SlowEmitter {
+                    rank: 2,
+                    late_ms: Some(37.0),
+                },
+            ),
+            (
+                protocol::Event::Payload {
+                    origin: 1,
+                    seq: 7,
+                    bytes: b"revoke".to_vec(),
+                },
+                AgentEvent::Payload {
+                    origin: 1,
+                    seq: 7,
+                    text: "revoke".into(),
+                },
+            ),
+        ];
+        for (event, want) in cases {
+            let line = clock().event(&detector_event(5, event));
+            let parsed = AgentLine::parse(&line.to_json().unwrap()).unwrap();
+            assert_eq!(parsed.event, want);
+            assert_eq!(parsed.stamp.me, Some(3));
+        }
+    }
+
+    /// An event's line is stamped with the detector's time of the event,
+    /// however late it is printed.
+    #[test]
+    fn event_lines_carry_the_detectors_own_time() {
+        let clock = clock();
+        let line = clock.event(&detector_event(250, protocol::Event::Left { rank: 2 }));
+        assert_eq!(line.stamp.t_ms, Some(250.0));
+        assert_eq!(line.stamp.unix_ms, Some(1.5e12 + 250.0));
+        let now = clock.now(AgentEvent::Exit);
+        let t = now.stamp.t_ms.unwrap();
+        assert!((0.0..250.0).contains(&t), "printed now, not at 250 ms: {t}");
+        assert_eq!(now.stamp.unix_ms, Some(1.5e12 + t));
+    }
+
+    #[test]
+    fn the_clock_places_the_detectors_start_on_the_wall_clock() {
+        let unix_now = || SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, ms);
+        let before = unix_now();
+        let started = Instant::now() - Duration::from_millis(400);
+        let clock = LineClock::new(0, started);
+        let after = unix_now();
+        // Started 400 ms before it was read, within the wall clock's reads.
+        let (low, high) = (before - 400.0 - (after - before) - 1.0, after - 400.0 + 1.0);
+        assert!(
+            (low..=high).contains(&clock.started_unix_ms),
+            "{before} {} {after}",
+            clock.started_unix_ms
         );
     }
 }

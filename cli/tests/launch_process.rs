@@ -156,14 +156,15 @@ echo "{\"event\":\"failed\",\"me\":$FFD_RANK,\"rank\":1,\"cause\":\"timeout\",\"
     assert_eq!(outcome.agents[2].exit, AgentExit::code(0));
     assert!(out.contains(" ms  kill -9 rank 1\n"), "{out}");
     let failure = &outcome.timeline.report().failures[0];
-    assert_eq!((failure.rank, failure.fault), (1, "kill"));
+    assert_eq!((failure.rank, failure.fault.as_str()), (1, "kill"));
     assert!(
         (100.0..2000.0).contains(&failure.injected_at_ms),
         "{}",
         failure.injected_at_ms
     );
-    assert_eq!(failure.notified, [0, 2]);
-    assert!(failure.first_detected_at_ms.is_some());
+    assert_eq!(failure.notified.as_deref(), Some(&[0, 2][..]));
+    assert_eq!(failure.missed, 0);
+    assert!(failure.detected_at_ms.is_some());
     assert!(failure.all_notified_at_ms.is_some());
     assert!(outcome.timeline.abnormal_exits().is_empty(), "{out}");
     assert_eq!(ffd_cli::launch::cli::exit_status(&outcome), 0);
@@ -454,7 +455,8 @@ esac"#;
     assert!(kill["injected_at_ms"].as_f64().unwrap() >= 100.0);
     let stop = &report["failures"][1];
     assert_eq!((&stop["rank"], &stop["fault"]), (&2.into(), &"stop".into()));
-    assert!(stop["first_detected_at_ms"].is_null() && stop["all_notified_at_ms"].is_null());
+    assert!(stop["detected_at_ms"].is_null() && stop["all_notified_at_ms"].is_null());
+    assert_eq!(stop["missed"], 2, "ranks 0 and 1 never learned: {report}");
     assert_eq!(
         report["false_reports"],
         serde_json::json!([{"rank": 0, "reported_by": [1]}])

@@ -130,6 +130,11 @@ pub enum Output {
 
 /// How a failure became known to this rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum Cause {
     /// This rank's emitter's slot stood still for the timeout.
     Timeout,

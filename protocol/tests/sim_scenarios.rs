@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator, Verdict};
-use ffd_protocol::{BcastKind, InbandMode, Kind, Rank, Time};
+use ffd_protocol::sim::{FailureReport, FaultSpec, SimConfig, SimReport, Simulator, Verdict};
+use ffd_protocol::{BcastKind, Cause, InbandMode, Kind, Rank, Time};
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -57,6 +57,11 @@ fn assert_complete(r: &SimReport, what: &str) {
     }
 }
 
+/// The hop count of a failure (the simulator always measures it).
+fn hops(f: &FailureReport) -> u16 {
+    f.max_hops.expect("the simulator counts hops")
+}
+
 /// Hops ≤ ⌈log2 N⌉ + failures (fewer than 2·log2 N failures), and no
 /// directed link carried more notice copies than there were detections.
 fn assert_bounds(r: &SimReport, n: u32, what: &str) {
@@ -64,10 +69,10 @@ fn assert_bounds(r: &SimReport, n: u32, what: &str) {
     if k < 2 * ceil_log2(n).max(1) {
         for f in &r.failures {
             assert!(
-                u32::from(f.max_hops) <= ceil_log2(n) + k,
+                u32::from(hops(f)) <= ceil_log2(n) + k,
                 "{what}: rank {} took {} hops\n{r}",
                 f.rank,
-                f.max_hops
+                hops(f)
             );
         }
     }
@@ -90,7 +95,7 @@ fn single_crash_at_every_size() {
             assert_bounds(&r, n, &what);
             let f = &r.failures[0];
             // In-band: the crashed rank's emitter sees its next write fail.
-            assert_eq!(f.cause.as_deref(), Some("inband"), "{what}");
+            assert_eq!(f.cause, Some(Cause::InBand), "{what}");
             assert!(
                 f.detected_at_ms.unwrap() <= 300.0 + 10.0 + 3.0 + 0.01,
                 "{what}\n{r}"
@@ -103,10 +108,10 @@ fn single_crash_at_every_size() {
             );
             // Forward-once: a notice copy per live overlay link, at most.
             let links = u64::from(n - 1) * u64::from(2 * ceil_log2(n));
+            let messages = f.messages.expect("the simulator counts messages");
             assert!(
-                f.messages <= links + 1,
-                "{what}: {} notices for {links} links",
-                f.messages
+                messages <= links + 1,
+                "{what}: {messages} notices for {links} links"
             );
         }
     }
@@ -120,7 +125,7 @@ fn single_crash_detected_by_timeout_without_inband() {
         let r = run(cfg);
         assert_complete(&r, "no in-band");
         let f = &r.failures[0];
-        assert_eq!(f.cause.as_deref(), Some("timeout"));
+        assert_eq!(f.cause, Some(Cause::Timeout));
         let latency = f.detected_at_ms.unwrap() - 300.0;
         assert!(
             (90.0..=100.0 + 25.0 + 0.1).contains(&latency),
@@ -135,7 +140,7 @@ fn sixty_five_thousand_ranks_single_crash() {
     let r = run(config(n, &["crash:40000@300ms"], 1));
     assert_complete(&r, "65536");
     assert_bounds(&r, n, "65536");
-    assert!(r.failures[0].max_hops as u32 <= ceil_log2(n));
+    assert!(u32::from(hops(&r.failures[0])) <= ceil_log2(n));
 }
 
 #[test]
@@ -209,7 +214,7 @@ fn inband_suspect_mode_checks_before_declaring() {
     let suspect = run(cfg);
     assert_complete(&suspect, "suspect");
     let f = &suspect.failures[0];
-    assert_eq!(f.cause.as_deref(), Some("inband"));
+    assert_eq!(f.cause, Some(Cause::InBand));
     let latency = f.detected_at_ms.unwrap() - 300.0;
     assert!(
         latency <= 10.0 + 3.0 + 50.0 + 0.1,
@@ -288,7 +293,7 @@ fn a_hung_rank_that_resumes_is_excluded_and_reports_nobody() {
             ));
             let what = format!("n={n} seed={seed}");
             assert_complete(&r, &what);
-            assert_eq!(r.failures[0].cause.as_deref(), Some("timeout"), "{what}");
+            assert_eq!(r.failures[0].cause, Some(Cause::Timeout), "{what}");
             assert_eq!(r.totals.self_excluded, vec![victim], "{what}");
             assert_eq!(
                 r.totals.reports_by_faulty_ranks, 0,
@@ -337,7 +342,7 @@ fn a_partitioned_rank_is_declared_and_excluded_after_healing() {
         ));
         let what = format!("n={n}");
         assert_complete(&r, &what);
-        assert_eq!(r.failures[0].cause.as_deref(), Some("timeout"), "{what}");
+        assert_eq!(r.failures[0].cause, Some(Cause::Timeout), "{what}");
         assert_eq!(
             r.totals.self_excluded,
             vec![victim],

@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::config::Config;
@@ -137,6 +137,9 @@ pub struct Detector {
     /// mutex only so that `Detector` is `Sync` (the C ABI shares it between
     /// host threads); only `stop` locks it.
     exited: Mutex<mpsc::Receiver<()>>,
+    /// The origin of the detector's clock ([`DetectorEvent::at`], the
+    /// stats' `uptime_ms`).
+    started: Instant,
     size: u32,
     max_payload: usize,
     linger: Duration,
@@ -184,6 +187,13 @@ impl Detector {
     /// The job size N.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// The instant the detector's clock started: [`DetectorEvent::at`] and
+    /// the stats' `uptime_ms` count from it, so a host can place an event
+    /// on its own clocks (`started() + event.at`).
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// Whether `rank` is neither known failed nor known to have left. Lock-free;

@@ -1,94 +1,128 @@
 //! The agent line protocol: one JSON object per line on an `ffd agent`'s
-//! standard output, parsed into an [`AgentLine`].
+//! standard output, typed as an [`AgentLine`] that the agent writes and
+//! `ffd run` reads.
 //!
-//! Owns: the reading of the contract between `ffd agent --stdin-control` and
-//! `ffd run` (the event kinds and their fields). Must not: decide what a line
-//! means for the job (that is the [`Timeline`](super::Timeline)'s), or fail
-//! on anything an agent prints: an unknown event kind is an
-//! [`AgentEvent::Unknown`], anything else unreadable is a [`LineError`] that
-//! the launcher counts and shows with `--verbose`.
+//! Owns: the contract between `ffd agent` and `ffd run` (the event kinds,
+//! their fields and the [`Stamp`] every line carries), in one type that
+//! both sides serialise. Must not: decide what a line means for the job
+//! (that is the [`Timeline`](super::Timeline)'s), or fail on anything an
+//! agent prints: an unknown event kind reads as [`AgentEvent::Unknown`],
+//! anything else unreadable is a [`LineError`] that the launcher counts and
+//! shows with `--verbose`.
+//!
+//! ```text
+//! {"event":"ready","pid":1234,"core":1,"me":3,"t_ms":0.0,"unix_ms":...}
+//! {"event":"failed","rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,"me":3,...}
+//! {"event":"left","rank":5,"me":3,...}
+//! {"event":"self_excluded","by":4,"me":3,...}
+//! {"event":"slow_emitter","rank":2,"late_ms":37.0,"me":3,...}
+//! {"event":"payload","origin":1,"seq":0,"text":"revoke","me":3,...}
+//! {"event":"stats","stats":{...},"me":3,...}
+//! {"event":"exit","me":3,...}
+//! ```
+//!
+//! The reader is lenient where the writer is not: the fields that are
+//! `Option` here may be absent (a hand-written line need not stamp itself).
 
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use ffd::protocol::Rank;
+use ffd::protocol::{Cause, Rank};
 
-/// How a rank learned that another failed (`cause` of a `failed` line).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cause {
-    /// A transport error on the heartbeat link (`inband`).
-    Inband,
-    /// The emitter's heartbeats stopped for longer than the timeout (`timeout`).
-    Timeout,
-    /// A notice broadcast by another rank (`notice`).
-    Notice,
-    /// A word this launcher does not know, kept as printed.
-    Other(String),
-}
-
-impl Cause {
-    fn from_word(word: &str) -> Cause {
-        match word {
-            "inband" => Cause::Inband,
-            "timeout" => Cause::Timeout,
-            "notice" => Cause::Notice,
-            other => Cause::Other(other.to_owned()),
-        }
-    }
-
-    /// The protocol's word (`inband`, `timeout`, `notice`), as in the JSON report.
-    pub fn as_word(&self) -> &str {
-        match self {
-            Cause::Inband => "inband",
-            Cause::Timeout => "timeout",
-            Cause::Notice => "notice",
-            Cause::Other(word) => word,
-        }
-    }
-
-    /// The words a person reads in the timeline (`in-band`, `timeout`, `notice`).
-    pub fn describe(&self) -> &str {
-        match self {
-            Cause::Inband => "in-band",
-            other => other.as_word(),
-        }
-    }
-}
-
-/// What an agent said, by event kind.
-#[derive(Clone, Debug, PartialEq)]
+/// What an agent said, by event kind (the `event` field).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum AgentEvent {
     /// The detector is up (bootstrap done, ring links connected).
-    Ready { pid: Option<u32>, core: Option<u32> },
+    Ready {
+        pid: Option<u32>,
+        /// The core the progress thread is pinned to (null: unpinned).
+        core: Option<u32>,
+    },
     /// This rank learned that `rank` failed; `detector` first declared it.
     Failed {
         rank: Rank,
         cause: Cause,
         detector: Option<Rank>,
+        /// Overlay hops the news travelled (0 if detected here).
+        hops: Option<u16>,
+        /// Failures this rank knew once it learned this one.
+        epoch: Option<u64>,
     },
     /// `rank` shut down cleanly.
     Left { rank: Rank },
-    /// The others declared this rank failed; it stops participating.
-    SelfExcluded,
+    /// The others declared this rank failed (`by` told it); it stops
+    /// participating.
+    SelfExcluded { by: Option<Rank> },
     /// A warning: `rank`'s heartbeat was late by `late_ms`.
     SlowEmitter { rank: Rank, late_ms: Option<f64> },
+    /// An application payload broadcast by `origin` (as text, lossily).
+    Payload {
+        origin: Rank,
+        seq: u64,
+        text: String,
+    },
     /// The agent's counters at exit, kept as printed.
-    Stats(Value),
+    Stats {
+        #[serde(default)]
+        stats: Value,
+    },
     /// The last line of a clean exit.
     Exit,
-    /// An event kind this launcher does not know.
+    /// An event kind this reader does not know (never written).
+    #[serde(skip)]
     Unknown { kind: String },
 }
 
-/// One line of an agent's standard output.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AgentLine {
-    /// The rank the agent says it is (`me`), if it said.
+impl AgentEvent {
+    /// The event kinds of the contract (the `event` values).
+    pub const KINDS: [&'static str; 8] = [
+        "ready",
+        "failed",
+        "left",
+        "self_excluded",
+        "slow_emitter",
+        "payload",
+        "stats",
+        "exit",
+    ];
+
+    /// The `event` value of this line.
+    pub fn kind(&self) -> &str {
+        match self {
+            AgentEvent::Ready { .. } => "ready",
+            AgentEvent::Failed { .. } => "failed",
+            AgentEvent::Left { .. } => "left",
+            AgentEvent::SelfExcluded { .. } => "self_excluded",
+            AgentEvent::SlowEmitter { .. } => "slow_emitter",
+            AgentEvent::Payload { .. } => "payload",
+            AgentEvent::Stats { .. } => "stats",
+            AgentEvent::Exit => "exit",
+            AgentEvent::Unknown { kind } => kind,
+        }
+    }
+}
+
+/// Who printed a line and when: the fields every line carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stamp {
+    /// The rank the agent says it is (`me`).
     pub me: Option<Rank>,
-    /// Milliseconds since the agent started (`t_ms`), if given.
+    /// Milliseconds since the agent's detector started (`t_ms`). For a
+    /// detector event, when the detector learned it, not when it was printed.
     pub t_ms: Option<f64>,
-    /// Wall-clock time in milliseconds since the Unix epoch (`unix_ms`), if given.
+    /// The same instant as wall-clock milliseconds since the Unix epoch
+    /// (`unix_ms`), so a launcher can merge ranks' timelines.
     pub unix_ms: Option<f64>,
+}
+
+/// One line of an agent's standard output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentLine {
+    #[serde(flatten)]
     pub event: AgentEvent,
+    #[serde(flatten)]
+    pub stamp: Stamp,
 }
 
 /// Why a line is not an [`AgentLine`].
@@ -100,112 +134,42 @@ pub enum LineError {
     NotAnObject,
     #[error("has no string field `event`")]
     NoEvent,
-    #[error("is a `{event}` event without a valid `{field}` field")]
-    MissingField {
-        event: &'static str,
-        field: &'static str,
-    },
-    #[error("has a field `{field}` that is not {expected}")]
-    BadField {
-        field: &'static str,
-        expected: &'static str,
-    },
+    /// A known kind (or the stamp of an unknown one) with a field missing
+    /// or of the wrong type; `reason` names it.
+    #[error("is not a valid `{event}` line ({reason})")]
+    Invalid { event: String, reason: String },
 }
 
 impl AgentLine {
+    /// The line as the agent prints it (without the newline).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
     /// Parses one line (without its newline).
     pub fn parse(text: &str) -> Result<AgentLine, LineError> {
         let value: Value =
             serde_json::from_str(text).map_err(|e| LineError::NotJson(e.to_string()))?;
-        let Value::Object(obj) = value else {
-            return Err(LineError::NotAnObject);
+        let kind = match &value {
+            Value::Object(obj) => match obj.get("event") {
+                Some(Value::String(kind)) => kind.clone(),
+                _ => return Err(LineError::NoEvent),
+            },
+            _ => return Err(LineError::NotAnObject),
         };
-        let kind = obj
-            .get("event")
-            .and_then(Value::as_str)
-            .ok_or(LineError::NoEvent)?;
-        let me = optional_rank(&obj, "me")?;
-        let t_ms = optional_number(&obj, "t_ms")?;
-        let unix_ms = optional_number(&obj, "unix_ms")?;
-        let event = match kind {
-            "ready" => AgentEvent::Ready {
-                pid: optional_rank(&obj, "pid")?,
-                core: optional_rank(&obj, "core")?,
-            },
-            "failed" => AgentEvent::Failed {
-                rank: required_rank(&obj, "failed", "rank")?,
-                cause: match obj.get("cause") {
-                    Some(Value::String(word)) => Cause::from_word(word),
-                    _ => {
-                        return Err(LineError::MissingField {
-                            event: "failed",
-                            field: "cause",
-                        });
-                    }
-                },
-                detector: optional_rank(&obj, "detector")?,
-            },
-            "left" => AgentEvent::Left {
-                rank: required_rank(&obj, "left", "rank")?,
-            },
-            "self_excluded" => AgentEvent::SelfExcluded,
-            "slow_emitter" => AgentEvent::SlowEmitter {
-                rank: required_rank(&obj, "slow_emitter", "rank")?,
-                late_ms: optional_number(&obj, "late_ms")?,
-            },
-            "stats" => AgentEvent::Stats(obj.get("stats").cloned().unwrap_or(Value::Null)),
-            "exit" => AgentEvent::Exit,
-            other => AgentEvent::Unknown {
-                kind: other.to_owned(),
-            },
+        let invalid = |e: serde_json::Error| LineError::Invalid {
+            event: kind.clone(),
+            reason: e.to_string(),
         };
-        Ok(AgentLine {
-            me,
-            t_ms,
-            unix_ms,
-            event,
-        })
-    }
-}
-
-/// A field that may be absent or null, else a non-negative 32-bit integer.
-fn optional_rank(obj: &Map<String, Value>, field: &'static str) -> Result<Option<u32>, LineError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or(LineError::BadField {
-                field,
-                expected: "a non-negative 32-bit integer",
-            }),
-    }
-}
-
-fn required_rank(
-    obj: &Map<String, Value>,
-    event: &'static str,
-    field: &'static str,
-) -> Result<u32, LineError> {
-    optional_rank(obj, field)?.ok_or(LineError::MissingField { event, field })
-}
-
-/// A field that may be absent or null, else a finite number.
-fn optional_number(
-    obj: &Map<String, Value>,
-    field: &'static str,
-) -> Result<Option<f64>, LineError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .filter(|x| x.is_finite())
-            .map(Some)
-            .ok_or(LineError::BadField {
-                field,
-                expected: "a number",
-            }),
+        if AgentEvent::KINDS.contains(&kind.as_str()) {
+            AgentLine::deserialize(value).map_err(invalid)
+        } else {
+            let stamp = Stamp::deserialize(value).map_err(invalid)?;
+            Ok(AgentLine {
+                event: AgentEvent::Unknown { kind },
+                stamp,
+            })
+        }
     }
 }
 
@@ -213,54 +177,113 @@ fn optional_number(
 mod tests {
     use super::*;
 
+    fn stamped(event: AgentEvent) -> AgentLine {
+        AgentLine {
+            event,
+            stamp: Stamp {
+                me: Some(3),
+                t_ms: Some(12.5),
+                unix_ms: Some(1_763_800_000_123.4),
+            },
+        }
+    }
+
+    /// One line of every kind the agent writes.
+    fn one_of_each() -> Vec<AgentLine> {
+        [
+            AgentEvent::Ready {
+                pid: Some(1234),
+                core: None,
+            },
+            AgentEvent::Failed {
+                rank: 5,
+                cause: Cause::InBand,
+                detector: Some(4),
+                hops: Some(0),
+                epoch: Some(1),
+            },
+            AgentEvent::Left { rank: 5 },
+            AgentEvent::SelfExcluded { by: Some(4) },
+            AgentEvent::SlowEmitter {
+                rank: 2,
+                late_ms: Some(37.0),
+            },
+            AgentEvent::Payload {
+                origin: 1,
+                seq: 0,
+                text: "revoke".into(),
+            },
+            AgentEvent::Stats {
+                stats: serde_json::json!({"beats": 10}),
+            },
+            AgentEvent::Exit,
+        ]
+        .into_iter()
+        .map(stamped)
+        .collect()
+    }
+
     #[test]
-    fn every_documented_event_parses() {
+    fn every_kind_round_trips_with_its_documented_keys() {
+        let lines = one_of_each();
+        assert_eq!(lines.len(), AgentEvent::KINDS.len());
+        let mut keys = Vec::new();
+        for line in &lines {
+            let text = line.to_json().unwrap();
+            let value: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(value["event"], line.event.kind(), "{text}");
+            assert!(AgentEvent::KINDS.contains(&line.event.kind()), "{text}");
+            assert_eq!(AgentLine::parse(&text).unwrap(), *line, "{text}");
+            let mut k: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            keys.push(k.join(","));
+        }
+        // The keys the README and the benchmarks read.
+        let stamp = ["me", "t_ms", "unix_ms"];
+        let want = [
+            &["core", "event", "pid"][..],
+            &["cause", "detector", "epoch", "event", "hops", "rank"],
+            &["event", "rank"],
+            &["by", "event"],
+            &["event", "late_ms", "rank"],
+            &["event", "origin", "seq", "text"],
+            &["event", "stats"],
+            &["event"],
+        ];
+        for (got, want) in keys.iter().zip(want) {
+            let mut w: Vec<&str> = want.iter().chain(&stamp).copied().collect();
+            w.sort_unstable();
+            assert_eq!(*got, w.join(","));
+        }
+        let failed: Value = serde_json::from_str(&lines[1].to_json().unwrap()).unwrap();
+        assert_eq!(failed["cause"], "inband");
+    }
+
+    #[test]
+    fn hand_written_lines_need_only_the_event_and_its_required_fields() {
         let ready = AgentLine::parse(
             r#"{"event":"ready","me":3,"t_ms":12.5,"unix_ms":1763800000123.4,"pid":1234,"core":null}"#,
         )
         .unwrap();
-        assert_eq!(ready.me, Some(3));
-        assert_eq!(ready.t_ms, Some(12.5));
-        assert_eq!(ready.unix_ms, Some(1763800000123.4));
-        assert_eq!(
-            ready.event,
-            AgentEvent::Ready {
-                pid: Some(1234),
-                core: None
-            }
-        );
-
-        let failed = AgentLine::parse(
-            r#"{"event":"failed","me":3,"rank":5,"cause":"inband","detector":4,"t_ms":1,"unix_ms":2}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            failed.event,
-            AgentEvent::Failed {
-                rank: 5,
-                cause: Cause::Inband,
-                detector: Some(4)
-            }
-        );
+        assert_eq!(ready, one_of_each()[0]);
         let cases = [
             (
-                r#"{"event":"left","me":3,"rank":5}"#,
-                AgentEvent::Left { rank: 5 },
-            ),
-            (
-                r#"{"event":"self_excluded","me":3}"#,
-                AgentEvent::SelfExcluded,
-            ),
-            (
-                r#"{"event":"slow_emitter","me":3,"rank":2,"late_ms":37.0}"#,
-                AgentEvent::SlowEmitter {
-                    rank: 2,
-                    late_ms: Some(37.0),
+                r#"{"event":"failed","me":3,"rank":5,"cause":"notice"}"#,
+                AgentEvent::Failed {
+                    rank: 5,
+                    cause: Cause::Notice,
+                    detector: None,
+                    hops: None,
+                    epoch: None,
                 },
             ),
             (
-                r#"{"event":"stats","me":3,"stats":{"beats":10}}"#,
-                AgentEvent::Stats(serde_json::json!({"beats": 10})),
+                r#"{"event":"self_excluded","me":3}"#,
+                AgentEvent::SelfExcluded { by: None },
+            ),
+            (
+                r#"{"event":"stats"}"#,
+                AgentEvent::Stats { stats: Value::Null },
             ),
             (r#"{"event":"exit","me":3,"t_ms":9}"#, AgentEvent::Exit),
             (
@@ -273,23 +296,28 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(AgentLine::parse(text).unwrap().event, want, "{text}");
         }
+        let exit = AgentLine::parse(r#"{"event":"exit","t_ms":9}"#).unwrap();
+        assert_eq!(
+            exit.stamp,
+            Stamp {
+                me: None,
+                t_ms: Some(9.0),
+                unix_ms: None
+            }
+        );
+        let unknown = AgentLine::parse(r#"{"event":"rejoined","me":3,"unix_ms":5}"#).unwrap();
+        assert_eq!(
+            (unknown.stamp.me, unknown.stamp.unix_ms),
+            (Some(3), Some(5.0))
+        );
     }
 
     #[test]
-    fn unknown_causes_are_kept_and_words_round_trip() {
-        let line = AgentLine::parse(r#"{"event":"failed","me":0,"rank":1,"cause":"oob"}"#).unwrap();
-        let AgentEvent::Failed {
-            cause, detector, ..
-        } = line.event
-        else {
-            panic!("not a failed event");
-        };
-        assert_eq!(cause, Cause::Other("oob".into()));
-        assert_eq!(detector, None);
-        for word in ["inband", "timeout", "notice"] {
-            assert_eq!(Cause::from_word(word).as_word(), word);
-        }
-        assert_eq!(Cause::Inband.describe(), "in-band");
+    fn an_unknown_kind_is_never_written() {
+        let line = stamped(AgentEvent::Unknown {
+            kind: "rejoined".into(),
+        });
+        assert!(line.to_json().is_err());
     }
 
     #[test]
@@ -301,15 +329,32 @@ mod tests {
             (r#"{"event":7}"#, "no string field `event`"),
             (
                 r#"{"event":"failed","me":3,"cause":"inband"}"#,
-                "`failed` event without a valid `rank`",
+                "`failed` line (missing field `rank`)",
             ),
             (
                 r#"{"event":"failed","me":3,"rank":1}"#,
-                "without a valid `cause`",
+                "`failed` line (missing field `cause`)",
             ),
-            (r#"{"event":"left","me":-1,"rank":2}"#, "field `me`"),
-            (r#"{"event":"exit","unix_ms":"soon"}"#, "field `unix_ms`"),
-            (r#"{"event":"ready","pid":99999999999}"#, "field `pid`"),
+            (
+                r#"{"event":"failed","me":0,"rank":1,"cause":"oob"}"#,
+                "unknown variant `oob`, expected one of `timeout`, `inband`, `notice`",
+            ),
+            (
+                r#"{"event":"left","me":-1,"rank":2}"#,
+                "`left` line (invalid value: integer `-1`, expected u32)",
+            ),
+            (
+                r#"{"event":"exit","unix_ms":"soon"}"#,
+                "`exit` line (invalid type: string \"soon\", expected f64)",
+            ),
+            (
+                r#"{"event":"ready","pid":99999999999}"#,
+                "integer `99999999999`, expected u32",
+            ),
+            (
+                r#"{"event":"rejoined","me":"x"}"#,
+                "`rejoined` line (invalid type: string \"x\", expected u32)",
+            ),
         ];
         for (text, want) in bad {
             let err = AgentLine::parse(text).unwrap_err().to_string();

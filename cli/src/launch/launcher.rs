@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
 
-use super::agent_line::AgentLine;
+use super::agent_line::{AgentEvent, AgentLine, Stamp};
 use super::fault::{FaultKind, Schedule};
 use super::process::{Agent, AgentCommand, Msg, SignalCatcher, agent_exit};
 use super::timeline::{AgentExit, Fact, RunInfo, Timeline};
@@ -343,8 +343,8 @@ impl Launcher {
                 Msg::Line { rank, at, text } => {
                     let is_ready = matches!(
                         AgentLine::parse(&text),
-                        Ok(AgentLine { event: super::AgentEvent::Ready { .. }, me, .. })
-                            if me.is_none_or(|m| m == rank)
+                        Ok(AgentLine { event: AgentEvent::Ready { .. }, stamp })
+                            if stamp.me.is_none_or(|m| m == rank)
                     );
                     if is_ready && !ready[rank as usize] {
                         ready[rank as usize] = true;
@@ -394,7 +394,7 @@ impl Launcher {
                         && matches!(
                             AgentLine::parse(text),
                             Ok(AgentLine {
-                                event: super::AgentEvent::Ready { .. },
+                                event: AgentEvent::Ready { .. },
                                 ..
                             })
                         )
@@ -655,17 +655,22 @@ impl Job<'_> {
         tail.push_back(text);
     }
 
-    /// Feeds one stdout line to the timeline, timed by the agent's wall
-    /// clock when it gave one, else by its arrival.
+    /// Feeds one stdout line to the timeline, timed by the agent's stamp
+    /// (`unix_ms`; for a detector event, when the detector learned it) when
+    /// it gave one, else by its arrival.
     fn line(&mut self, rank: Rank, at: Instant, text: &str) {
         let facts = match AgentLine::parse(text) {
-            Ok(AgentLine { me: Some(me), .. }) if me != rank => {
+            Ok(AgentLine {
+                stamp: Stamp { me: Some(me), .. },
+                ..
+            }) if me != rank => {
                 let t = self.ms_since_start(at);
                 self.timeline
                     .unparseable(t, rank, text, &format!("says it is rank {me}"))
             }
             Ok(line) => {
                 let t = line
+                    .stamp
                     .unix_ms
                     .map_or_else(|| self.ms_since_start(at), |u| u - self.start_unix_ms);
                 self.timeline.agent_line(t, rank, &line)

@@ -1,8 +1,8 @@
 //! `ffd run`: a local job of N `ffd agent` processes, with faults injected
 //! on time, a live timeline, a summary and a JSON report.
 //!
-//! Owns: starting, signalling and reaping the agents, and the reading of
-//! the agent line protocol. Must not: touch the fabric or the protocol
+//! Owns: starting, signalling and reaping the agents, and the agent line
+//! protocol ([`agent_line`], which `ffd agent` writes with the same type). Must not: touch the fabric or the protocol
 //! Engine (the agents do), use `unsafe`, or leave a process behind on any
 //! path. The pure part ([`Timeline`], [`agent_line`], [`fault`]) is kept
 //! apart from the process handling ([`Launcher`]) so it is tested with
@@ -23,7 +23,7 @@ mod launcher;
 mod process;
 mod timeline;
 
-pub use agent_line::{AgentEvent, AgentLine, Cause, LineError};
+pub use agent_line::{AgentEvent, AgentLine, LineError, Stamp};
 pub use launcher::{
     AbortHandle, AgentRecord, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TAIL, Ending, LaunchError,
     Launcher, Outcome, Plan, default_ready_timeout,

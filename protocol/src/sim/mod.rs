@@ -961,15 +961,16 @@ impl Simulator {
                 rank: t.rank,
                 fault: t.fault.to_owned(),
                 injected_at_ms: ms(t.injected_at),
-                cause: t.cause.map(|c| c.as_str().to_owned()),
+                cause: t.cause,
                 detector: t.detector,
                 detected_at_ms: t.first_at.map(ms),
                 all_notified_at_ms: (missed == 0 && t.first_at.is_some())
                     .then(|| ms(t.last_learned_at.max(t.first_at.unwrap_or(Time::ZERO)))),
-                max_hops: t.max_hops,
-                messages: t.messages,
-                bytes: t.bytes,
                 missed,
+                max_hops: Some(t.max_hops),
+                messages: Some(t.messages),
+                bytes: Some(t.bytes),
+                notified: None,
             });
         }
         let messages = self

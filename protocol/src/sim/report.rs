@@ -1,45 +1,69 @@
-//! What a simulation run measured: per injected failure and in total. The
-//! JSON form is `{"failures": [...], "totals": {...}}`; times are virtual
-//! milliseconds from the start of the run.
+//! What a run measured, per injected failure and in total.
+//!
+//! Owns: the failure-report schema ([`FailureReport`]) that both `ffd sim`
+//! and `ffd run --json` write, so the two reports use the same JSON field
+//! names for the same things, and the simulator's totals. Must not: compute
+//! anything (the simulator and `ffd run`'s timeline fill the fields).
+//!
+//! The simulator's JSON form is `{"failures": [...], "totals": {...}}`;
+//! its times are virtual milliseconds from the start of the run.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::Rank;
+use crate::{Cause, Rank};
 
-/// One injected failure.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One injected failure, as `ffd sim` and `ffd run` report it.
+///
+/// Times are milliseconds from the start: virtual time for `ffd sim`, time
+/// since the job started for `ffd run`. A shared field that is `null` means
+/// the thing did not happen (never detected, not every live rank learned).
+/// A field only one of the two measures is `Option` and *absent* from the
+/// other's JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FailureReport {
     pub rank: Rank,
-    /// How it was injected: crash, hang, host, random, consecutive, allbut, partition.
+    /// How it was injected: `ffd run`: kill, stop; `ffd sim`: crash, hang,
+    /// host, random, consecutive, allbut, partition.
     pub fault: String,
     pub injected_at_ms: f64,
-    /// How it was first detected: timeout or inband (null if never).
-    pub cause: Option<String>,
+    /// How it was first detected: `timeout` or `inband`; `notice` when
+    /// `ffd run` saw only notices (the detector's own line never came);
+    /// null if never.
+    pub cause: Option<Cause>,
     /// The rank that first declared it.
     pub detector: Option<Rank>,
+    /// When it was first detected (null if never).
     pub detected_at_ms: Option<f64>,
     /// When the last live rank learned it (null if some live rank never did).
     pub all_notified_at_ms: Option<f64>,
-    /// Most overlay hops any live rank's news of it travelled.
-    pub max_hops: u16,
-    /// Notice messages naming it (sent, including copies to already-informed ranks).
-    pub messages: u64,
-    pub bytes: u64,
     /// Live ranks that never learned it.
     pub missed: u64,
+    /// `ffd sim` only: most overlay hops any live rank's news of it travelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hops: Option<u16>,
+    /// `ffd sim` only: notice messages naming it (sent, including copies to
+    /// already-informed ranks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u64>,
+    /// `ffd sim` only: the bytes of those messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// `ffd run` only: every rank that reported it, ascending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notified: Option<Vec<Rank>>,
 }
 
 /// Messages of one kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KindTotals {
     pub count: u64,
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     pub ranks: u32,
     pub hosts: u32,
@@ -70,7 +94,7 @@ pub struct Totals {
     pub peak_rss_mb: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimReport {
     pub failures: Vec<FailureReport>,
     pub totals: Totals,
@@ -87,6 +111,10 @@ impl SimReport {
         r.totals.peak_rss_mb = 0.0;
         r
     }
+}
+
+fn opt<T: fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
 fn opt_ms(v: Option<f64>) -> String {
@@ -122,13 +150,13 @@ impl fmt::Display for SimReport {
                 x.rank,
                 x.fault,
                 x.injected_at_ms,
-                x.cause.as_deref().unwrap_or("-"),
-                x.detector.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+                x.cause.map_or("-", Cause::as_str),
+                opt(x.detector),
                 opt_ms(x.detected_at_ms),
                 opt_ms(x.all_notified_at_ms),
                 propagation,
-                x.max_hops,
-                x.messages,
+                opt(x.max_hops),
+                opt(x.messages),
                 x.missed
             )?;
         }
@@ -161,5 +189,81 @@ impl fmt::Display for SimReport {
             "virtual {:.3} ms, {} events, wall {:.2} s, peak RSS {:.0} MiB",
             t.virtual_end_ms, t.events, t.wall_s, t.peak_rss_mb
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure() -> FailureReport {
+        FailureReport {
+            rank: 3,
+            fault: "crash".into(),
+            injected_at_ms: 300.0,
+            cause: Some(Cause::InBand),
+            detector: Some(2),
+            detected_at_ms: Some(303.0),
+            all_notified_at_ms: None,
+            missed: 1,
+            max_hops: Some(4),
+            messages: Some(12),
+            bytes: Some(480),
+            notified: None,
+        }
+    }
+
+    #[test]
+    fn causes_are_written_as_the_protocol_words() {
+        for cause in Cause::ALL {
+            assert_eq!(serde_json::to_value(cause).unwrap(), cause.as_str());
+            let back: Cause = serde_json::from_value(cause.as_str().into()).unwrap();
+            assert_eq!(back, cause);
+        }
+        assert!(serde_json::from_str::<Cause>("\"in-band\"").is_err());
+    }
+
+    #[test]
+    fn fields_one_side_does_not_measure_are_absent_and_the_rest_always_present() {
+        let json = serde_json::to_value(failure()).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "all_notified_at_ms",
+                "bytes",
+                "cause",
+                "detected_at_ms",
+                "detector",
+                "fault",
+                "injected_at_ms",
+                "max_hops",
+                "messages",
+                "missed",
+                "rank"
+            ]
+        );
+        assert_eq!(json["cause"], "inband");
+        assert!(json["all_notified_at_ms"].is_null());
+        let back: FailureReport = serde_json::from_value(json).unwrap();
+        assert_eq!(back, failure());
+
+        let run = FailureReport {
+            max_hops: None,
+            messages: None,
+            bytes: None,
+            notified: Some(vec![0, 1]),
+            ..failure()
+        };
+        let json = serde_json::to_value(&run).unwrap();
+        assert!(json.get("max_hops").is_none() && json.get("bytes").is_none());
+        assert_eq!(json["notified"], serde_json::json!([0, 1]));
+        assert_eq!(serde_json::from_value::<FailureReport>(json).unwrap(), run);
     }
 }

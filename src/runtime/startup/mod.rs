@@ -123,6 +123,7 @@ pub(super) fn start(
         wake,
         thread: Some(thread),
         exited: Mutex::new(exited),
+        started,
         size,
         max_payload,
         linger: linger(config.period(), config.timeout()),
