@@ -168,8 +168,11 @@ pub enum HeartbeatMode {
 
 /// Counters the runtime can read ([`Engine::stats`](super::Engine::stats)).
 /// Plain integers.
-/// (`repr(C)`: the counters touched by every message come first, next to
-/// the Engine's other hot fields.)
+///
+/// `repr(C)`: the counters touched by every message (`received`,
+/// `duplicate_notices`) come first, so that they fall in the Engine's
+/// first 5 cache lines with its other hot fields (see
+/// [`Engine`](super::Engine) and its layout test).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Stats {
