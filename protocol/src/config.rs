@@ -211,7 +211,7 @@ impl Default for EngineConfig {
 
 /// An `EngineConfig` the Engine cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum EngineConfigError {
     #[error("the heartbeat period must be positive")]
     ZeroPeriod,
     #[error("the timeout ({timeout:?}) must exceed the heartbeat period ({period:?})")]
@@ -226,18 +226,18 @@ pub enum ConfigError {
 
 impl EngineConfig {
     /// Checks the settings the Engine depends on.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), EngineConfigError> {
         if self.period.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
+            return Err(EngineConfigError::ZeroPeriod);
         }
         if self.timeout <= self.period {
-            return Err(ConfigError::TimeoutNotAbovePeriod {
+            return Err(EngineConfigError::TimeoutNotAbovePeriod {
                 period: self.period,
                 timeout: self.timeout,
             });
         }
         if self.checks_per_timeout == 0 {
-            return Err(ConfigError::ZeroChecks);
+            return Err(EngineConfigError::ZeroChecks);
         }
         Ok(())
     }
@@ -309,10 +309,10 @@ mod tests {
         c.timeout = c.period;
         assert!(matches!(
             c.validate(),
-            Err(ConfigError::TimeoutNotAbovePeriod { .. })
+            Err(EngineConfigError::TimeoutNotAbovePeriod { .. })
         ));
         c.timeout = Duration::from_secs(1);
         c.checks_per_timeout = 0;
-        assert_eq!(c.validate(), Err(ConfigError::ZeroChecks));
+        assert_eq!(c.validate(), Err(EngineConfigError::ZeroChecks));
     }
 }

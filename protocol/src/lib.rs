@@ -23,7 +23,7 @@ pub mod wire;
 pub mod sim;
 
 pub use config::{
-    BcastKind, ConfigError, EngineConfig, InbandMode, ParseSettingError, Rank, RingKind, Time,
+    BcastKind, EngineConfig, EngineConfigError, InbandMode, ParseSettingError, Rank, RingKind, Time,
 };
 pub use engine::{
     Cause, Engine, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,

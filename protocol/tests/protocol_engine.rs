@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, Message, ProbeVerdict};
 use ffd_protocol::{
     BcastKind, Cause, Engine, EngineConfig, Event, HandleError, InbandMode, Input, Kind, Output,
@@ -99,12 +100,9 @@ fn sent_to(outs: &[Output], n: u32, kind: Kind) -> Vec<Rank> {
         .collect()
 }
 
-/// Ticks `e` at `now` after handing it `slot_value` for its watched slot.
+/// The deadline step of `e` at `now`, its watched slot reading `value`.
 fn tick(e: &mut Engine, now: Time, value: u64) -> Vec<Output> {
-    if let Some(slot) = e.watched_slot() {
-        e.handle(now, Input::HeartbeatSlot { slot, value }).unwrap();
-    }
-    e.handle(now, Input::Tick).unwrap();
+    e.handle_timeout(now, |_| value);
     drain(e)
 }
 
@@ -167,6 +165,46 @@ fn heartbeats_go_to_the_successor_every_period() {
         (e.emitter(), e.observer(), e.watched_slot()),
         (Some(2), Some(4), Some(0))
     );
+}
+
+/// `handle_timeout` reads the watched slot exactly once per step, the one
+/// `watched_slot` names (which moves with mending), and reads nothing when
+/// there is no emitter.
+#[test]
+fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
+    let n = 16;
+    let mut e = checker(n, 5);
+    drain(&mut e);
+    let mut reads = Vec::new();
+    let t = e.next_deadline().expect("a first check");
+    e.handle_timeout(t, |slot| {
+        reads.push(slot);
+        slot_value(0, 1)
+    });
+    assert_eq!(reads, vec![0]);
+    assert_eq!(e.stats().slot_checks, 1, "the due check ran");
+    // After mending (emitter 4 reported failed), the step reads the new
+    // generation's slot.
+    deliver(&mut e, at(30), &notice(9, 9, &[4], &[]));
+    assert_eq!(e.watched_slot(), Some(1));
+    reads.clear();
+    let digest = fold_digest(e.digest());
+    let t = e.next_deadline().expect("a check after mending");
+    e.handle_timeout(t, |slot| {
+        reads.push(slot);
+        slot_value(digest, 1)
+    });
+    assert_eq!(reads, vec![1]);
+    // A step before any deadline reads the slot but runs no timer.
+    let checks = e.stats().slot_checks;
+    e.handle_timeout(t, |_| slot_value(digest, 2));
+    assert_eq!(e.stats().slot_checks, checks);
+    // Alone in the job: no emitter, nothing to read.
+    let mut alone = engine(1, 0);
+    drain(&mut alone);
+    assert_eq!(alone.watched_slot(), None);
+    alone.handle_timeout(at(50), |slot| panic!("read slot {slot} without an emitter"));
+    assert!(drain(&mut alone).is_empty());
 }
 
 #[test]

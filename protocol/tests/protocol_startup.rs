@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ffd_protocol::{Cause, Engine, EngineConfig, Event, Input, Output, Ring, Time, slot_value};
+use ffd_protocol::{Cause, Engine, EngineConfig, Event, Output, Ring, Time, slot_value};
 
 fn at(ms: u64) -> Time {
     Time::ZERO + Duration::from_millis(ms)
@@ -32,16 +32,7 @@ fn run(e: &mut Engine, until: Time, value_at: impl Fn(Time) -> u64) -> Vec<(Time
         if t > until {
             break;
         }
-        if let Some(slot) = e.watched_slot() {
-            let _ = e.handle(
-                t,
-                Input::HeartbeatSlot {
-                    slot,
-                    value: value_at(t),
-                },
-            );
-        }
-        let _ = e.handle(t, Input::Tick);
+        e.handle_timeout(t, |_| value_at(t));
         declared.extend(failures(e).into_iter().map(|(r, c)| (t, r, c)));
     }
     declared

@@ -85,7 +85,7 @@ pub enum StartError {
     #[error(transparent)]
     Placement(#[from] placement::PlacementError),
     #[error("the protocol engine refused its configuration: {0}")]
-    Engine(#[from] protocol::ConfigError),
+    Engine(#[from] protocol::EngineConfigError),
     #[error("rank {rank}'s slot region ({len} bytes) is too small for the protocol's {need} slots")]
     SlotRegion { rank: Rank, len: u64, need: u64 },
     #[error(

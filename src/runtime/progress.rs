@@ -434,13 +434,8 @@ impl Core {
             return;
         }
         self.counters.lateness.record(now - deadline);
-        if let Some(slot) = self.engine.watched_slot() {
-            let value = slots.memory().read(usize::from(slot));
-            let _ = self
-                .engine
-                .handle(now, Input::HeartbeatSlot { slot, value });
-        }
-        let _ = self.engine.handle(now, Input::Tick);
+        self.engine
+            .handle_timeout(now, |slot| slots.memory().read(usize::from(slot)));
     }
 
     fn on_completion(&mut self, completion: Completion<'_>) {

@@ -20,7 +20,7 @@ host:H@T, partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T, bcas
 
 /// What happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FaultKind {
+pub enum SimFaultKind {
     /// The process dies (kill -9): writes to it error (in-band), its slot freezes.
     Crash(Rank),
     /// The process stops (SIGSTOP): silent, messages to it queue up.
@@ -52,7 +52,7 @@ pub enum FaultKind {
 /// A fault at a virtual time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultSpec {
-    pub kind: FaultKind,
+    pub kind: SimFaultKind,
     pub at: Duration,
 }
 
@@ -60,24 +60,24 @@ impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = self.at;
         match &self.kind {
-            FaultKind::Crash(r) => write!(f, "crash:{r}@{at:?}"),
-            FaultKind::Hang(r) => write!(f, "hang:{r}@{at:?}"),
-            FaultKind::Resume(r) => write!(f, "resume:{r}@{at:?}"),
-            FaultKind::Random(k) => write!(f, "random:{k}@{at:?}"),
-            FaultKind::Consecutive { first, count } => {
+            SimFaultKind::Crash(r) => write!(f, "crash:{r}@{at:?}"),
+            SimFaultKind::Hang(r) => write!(f, "hang:{r}@{at:?}"),
+            SimFaultKind::Resume(r) => write!(f, "resume:{r}@{at:?}"),
+            SimFaultKind::Random(k) => write!(f, "random:{k}@{at:?}"),
+            SimFaultKind::Consecutive { first, count } => {
                 write!(f, "consecutive:{first}+{count}@{at:?}")
             }
-            FaultKind::Host(h) => write!(f, "host:{h}@{at:?}"),
-            FaultKind::Partition(rs) => {
+            SimFaultKind::Host(h) => write!(f, "host:{h}@{at:?}"),
+            SimFaultKind::Partition(rs) => {
                 let list: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
                 write!(f, "partition:{}@{at:?}", list.join(","))
             }
-            FaultKind::Heal => write!(f, "heal@{at:?}"),
-            FaultKind::Leave(r) => write!(f, "leave:{r}@{at:?}"),
-            FaultKind::LeaveAll => write!(f, "leave:all@{at:?}"),
-            FaultKind::AllBut(r) => write!(f, "allbut:{r}@{at:?}"),
-            FaultKind::Broadcast(r) => write!(f, "bcast:{r}@{at:?}"),
-            FaultKind::Glitch { rank, peer } => write!(f, "glitch:{rank}>{peer}@{at:?}"),
+            SimFaultKind::Heal => write!(f, "heal@{at:?}"),
+            SimFaultKind::Leave(r) => write!(f, "leave:{r}@{at:?}"),
+            SimFaultKind::LeaveAll => write!(f, "leave:all@{at:?}"),
+            SimFaultKind::AllBut(r) => write!(f, "allbut:{r}@{at:?}"),
+            SimFaultKind::Broadcast(r) => write!(f, "bcast:{r}@{at:?}"),
+            SimFaultKind::Glitch { rank, peer } => write!(f, "glitch:{rank}>{peer}@{at:?}"),
         }
     }
 }
@@ -98,21 +98,21 @@ impl FromStr for FaultSpec {
         let at = parse_duration(at).map_err(|e| format!("`{spec}`: time {e}"))?;
         let (word, arg) = head.split_once(':').unwrap_or((head, ""));
         let kind = match word.trim() {
-            "crash" => FaultKind::Crash(number("rank", arg, spec)?),
-            "hang" => FaultKind::Hang(number("rank", arg, spec)?),
-            "resume" => FaultKind::Resume(number("rank", arg, spec)?),
-            "random" => FaultKind::Random(number("count", arg, spec)?),
-            "host" => FaultKind::Host(number("host", arg, spec)?),
-            "allbut" => FaultKind::AllBut(number("rank", arg, spec)?),
-            "bcast" => FaultKind::Broadcast(number("rank", arg, spec)?),
-            "heal" if arg.is_empty() => FaultKind::Heal,
-            "leave" if arg.trim() == "all" => FaultKind::LeaveAll,
-            "leave" => FaultKind::Leave(number("rank", arg, spec)?),
+            "crash" => SimFaultKind::Crash(number("rank", arg, spec)?),
+            "hang" => SimFaultKind::Hang(number("rank", arg, spec)?),
+            "resume" => SimFaultKind::Resume(number("rank", arg, spec)?),
+            "random" => SimFaultKind::Random(number("count", arg, spec)?),
+            "host" => SimFaultKind::Host(number("host", arg, spec)?),
+            "allbut" => SimFaultKind::AllBut(number("rank", arg, spec)?),
+            "bcast" => SimFaultKind::Broadcast(number("rank", arg, spec)?),
+            "heal" if arg.is_empty() => SimFaultKind::Heal,
+            "leave" if arg.trim() == "all" => SimFaultKind::LeaveAll,
+            "leave" => SimFaultKind::Leave(number("rank", arg, spec)?),
             "consecutive" => {
                 let (r, k) = arg.split_once('+').ok_or_else(|| {
                     format!("`{spec}`: consecutive needs R+K; expected {FAULT_FORMS}")
                 })?;
-                FaultKind::Consecutive {
+                SimFaultKind::Consecutive {
                     first: number("rank", r, spec)?,
                     count: number("count", k, spec)?,
                 }
@@ -121,7 +121,7 @@ impl FromStr for FaultSpec {
                 let (r, p) = arg
                     .split_once('>')
                     .ok_or_else(|| format!("`{spec}`: glitch needs R>P; expected {FAULT_FORMS}"))?;
-                FaultKind::Glitch {
+                SimFaultKind::Glitch {
                     rank: number("rank", r, spec)?,
                     peer: number("rank", p, spec)?,
                 }
@@ -131,7 +131,7 @@ impl FromStr for FaultSpec {
                     .split(',')
                     .map(|r| number("rank", r, spec))
                     .collect::<Result<Vec<_>, _>>()?;
-                FaultKind::Partition(ranks)
+                SimFaultKind::Partition(ranks)
             }
             other => {
                 return Err(format!(
@@ -169,25 +169,25 @@ mod tests {
         assert_eq!(
             f,
             FaultSpec {
-                kind: FaultKind::Crash(7),
+                kind: SimFaultKind::Crash(7),
                 at: Duration::from_millis(50)
             }
         );
         assert_eq!(
             "consecutive:3+4@1s".parse::<FaultSpec>().unwrap().kind,
-            FaultKind::Consecutive { first: 3, count: 4 }
+            SimFaultKind::Consecutive { first: 3, count: 4 }
         );
         assert_eq!(
             "partition:1,5@1s".parse::<FaultSpec>().unwrap().kind,
-            FaultKind::Partition(vec![1, 5])
+            SimFaultKind::Partition(vec![1, 5])
         );
         assert_eq!(
             "heal@2s".parse::<FaultSpec>().unwrap().kind,
-            FaultKind::Heal
+            SimFaultKind::Heal
         );
         assert_eq!(
             "leave:all@2s".parse::<FaultSpec>().unwrap().kind,
-            FaultKind::LeaveAll
+            SimFaultKind::LeaveAll
         );
         for bad in [
             "crash:7",

@@ -1,5 +1,9 @@
-//! The simulator's event queue: earliest time first, ties in insertion
-//! order, so a run is a deterministic function of its inputs.
+//! The simulator's agenda: what happens next on virtual time, earliest
+//! first, ties in insertion order, so a run is a deterministic function of
+//! its inputs. (Not to be confused with the library's host event queue.)
+//!
+//! Owns: the ordering of scheduled items. Must not: look inside them, or
+//! let time go back.
 //!
 //! A monotone radix queue: virtual time never goes back, so every push is
 //! at or after the time of the last pop. Entries sit in 65 buckets by the
@@ -19,7 +23,7 @@ struct Entry<T> {
     item: T,
 }
 
-pub struct EventQueue<T> {
+pub struct Agenda<T> {
     /// Time of bucket 0 (the last popped time).
     last: u64,
     seq: u64,
@@ -29,9 +33,9 @@ pub struct EventQueue<T> {
     buckets: Vec<Vec<Entry<T>>>,
 }
 
-impl<T> Default for EventQueue<T> {
+impl<T> Default for Agenda<T> {
     fn default() -> Self {
-        EventQueue {
+        Agenda {
             last: 0,
             seq: 0,
             now: VecDeque::new(),
@@ -40,7 +44,7 @@ impl<T> Default for EventQueue<T> {
     }
 }
 
-impl<T> EventQueue<T> {
+impl<T> Agenda<T> {
     /// Schedules `item` at `at`; times before the last popped time are
     /// treated as due now.
     pub fn push(&mut self, at: Time, item: T) {
@@ -85,7 +89,7 @@ mod tests {
 
     #[test]
     fn earliest_first_then_fifo() {
-        let mut q = EventQueue::default();
+        let mut q = Agenda::default();
         q.push(Time::from_nanos(5), 'a');
         q.push(Time::from_nanos(1), 'b');
         q.push(Time::from_nanos(5), 'c');
@@ -99,7 +103,7 @@ mod tests {
         /// interleaved between pops at or after the current time.
         #[test]
         fn matches_a_sorted_reference(ops in proptest::collection::vec((0u64..3, 0u64..5000), 1..400)) {
-            let mut q = EventQueue::default();
+            let mut q = Agenda::default();
             let mut reference: Vec<(u64, u64)> = Vec::new();
             let (mut now, mut seq) = (0u64, 0u64);
             for (op, delta) in ops {

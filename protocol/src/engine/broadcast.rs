@@ -1,0 +1,247 @@
+//! Broadcast: fan-out of notices and payloads over the overlay.
+//!
+//! Owns: broadcast steps in progress ([`Fanout`], sent lazily so that a
+//! target learned failed meanwhile is skipped), the handling and
+//! forward-once of received notices, the batching of leaves learned from
+//! others, the re-broadcast of ranks learned by sync, and application
+//! payloads with their (origin, sequence) de-duplication. Must not: decide
+//! who failed (a notice's news goes through `membership::learn`), or send
+//! a copy to a rank known failed or left.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Engine, Event, HandleError, NO_RANK, Output, Participation, Timer};
+use crate::config::{Rank, Time};
+use crate::overlay::{Links, MAX_LINKS};
+use crate::wire::{self, Kind, Notice};
+
+/// One broadcast step in progress: its targets in send order, sent lazily
+/// so that a target learned failed meanwhile is skipped.
+#[derive(Clone, Debug)]
+pub(super) struct Fanout {
+    bytes: Arc<[u8]>,
+    kind: Kind,
+    targets: Box<[Rank]>,
+    next: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct DedupEntry {
+    max_seq: u64,
+    /// Bit i: sequence `max_seq - i` seen.
+    window: u64,
+    touched: u64,
+}
+
+/// Payload de-duplication by (origin, sequence): a 64-wide window per
+/// origin, at most `cap` origins (least recently used evicted).
+#[derive(Clone, Debug, Default)]
+pub(super) struct PayloadDedup {
+    origins: BTreeMap<Rank, DedupEntry>,
+    clock: u64,
+}
+
+impl PayloadDedup {
+    /// Records (origin, seq); true if it was not seen before.
+    fn first_sighting(&mut self, origin: Rank, seq: u64, cap: usize) -> bool {
+        self.clock += 1;
+        let clock = self.clock;
+        if let Some(e) = self.origins.get_mut(&origin) {
+            e.touched = clock;
+            if seq > e.max_seq {
+                let shift = seq - e.max_seq;
+                e.window = if shift >= 64 {
+                    1
+                } else {
+                    (e.window << shift) | 1
+                };
+                e.max_seq = seq;
+                return true;
+            }
+            let age = e.max_seq - seq;
+            if age >= 64 || e.window & (1 << age) != 0 {
+                return false;
+            }
+            e.window |= 1 << age;
+            return true;
+        }
+        if self.origins.len() >= cap.max(1) {
+            let oldest = self
+                .origins
+                .iter()
+                .min_by_key(|(_, e)| e.touched)
+                .map(|(&r, _)| r);
+            if let Some(r) = oldest {
+                self.origins.remove(&r);
+            }
+        }
+        self.origins.insert(
+            origin,
+            DedupEntry {
+                max_seq: seq,
+                window: 1,
+                touched: clock,
+            },
+        );
+        true
+    }
+}
+
+impl Engine {
+    /// Queues a broadcast step of `bytes` rooted at `root`, skipping `skip`.
+    pub(super) fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: [Rank; 2]) {
+        let mut buf: Links = [0; MAX_LINKS];
+        let my_pos = self.ring.position_of(self.me);
+        let len = self
+            .overlay
+            .send_order(my_pos, self.ring.position_of(root), &mut buf);
+        let targets: Box<[Rank]> = buf[..len]
+            .iter()
+            .map(|&p| self.ring.rank_at(p))
+            .filter(|r| !skip.contains(r) && *r != self.me)
+            .collect();
+        if !targets.is_empty() {
+            self.fanouts.push_back(Fanout {
+                bytes,
+                kind,
+                targets,
+                next: 0,
+            });
+        }
+    }
+
+    /// The next copy of the oldest broadcast step in progress, skipping
+    /// targets known failed or left meanwhile; `None` when all are sent.
+    pub(super) fn poll_fanout(&mut self) -> Option<Output> {
+        while let Some(f) = self.fanouts.front_mut() {
+            while f.next < f.targets.len() {
+                let to = f.targets[f.next];
+                f.next += 1;
+                if self.failed.contains(to) || self.left.contains(to) {
+                    continue;
+                }
+                self.stats.sent[f.kind.index()] += 1;
+                self.stats.bytes_sent += f.bytes.len() as u64;
+                return Some(Output::Send {
+                    to,
+                    bytes: f.bytes.clone(),
+                });
+            }
+            self.fanouts.pop_front();
+        }
+        None
+    }
+
+    /// A notice (already trusted by `on_message`): learn what is new.
+    /// Nothing new: a duplicate, counted and dropped (the common case at
+    /// large N). New failures travel on at once, as received
+    /// (forward-once, `bytes` re-sent with this rank as sender); news of
+    /// leaves only waits for the next leave batch.
+    pub(super) fn on_notice(&mut self, now: Time, sender: Rank, n: Notice<'_>, bytes: &[u8]) {
+        let (nf, nl) = self.learn(n.failed, n.left, n.origin, n.hops.saturating_add(1));
+        if nf.is_empty() && nl.is_empty() {
+            self.stats.duplicate_notices += 1;
+            return;
+        }
+        if !nf.is_empty() {
+            // Failures travel at once, as received (forward-once).
+            if let Some(fwd) = wire::forwarded(bytes, self.me) {
+                self.stats.notices_forwarded += 1;
+                self.fan_out(Kind::Notice, fwd.into(), n.origin, [sender, NO_RANK]);
+            }
+        } else {
+            self.batch_leaves(now, &nl);
+        }
+        self.after_gone_changed(now);
+    }
+
+    /// Queues leaves learned from others for the next batch.
+    pub(super) fn batch_leaves(&mut self, now: Time, left: &[Rank]) {
+        if left.is_empty() {
+            return;
+        }
+        self.pending_left.extend_from_slice(left);
+        if self.timers.get(Timer::LeaveBatch) == Time::NEVER {
+            self.timers
+                .set(Timer::LeaveBatch, now + self.config.leave_batch());
+        }
+    }
+
+    /// Forwards the leaves learned since the last batch as one notice
+    /// rooted here.
+    pub(super) fn forward_leaves(&mut self) {
+        if self.pending_left.is_empty() || self.participation == Participation::Excluded {
+            return;
+        }
+        let mut left = std::mem::take(&mut self.pending_left);
+        left.sort_unstable();
+        left.dedup();
+        self.stats.notices_forwarded += 1;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
+        self.fan_out(Kind::Notice, m, self.me, [NO_RANK, NO_RANK]);
+    }
+
+    /// Ranks learned from a sync exchange are new to this part of the
+    /// overlay too: broadcast them as a notice originated here.
+    pub(super) fn rebroadcast_learned(&mut self, failed: &[Rank], left: &[Rank], peer: Rank) {
+        if failed.is_empty() && left.is_empty() {
+            return;
+        }
+        self.stats.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
+        self.fan_out(Kind::Notice, m, self.me, [peer, NO_RANK]);
+    }
+
+    /// An application payload (`bytes` is the whole message, for
+    /// forwarding): delivered and forwarded once per (origin, sequence);
+    /// dropped if its origin is in the failed set.
+    pub(super) fn on_payload(
+        &mut self,
+        sender: Rank,
+        origin: Rank,
+        seq: u64,
+        payload: &[u8],
+        bytes: &[u8],
+    ) {
+        if self.failed.contains(origin) {
+            self.stats.dropped_untrusted_origin += 1;
+            return;
+        }
+        if !self
+            .dedup
+            .first_sighting(origin, seq, self.config.payload_dedup_origins)
+        {
+            self.stats.payload_duplicates += 1;
+            return;
+        }
+        self.stats.payloads_delivered += 1;
+        self.push_event(Event::Payload {
+            origin,
+            seq,
+            bytes: payload.to_vec(),
+        });
+        if let Some(fwd) = wire::forwarded(bytes, self.me) {
+            self.fan_out(Kind::Payload, fwd.into(), origin, [sender, NO_RANK]);
+        }
+    }
+
+    pub(super) fn on_broadcast(&mut self, payload: &[u8]) -> Result<(), HandleError> {
+        if self.participation != Participation::Active {
+            return Err(HandleError::NotActive);
+        }
+        if payload.len() > self.config.max_payload {
+            return Err(HandleError::PayloadTooLarge {
+                len: payload.len(),
+                max: self.config.max_payload,
+            });
+        }
+        self.next_payload_seq += 1;
+        let seq = self.next_payload_seq;
+        self.dedup
+            .first_sighting(self.me, seq, self.config.payload_dedup_origins);
+        let m: Arc<[u8]> = self.encoder.payload(self.me, seq, 0, payload).into();
+        self.fan_out(Kind::Payload, m, self.me, [NO_RANK, NO_RANK]);
+        Ok(())
+    }
+}

@@ -1,0 +1,242 @@
+//! What crosses the Engine's boundary: the inputs a driver hands in, the
+//! outputs and host events it gets back, the errors of `handle`, the
+//! counters, and the heartbeat slot value format.
+//!
+//! Owns: these types and their plain helpers. Must not: hold protocol
+//! state or make a protocol decision (that is the Engine's job).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Rank;
+use crate::wire::{Kind, RejectReason};
+
+/// The heartbeat value an emitter writes: digest fold in the high half,
+/// beat counter in the low half. Counters start at 1, so a written slot is
+/// never 0 (the page starts zeroed).
+pub fn slot_value(digest: u32, counter: u32) -> u64 {
+    (u64::from(digest) << 32) | u64::from(counter)
+}
+
+/// The digest fold carried by a slot value.
+pub fn slot_digest(value: u64) -> u32 {
+    (value >> 32) as u32
+}
+
+/// What a driver hands to [`Engine::handle`](super::Engine::handle). A
+/// reached deadline is not an input: it goes to
+/// [`Engine::handle_timeout`](super::Engine::handle_timeout), with the slot
+/// reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input<'a> {
+    /// An active message. `from` is the transport's idea of the sender if
+    /// it has one; after validation the header's sender is authoritative.
+    Message { from: Option<Rank>, bytes: &'a [u8] },
+    /// A transport operation concerning `peer` failed.
+    TransportError {
+        peer: Rank,
+        kind: TransportErrorKind,
+    },
+    /// Reliably broadcast an application payload to all live ranks.
+    Broadcast(&'a [u8]),
+    /// This rank is shutting down cleanly: tell the others, who mend around
+    /// it and report `Event::Left` rather than a failure. Keep driving the
+    /// Engine for a couple of periods (it keeps heartbeating and forwarding)
+    /// before closing the endpoint.
+    Leave,
+}
+
+/// Which transport operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportErrorKind {
+    /// A heartbeat RDMA write completed in error.
+    HeartbeatWrite,
+    /// A message send completed in error.
+    Send,
+    /// The runtime's verdict that the peer cannot be reached (e.g. posts
+    /// returned EAGAIN for longer than its bound).
+    Unreachable,
+}
+
+/// What the Engine asks its driver to do. See
+/// [`Engine::poll_output`](super::Engine::poll_output).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Write `value` (8 bytes, aligned, one RDMA write) into slot `slot` of
+    /// `to`'s slot page. ([`HeartbeatMode::Write`] only.)
+    WriteHeartbeat { to: Rank, slot: u16, value: u64 },
+    /// From now on this rank's heartbeats go to `to` at `slot` with digest
+    /// fold `digest` (`to: None`: no more heartbeats).
+    /// ([`HeartbeatMode::Modelled`] only.)
+    HeartbeatStream {
+        to: Option<Rank>,
+        slot: u16,
+        digest: u32,
+    },
+    /// Send an active message. The bytes are shared among the copies of one
+    /// broadcast step.
+    Send { to: Rank, bytes: Arc<[u8]> },
+    /// Tell the host.
+    Event(Event),
+}
+
+/// How a failure became known to this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
+pub enum Cause {
+    /// This rank's emitter's slot stood still for the timeout.
+    Timeout,
+    /// A transport error (or an unreachable verdict) on a ring link.
+    InBand,
+    /// A notice (or a sync exchange) from another rank.
+    Notice,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 3] = [Cause::Timeout, Cause::InBand, Cause::Notice];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Timeout => "timeout",
+            Cause::InBand => "inband",
+            Cause::Notice => "notice",
+        }
+    }
+}
+
+/// Events for the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// `rank` has failed (final: never withdrawn). `detector` declared it
+    /// (this rank for Timeout/InBand; the notice's origin, or the sync peer,
+    /// for Notice). `hops`: overlay hops the news travelled (0 if detected
+    /// here).
+    Failed {
+        rank: Rank,
+        detector: Rank,
+        cause: Cause,
+        hops: u16,
+    },
+    /// `rank` left cleanly.
+    Left { rank: Rank },
+    /// This rank was declared failed by others (`by` told us): it must stop
+    /// participating. The Engine is inert from now on.
+    SelfExcluded { by: Rank },
+    /// The emitter's slot stood still for `stalled_for` and then moved
+    /// again: a slow but live process (a warning, never a failure).
+    SlowEmitter { rank: Rank, stalled_for: Duration },
+    /// An application payload broadcast by `origin`.
+    Payload {
+        origin: Rank,
+        seq: u64,
+        bytes: Vec<u8>,
+    },
+}
+
+/// Errors of [`Engine::handle`](super::Engine::handle). None of them changes
+/// protocol state (the counters in [`Stats`] aside).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// The message was dropped; counted in `Stats::rejected`.
+    #[error("message rejected: {}", .0.as_str())]
+    Rejected(RejectReason),
+    #[error("payload of {len} bytes exceeds the {max}-byte limit")]
+    PayloadTooLarge { len: usize, max: usize },
+    /// Broadcast or leave after this rank left or was excluded.
+    #[error("this rank no longer participates")]
+    NotActive,
+}
+
+/// Whether this rank still takes part in the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Participation {
+    Active,
+    /// Left cleanly: still heartbeats, forwards and answers; declares nobody.
+    Left,
+    /// Declared failed by others: inert.
+    Excluded,
+}
+
+/// How heartbeats leave the Engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeartbeatMode {
+    /// Every period, an [`Output::WriteHeartbeat`] (the runtime).
+    Write,
+    /// An [`Output::HeartbeatStream`] on each change; the driver models the
+    /// slot values (the simulator).
+    Modelled,
+}
+
+/// Counters the runtime can read ([`Engine::stats`](super::Engine::stats)).
+/// Plain integers.
+///
+/// `repr(C)`: the counters touched by every message (`received`,
+/// `duplicate_notices`) come first, so that they fall in the Engine's
+/// first 5 cache lines with its other hot fields (see
+/// [`Engine`](super::Engine) and its layout test).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Stats {
+    /// Messages received, indexed by [`Kind::index`].
+    pub received: [u64; Kind::COUNT],
+    /// Notices that named nothing new (not forwarded).
+    pub duplicate_notices: u64,
+    /// Messages sent, indexed by [`Kind::index`].
+    pub sent: [u64; Kind::COUNT],
+    pub bytes_sent: u64,
+    pub heartbeats_written: u64,
+    pub slot_checks: u64,
+    /// Wake-ups that ran later than the lag guard: nobody declared.
+    pub self_lag_trips: u64,
+    /// The latest any timer fired past its deadline, in ns.
+    pub max_lateness_ns: u64,
+    /// Messages dropped at decoding, indexed by [`RejectReason::index`].
+    pub rejected: [u64; RejectReason::COUNT],
+    /// Messages from ranks in the failed set (answered with an exclusion).
+    pub dropped_from_failed: u64,
+    /// Notices and payloads whose origin is in the failed set.
+    pub dropped_untrusted_origin: u64,
+    pub notices_forwarded: u64,
+    /// Failures this rank learned, indexed like [`Cause::ALL`].
+    pub detections: [u64; 3],
+    pub departures_learned: u64,
+    pub mendings: u64,
+    pub observe_me_accepted: u64,
+    pub observe_me_stale: u64,
+    pub observe_me_resent: u64,
+    pub sync_requests_sent: u64,
+    pub sync_requests_received: u64,
+    pub sync_replies_sent: u64,
+    pub ranks_learned_by_sync: u64,
+    pub exclusions_sent: u64,
+    pub slow_emitter_warnings: u64,
+    pub transport_errors: u64,
+    /// Transport errors that were not evidence (departed peer, non-ring
+    /// peer, in-band off).
+    pub transport_errors_ignored: u64,
+    pub suspicions: u64,
+    pub suspicions_cleared: u64,
+    pub payloads_delivered: u64,
+    pub payload_duplicates: u64,
+    /// Transport-claimed sender differed from the header's.
+    pub sender_mismatch: u64,
+    /// Slot readings the Engine ignored: it no longer observes (this rank
+    /// was excluded).
+    pub stale_slot_reads: u64,
+}
+
+impl Stats {
+    pub fn notices_sent(&self) -> u64 {
+        self.sent[Kind::Notice.index()]
+    }
+    pub fn notices_received(&self) -> u64 {
+        self.received[Kind::Notice.index()]
+    }
+    pub fn detections_by(&self, cause: Cause) -> u64 {
+        self.detections[cause as usize]
+    }
+}

@@ -1,0 +1,204 @@
+//! The failed and left sets: how a rank gets into them and what follows.
+//!
+//! Owns: declaring a failure, learning failures and leaves from others,
+//! the reactions to a grown set (mend, stop beating a departed observer,
+//! drop a departed suspect), this rank's own exclusion (fail-stop), the
+//! exclusion replies to ranks we hold failed, and this rank's clean leave.
+//! Must not: remove a rank from either set (reports are final), or decide
+//! *whether* a rank failed (observation does that, then calls `declare`).
+
+use std::sync::Arc;
+
+use super::{
+    Cause, Engine, Event, HandleError, HeartbeatMode, NO_RANK, Output, Participation, Timer,
+    TimerTable,
+};
+use crate::config::{Rank, Time};
+use crate::ranks::RankList;
+use crate::wire::Kind;
+
+/// The ranks of `list` (ascending) that are neither `me` nor in the sorted
+/// sets `a` and `b`: binary searches for short lists, one merge walk for
+/// long ones (batched leaves).
+fn unknown_ranks(list: RankList<'_>, me: Rank, a: &[Rank], b: &[Rank]) -> Vec<Rank> {
+    let k = list.len() as usize;
+    if k * 16 < a.len() + b.len() {
+        return list
+            .iter()
+            .filter(|r| *r != me && a.binary_search(r).is_err() && b.binary_search(r).is_err())
+            .collect();
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    for r in list.iter() {
+        while i < a.len() && a[i] < r {
+            i += 1;
+        }
+        while j < b.len() && b[j] < r {
+            j += 1;
+        }
+        if r != me && a.get(i) != Some(&r) && b.get(j) != Some(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+impl Engine {
+    /// This rank declares `rank` failed: report, tell `rank` itself (if it
+    /// is only stopped or cut off, it learns it is out as soon as it runs
+    /// again), broadcast, mend.
+    pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause) {
+        if rank == self.me || self.is_gone(rank) || self.participation != Participation::Active {
+            return;
+        }
+        self.failed.insert(rank);
+        self.stats.detections[cause as usize] += 1;
+        self.push_event(Event::Failed {
+            rank,
+            detector: self.me,
+            cause,
+            hops: 0,
+        });
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[rank], &[]).into();
+        self.stats.exclusions_sent += 1;
+        self.stats.sent[Kind::Notice.index()] += 1;
+        self.stats.bytes_sent += m.len() as u64;
+        self.out.push_back(Output::Send {
+            to: rank,
+            bytes: m.clone(),
+        });
+        self.fan_out(Kind::Notice, m, self.me, [rank, NO_RANK]);
+        self.after_gone_changed(now);
+    }
+
+    /// Adds the listed ranks; returns the ones that were new. (Lists are
+    /// ascending, so the new ones merge into the sets in one pass.)
+    pub(super) fn learn(
+        &mut self,
+        failed: RankList<'_>,
+        left: RankList<'_>,
+        detector: Rank,
+        hops: u16,
+    ) -> (Vec<Rank>, Vec<Rank>) {
+        let new_failed = unknown_ranks(
+            failed,
+            self.me,
+            self.failed.as_slice(),
+            self.left.as_slice(),
+        );
+        self.failed.insert_sorted(&new_failed);
+        let new_left = unknown_ranks(left, self.me, self.failed.as_slice(), self.left.as_slice());
+        self.left.insert_sorted(&new_left);
+        for &rank in &new_failed {
+            self.stats.detections[Cause::Notice as usize] += 1;
+            self.push_event(Event::Failed {
+                rank,
+                detector,
+                cause: Cause::Notice,
+                hops,
+            });
+        }
+        for &rank in &new_left {
+            self.stats.departures_learned += 1;
+            self.push_event(Event::Left { rank });
+        }
+        (new_failed, new_left)
+    }
+
+    /// Reacts to a grown failed/left set: mend if the emitter is gone, stop
+    /// heartbeats to a departed observer (its own observer will mend to us),
+    /// drop a departed suspect, announce the new digest.
+    pub(super) fn after_gone_changed(&mut self, now: Time) {
+        if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
+            self.stream_dirty = true;
+        }
+        if let Some(o) = self.beat.observer {
+            if self.is_gone(o) {
+                self.beat.observer = None;
+                self.pending_write = None;
+            }
+        }
+        if let Some(s) = self.suspect {
+            if self.is_gone(s.rank) {
+                self.suspect = None;
+                self.timers.stop(Timer::Suspect);
+            }
+        }
+        if let Some(e) = self.watch.emitter {
+            if self.is_gone(e) {
+                self.mend(now);
+            }
+        }
+    }
+
+    pub(super) fn self_exclude(&mut self, by: Rank) {
+        if self.participation == Participation::Excluded {
+            return;
+        }
+        self.participation = Participation::Excluded;
+        self.timers = TimerTable([Time::NEVER; 4]);
+        self.fanouts.clear();
+        self.pending_write = None;
+        self.suspect = None;
+        self.beat.observer = None;
+        self.stream_dirty = self.mode == HeartbeatMode::Modelled;
+        self.push_event(Event::SelfExcluded { by });
+    }
+
+    /// Answers a message from a rank in the failed set with a notice naming
+    /// it (at most once per timeout per rank, 4 ranks remembered).
+    pub(super) fn reply_exclusion(&mut self, now: Time, to: Rank) {
+        let timeout = self.config.timeout;
+        if self
+            .exclusion_replies
+            .iter()
+            .any(|&(r, t)| r == to && now - t < timeout)
+        {
+            return;
+        }
+        let slot = self
+            .exclusion_replies
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (_, t))| *t)
+            .map_or(0, |(i, _)| i);
+        self.exclusion_replies[slot] = (to, now);
+        self.stats.exclusions_sent += 1;
+        let m = self.encoder.notice(self.me, 0, &[to], &[]);
+        self.send(to, Kind::Notice, m);
+    }
+
+    /// Clean leave: a `Leave` notice straight to both ring neighbours (they
+    /// are the ones who must mend) and over the overlay. From now on this
+    /// rank declares nobody but keeps heartbeating, forwarding and
+    /// answering until the driver stops it.
+    pub(super) fn on_leave(&mut self) -> Result<(), HandleError> {
+        if self.participation != Participation::Active {
+            return Err(HandleError::NotActive);
+        }
+        self.participation = Participation::Left;
+        self.timers.stop(Timer::Check);
+        self.timers.stop(Timer::Suspect);
+        self.suspect = None;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &[self.me]).into();
+        let neighbours = [
+            self.beat.observer.unwrap_or(NO_RANK),
+            self.watch.emitter.unwrap_or(NO_RANK),
+        ];
+        let mut sent = NO_RANK;
+        for n in neighbours {
+            if n != NO_RANK && n != sent && !self.is_gone(n) {
+                sent = n;
+                self.stats.sent[Kind::Notice.index()] += 1;
+                self.stats.bytes_sent += m.len() as u64;
+                self.out.push_back(Output::Send {
+                    to: n,
+                    bytes: m.clone(),
+                });
+            }
+        }
+        self.fan_out(Kind::Notice, m, self.me, neighbours);
+        Ok(())
+    }
+}

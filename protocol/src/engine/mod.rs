@@ -1,0 +1,589 @@
+//! The Engine: one rank's protocol state machine, sans IO.
+//!
+//! Owns: the `Engine` struct, its construction and accessors, the timer
+//! table, and the dispatch of inputs (`handle`, `handle_timeout`) and of
+//! outputs (`poll_output`, `next_deadline`). The protocol itself lives in
+//! the submodules, one concern each: `io` (the types crossing the
+//! boundary), `heartbeat` (this rank as an emitter), `observation`
+//! (watching the emitter), `membership` (the failed and left sets) and
+//! `broadcast` (fan-out of notices and payloads). Must not: read a clock,
+//! block, do IO, or allocate on the heartbeat path.
+//!
+//! # Driving an Engine
+//!
+//! Drivers (the progress thread, the simulator, tests) follow one loop, in
+//! the style of quinn-proto:
+//!
+//! 1. Hand in what happened, with the current `now` (never earlier than a
+//!    previous one):
+//!    - a message, a transport error, a broadcast or leave request:
+//!      [`Engine::handle`]`(now, input)`;
+//!    - the deadline from [`Engine::next_deadline`] was reached:
+//!      [`Engine::handle_timeout`]`(now, read_slot)`. The Engine calls
+//!      `read_slot(slot)` for the slot of its slot page it watches (if it
+//!      has an emitter), takes the value as this round's reading, and then
+//!      runs its due timers, all at the same `now`.
+//! 2. After either call (and after [`Engine::new`] and
+//!    [`Engine::model_heartbeats`]), drain [`Engine::poll_output`] until it
+//!    returns `None`, carrying out each output (an RDMA write, a message
+//!    send, an event for the host).
+//! 3. Re-read [`Engine::next_deadline`] and sleep until it or until an
+//!    input arrives.
+//!
+//! Every input may produce outputs and may move the deadline, so steps 2
+//! and 3 follow every call of step 1. Spurious timeouts are harmless:
+//! timers whose deadline has not been reached are ignored.
+//!
+//! # Heartbeats, slots, digest, generation
+//!
+//! The emitter writes one aligned u64 into a slot of its observer's slot
+//! page (512 slots, 4 KiB): high 32 bits = the 32-bit fold of the digest of
+//! its failed ∪ left set (XOR of a mixed hash per rank), low 32 bits = a
+//! beat counter that changes every period ([`slot_value`]). The observer
+//! reads only the slot of the current *generation* (`generation mod 512`),
+//! which it names in `ObserveMe`; a replaced emitter writing to an old slot
+//! cannot keep it happy. An observer whose emitter's digest has differed
+//! from its own for `sync_after` sends a `SyncRequest` with its sets; the
+//! emitter merges them and replies with what the observer lacked; ranks
+//! learned this way are re-broadcast as notices. At most one sync request
+//! per timeout.
+//!
+//! With [`HeartbeatMode::Modelled`] (the simulator), the Engine does not
+//! schedule a per-period beat: it emits [`Output::HeartbeatStream`] when
+//! the target, slot or digest changes, and the driver models the slot's
+//! value as a function of the emitter's state and time. An idle Engine then
+//! wakes `checks_per_timeout` times per timeout and no more.
+
+mod broadcast;
+mod heartbeat;
+mod io;
+mod membership;
+mod observation;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::config::{EngineConfig, EngineConfigError, Rank, Time};
+use super::overlay::Overlay;
+use super::ranks::{RankSet, fold_digest};
+use super::ring::Ring;
+use super::wire::{self, Encoder, Kind, Message, RejectReason};
+
+use broadcast::{Fanout, PayloadDedup};
+use heartbeat::Beat;
+pub use io::{
+    Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
+    TransportErrorKind, slot_digest, slot_value,
+};
+use observation::{Suspect, Watch, Witness};
+
+/// "No rank" in fixed-size fields.
+const NO_RANK: Rank = Rank::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    /// Next heartbeat write (Write mode).
+    Beat = 0,
+    /// Next check of the emitter's slot.
+    Check = 1,
+    /// A suspect's time to prove itself alive is up.
+    Suspect = 2,
+    /// Forward the leaves learned in this window.
+    LeaveBatch = 3,
+}
+
+const TIMERS: [Timer; 4] = [Timer::Beat, Timer::Check, Timer::Suspect, Timer::LeaveBatch];
+
+/// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer
+/// whose deadline has moved is simply not due: no cancel API.
+#[derive(Clone, Copy, Debug)]
+struct TimerTable([Time; 4]);
+
+impl TimerTable {
+    fn get(&self, t: Timer) -> Time {
+        self.0[t as usize]
+    }
+    fn set(&mut self, t: Timer, at: Time) {
+        self.0[t as usize] = at;
+    }
+    fn stop(&mut self, t: Timer) {
+        self.0[t as usize] = Time::NEVER;
+    }
+    fn next(&self) -> Time {
+        self.0.iter().copied().min().unwrap_or(Time::NEVER)
+    }
+}
+
+/// One rank's protocol state. Per-rank memory is O(failures + log N): the
+/// ring and config are shared (`Arc`), the failed set is sparse.
+///
+/// `repr(C)`, hot fields first: a simulator touches a million of these in
+/// random order, and a duplicate notice (the common message at large N)
+/// reads only the first 320 bytes, 5 cache lines (test
+/// `a_duplicate_notice_reads_only_the_first_five_cache_lines`; rustc's own
+/// field order spreads the same fields over 8), plus the failed set's
+/// heap once it holds more than 5 ranks. `benches/engine_hot_path.sh`
+/// measured a duplicate notice at 82–112 ns on a warm Engine (N = 2^10 …
+/// 2^20, 0–1000 other known failures), and at 0.3–0.7 µs on a cold one
+/// picked at random among 2^16 (N = 2^20, up to 100 known failures; 1.7–3.8
+/// µs with 1000, whose binary search misses too). On that shared 2-core
+/// machine the cold figures varied too much between runs to tell this
+/// layout from rustc's.
+#[derive(Debug)]
+#[repr(C)]
+pub struct Engine {
+    participation: Participation,
+    mode: HeartbeatMode,
+    /// Modelled mode: a `HeartbeatStream` is owed.
+    stream_dirty: bool,
+    me: Rank,
+    encoder: Encoder,
+    ring: Arc<Ring>,
+    failed: RankSet,
+    left: RankSet,
+    timers: TimerTable,
+    pending_write: Option<(Rank, u16, u64)>,
+    out: VecDeque<Output>,
+    fanouts: VecDeque<Fanout>,
+    stats: Stats,
+    config: Arc<EngineConfig>,
+    overlay: Overlay,
+    watch: Watch,
+    beat: Beat,
+    suspect: Option<Suspect>,
+    witness: Option<Witness>,
+    nonce: u32,
+    next_payload_seq: u64,
+    dedup: PayloadDedup,
+    /// Leaves learned from others, not yet forwarded (see `leave_batch`).
+    pending_left: Vec<Rank>,
+    /// Recent exclusion replies (rank, when), for rate limiting.
+    exclusion_replies: [(Rank, Time); 4],
+}
+
+impl Engine {
+    /// The Engine of rank `me` in a job on `ring` (N = `ring.len()`), with
+    /// the job key agreed at bootstrap, started at `now`. Heartbeats start at
+    /// once; nobody is declared before `now + startup_grace + timeout`.
+    /// Poll outputs after creating it.
+    pub fn new(
+        config: Arc<EngineConfig>,
+        ring: Arc<Ring>,
+        me: Rank,
+        job_key: u64,
+        now: Time,
+    ) -> Result<Engine, EngineConfigError> {
+        config.validate()?;
+        let n = ring.len();
+        if n == 0 {
+            return Err(EngineConfigError::EmptyRing);
+        }
+        if me >= n {
+            return Err(EngineConfigError::RankOutOfRange { rank: me, size: n });
+        }
+        let emitter = ring.predecessors(me).next();
+        let observer = ring.successors(me).next();
+        let grace_end = now + config.startup_grace();
+        let mut timers = TimerTable([Time::NEVER; 4]);
+        if emitter.is_some() {
+            // Check from the start: an emitter never heard from has until
+            // grace_end + timeout (changed_at below), but one whose beats
+            // flow and then stop is judged by the plain timeout.
+            timers.set(Timer::Check, (now + config.check_interval()).min(grace_end));
+        }
+        let mut engine = Engine {
+            overlay: Overlay::new(config.bcast, n),
+            encoder: Encoder::new(job_key, me),
+            me,
+            participation: Participation::Active,
+            mode: HeartbeatMode::Write,
+            failed: RankSet::new(),
+            left: RankSet::new(),
+            watch: Watch {
+                emitter,
+                generation: 0,
+                slot: 0,
+                last_value: None,
+                changed_at: grace_end,
+                still_seen_at: None,
+                awaiting_first: false,
+                mismatch_since: None,
+                sync_not_before: Time::ZERO,
+                slow_warned_at: None,
+                hurry: false,
+            },
+            beat: Beat {
+                observer,
+                generation: 0,
+                slot: 0,
+                counter: 0,
+            },
+            stream_dirty: false,
+            timers,
+            suspect: None,
+            witness: None,
+            nonce: 0,
+            pending_write: None,
+            out: VecDeque::new(),
+            fanouts: VecDeque::new(),
+            next_payload_seq: 0,
+            dedup: PayloadDedup::default(),
+            pending_left: Vec::new(),
+            exclusion_replies: [(NO_RANK, Time::ZERO); 4],
+            stats: Stats::default(),
+            config,
+            ring,
+        };
+        engine.write_beat_now(now);
+        Ok(engine)
+    }
+
+    /// Switches to [`HeartbeatMode::Modelled`]: no per-period beat timer and
+    /// no `WriteHeartbeat`; `HeartbeatStream` outputs instead (the first one
+    /// at the next poll). For simulators; call before the first poll.
+    pub fn model_heartbeats(&mut self) {
+        self.mode = HeartbeatMode::Modelled;
+        self.timers.stop(Timer::Beat);
+        self.pending_write = None;
+        self.stream_dirty = true;
+    }
+
+    // ----- accessors -----
+
+    pub fn me(&self) -> Rank {
+        self.me
+    }
+    pub fn size(&self) -> u32 {
+        self.ring.len()
+    }
+    pub fn ring(&self) -> &Arc<Ring> {
+        &self.ring
+    }
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+    pub fn participation(&self) -> Participation {
+        self.participation
+    }
+    /// The rank this rank observes (its nearest live predecessor, as far as
+    /// it knows), if any.
+    pub fn emitter(&self) -> Option<Rank> {
+        self.watch.emitter
+    }
+    /// The rank this rank heartbeats to, if any.
+    pub fn observer(&self) -> Option<Rank> {
+        self.beat.observer
+    }
+    /// The slot index (`0..512`) of this rank's slot page that
+    /// [`Engine::handle_timeout`] reads; `None` when there is no emitter.
+    pub fn watched_slot(&self) -> Option<u16> {
+        self.watch.emitter.map(|_| self.watch.slot)
+    }
+    /// The observation generation (number of mendings so far).
+    pub fn generation(&self) -> u32 {
+        self.watch.generation
+    }
+    /// Where this rank's heartbeats go: (observer, slot).
+    pub fn heartbeat_target(&self) -> Option<(Rank, u16)> {
+        self.beat.observer.map(|o| (o, self.beat.slot))
+    }
+    /// The failed set, ascending.
+    pub fn failed(&self) -> &[Rank] {
+        self.failed.as_slice()
+    }
+    /// Ranks that left cleanly, ascending.
+    pub fn left(&self) -> &[Rank] {
+        self.left.as_slice()
+    }
+    /// Count of known failures: grows by one per failure, never shrinks.
+    pub fn epoch(&self) -> u64 {
+        self.failed.len() as u64
+    }
+    pub fn is_failed(&self, rank: Rank) -> bool {
+        self.failed.contains(rank)
+    }
+    /// Failed or left.
+    pub fn is_gone(&self, rank: Rank) -> bool {
+        self.failed.contains(rank) || self.left.contains(rank)
+    }
+    /// Digest of the failed ∪ left set.
+    pub fn digest(&self) -> u64 {
+        self.failed.digest() ^ self.left.digest()
+    }
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// When [`Engine::handle_timeout`] must next be called, `None` if never
+    /// (e.g. excluded, or alone). Re-read after every `handle`,
+    /// `handle_timeout` and output drain.
+    pub fn next_deadline(&self) -> Option<Time> {
+        if self.participation == Participation::Excluded {
+            return None;
+        }
+        let t = self.timers.next();
+        (t != Time::NEVER).then_some(t)
+    }
+
+    /// The next thing to do, or `None`. Drain after every `handle` and
+    /// `handle_timeout` (and after `new`). The heartbeat write comes first
+    /// and allocates nothing (`tests/engine_alloc.rs`).
+    pub fn poll_output(&mut self) -> Option<Output> {
+        if let Some((to, slot, value)) = self.pending_write.take() {
+            return Some(Output::WriteHeartbeat { to, slot, value });
+        }
+        if self.stream_dirty {
+            self.stream_dirty = false;
+            return Some(Output::HeartbeatStream {
+                to: self.beat.observer,
+                slot: self.beat.slot,
+                digest: fold_digest(self.digest()),
+            });
+        }
+        if let Some(o) = self.out.pop_front() {
+            return Some(o);
+        }
+        self.poll_fanout()
+    }
+
+    /// Hands an input to the Engine at time `now` (never earlier than a
+    /// previous `now`). Then drain [`Engine::poll_output`] and re-read
+    /// [`Engine::next_deadline`].
+    pub fn handle(&mut self, now: Time, input: Input<'_>) -> Result<(), HandleError> {
+        match input {
+            Input::Message { from, bytes } => self.on_message(now, from, bytes),
+            Input::TransportError { peer, kind } => {
+                self.on_transport_error(now, peer, kind);
+                Ok(())
+            }
+            Input::Broadcast(bytes) => self.on_broadcast(bytes),
+            Input::Leave => self.on_leave(),
+        }
+    }
+
+    /// The deadline from [`Engine::next_deadline`] was reached (or the
+    /// driver woke anyway): one step at `now`. If this rank has an emitter,
+    /// the Engine first calls `read_slot(slot)` once, for the slot index
+    /// (`0..512`) of this rank's slot page that it watches
+    /// ([`Engine::watched_slot`]), and takes the value as this round's
+    /// reading; then it runs every timer that is due (heartbeat write, slot
+    /// check, suspect, leave batch). Then drain [`Engine::poll_output`] and
+    /// re-read [`Engine::next_deadline`].
+    ///
+    /// In [`HeartbeatMode::Write`] an idle rank's step allocates nothing,
+    /// and neither does draining its `WriteHeartbeat`
+    /// (`tests/engine_alloc.rs`); `benches/engine_hot_path.sh` measured the
+    /// two at about 16 ns per step, 19 ns per heartbeat period, at every N
+    /// (2^10 … 2^20) and known-failure count (0 … 1000).
+    pub fn handle_timeout(&mut self, now: Time, read_slot: impl FnOnce(u16) -> u64) {
+        if let Some(slot) = self.watched_slot() {
+            let value = read_slot(slot);
+            self.on_slot(now, slot, value);
+        }
+        self.on_tick(now);
+    }
+
+    /// Runs the timers due at `now`, in table order, after the self-lag
+    /// guard has looked at how late the earliest of them is.
+    fn on_tick(&mut self, now: Time) {
+        if self.participation == Participation::Excluded {
+            return;
+        }
+        let earliest_due = TIMERS
+            .iter()
+            .map(|&t| self.timers.get(t))
+            .filter(|&d| d <= now)
+            .min();
+        let Some(earliest_due) = earliest_due else {
+            return;
+        };
+        let lateness = now - earliest_due;
+        self.stats.max_lateness_ns = self.stats.max_lateness_ns.max(lateness.as_nanos() as u64);
+        let lagging = lateness > self.config.lag_guard();
+        if lagging {
+            self.on_self_lag(now);
+        }
+        if self.timers.get(Timer::Beat) <= now {
+            self.timers.stop(Timer::Beat);
+            self.write_beat_now(now);
+        }
+        if self.timers.get(Timer::Suspect) <= now {
+            self.timers.stop(Timer::Suspect);
+            if let Some(s) = self.suspect {
+                if lagging {
+                    self.timers
+                        .set(Timer::Suspect, now + self.config.suspect_timeout());
+                } else {
+                    self.suspect = None;
+                    self.declare(now, s.rank, Cause::InBand);
+                }
+            }
+        }
+        if self.timers.get(Timer::Check) <= now {
+            self.timers.stop(Timer::Check);
+            self.check(now, lagging);
+        }
+        if self.timers.get(Timer::LeaveBatch) <= now {
+            self.timers.stop(Timer::LeaveBatch);
+            self.forward_leaves();
+        }
+    }
+
+    // ----- helpers -----
+
+    fn my_digest32(&self) -> u32 {
+        fold_digest(self.digest())
+    }
+
+    fn push_event(&mut self, e: Event) {
+        self.out.push_back(Output::Event(e));
+    }
+
+    fn send(&mut self, to: Rank, kind: Kind, bytes: Vec<u8>) {
+        self.stats.sent[kind.index()] += 1;
+        self.stats.bytes_sent += bytes.len() as u64;
+        self.out.push_back(Output::Send {
+            to,
+            bytes: bytes.into(),
+        });
+    }
+
+    // ----- messages -----
+
+    /// Decodes a message, applies the trust checks every kind shares, and
+    /// hands it to the handler of its kind.
+    fn on_message(
+        &mut self,
+        now: Time,
+        from: Option<Rank>,
+        bytes: &[u8],
+    ) -> Result<(), HandleError> {
+        let (header, msg) = match wire::decode(bytes, self.encoder.job_key, self.ring.len()) {
+            Ok(d) => d,
+            Err(reason) => {
+                self.stats.rejected[reason.index()] += 1;
+                return Err(HandleError::Rejected(reason));
+            }
+        };
+        let sender = header.sender;
+        if sender == self.me {
+            self.stats.rejected[RejectReason::FromSelf.index()] += 1;
+            return Err(HandleError::Rejected(RejectReason::FromSelf));
+        }
+        if from.is_some_and(|f| f != sender) {
+            self.stats.sender_mismatch += 1;
+        }
+        self.stats.received[header.kind.index()] += 1;
+        if self.participation == Participation::Excluded {
+            return Ok(());
+        }
+        // Trust order: a rank in our failed set is answered with an
+        // exclusion and otherwise ignored; a notice whose origin is in our
+        // failed set is never trusted (not even about us); then, being named
+        // failed by anyone else means we are out: reports are final.
+        if self.failed.contains(sender) {
+            self.stats.dropped_from_failed += 1;
+            self.reply_exclusion(now, sender);
+            return Ok(());
+        }
+        if let Message::Notice(n) = &msg {
+            if self.failed.contains(n.origin) {
+                self.stats.dropped_untrusted_origin += 1;
+                return Ok(());
+            }
+        }
+        let names_me = match &msg {
+            Message::Notice(n) => n.failed.contains(self.me),
+            Message::SyncRequest { failed, .. } | Message::SyncReply { failed, .. } => {
+                failed.contains(self.me)
+            }
+            _ => false,
+        };
+        if names_me {
+            self.self_exclude(sender);
+            return Ok(());
+        }
+        match msg {
+            Message::Notice(notice) => self.on_notice(now, sender, notice, bytes),
+            Message::ObserveMe { generation, slot } => {
+                self.on_observe_me(now, sender, generation, slot)
+            }
+            Message::SyncRequest {
+                digest,
+                failed,
+                left,
+            } => self.on_sync_request(now, sender, digest, failed, left),
+            Message::SyncReply { failed, left } => self.on_sync_reply(now, sender, failed, left),
+            Message::Probe { nonce, about } => self.on_probe(now, sender, nonce, about),
+            Message::ProbeAck {
+                nonce,
+                about,
+                verdict,
+            } => self.on_probe_ack(now, nonce, about, verdict),
+            Message::Payload {
+                origin,
+                seq,
+                hops: _,
+                bytes: payload,
+            } => self.on_payload(sender, origin, seq, payload, bytes),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The fields a duplicate notice reads (decode, trust checks, `learn`,
+    /// the counters, and the `poll_output` that follows) lie in the
+    /// Engine's first 320 bytes: 5 cache lines (6 if the Engine is not
+    /// line-aligned). rustc's own field order (no `repr(C)`) spreads them
+    /// over 8. A field added in front of them, or a reorder, fails here.
+    #[test]
+    fn a_duplicate_notice_reads_only_the_first_five_cache_lines() {
+        let stats = offset_of!(Engine, stats);
+        let read = [
+            ("participation", offset_of!(Engine, participation), 1),
+            ("stream_dirty", offset_of!(Engine, stream_dirty), 1),
+            ("me", offset_of!(Engine, me), size_of::<Rank>()),
+            ("encoder", offset_of!(Engine, encoder), size_of::<Encoder>()),
+            ("ring", offset_of!(Engine, ring), size_of::<Arc<Ring>>()),
+            ("failed", offset_of!(Engine, failed), size_of::<RankSet>()),
+            ("left", offset_of!(Engine, left), size_of::<RankSet>()),
+            (
+                "pending_write",
+                offset_of!(Engine, pending_write),
+                size_of::<Option<(Rank, u16, u64)>>(),
+            ),
+            (
+                "out",
+                offset_of!(Engine, out),
+                size_of::<VecDeque<Output>>(),
+            ),
+            (
+                "fanouts",
+                offset_of!(Engine, fanouts),
+                size_of::<VecDeque<Fanout>>(),
+            ),
+            (
+                "stats.received",
+                stats + offset_of!(Stats, received),
+                size_of::<[u64; Kind::COUNT]>(),
+            ),
+            (
+                "stats.duplicate_notices",
+                stats + offset_of!(Stats, duplicate_notices),
+                size_of::<u64>(),
+            ),
+        ];
+        for (name, offset, size) in read {
+            assert!(
+                offset + size <= 5 * 64,
+                "{name} ends at byte {} of the Engine, past its first 5 cache lines",
+                offset + size
+            );
+        }
+    }
+}

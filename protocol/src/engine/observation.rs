@@ -1,0 +1,420 @@
+//! Watching the emitter: this rank as an observer.
+//!
+//! Owns: the reading of the watched slot, the periodic checks and the
+//! timeout, the self-lag guard, slow-emitter warnings, the digest sync
+//! (`SyncRequest`/`SyncReply`), in-band evidence (transport errors, the
+//! suspect and its probes, `Probe`/`ProbeAck`) and mending to a new
+//! emitter. Must not: change the failed or left sets except through
+//! `membership` (`declare`, `learn`), allocate while reading a slot or
+//! checking an idle emitter, or send anything but to ring neighbours and
+//! probe witnesses.
+
+use std::time::Duration;
+
+use super::{Cause, Engine, Event, NO_RANK, Participation, Timer, TransportErrorKind, slot_digest};
+use crate::config::{InbandMode, Rank, Time};
+use crate::ranks::RankList;
+use crate::wire::{Kind, ProbeVerdict, SLOTS};
+
+/// This rank's observation of its emitter.
+#[derive(Clone, Debug)]
+pub(super) struct Watch {
+    pub(super) emitter: Option<Rank>,
+    pub(super) generation: u32,
+    pub(super) slot: u16,
+    /// Last value read from the slot (`None`: not read since mending).
+    pub(super) last_value: Option<u64>,
+    /// When the slot was last seen to change (or the baseline restarted).
+    /// May lie in the future during the start-up grace.
+    pub(super) changed_at: Time,
+    /// The latest read that found the slot unchanged since `changed_at`.
+    pub(super) still_seen_at: Option<Time>,
+    /// Mended and no beat seen yet: resend `ObserveMe` at each check.
+    pub(super) awaiting_first: bool,
+    pub(super) mismatch_since: Option<Time>,
+    pub(super) sync_not_before: Time,
+    pub(super) slow_warned_at: Option<Time>,
+    /// `InbandMode::Suspect` evidence against the emitter: declare after
+    /// `suspect_timeout` of stillness instead of the full timeout.
+    pub(super) hurry: bool,
+}
+
+/// A probe about our emitter, answered when its slot next moves.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Witness {
+    pub(super) requester: Rank,
+    pub(super) nonce: u32,
+    pub(super) asked_at: Time,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Suspect {
+    pub(super) rank: Rank,
+    pub(super) nonce: u32,
+}
+
+impl Engine {
+    /// Schedules the next slot check: one check interval away, or sooner if
+    /// the emitter's time is up before that.
+    pub(super) fn schedule_check(&mut self, now: Time) {
+        if self.watch.emitter.is_none() || self.participation != Participation::Active {
+            self.timers.stop(Timer::Check);
+            return;
+        }
+        let limit = if self.watch.hurry {
+            self.config.suspect_timeout()
+        } else {
+            self.config.timeout
+        };
+        let expiry = self.watch.changed_at + limit;
+        let next = (now + self.config.check_interval())
+            .min(expiry)
+            .max(now + Duration::from_nanos(1));
+        self.timers.set(Timer::Check, next);
+    }
+
+    pub(super) fn on_slot(&mut self, now: Time, slot: u16, value: u64) {
+        let Some(emitter) = self.watch.emitter else {
+            self.stats.stale_slot_reads += 1;
+            return;
+        };
+        if slot != self.watch.slot || self.participation == Participation::Excluded {
+            self.stats.stale_slot_reads += 1;
+            return;
+        }
+        match self.watch.last_value {
+            Some(v) if v == value => self.watch.still_seen_at = Some(now),
+            None if value == 0 => self.watch.last_value = Some(0),
+            previous => {
+                // Slow, not dead: a read saw the slot standing still for a
+                // while, and now it moved. (A long gap between our own reads
+                // is our stall, not the emitter's: no read, no evidence.)
+                if let (Some(_), Some(still), false) = (
+                    previous,
+                    self.watch.still_seen_at,
+                    self.watch.awaiting_first,
+                ) {
+                    let stalled_for = still - self.watch.changed_at;
+                    let quiet = self
+                        .watch
+                        .slow_warned_at
+                        .is_none_or(|t| now - t >= self.config.timeout);
+                    if stalled_for >= self.config.slow_emitter_after() && quiet {
+                        self.watch.slow_warned_at = Some(now);
+                        self.stats.slow_emitter_warnings += 1;
+                        self.push_event(Event::SlowEmitter {
+                            rank: emitter,
+                            stalled_for,
+                        });
+                    }
+                }
+                if let Some(w) = self.witness.take() {
+                    if previous.is_some() && now > w.asked_at {
+                        let m = self
+                            .encoder
+                            .probe_ack(w.nonce, emitter, ProbeVerdict::Alive);
+                        self.send(w.requester, Kind::ProbeAck, m);
+                    } else {
+                        self.witness = Some(w);
+                    }
+                }
+                self.watch.last_value = Some(value);
+                // The emitter is alive now. (Not max(changed_at, now): during
+                // the start-up or post-mending grace changed_at lies in the
+                // future, and keeping it would blind the observer for the
+                // rest of the grace once heartbeats flow.)
+                self.watch.changed_at = now;
+                self.watch.still_seen_at = None;
+                self.watch.awaiting_first = false;
+                self.watch.hurry = false;
+            }
+        }
+    }
+
+    /// This thread woke late by more than the lag guard: its own stall is not
+    /// its emitter's failure. Declare nobody this round, restart the
+    /// baseline (the emitter gets a full timeout from now), and check our
+    /// own standing with our ring neighbours: if we were excluded while
+    /// stopped, they answer with a notice naming us, well before our next
+    /// chance to declare anyone.
+    pub(super) fn on_self_lag(&mut self, now: Time) {
+        self.stats.self_lag_trips += 1;
+        self.watch.changed_at = self.watch.changed_at.max(now);
+        self.watch.still_seen_at = None;
+        self.watch.mismatch_since = None;
+        if self.participation != Participation::Active {
+            return;
+        }
+        let mut asked = NO_RANK;
+        for peer in [self.watch.emitter, self.beat.observer]
+            .into_iter()
+            .flatten()
+        {
+            if peer != asked {
+                asked = peer;
+                self.send_sync_request(peer);
+            }
+        }
+    }
+
+    pub(super) fn check(&mut self, now: Time, lagging: bool) {
+        self.stats.slot_checks += 1;
+        if self.participation != Participation::Active {
+            return;
+        }
+        let Some(emitter) = self.watch.emitter else {
+            return;
+        };
+        if !lagging {
+            let (limit, cause) = if self.watch.hurry {
+                (self.config.suspect_timeout(), Cause::InBand)
+            } else {
+                (self.config.timeout, Cause::Timeout)
+            };
+            if now >= self.watch.changed_at && now - self.watch.changed_at >= limit {
+                self.declare(now, emitter, cause);
+                return;
+            }
+        }
+        if self.watch.awaiting_first {
+            self.stats.observe_me_resent += 1;
+            let m = self
+                .encoder
+                .observe_me(self.watch.generation, self.watch.slot);
+            self.send(emitter, Kind::ObserveMe, m);
+        }
+        match self.watch.last_value {
+            Some(v) if v != 0 && slot_digest(v) != self.my_digest32() => {
+                match self.watch.mismatch_since {
+                    None => self.watch.mismatch_since = Some(now),
+                    Some(since) => {
+                        if now - since >= self.config.sync_after()
+                            && now >= self.watch.sync_not_before
+                        {
+                            self.watch.sync_not_before = now + self.config.timeout;
+                            self.send_sync_request(emitter);
+                        }
+                    }
+                }
+            }
+            _ => self.watch.mismatch_since = None,
+        }
+        self.schedule_check(now);
+    }
+
+    pub(super) fn send_sync_request(&mut self, peer: Rank) {
+        self.stats.sync_requests_sent += 1;
+        let m =
+            self.encoder
+                .sync_request(self.digest(), self.failed.as_slice(), self.left.as_slice());
+        self.send(peer, Kind::SyncRequest, m);
+    }
+
+    /// A neighbour sends its failed and left sets (its digest differed
+    /// from ours, or it woke from a stall): merge them, re-broadcast what
+    /// was new to us, and reply with what it lacked.
+    pub(super) fn on_sync_request(
+        &mut self,
+        now: Time,
+        sender: Rank,
+        digest: u64,
+        failed: RankList<'_>,
+        left: RankList<'_>,
+    ) {
+        self.stats.sync_requests_received += 1;
+        let (nf, nl) = self.learn(failed, left, sender, 1);
+        self.rebroadcast_learned(&nf, &nl, sender);
+        if digest != self.digest() {
+            let (mut theirs, mut diff_f, mut diff_l) = (failed.to_vec(), Vec::new(), Vec::new());
+            theirs.extend(left.iter());
+            theirs.sort_unstable();
+            for &r in self.failed.as_slice() {
+                if theirs.binary_search(&r).is_err() {
+                    diff_f.push(r);
+                }
+            }
+            for &r in self.left.as_slice() {
+                if theirs.binary_search(&r).is_err() {
+                    diff_l.push(r);
+                }
+            }
+            if !diff_f.is_empty() || !diff_l.is_empty() {
+                self.stats.sync_replies_sent += 1;
+                let m = self.encoder.sync_reply(&diff_f, &diff_l);
+                self.send(sender, Kind::SyncReply, m);
+            }
+        }
+        if !nf.is_empty() || !nl.is_empty() {
+            self.after_gone_changed(now);
+        }
+    }
+
+    /// What our sync request's peer knew and we did not: merge and
+    /// re-broadcast it.
+    pub(super) fn on_sync_reply(
+        &mut self,
+        now: Time,
+        sender: Rank,
+        failed: RankList<'_>,
+        left: RankList<'_>,
+    ) {
+        let (nf, nl) = self.learn(failed, left, sender, 1);
+        self.rebroadcast_learned(&nf, &nl, sender);
+        if !nf.is_empty() || !nl.is_empty() {
+            self.after_gone_changed(now);
+        }
+    }
+
+    /// Another rank suspects `about` and asks what we know. About us:
+    /// alive. About a failed rank: dead. About our emitter: our slot is the
+    /// witness (see the comment below). Otherwise: unknown.
+    pub(super) fn on_probe(&mut self, now: Time, sender: Rank, nonce: u32, about: Rank) {
+        let verdict = if about == self.me {
+            ProbeVerdict::Alive
+        } else if self.failed.contains(about) {
+            ProbeVerdict::Dead
+        } else if self.watch.emitter == Some(about) {
+            // We observe the suspect: vouch for it only on a beat
+            // written after this probe arrived (its error may be
+            // milliseconds old, our last beat older). Silence past
+            // the suspect timeout is reported at once.
+            let stale = now >= self.watch.changed_at
+                && now - self.watch.changed_at >= self.config.suspect_timeout();
+            if stale && self.watch.last_value.is_some() {
+                ProbeVerdict::Silent
+            } else {
+                self.witness = Some(Witness {
+                    requester: sender,
+                    nonce,
+                    asked_at: now,
+                });
+                let soon = now + self.config.period;
+                if self.timers.get(Timer::Check) > soon {
+                    self.timers.set(Timer::Check, soon);
+                }
+                return;
+            }
+        } else {
+            ProbeVerdict::Unknown
+        };
+        let m = self.encoder.probe_ack(nonce, about, verdict);
+        self.send(sender, Kind::ProbeAck, m);
+    }
+
+    /// An answer about our suspect (stale answers, with another nonce or
+    /// about another rank, are ignored): alive clears it, dead or silent
+    /// declares it, unknown waits for the suspect timer.
+    pub(super) fn on_probe_ack(
+        &mut self,
+        now: Time,
+        nonce: u32,
+        about: Rank,
+        verdict: ProbeVerdict,
+    ) {
+        if let Some(s) = self.suspect {
+            if s.rank == about && s.nonce == nonce {
+                match verdict {
+                    ProbeVerdict::Alive => {
+                        self.stats.suspicions_cleared += 1;
+                        self.suspect = None;
+                        self.timers.stop(Timer::Suspect);
+                    }
+                    ProbeVerdict::Dead | ProbeVerdict::Silent => {
+                        self.suspect = None;
+                        self.timers.stop(Timer::Suspect);
+                        self.declare(now, about, Cause::InBand);
+                    }
+                    ProbeVerdict::Unknown => {}
+                }
+            }
+        }
+    }
+
+    /// The emitter is gone: observe the nearest predecessor not known
+    /// failed or left, in a fresh slot, with a grace of one timeout. With
+    /// nobody left, there is no emitter (and no error).
+    pub(super) fn mend(&mut self, now: Time) {
+        let candidate = self.ring.predecessors(self.me).find(|&r| !self.is_gone(r));
+        self.witness = None;
+        self.watch.generation = self.watch.generation.wrapping_add(1);
+        self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
+        self.watch.emitter = candidate;
+        self.watch.last_value = None;
+        self.watch.changed_at = now;
+        self.watch.still_seen_at = None;
+        self.watch.awaiting_first = true;
+        self.watch.mismatch_since = None;
+        self.watch.hurry = false;
+        self.watch.slow_warned_at = None;
+        if let Some(e) = candidate {
+            if self.participation == Participation::Active {
+                self.stats.mendings += 1;
+                let m = self
+                    .encoder
+                    .observe_me(self.watch.generation, self.watch.slot);
+                self.send(e, Kind::ObserveMe, m);
+            }
+        }
+        self.schedule_check(now);
+    }
+
+    // ----- in-band evidence -----
+
+    /// Transport errors are evidence only on ring links: the emitter writes
+    /// only to its observer, and the observer only sends to its emitter
+    /// (`ObserveMe`, sync). An error towards our observer or emitter
+    /// declares it (`Declare`), or starts a check (`Suspect`): a probe to
+    /// the observer and to the observer's own observer, declared unless one
+    /// answers "alive" within `suspect_timeout`; for the emitter, our own
+    /// slot is the best witness, so it is declared if its slot stood still
+    /// for `suspect_timeout`. Errors towards any other peer (a notice
+    /// copy to a distant overlay neighbour) are counted and ignored: that
+    /// peer's own observer decides within a timeout, and the broadcast's
+    /// redundant links and the digest sync cover the lost copy. Errors
+    /// concerning departed ranks are ignored.
+    pub(super) fn on_transport_error(&mut self, now: Time, peer: Rank, _kind: TransportErrorKind) {
+        self.stats.transport_errors += 1;
+        if self.participation != Participation::Active
+            || peer == self.me
+            || peer >= self.ring.len()
+            || self.is_gone(peer)
+            || self.config.inband == InbandMode::Off
+        {
+            self.stats.transport_errors_ignored += 1;
+            return;
+        }
+        let is_observer = self.beat.observer == Some(peer);
+        let is_emitter = self.watch.emitter == Some(peer);
+        match self.config.inband {
+            InbandMode::Declare if is_observer || is_emitter => {
+                self.declare(now, peer, Cause::InBand)
+            }
+            InbandMode::Suspect if is_observer => self.start_suspect(now, peer),
+            InbandMode::Suspect if is_emitter => {
+                self.watch.hurry = true;
+                self.schedule_check(now);
+            }
+            _ => self.stats.transport_errors_ignored += 1,
+        }
+    }
+
+    pub(super) fn start_suspect(&mut self, now: Time, rank: Rank) {
+        if self.suspect.is_some_and(|s| s.rank == rank) {
+            return;
+        }
+        self.stats.suspicions += 1;
+        self.nonce = self.nonce.wrapping_add(1);
+        self.suspect = Some(Suspect {
+            rank,
+            nonce: self.nonce,
+        });
+        let m = self.encoder.probe(self.nonce, rank);
+        self.send(rank, Kind::Probe, m.clone());
+        let witness = self.ring.successors(rank).find(|&r| !self.is_gone(r));
+        if let Some(w) = witness.filter(|&w| w != self.me) {
+            self.send(w, Kind::Probe, m);
+        }
+        self.timers
+            .set(Timer::Suspect, now + self.config.suspect_timeout());
+    }
+}
