@@ -1,4 +1,5 @@
-//! Generates the C header `ffd.h` from `src/capi/mod.rs` with cbindgen.
+//! Generates the C header `ffd.h` from the C ABI's files (`src/capi/`) with
+//! cbindgen.
 //!
 //! It is written to `$OUT_DIR/ffd.h` on every build of the C API; the
 //! committed `include/ffd.h` is what C hosts compile against, and
@@ -9,27 +10,59 @@
 
 use std::path::PathBuf;
 
-fn main() {
-    println!("cargo:rerun-if-changed=src/capi/mod.rs");
-    println!("cargo:rerun-if-changed=cbindgen.toml");
-    println!("cargo:rerun-if-env-changed=FFD_WRITE_HEADER");
+/// The files of `src/capi/` that declare C items, in the header's order
+/// (cbindgen keeps the functions in source order).
+const CAPI_FILES: [&str; 5] = [
+    "types.rs",
+    "error.rs",
+    "config.rs",
+    "lifecycle.rs",
+    "queries.rs",
+];
 
+/// The files of `src/capi/` that declare none: the module's root (helpers
+/// and the list of parts) and the Rust tests.
+const NOT_IN_HEADER: [&str; 2] = ["mod.rs", "tests.rs"];
+
+fn main() {
     let dir = PathBuf::from(
         std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
     );
+    let capi = dir.join("src/capi");
+    // A new file must be listed above, or its exports would silently miss
+    // the header.
+    for entry in std::fs::read_dir(&capi).unwrap_or_else(|e| panic!("src/capi: {e}")) {
+        let name = entry.expect("a directory entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".rs")
+            && !CAPI_FILES.contains(&&*name)
+            && !NOT_IN_HEADER.contains(&&*name)
+        {
+            panic!("build.rs: add src/capi/{name} to CAPI_FILES (or NOT_IN_HEADER)");
+        }
+    }
+    println!("cargo:rerun-if-changed=src/capi");
+    for file in CAPI_FILES.iter().chain(&NOT_IN_HEADER) {
+        println!("cargo:rerun-if-changed=src/capi/{file}");
+    }
+    println!("cargo:rerun-if-changed=cbindgen.toml");
+    println!("cargo:rerun-if-env-changed=FFD_WRITE_HEADER");
+
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let config = cbindgen::Config::from_file(dir.join("cbindgen.toml"))
         .unwrap_or_else(|e| panic!("cbindgen.toml: {e}"));
     let version = std::env::var("CARGO_PKG_VERSION").expect("cargo sets CARGO_PKG_VERSION");
-    let bindings = cbindgen::Builder::new()
-        .with_config(config)
-        .with_src(dir.join("src/capi/mod.rs"))
+    let mut builder = cbindgen::Builder::new().with_config(config);
+    for file in CAPI_FILES {
+        builder = builder.with_src(capi.join(file));
+    }
+    let bindings = builder
         .with_after_include(format!(
             "\n/** The version of ffd this header was generated for (see ffd_version()). */\n\
              #define FFD_VERSION \"{version}\"\n"
         ))
         .generate()
-        .unwrap_or_else(|e| panic!("cbindgen could not generate ffd.h from src/capi/mod.rs: {e}"));
+        .unwrap_or_else(|e| panic!("cbindgen could not generate ffd.h from src/capi: {e}"));
     bindings.write_to_file(out.join("ffd.h"));
     if std::env::var_os("FFD_WRITE_HEADER").is_some_and(|v| v == "1") {
         bindings.write_to_file(dir.join("include/ffd.h"));

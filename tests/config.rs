@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use ffd::config::setting;
 use ffd::config::{
     Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LogLevel,
     ProgressMode, Source, VARIABLES,
 };
-use ffd::protocol::{BcastKind, InbandMode, RingKind};
+use ffd::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
 
 fn env(pairs: &[(&str, &str)]) -> Env {
     Env::from_pairs(pairs.iter().copied())
@@ -55,6 +56,40 @@ fn defaults_are_documented_values() {
     assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
     assert!(cfg.settings().iter().all(|s| s.source == Source::Default));
     assert_eq!(cfg, Config::default());
+}
+
+#[test]
+fn the_timing_defaults_are_the_protocols_and_reach_the_engine() {
+    let cfg = Config::default();
+    assert_eq!(
+        (cfg.period(), cfg.timeout(), cfg.startup_grace()),
+        (
+            EngineConfig::DEFAULT_PERIOD,
+            EngineConfig::DEFAULT_TIMEOUT,
+            EngineConfig::DEFAULT_STARTUP_GRACE
+        )
+    );
+    let engine = Config::builder()
+        .startup_grace(ms(250))
+        .build()
+        .unwrap()
+        .engine_config();
+    assert_eq!(engine.startup_grace(), ms(250));
+    assert_eq!(EngineConfig::default().startup_grace(), cfg.startup_grace());
+    // The descriptors say the same as the variables' list.
+    assert_eq!(
+        setting::PERIOD.default_value(),
+        EngineConfig::DEFAULT_PERIOD
+    );
+    let period = VARIABLES.iter().find(|v| v.name == "FFD_PERIOD").unwrap();
+    assert_eq!(
+        (period.accepted, period.default_text()),
+        (setting::PERIOD.accepted, "10ms".to_owned())
+    );
+    assert_eq!(
+        setting::TIMEOUT.parse("0s").unwrap_err().to_string(),
+        "FFD_TIMEOUT=`0s` must be positive; accepted: a number with a unit ns|us|ms|s, e.g. `10ms`"
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The README documents what the code offers: every `FFD_*` variable and
-//! every subcommand appears in it, and it starts with the two commands.
+//! every subcommand appears in it, its configuration table says what the
+//! settings table says, and it starts with the two commands.
 
 use ffd::config::VARIABLES;
 
@@ -20,6 +21,100 @@ fn every_ffd_variable_is_documented() {
     assert!(
         missing.is_empty(),
         "README.md does not document {missing:?}"
+    );
+}
+
+/// The cells of a Markdown table row as they read: `\|` is a `|`, `&lt;`
+/// a `<`, `&gt;` a `>`.
+fn cells(row: &str) -> Vec<String> {
+    let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
+    let mut cells = vec![String::new()];
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => {
+                cells.last_mut().unwrap().push('|');
+                chars.next();
+            }
+            '|' => cells.push(String::new()),
+            c => cells.last_mut().unwrap().push(c),
+        }
+    }
+    // `<` and `>` are written as entities (else Markdown takes `<cpu index>`
+    // for an HTML tag).
+    cells
+        .iter()
+        .map(|c| c.trim().replace("&lt;", "<").replace("&gt;", ">"))
+        .collect()
+}
+
+/// The rows of the table in the README's "## Configuration" section:
+/// variable, accepted form, default (without its code quotes), meaning.
+fn configuration_rows() -> Vec<[String; 4]> {
+    let text = readme();
+    let section = text
+        .split("\n## Configuration\n")
+        .nth(1)
+        .expect("README.md has a `## Configuration` section");
+    let section = section.split("\n## ").next().unwrap_or_default();
+    let unquote = |c: &str| {
+        c.strip_prefix('`')
+            .and_then(|c| c.strip_suffix('`'))
+            .filter(|inner| !inner.contains('`'))
+            .unwrap_or(c)
+            .to_owned()
+    };
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let c = cells(l);
+            assert_eq!(c.len(), 4, "a row of 4 cells: {l}");
+            [unquote(&c[0]), c[1].clone(), unquote(&c[2]), c[3].clone()]
+        })
+        .collect()
+}
+
+#[test]
+fn the_configuration_table_says_what_the_settings_table_says() {
+    let rows = configuration_rows();
+    let mut problems = Vec::new();
+    for row in &rows {
+        let [name, accepted, default, _] = row;
+        match ffd::config::variable(name) {
+            None => problems.push(format!("{name} is in the README but not in the code")),
+            Some(v) => {
+                if *accepted != v.accepted {
+                    problems.push(format!(
+                        "{name}: the README accepts `{accepted}`, the code `{}`",
+                        v.accepted
+                    ));
+                }
+                if *default != v.default_text() {
+                    problems.push(format!(
+                        "{name}: the README's default is `{default}`, the code's `{}`",
+                        v.default_text()
+                    ));
+                }
+            }
+        }
+    }
+    for v in VARIABLES.iter() {
+        if !rows.iter().any(|[name, ..]| name == v.name) {
+            problems.push(format!(
+                "{} has no row: | `{}` | {} | `{}` | {} |",
+                v.name,
+                v.name,
+                v.accepted.replace('|', "\\|"),
+                v.default_text(),
+                v.meaning
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "README.md, ## Configuration:\n{}",
+        problems.join("\n")
     );
 }
 

@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use ffd::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
+use ffd_protocol::duration::format_duration;
 use ffd_protocol::sim::{FaultSpec, parse_duration};
 use ffd_protocol::sim::{NetModel, SimConfig, Simulator};
 
@@ -22,6 +24,13 @@ fn parse_inband_latency(s: &str) -> Result<InbandLatency, String> {
             .map_err(|e| format!("{e}, or `off`"))
     }
 }
+
+/// `--period`'s and `--timeout`'s defaults, the protocol's own (clap wants
+/// them as text).
+static DEFAULT_PERIOD: LazyLock<String> =
+    LazyLock::new(|| format_duration(EngineConfig::DEFAULT_PERIOD));
+static DEFAULT_TIMEOUT: LazyLock<String> =
+    LazyLock::new(|| format_duration(EngineConfig::DEFAULT_TIMEOUT));
 
 /// Simulate a job of N ranks on virtual time and report detection and
 /// propagation of the injected failures.
@@ -41,19 +50,19 @@ pub struct SimArgs {
     #[arg(long = "fail", value_name = "SPEC")]
     pub fail: Vec<FaultSpec>,
     /// Broadcast overlay.
-    #[arg(long, value_name = "bmg|chord", default_value = "bmg")]
+    #[arg(long, value_name = "bmg|chord", default_value_t)]
     pub bcast: BcastKind,
     /// Ring order.
-    #[arg(long, value_name = "topology|shuffle|rank", default_value = "topology")]
+    #[arg(long, value_name = "topology|shuffle|rank", default_value_t)]
     pub ring: RingKind,
     /// What a transport error on a ring link means.
-    #[arg(long, value_name = "declare|suspect|off", default_value = "declare")]
+    #[arg(long, value_name = "declare|suspect|off", default_value_t)]
     pub inband: InbandMode,
     /// Heartbeat period (e.g. 10ms).
-    #[arg(long, value_name = "D", default_value = "10ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = DEFAULT_PERIOD.as_str(), value_parser = parse_duration)]
     pub period: Duration,
     /// Detection timeout; must exceed the period.
-    #[arg(long, value_name = "D", default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = DEFAULT_TIMEOUT.as_str(), value_parser = parse_duration)]
     pub timeout: Duration,
     /// One-way link latency.
     #[arg(long, value_name = "D", default_value = "2us", value_parser = parse_duration)]
@@ -90,7 +99,7 @@ impl SimArgs {
                 self.period
             ));
         }
-        if self.timeout <= self.period {
+        if !EngineConfig::timeout_exceeds_period(self.period, self.timeout) {
             return Err(format!(
                 "invalid value '{:?}' for '--timeout <D>': must exceed --period ({:?})",
                 self.timeout, self.period
@@ -106,6 +115,9 @@ impl SimArgs {
             inband: self.inband,
             bcast: self.bcast,
             ring: self.ring,
+            // The simulated links come up at once: a grace of one timeout
+            // (not the runtime's default, made for connection set-up).
+            startup_grace: Some(self.timeout),
             ..EngineConfig::default()
         };
         cfg.net = NetModel {
@@ -231,6 +243,24 @@ mod tests {
             (cfg.seed, cfg.net.inband_latency, cfg.engine.bcast),
             (9, None, BcastKind::Chord)
         );
+    }
+
+    #[test]
+    fn defaults_are_the_protocols_and_the_grace_is_one_timeout() {
+        let a = parse(&["--ranks", "4", "--timeout", "300ms"]).unwrap();
+        assert_eq!(
+            (a.period, a.bcast, a.ring, a.inband),
+            (
+                EngineConfig::DEFAULT_PERIOD,
+                BcastKind::default(),
+                RingKind::default(),
+                InbandMode::default()
+            )
+        );
+        let engine = a.to_config().unwrap().engine;
+        assert_eq!(engine.startup_grace(), Duration::from_millis(300));
+        let a = parse(&["--ranks", "4"]).unwrap();
+        assert_eq!(a.timeout, EngineConfig::DEFAULT_TIMEOUT);
     }
 
     #[test]

@@ -161,7 +161,9 @@ pub struct EngineConfig {
     /// observer wakes `checks_per_timeout` times per timeout, not per period.
     pub checks_per_timeout: u32,
     /// Nobody is declared before start + `startup_grace` + `timeout`
-    /// (connection set-up on `tcp;ofi_rxm` takes tens of ms). Default: one timeout.
+    /// (connection set-up on `tcp;ofi_rxm` takes tens of ms). Default
+    /// (`None`): [`Self::DEFAULT_STARTUP_GRACE`]. The simulator, whose links
+    /// come up at once, sets its own (one timeout).
     pub startup_grace: Option<Duration>,
     /// Self-lag guard: a check that runs this late declares nobody and
     /// restarts its baseline. Default: half a timeout.
@@ -190,8 +192,8 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            period: Duration::from_millis(10),
-            timeout: Duration::from_millis(100),
+            period: Self::DEFAULT_PERIOD,
+            timeout: Self::DEFAULT_TIMEOUT,
             inband: InbandMode::default(),
             bcast: BcastKind::default(),
             ring: RingKind::default(),
@@ -225,12 +227,31 @@ pub enum EngineConfigError {
 }
 
 impl EngineConfig {
+    /// The heartbeat period unless set: the default of `FFD_PERIOD` and of
+    /// `ffd sim --period`.
+    pub const DEFAULT_PERIOD: Duration = Duration::from_millis(10);
+    /// The timeout unless set: the default of `FFD_TIMEOUT` and of
+    /// `ffd sim --timeout`.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+    /// The start-up grace unless set (`FFD_STARTUP_GRACE`'s default): room
+    /// for the connection set-up of a real fabric, which takes tens of ms on
+    /// `tcp;ofi_rxm` and more on a loaded machine.
+    pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(1);
+
+    /// The one rule between the two timings: the timeout must exceed the
+    /// period, or an emitter could be declared failed between two of its
+    /// heartbeats. [`EngineConfig::validate`], the library's settings and
+    /// `ffd sim` all ask this function.
+    pub fn timeout_exceeds_period(period: Duration, timeout: Duration) -> bool {
+        timeout > period
+    }
+
     /// Checks the settings the Engine depends on.
     pub fn validate(&self) -> Result<(), EngineConfigError> {
         if self.period.is_zero() {
             return Err(EngineConfigError::ZeroPeriod);
         }
-        if self.timeout <= self.period {
+        if !Self::timeout_exceeds_period(self.period, self.timeout) {
             return Err(EngineConfigError::TimeoutNotAbovePeriod {
                 period: self.period,
                 timeout: self.timeout,
@@ -252,7 +273,7 @@ impl EngineConfig {
     }
 
     pub fn startup_grace(&self) -> Duration {
-        self.startup_grace.unwrap_or(self.timeout)
+        self.startup_grace.unwrap_or(Self::DEFAULT_STARTUP_GRACE)
     }
 
     pub fn lag_guard(&self) -> Duration {
@@ -305,7 +326,15 @@ mod tests {
         assert_eq!(c.check_interval(), Duration::from_millis(25));
         assert_eq!(c.lag_guard(), Duration::from_millis(50));
         c.timeout = Duration::from_millis(200);
-        assert_eq!(c.startup_grace(), Duration::from_millis(200));
+        assert_eq!(c.startup_grace(), EngineConfig::DEFAULT_STARTUP_GRACE);
+        assert_eq!(
+            c.startup_grace(),
+            Duration::from_secs(1),
+            "not tied to the timeout"
+        );
+        let (period, just_above) = (c.period, c.period + Duration::from_nanos(1));
+        assert!(!EngineConfig::timeout_exceeds_period(period, period));
+        assert!(EngineConfig::timeout_exceeds_period(period, just_above));
         c.timeout = c.period;
         assert!(matches!(
             c.validate(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// The accepted form of every duration, for error messages.
 pub const DURATION_FORM: &str = "a number with a unit ns|us|ms|s, e.g. `10ms`";
 
-/// Why a duration did not parse (the `problem` of a [`ConfigError`]).
+/// Why a duration did not parse (the `problem` of the library's `ConfigError`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     #[error("is empty")]

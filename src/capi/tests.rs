@@ -13,7 +13,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::error::{panic_text, set_last_error};
+use super::ffd_result::*;
 use super::*;
+use crate::bootstrap::BootstrapError;
+use crate::config::{self, ConfigError};
+use crate::runtime::{DetectorError, StartError};
 
 fn last_error() -> String {
     let mut buf = [0 as c_char; 1024];
@@ -224,6 +229,76 @@ fn config_errors_name_the_variable_value_and_accepted_form() {
         ffd_config_free(ptr::null_mut());
         ffd_config_free(cfg);
     }
+}
+
+#[test]
+fn typed_settings_keep_the_variable_names_in_messages_and_bootstrap_variables_as_given() {
+    let mut cfg = ptr::null_mut();
+    // SAFETY: `cfg` is valid for a write.
+    assert_eq!(unsafe { ffd_config_new(&mut cfg) }, FFD_OK);
+    let set = |name: &str, value: Option<&str>| {
+        let name = c(name);
+        let value = value.map(c);
+        let value = value.as_ref().map_or(ptr::null(), |v| v.as_ptr());
+        // SAFETY: a live config, a NUL-terminated name, NULL or a NUL-terminated value.
+        unsafe { ffd_config_set(cfg, name.as_ptr(), value) }
+    };
+    let get = |name: &str| {
+        let name = c(name);
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: a live config, a NUL-terminated name, a 64-byte buffer.
+        let rc =
+            unsafe { ffd_config_get(cfg, name.as_ptr(), buf.as_mut_ptr(), 64, ptr::null_mut()) };
+        // SAFETY: NUL-terminated by ffd_config_get (or untouched zeros).
+        let text = unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (rc, text)
+    };
+
+    // Typed values are shown in the variables' form.
+    // SAFETY: a live config.
+    assert_eq!(unsafe { ffd_config_set_period_ns(cfg, 2_000_000) }, FFD_OK);
+    assert_eq!(get("FFD_PERIOD"), (FFD_OK, "2ms".to_owned()));
+    assert_eq!(set("FFD_EAGAIN_LIMIT", Some("timeout")), FFD_OK);
+    assert_eq!(
+        get("FFD_EAGAIN_LIMIT"),
+        (FFD_OK, "timeout (100ms)".to_owned())
+    );
+
+    // The cross-check names both variables, whichever setter set them.
+    assert_eq!(set("FFD_TIMEOUT", Some("2ms")), FFD_OK);
+    assert_eq!(get("FFD_RING").0, FFD_ERR_CONFIG);
+    assert_eq!(
+        last_error(),
+        "ffd_config_get: the timeout must exceed the period: FFD_TIMEOUT=`2ms` is not above FFD_PERIOD=`2ms`"
+    );
+    // SAFETY: a live config.
+    assert_eq!(unsafe { ffd_config_set_timeout_ns(cfg, 0) }, FFD_ERR_CONFIG);
+    assert_eq!(
+        last_error(),
+        "ffd_config_set_timeout_ns: FFD_TIMEOUT=`0ns` must be positive; accepted: a number with a unit ns|us|ms|s, e.g. `10ms`"
+    );
+    assert_eq!(set("FFD_TIMEOUT", None), FFD_OK);
+    assert_eq!(get("FFD_TIMEOUT"), (FFD_OK, "100ms".to_owned()));
+
+    // Bootstrap variables are kept as given (checked when read, except the
+    // timeout, checked at once).
+    assert_eq!(get("FFD_BOOTSTRAP"), (FFD_OK, String::new()));
+    assert_eq!(set("FFD_BOOTSTRAP", Some("127.0.0.1:5000")), FFD_OK);
+    assert_eq!(get("FFD_BOOTSTRAP"), (FFD_OK, "127.0.0.1:5000".to_owned()));
+    assert_eq!(set("FFD_BOOTSTRAP_TIMEOUT", Some("0s")), FFD_ERR_CONFIG);
+    assert!(
+        last_error().contains("FFD_BOOTSTRAP_TIMEOUT=`0s` must be positive"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(set("FFD_BOOTSTRAP", None), FFD_OK);
+    assert_eq!(get("FFD_BOOTSTRAP"), (FFD_OK, String::new()));
+    assert_eq!(set("FFD_NOPE", None), FFD_ERR_INVALID_ARGUMENT);
+    // SAFETY: a live config, freed once.
+    unsafe { ffd_config_free(cfg) };
 }
 
 /// Counts its calls (userdata: an AtomicU32) and fails with 3.

@@ -75,7 +75,13 @@ impl SimConfig {
         SimConfig {
             ranks,
             hosts: (ranks / 8).max(1),
-            engine: EngineConfig::default(),
+            // The simulated links come up at once: no connection set-up to
+            // wait for, so the start-up grace is one timeout rather than
+            // the runtime's `EngineConfig::DEFAULT_STARTUP_GRACE`.
+            engine: EngineConfig {
+                startup_grace: Some(EngineConfig::DEFAULT_TIMEOUT),
+                ..EngineConfig::default()
+            },
             net: NetModel::default(),
             faults: Vec::new(),
             seed: 1,

@@ -1,0 +1,337 @@
+//! The C-visible types: result codes, events (kinds, causes, the struct),
+//! the stats struct, the host's allgather and callback types, the two
+//! opaque handles, and the conversion of a detector event to C.
+//!
+//! Owns: the layout C sees (every `#[repr(C)]` item here is in
+//! `include/ffd.h`, in this order). Must not: add, reorder or resize a
+//! field or a variant (that changes the C ABI), or hold a pointer the host
+//! lent past the call that lent it, except the callback's `userdata`.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+
+use crate::config::ConfigBuilder;
+use crate::protocol::{Cause, Event, Rank};
+use crate::runtime::{Detector, DetectorEvent};
+
+/// Result codes of the ffd C API. `FFD_OK` (0) is success, positive codes
+/// are informational, negative codes are errors. Every failing call also
+/// leaves a detailed message for the calling thread
+/// (ffd_last_error_message()); ffd_strerror() gives the short text of a code.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ffd_result {
+    /// Success.
+    FFD_OK = 0,
+    /// ffd_next_event(): no event is queued (not an error).
+    FFD_NO_EVENT = 1,
+    /// A required pointer argument (or the handle) is NULL.
+    FFD_ERR_NULL = -1,
+    /// An argument is out of range or malformed (unknown variable name, text
+    /// that is not UTF-8, rank not below size, a call from the wrong thread).
+    FFD_ERR_INVALID_ARGUMENT = -2,
+    /// A setting's value is not accepted; the message names the variable,
+    /// the value and the accepted form.
+    FFD_ERR_CONFIG = -3,
+    /// The address exchange at ffd_init() failed (the host's allgather
+    /// returned non-zero, PMIx or the TCP rendezvous failed, ranks disagree
+    /// on size, version or settings, no bootstrap available).
+    FFD_ERR_BOOTSTRAP = -4,
+    /// libfabric refused something (no such provider or domain, endpoint,
+    /// memory registration); the message carries libfabric's error text.
+    FFD_ERR_FABRIC = -5,
+    /// The operating system refused something (threads, sockets, hwloc,
+    /// pinning, the host name).
+    FFD_ERR_SYSTEM = -6,
+    /// The detector has stopped: this rank was excluded (declared failed by
+    /// the others) or its progress thread ended.
+    FFD_ERR_STOPPED = -7,
+    /// ffd_broadcast(): the payload exceeds the limit (8 KiB).
+    FFD_ERR_PAYLOAD_TOO_LARGE = -8,
+    /// A bug inside ffd: a Rust panic was caught at the API boundary. The
+    /// message says where; please report it.
+    FFD_ERR_PANIC = -9,
+}
+
+/// What an event is about (ffd_event_t::kind).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ffd_event_kind {
+    /// `rank` has failed (final: never withdrawn). `detector` declared it,
+    /// `cause` says how this rank learned it, `hops` how far the news
+    /// travelled.
+    FFD_EVENT_FAILED = 1,
+    /// `rank` left cleanly (its ffd_finalize()); not a failure, `epoch`
+    /// unchanged.
+    FFD_EVENT_LEFT = 2,
+    /// The others declared *this* rank failed (`rank` is this rank,
+    /// `detector` the rank that told it). Fail-stop: the detector stops and
+    /// the host must stop using this process.
+    FFD_EVENT_SELF_EXCLUDED = 3,
+    /// `rank`, this rank's emitter, was silent for `stalled_ns` and then
+    /// heartbeated again: a slow but live process. A warning, never a failure.
+    FFD_EVENT_SLOW_EMITTER = 4,
+    /// An application payload sent with ffd_broadcast() by `rank`, sequence
+    /// number `seq`, bytes at `payload` (`payload_len` of them).
+    FFD_EVENT_PAYLOAD = 5,
+}
+
+/// How this rank learned of a failure (ffd_event_t::cause).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ffd_cause {
+    /// Not a FAILED event.
+    FFD_CAUSE_NONE = 0,
+    /// This rank observed the failed rank and its heartbeats stopped for the
+    /// timeout.
+    FFD_CAUSE_TIMEOUT = 1,
+    /// A transport error on this rank's heartbeat link (a crashed process is
+    /// usually found this way, well before the timeout).
+    FFD_CAUSE_INBAND = 2,
+    /// Another rank's notice (the reliable broadcast) told this rank.
+    FFD_CAUSE_NOTICE = 3,
+}
+
+/// One event, as the callback and ffd_next_event() see it. Fields that do
+/// not apply to the kind are 0 (`payload` NULL).
+///
+/// Ownership of `payload`: the bytes belong to ffd. In a callback they are
+/// valid until the callback returns; from ffd_next_event() they are valid
+/// until the next ffd_next_event() or ffd_finalize() on the same handle.
+/// Copy them to keep them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ffd_event_t {
+    pub kind: ffd_event_kind,
+    /// The rank the event is about: the failed, departed or slow rank, the
+    /// payload's origin, or this rank for SELF_EXCLUDED.
+    pub rank: u32,
+    /// FAILED: the rank that declared the failure (this rank for TIMEOUT and
+    /// INBAND, the notice's origin for NOTICE). SELF_EXCLUDED: the rank that
+    /// told this rank. Otherwise 0.
+    pub detector: u32,
+    /// FAILED: how this rank learned it. Otherwise FFD_CAUSE_NONE.
+    pub cause: ffd_cause,
+    /// FAILED: overlay hops the news travelled (0 when detected here).
+    pub hops: u32,
+    /// Failures known to this rank once this event was applied.
+    pub epoch: u64,
+    /// When this rank learned it, in ns since its ffd_init().
+    pub time_ns: u64,
+    /// SLOW_EMITTER: how long the emitter was silent, in ns.
+    pub stalled_ns: u64,
+    /// PAYLOAD: the sequence number of the payload from its origin.
+    pub seq: u64,
+    /// PAYLOAD: the bytes (see the ownership note above); NULL otherwise.
+    pub payload: *const u8,
+    /// PAYLOAD: the number of bytes at `payload`.
+    pub payload_len: usize,
+}
+
+/// The main counters of a detector (ffd_stats()), as last published by its
+/// progress thread (every 50 ms).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ffd_stats_t {
+    /// Time since ffd_init(), in ns.
+    pub uptime_ns: u64,
+    /// Failures known to this rank when the counters were published (the
+    /// live value is ffd_epoch()'s).
+    pub epoch: u64,
+    /// Heartbeat RDMA writes posted to this rank's observer.
+    pub heartbeats_sent: u64,
+    /// Heartbeat writes that completed.
+    pub heartbeats_completed: u64,
+    /// Posts refused by the provider (-FI_EAGAIN and kin).
+    pub posts_refused: u64,
+    /// Transport errors (error completions, failed posts) seen.
+    pub transport_errors: u64,
+    /// Peers declared unreachable after a run of refused posts.
+    pub unreachable_verdicts: u64,
+    /// Protocol messages sent and received over the fabric.
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    /// Messages dropped as malformed, foreign (wrong job key) or unsafe.
+    pub messages_rejected: u64,
+    /// Failure notices sent, received, and forwarded for others.
+    pub notices_sent: u64,
+    pub notices_received: u64,
+    pub notices_forwarded: u64,
+    /// Failures this rank learned, by cause.
+    pub detections_timeout: u64,
+    pub detections_inband: u64,
+    pub detections_notice: u64,
+    /// Clean departures this rank learned.
+    pub departures_learned: u64,
+    /// Times this rank re-attached the ring around a failed emitter.
+    pub mendings: u64,
+    /// Slow-emitter warnings (FFD_EVENT_SLOW_EMITTER).
+    pub slow_emitter_warnings: u64,
+    /// Application payloads delivered to this rank.
+    pub payloads_delivered: u64,
+    /// Events dropped because the queue (FFD_EVENT_QUEUE) was full; the
+    /// failed set stays exact (re-read ffd_failed_ranks()).
+    pub events_dropped: u64,
+    /// Progress-thread wake-ups for a deadline, and the latest one past its
+    /// deadline in ns: the jitter that causes false positives when it
+    /// approaches the timeout.
+    pub wakeups: u64,
+    pub wakeup_late_max_ns: u64,
+    /// The CPU the progress thread is pinned to, or -1 when unpinned.
+    pub pinned_cpu: i64,
+}
+
+/// The host's fixed-length allgather: every rank contributes `len` bytes at
+/// `mine` (the same `len` on every rank) and receives every rank's bytes in
+/// `all` (`len * size` bytes), rank r's at offset `r * len`. Returns 0 on
+/// success; any other value fails ffd_init() with FFD_ERR_BOOTSTRAP (the
+/// message shows the value). Called on the thread that calls ffd_init(),
+/// only during ffd_init(), a few times, the same number of times on every
+/// rank. `mine` and `all` are valid only during the call.
+pub type ffd_allgather_fn = Option<
+    unsafe extern "C" fn(
+        userdata: *mut c_void,
+        mine: *const c_void,
+        len: usize,
+        all: *mut c_void,
+    ) -> c_int,
+>;
+
+/// The host's out-of-band collective for ffd_init()'s address exchange, as
+/// in UCC's OOB: an MPI library passes MPI_Allgather over MPI_COMM_WORLD
+/// (`MPI_BYTE`, count `len`), an OpenSHMEM library shmem_fcollect or its
+/// PMI. `rank` becomes this process's ffd rank, the rank every other call
+/// and every event use; pass the MPI_COMM_WORLD rank (or the PE number).
+/// ffd copies the struct: it need not outlive ffd_init().
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ffd_oob_t {
+    /// This process's rank, 0 <= rank < size.
+    pub rank: c_int,
+    /// The number of ranks in the job.
+    pub size: c_int,
+    /// The allgather (see ffd_allgather_fn); must not be NULL.
+    pub allgather: ffd_allgather_fn,
+    /// Passed as the first argument of every `allgather` call.
+    pub userdata: *mut c_void,
+}
+
+/// An event callback (ffd_config_set_callback()). It runs **on the
+/// detector's progress thread**, once per event, before the event is queued
+/// for ffd_next_event(). It must return quickly and never block (heartbeats
+/// and detection wait while it runs), must not call ffd_finalize() (that
+/// fails with FFD_ERR_INVALID_ARGUMENT) and must not throw C++ exceptions.
+/// Other ffd calls (ffd_is_alive(), ffd_broadcast(), ...) are allowed.
+/// `event` and its payload are valid only during the call.
+pub type ffd_event_callback =
+    Option<unsafe extern "C" fn(userdata: *mut c_void, event: *const ffd_event_t)>;
+
+/// Settings for ffd_init(): the `FFD_*` variables (see `ffd info`) and an
+/// optional event callback. Create with ffd_config_new() or
+/// ffd_config_from_env(), free with ffd_config_free(). Not thread-safe:
+/// one thread at a time per config. ffd_init() copies what it needs, so the
+/// config may be freed right after it.
+#[derive(Clone)]
+pub struct ffd_config_t {
+    /// The settings, typed: ffd_config_set() parses and checks a value into
+    /// it at once; ffd_init() builds the configuration from it.
+    pub(super) settings: ConfigBuilder,
+    /// The bootstrap variables (FFD_BOOTSTRAP, FFD_RANK, FFD_SIZE,
+    /// FFD_BOOTSTRAP_TIMEOUT) as given, for the launcher bootstrap of an
+    /// ffd_init() without `oob`.
+    pub(super) bootstrap: BTreeMap<&'static str, String>,
+    /// Unknown `FFD_*` names read from the environment, kept so that
+    /// ffd_init() warns about them.
+    pub(super) unknown: BTreeMap<String, String>,
+    pub(super) callback: Option<HostCallback>,
+}
+
+/// A running detector, from ffd_init() to ffd_finalize(). Every function
+/// taking a `const ffd_t *` may be called from any thread, concurrently;
+/// ffd_is_alive(), ffd_epoch() and ffd_failed_ranks() never take a lock.
+pub struct ffd_t {
+    pub(super) detector: Detector,
+    /// The event ffd_next_event() returned last: its payload stays valid
+    /// until the next call.
+    pub(super) last_event: Mutex<Option<DetectorEvent>>,
+}
+
+/// The host's callback and its context, called on the progress thread.
+#[derive(Clone, Copy)]
+pub(super) struct HostCallback {
+    pub(super) f: unsafe extern "C" fn(*mut c_void, *const ffd_event_t),
+    pub(super) userdata: *mut c_void,
+}
+
+impl HostCallback {
+    pub(super) fn call(&self, event: &ffd_event_t) {
+        // SAFETY: the host's callback with its own userdata, callable from
+        // this (progress) thread until ffd_finalize returns
+        // (ffd_config_set_callback's contract); `event` and the payload it
+        // points into outlive the call.
+        unsafe { (self.f)(self.userdata, event) }
+    }
+}
+
+// SAFETY: `userdata` is the host's pointer, used only as the first argument
+// of the host's callback. ffd_config_set_callback() documents that the
+// callback runs on ffd's progress thread with that pointer, so the host
+// promised the pair may be used from another thread; ffd never dereferences it.
+unsafe impl Send for HostCallback {}
+
+/// `event` as C sees it; `me` is this rank (the subject of SELF_EXCLUDED).
+pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
+    let mut c = ffd_event_t {
+        kind: ffd_event_kind::FFD_EVENT_FAILED,
+        rank: 0,
+        detector: 0,
+        cause: ffd_cause::FFD_CAUSE_NONE,
+        hops: 0,
+        epoch: event.epoch,
+        time_ns: u64::try_from(event.at.as_nanos()).unwrap_or(u64::MAX),
+        stalled_ns: 0,
+        seq: 0,
+        payload: std::ptr::null(),
+        payload_len: 0,
+    };
+    match &event.event {
+        Event::Failed {
+            rank,
+            detector,
+            cause,
+            hops,
+        } => {
+            c.rank = *rank;
+            c.detector = *detector;
+            c.cause = match cause {
+                Cause::Timeout => ffd_cause::FFD_CAUSE_TIMEOUT,
+                Cause::InBand => ffd_cause::FFD_CAUSE_INBAND,
+                Cause::Notice => ffd_cause::FFD_CAUSE_NOTICE,
+            };
+            c.hops = u32::from(*hops);
+        }
+        Event::Left { rank } => {
+            c.kind = ffd_event_kind::FFD_EVENT_LEFT;
+            c.rank = *rank;
+        }
+        Event::SelfExcluded { by } => {
+            c.kind = ffd_event_kind::FFD_EVENT_SELF_EXCLUDED;
+            c.rank = me;
+            c.detector = *by;
+        }
+        Event::SlowEmitter { rank, stalled_for } => {
+            c.kind = ffd_event_kind::FFD_EVENT_SLOW_EMITTER;
+            c.rank = *rank;
+            c.stalled_ns = u64::try_from(stalled_for.as_nanos()).unwrap_or(u64::MAX);
+        }
+        Event::Payload { origin, seq, bytes } => {
+            c.kind = ffd_event_kind::FFD_EVENT_PAYLOAD;
+            c.rank = *origin;
+            c.seq = *seq;
+            c.payload = bytes.as_ptr();
+            c.payload_len = bytes.len();
+        }
+    }
+    c
+}

@@ -1,0 +1,292 @@
+//! The settings table: every `FFD_*` variable, written once, with its
+//! builder name, accepted form, help line, default, parser, range check and
+//! display. [`settings_table!`](super::descriptor) derives the rest from
+//! it: `var::*`, `setting::*`, [`VARIABLES`], the fields, accessors and
+//! setters of [`Config`] and [`ConfigBuilder`], `ffd info`'s lines, the
+//! environment's resolution and the C API's setters and getters. The
+//! README's configuration table is checked against it (`tests/readme.rs`).
+//!
+//! Owns: the list and its order (the order of `ffd info` and of the first
+//! error reported). Must not: restate a default the protocol owns (those
+//! are `EngineConfig::DEFAULT_*` and the enums' `#[default]`), or parse
+//! anything by hand (the parsers live in `values.rs`).
+
+use std::time::Duration;
+
+use super::builder::Resolver;
+use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
+use super::values::{
+    CoreChoice, DURATION_FORM, EagainLimit, LogLevel, ProgressMode, any, check_provider,
+    check_token, duration, format_duration, normalise_domain, parse_integer, positive, word,
+};
+use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
+use crate::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
+
+/// Largest `FFD_EVENT_QUEUE`.
+pub const MAX_EVENT_QUEUE: usize = 1 << 20;
+
+settings_table! {
+    settings {
+        provider: String => &str {
+            var: PROVIDER = "FFD_PROVIDER",
+            accepted: "a libfabric provider name, e.g. `tcp`, `tcp;ofi_rxm`, `verbs;ofi_rxm`, `shm`",
+            help: "The libfabric provider of the detector's own endpoint",
+            default: "tcp".to_owned(),
+            parse: |text| Ok(text.trim().to_owned()),
+            check: |provider| check_provider(provider),
+            show: String::clone,
+            set(provider: impl Into<String>) => provider.into(),
+        }
+        /// `None` for any; given in code, `""` and `"any"` also mean any.
+        domain: Option<String> => Option<&str> {
+            var: DOMAIN = "FFD_DOMAIN",
+            accepted: "a fabric domain or interface name, e.g. `lo`, `mlx5_0`; empty or `any` for any",
+            help: "The fabric domain (NIC) to open",
+            default: None,
+            parse: |text| Ok(normalise_domain(text)),
+            check: check_token,
+            show: |domain| domain.clone().unwrap_or_else(|| "any".to_owned()),
+            set(domain: impl Into<String>) => normalise_domain(&domain.into()),
+        }
+        period: Duration => Duration {
+            var: PERIOD = "FFD_PERIOD",
+            accepted: DURATION_FORM,
+            help: "The heartbeat period",
+            default: EngineConfig::DEFAULT_PERIOD,
+            parse: duration,
+            check: positive,
+            show: |d| format_duration(*d),
+            set(period: Duration) => period,
+        }
+        timeout: Duration => Duration {
+            var: TIMEOUT = "FFD_TIMEOUT",
+            accepted: DURATION_FORM,
+            help: "The silence after which an emitter is declared failed; must exceed the period",
+            default: EngineConfig::DEFAULT_TIMEOUT,
+            parse: duration,
+            check: positive,
+            show: |d| format_duration(*d),
+            set(timeout: Duration) => timeout,
+        }
+        inband: InbandMode => InbandMode {
+            var: INBAND = "FFD_INBAND",
+            accepted: InbandMode::ACCEPTED,
+            help: "What a transport error on the heartbeat link means",
+            default: InbandMode::default(),
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(inband: InbandMode) => inband,
+        }
+        bcast: BcastKind => BcastKind {
+            var: BCAST = "FFD_BCAST",
+            accepted: BcastKind::ACCEPTED,
+            help: "The overlay that broadcasts failure notices",
+            default: BcastKind::default(),
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(bcast: BcastKind) => bcast,
+        }
+        ring: RingKind => RingKind {
+            var: RING = "FFD_RING",
+            accepted: RingKind::ACCEPTED,
+            help: "The order of the observation ring",
+            default: RingKind::default(),
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(ring: RingKind) => ring,
+        }
+        /// The seed rank 0 proposes; `None` means rank 0 draws one at random.
+        ring_seed: Option<u64> => Option<u64> {
+            var: RING_SEED = "FFD_RING_SEED",
+            accepted: "an unsigned 64-bit integer, e.g. `42`",
+            help: "The seed of the `shuffle` ring (rank 0's value is used)",
+            default: None,
+            parse: |text| parse_integer(text).map(Some),
+            check: any,
+            show: |seed| seed.map_or_else(|| "random".to_owned(), |s| s.to_string()),
+            set(seed: u64) => Some(seed),
+        }
+        core: CoreChoice => CoreChoice {
+            var: CORE = "FFD_CORE",
+            accepted: "auto|none|<cpu index>, e.g. `3`",
+            help: "The core the progress thread is pinned to",
+            default: CoreChoice::Auto,
+            parse: CoreChoice::parse,
+            check: any,
+            show: ToString::to_string,
+            set(core: CoreChoice) => core,
+        }
+        progress: ProgressMode => ProgressMode {
+            var: PROGRESS = "FFD_PROGRESS",
+            accepted: "sleep|spin",
+            help: "How the progress thread waits between deadlines",
+            default: ProgressMode::Sleep,
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(progress: ProgressMode) => progress,
+        }
+        log: LogLevel => LogLevel {
+            var: LOG = "FFD_LOG",
+            accepted: "off|error|warn|info|debug",
+            help: "The log level (to stderr)",
+            default: LogLevel::Warn,
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(level: LogLevel) => level,
+        }
+        event_queue: usize => usize {
+            var: EVENT_QUEUE = "FFD_EVENT_QUEUE",
+            accepted: "an integer from 1 to 1048576, e.g. `1024`",
+            help: "The capacity of the pollable event queue",
+            default: 1024,
+            parse: parse_integer,
+            check: |&n| {
+                if (1..=MAX_EVENT_QUEUE).contains(&n) {
+                    Ok(())
+                } else {
+                    Err("is out of range".to_owned())
+                }
+            },
+            show: ToString::to_string,
+            set(capacity: usize) => capacity,
+        }
+        // Its accessor, `Config::eagain_limit`, resolves `auto` and `timeout`.
+        eagain_limit: EagainLimit {
+            var: EAGAIN_LIMIT = "FFD_EAGAIN_LIMIT",
+            accepted: "`auto`, `timeout`, or a number with a unit ns|us|ms|s, e.g. `50ms`",
+            help: "The run of -FI_EAGAIN on posts to a peer after which it is unreachable \
+                   (auto: 3 periods, at most the timeout)",
+            default: EagainLimit::Auto,
+            parse: EagainLimit::parse,
+            check: |limit| match limit {
+                EagainLimit::After(d) => positive(d),
+                EagainLimit::Auto | EagainLimit::Timeout => Ok(()),
+            },
+            show: ToString::to_string,
+            shown: |limit, config| match limit {
+                EagainLimit::After(d) => format_duration(*d),
+                word => format!("{word} ({})", format_duration(config.eagain_limit())),
+            },
+            set(limit: Duration) => EagainLimit::After(limit),
+        }
+        /// Time after start before an emitter's silence counts against it.
+        startup_grace: Duration => Duration {
+            var: STARTUP_GRACE = "FFD_STARTUP_GRACE",
+            accepted: DURATION_FORM,
+            help: "The extra time at start for an emitter never heard from (connection set-up)",
+            default: EngineConfig::DEFAULT_STARTUP_GRACE,
+            parse: duration,
+            check: any,
+            show: |d| format_duration(*d),
+            set(grace: Duration) => grace,
+        }
+        /// `None` means this machine's hostname (tests set one to fake several nodes).
+        hostname: Option<String> => Option<&str> {
+            var: HOSTNAME = "FFD_HOSTNAME",
+            accepted: "a host name without spaces, e.g. `node17`",
+            help: "The host identity used by the `topology` ring",
+            default: None,
+            parse: |text| Ok(Some(text.trim().to_owned())),
+            check: check_token,
+            show: |host| host.clone().unwrap_or_else(|| "(this machine's)".to_owned()),
+            set(hostname: impl Into<String>) => Some(hostname.into()),
+        }
+    }
+    bootstrap_variables {
+        BOOTSTRAP = "FFD_BOOTSTRAP" {
+            accepted: "host:port of an `ffd rendezvous`, e.g. `127.0.0.1:5000`",
+            help: "The TCP rendezvous for the address exchange",
+            default: "unset",
+        }
+        RANK = "FFD_RANK" {
+            accepted: "an integer below FFD_SIZE",
+            help: "This process's rank (with FFD_BOOTSTRAP)",
+            default: "unset",
+        }
+        SIZE = "FFD_SIZE" {
+            accepted: "an integer from 1 to 4294967295",
+            help: "The number of ranks (with FFD_BOOTSTRAP)",
+            default: "unset",
+        }
+        // `crate::bootstrap::tcp::DEFAULT_TIMEOUT` (a test checks they agree).
+        BOOTSTRAP_TIMEOUT = "FFD_BOOTSTRAP_TIMEOUT" {
+            accepted: DURATION_FORM,
+            help: "The bound on every wait of the TCP and PMIx bootstraps",
+            default: "60s",
+        }
+    }
+}
+
+/// Looks a variable up by name.
+pub fn variable(name: &str) -> Option<&'static Variable> {
+    VARIABLES.iter().find(|v| v.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_variable_is_listed_once() {
+        let names: BTreeSet<_> = VARIABLES.iter().map(|v| v.name).collect();
+        assert_eq!(names.len(), VARIABLES.len());
+        assert!(names.iter().all(|n| n.starts_with("FFD_")));
+    }
+
+    #[test]
+    fn the_texts_agree_with_the_checks() {
+        assert_eq!(
+            setting::EVENT_QUEUE.accepted,
+            format!("an integer from 1 to {MAX_EVENT_QUEUE}, e.g. `1024`")
+        );
+        assert_eq!(
+            setting::PROGRESS.accepted,
+            [ProgressMode::Sleep, ProgressMode::Spin]
+                .map(|p| p.to_string())
+                .join("|")
+        );
+        let levels = [
+            LogLevel::Off,
+            LogLevel::Error,
+            LogLevel::Warn,
+            LogLevel::Info,
+            LogLevel::Debug,
+        ];
+        assert_eq!(
+            setting::LOG.accepted,
+            levels.map(|l| l.to_string()).join("|")
+        );
+        assert_eq!(
+            variable(var::BOOTSTRAP_TIMEOUT).map(Variable::default_text),
+            Some(format_duration(crate::bootstrap::tcp::DEFAULT_TIMEOUT))
+        );
+    }
+
+    #[test]
+    fn every_default_is_accepted_by_its_own_variable() {
+        // A default shown as a value parses back; the others are words for
+        // "unset" (`random`, `(this machine's)`).
+        let unset_words = ["random", "(this machine's)"];
+        let mut settings = 0;
+        for v in VARIABLES {
+            let text = v.default_text();
+            let Some(parsed) = ConfigBuilder::default().set_var(v.name, &text) else {
+                continue; // read by the bootstrap
+            };
+            settings += 1;
+            assert!(
+                parsed.is_ok() || unset_words.contains(&text.as_str()),
+                "{}: {text}",
+                v.name
+            );
+        }
+        assert_eq!(settings, Config::default().settings().len());
+    }
+}
