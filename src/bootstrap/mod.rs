@@ -20,7 +20,7 @@
 //!   through the server of `mpirun`, `prterun` or `srun --mpi=pmix`.
 //! - [`LocalBootstrap`]: threads of one process standing in for ranks.
 //!
-//! Unlike the sketch in DESIGN §7, `allgather` takes `&mut self`: a bootstrap
+//! Unlike a plain allgather function, `allgather` takes `&mut self`: a bootstrap
 //! is driven by one thread through a sequence of rounds that must happen in
 //! the same order on every rank, a TCP client owns its stream, and a host's
 //! C callback is an `FnMut`. Sharing one between threads has no meaning.

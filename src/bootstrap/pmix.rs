@@ -47,7 +47,7 @@
 //! in that state crashed (SIGSEGV) here, so the half-initialised client is
 //! left alone.
 //!
-//! What PMIx does not do, and why ffd exists (DESIGN §7, observed here with
+//! What PMIx does not do, and why ffd exists (observed here with
 //! Open MPI 4.1.4 and PMIx 4.2.2): under `mpirun --enable-recovery` the job
 //! survives a rank's SIGKILL, but the surviving ranks receive **no** PMIx
 //! event of any kind — handlers registered for every process-termination
