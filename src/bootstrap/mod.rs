@@ -37,6 +37,7 @@ mod local;
 #[cfg(feature = "pmix")]
 #[allow(unsafe_code)]
 pub mod pmix;
+pub mod secret;
 pub mod tcp;
 
 pub use host::HostAllgather;

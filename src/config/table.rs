@@ -213,6 +213,11 @@ settings_table! {
             help: "The number of ranks (with FFD_BOOTSTRAP)",
             default: "unset",
         }
+        SECRET_FILE = "FFD_SECRET_FILE" {
+            accepted: crate::bootstrap::secret::SECRET_FILE_FORM,
+            help: "The file holding the job's secret (`ffd run` and `ffd rendezvous` write one)",
+            default: "unset",
+        }
         // `crate::bootstrap::tcp::DEFAULT_TIMEOUT` (a test checks they agree).
         BOOTSTRAP_TIMEOUT = "FFD_BOOTSTRAP_TIMEOUT" {
             accepted: DURATION_FORM,
