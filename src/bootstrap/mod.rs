@@ -59,6 +59,14 @@ pub trait Bootstrap {
     /// Every rank must call it the same number of times; a call with an
     /// empty contribution is a barrier.
     fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError>;
+    /// The job's secret when this transport already holds one that every
+    /// rank shares (the TCP rendezvous reads `FFD_SECRET_FILE` to
+    /// authenticate itself). `None` (the default): start-up takes it from
+    /// `FFD_SECRET_FILE`, or rank 0 draws one and hands it to the others
+    /// through this allgather, which must then be the host's own channel.
+    fn secret(&self) -> Option<&secret::JobSecret> {
+        None
+    }
 }
 
 impl<B: Bootstrap + ?Sized> Bootstrap for &mut B {
@@ -71,6 +79,9 @@ impl<B: Bootstrap + ?Sized> Bootstrap for &mut B {
     fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
         (**self).allgather(mine)
     }
+    fn secret(&self) -> Option<&secret::JobSecret> {
+        (**self).secret()
+    }
 }
 
 impl<B: Bootstrap + ?Sized> Bootstrap for Box<B> {
@@ -82,6 +93,9 @@ impl<B: Bootstrap + ?Sized> Bootstrap for Box<B> {
     }
     fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
         (**self).allgather(mine)
+    }
+    fn secret(&self) -> Option<&secret::JobSecret> {
+        (**self).secret()
     }
 }
 
