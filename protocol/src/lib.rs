@@ -19,6 +19,8 @@ pub mod ranks;
 mod ring;
 pub mod wire;
 
+pub mod agreement;
+
 #[cfg(feature = "sim")]
 pub mod sim;
 
