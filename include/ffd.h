@@ -689,10 +689,10 @@ ffd_result ffd_init(const ffd_oob_t *oob, const ffd_config_t *cfg, ffd_t **out);
  * (events still reach the queue, freed with the handle); if one is
  * running, ffd_finalize() waits for it to return; after ffd_finalize()
  * returns, none ever runs again, so the callback's `userdata` and code may
- * go (free, dlclose). Bounded by a few periods plus about a second,
- * unless a callback does not return: then ffd_finalize() does not return
- * either, and while it waits it prints, every 5 s, at FFD_LOG=warn (the
- * default) or above:
+ * go (free, dlclose). Bounded by a few periods plus 2 s, unless a
+ * callback does not return: then ffd_finalize() does not return either,
+ * and from then on it prints, every 5 s, at FFD_LOG=warn (the default) or
+ * above:
  * `ffd[R] warn: shutdown (ffd_finalize) is waiting for the event callback to return (running for Ns); it cannot return before the callback does`.
  *
  * Takes the address of the handle so that a second call is safe: it finds

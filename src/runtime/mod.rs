@@ -310,7 +310,7 @@ impl Detector {
         self.shared.life.thread_running()
     }
 
-    /// The next queued event, if any; never blocks. Events that did not fit
+    /// The next queued event, if any; never waits for the progress thread. Events that did not fit
     /// the queue (`FFD_EVENT_QUEUE`) are counted in the stats; the failed set
     /// stays exact, so re-read [`failed_ranks`](Self::failed_ranks) then.
     pub fn try_next_event(&self) -> Option<DetectorEvent> {
@@ -377,10 +377,10 @@ impl Detector {
     /// the queue), and none runs after it returns: if one is running, it
     /// waits for it to return, **however long that takes**: a callback that
     /// never returns keeps shutdown from returning. While it waits past the
-    /// usual bound (the linger plus a second) it logs, every
+    /// usual bound (the linger plus 2 s) it logs, every
     /// [`WAIT_NOTE_EVERY`], at the `warn` level:
     /// `ffd[R] warn: shutdown (ffd_finalize) is waiting for the event callback to return (running for 2.0s); it cannot return before the callback does`.
-    /// Otherwise bounded by the linger plus about a second. From the
+    /// Otherwise bounded by the linger plus 2 s. From the
     /// detector's own callback it cannot wait (see [`Callback`]).
     pub fn shutdown(mut self) {
         self.stop();
@@ -412,11 +412,10 @@ impl Detector {
             // The leave did not finish in time: stop without it.
             let _ = self.command(Command::Stop);
             let waiting_since = Instant::now();
-            loop {
+            let mut wait = Duration::from_secs(1);
+            while !ended(wait) {
                 self.note_waiting(waiting_since);
-                if ended(WAIT_NOTE_EVERY) {
-                    break;
-                }
+                wait = WAIT_NOTE_EVERY;
             }
         }
         let _ = thread.join();
