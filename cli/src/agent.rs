@@ -343,6 +343,28 @@ mod tests {
         }
     }
 
+    /// The detector's stop prints no event line: the agent ends with its
+    /// reason (and a non-zero status).
+    #[test]
+    fn a_detector_stop_ends_the_agent_with_its_reason() {
+        let reason = runtime::StopReason::new(runtime::StopCause::Panic, "boom");
+        let stop = DetectorEvent {
+            at: Duration::from_millis(9),
+            epoch: 0,
+            event: runtime::Event::Stopped(reason),
+        };
+        assert!(clock().event(&stop).is_none());
+        let mut out = Vec::new();
+        match emit_event(&mut out, &clock(), &stop) {
+            Err(AgentError::Failed(e)) => assert_eq!(
+                e,
+                "the detector stopped: the progress thread panicked: boom"
+            ),
+            _ => panic!("the stop must end the agent"),
+        }
+        assert!(out.is_empty(), "no line for the stop");
+    }
+
     /// An event's line is stamped with the detector's time of the event,
     /// however late it is printed.
     #[test]
