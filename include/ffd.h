@@ -15,7 +15,9 @@
  *   message (which names variables, values, ranks, libfabric errors).
  *   The few functions that return a value (ffd_is_alive(),
  *   ffd_is_excluded(), ffd_event_fd()) return a negative ffd_result on error.
- * - Output parameters are written only when the call returns FFD_OK.
+ * - Output parameters are never written when a call fails (a negative
+ *   code); they are written on FFD_OK and on the positive codes that
+ *   describe something (FFD_BUFFER_TOO_SMALL, FFD_STALE).
  * - Handles are opaque; each _new/_init has its _free/_finalize.
  * - Callbacks take the host's `userdata` first.
  * - No Rust panic ever unwinds into C: one becomes FFD_ERR_PANIC.
@@ -23,7 +25,7 @@
  * - Threads: a config is used by one thread at a time; a detector handle by
  *   any number of threads at once, except ffd_finalize(), which must not
  *   race with other calls on it. Event callbacks run on ffd's progress
- *   thread and must not block.
+ *   thread and must not block; none runs after ffd_finalize() returns.
  *
  * Link: pkg-config --cflags --libs ffd (shared), or ffd-static (static);
  * see the README section "Embedding ffd in an MPI or OpenSHMEM library".
@@ -44,6 +46,13 @@
 
 
 /**
+ * The largest application payload (ffd_broadcast(), FFD_EVENT_PAYLOAD), in
+ * bytes: a buffer of this size always fits an event's payload
+ * (ffd_next_event()).
+ */
+#define FFD_MAX_PAYLOAD 8192
+
+/**
  * Result codes of the ffd C API. `FFD_OK` (0) is success, positive codes
  * are informational, negative codes are errors. Every failing call also
  * leaves a detailed message for the calling thread
@@ -58,6 +67,20 @@ typedef enum {
      * ffd_next_event(): no event is queued (not an error).
      */
     FFD_NO_EVENT = 1,
+    /**
+     * ffd_next_event(): the next event's payload does not fit the buffer.
+     * The event is described (its `payload_len` is the size needed,
+     * `payload` is NULL) and stays first in line: call again with a buffer
+     * of at least `payload_len` bytes (FFD_MAX_PAYLOAD always fits).
+     */
+    FFD_BUFFER_TOO_SMALL = 2,
+    /**
+     * ffd_epoch(), ffd_failed_ranks(): the detector is no longer running
+     * (this rank was excluded, or its progress thread stopped; see
+     * ffd_state()). The outputs are written, with what it knew at its
+     * end: stale, no longer kept up to date.
+     */
+    FFD_STALE = 3,
     /**
      * A required pointer argument (or the handle) is NULL.
      */
@@ -89,8 +112,10 @@ typedef enum {
      */
     FFD_ERR_SYSTEM = -6,
     /**
-     * The detector has stopped: this rank was excluded (declared failed by
-     * the others) or its progress thread ended.
+     * The detector is no longer running: this rank was excluded (declared
+     * failed by the others) or its progress thread stopped on an error or
+     * a panic (ffd_state() says which and why). ffd_is_alive() returns it
+     * rather than a stale answer.
      */
     FFD_ERR_STOPPED = -7,
     /**
@@ -135,6 +160,14 @@ typedef enum {
      * number `seq`, bytes at `payload` (`payload_len` of them).
      */
     FFD_EVENT_PAYLOAD = 5,
+    /**
+     * The detector stopped on an error or a panic (`stop_cause` says
+     * which; ffd_state() gives the text): the last event. Nothing watches
+     * the job from this rank any more, the other ranks will declare it
+     * failed, and ffd_is_alive() returns FFD_ERR_STOPPED. `rank` is this
+     * rank. Call ffd_finalize() to free the handle.
+     */
+    FFD_EVENT_STOPPED = 6,
 } ffd_event_kind;
 
 /**
@@ -162,6 +195,58 @@ typedef enum {
 } ffd_cause;
 
 /**
+ * What stopped a detector (ffd_event_t::stop_cause, ffd_state_t::stop_cause).
+ */
+typedef enum {
+    /**
+     * Not stopped (or not a STOPPED event).
+     */
+    FFD_STOP_NONE = 0,
+    /**
+     * Reading the completion queue failed (libfabric's text in ffd_state()).
+     */
+    FFD_STOP_COMPLETION_QUEUE = 1,
+    /**
+     * Waiting on the completion queue failed.
+     */
+    FFD_STOP_WAIT = 2,
+    /**
+     * The protocol engine refused to start.
+     */
+    FFD_STOP_ENGINE = 3,
+    /**
+     * A panic on the progress thread: a bug in ffd, please report it with
+     * the text from ffd_state().
+     */
+    FFD_STOP_PANIC = 4,
+} ffd_stop_cause;
+
+/**
+ * Where a detector is in its life (ffd_state_t::state).
+ */
+typedef enum {
+    /**
+     * The progress thread watches the job: answers are live.
+     */
+    FFD_STATE_RUNNING = 0,
+    /**
+     * This rank left cleanly (seen only while ffd_finalize() runs).
+     */
+    FFD_STATE_LEFT = 1,
+    /**
+     * The others declared this rank failed (FFD_EVENT_SELF_EXCLUDED): it
+     * no longer takes part and the host must stop using this process.
+     */
+    FFD_STATE_EXCLUDED = 2,
+    /**
+     * The progress thread stopped on an error or a panic
+     * (FFD_EVENT_STOPPED): nothing watches the job from this rank, and the
+     * other ranks will declare it failed.
+     */
+    FFD_STATE_STOPPED = 3,
+} ffd_state_kind;
+
+/**
  * Settings for ffd_init(): the `FFD_*` variables (see `ffd info`) and an
  * optional event callback. Create with ffd_config_new() or
  * ffd_config_from_env(), free with ffd_config_free(). Not thread-safe:
@@ -181,10 +266,10 @@ typedef struct ffd_t ffd_t;
  * One event, as the callback and ffd_next_event() see it. Fields that do
  * not apply to the kind are 0 (`payload` NULL).
  *
- * Ownership of `payload`: the bytes belong to ffd. In a callback they are
- * valid until the callback returns; from ffd_next_event() they are valid
- * until the next ffd_next_event() or ffd_finalize() on the same handle.
- * Copy them to keep them.
+ * Ownership of `payload`: in a callback, the bytes belong to ffd and are
+ * valid for the duration of the callback (copy them to keep them). From
+ * ffd_next_event() they are in the caller's buffer (`payload` points into
+ * it): ffd keeps no pointer to them.
  */
 typedef struct {
     ffd_event_kind kind;
@@ -228,9 +313,14 @@ typedef struct {
      */
     const uint8_t *payload;
     /**
-     * PAYLOAD: the number of bytes at `payload`.
+     * PAYLOAD: the number of bytes at `payload` (with FFD_BUFFER_TOO_SMALL:
+     * the number of bytes needed).
      */
     size_t payload_len;
+    /**
+     * STOPPED: what stopped the detector. Otherwise FFD_STOP_NONE.
+     */
+    ffd_stop_cause stop_cause;
 } ffd_event_t;
 
 /**
@@ -240,7 +330,13 @@ typedef struct {
  * and detection wait while it runs), must not call ffd_finalize() (that
  * fails with FFD_ERR_INVALID_ARGUMENT) and must not throw C++ exceptions.
  * Other ffd calls (ffd_is_alive(), ffd_broadcast(), ...) are allowed.
- * `event` and its payload are valid only during the call.
+ * `event` and its payload are valid for the duration of the call.
+ *
+ * No callback runs after ffd_finalize() returns: once ffd_finalize() has
+ * begun no new callback starts, and if one is running ffd_finalize() waits
+ * for it to return. A callback that never returns therefore keeps
+ * ffd_finalize() from ever returning (it logs a warning every 5 s while it
+ * waits).
  */
 typedef void (*ffd_event_callback)(void *userdata, const ffd_event_t *event);
 
@@ -281,6 +377,21 @@ typedef struct {
      */
     void *userdata;
 } ffd_oob_t;
+
+/**
+ * A detector's state (ffd_state()).
+ */
+typedef struct {
+    ffd_state_kind state;
+    /**
+     * STOPPED: what stopped it. Otherwise FFD_STOP_NONE.
+     */
+    ffd_stop_cause stop_cause;
+    /**
+     * EXCLUDED: the rank that told this one. Otherwise 0.
+     */
+    uint32_t excluded_by;
+} ffd_state_t;
 
 /**
  * The main counters of a detector (ffd_stats()), as last published by its
@@ -569,10 +680,20 @@ ffd_result ffd_init(const ffd_oob_t *oob, const ffd_config_t *cfg, ffd_t **out);
 /**
  * Leaves cleanly and frees the detector: tells the other ranks this rank
  * is going (they see FFD_EVENT_LEFT, not a failure), keeps the link up a
- * few periods so the notice gets out, stops the progress thread, releases
- * the fabric resources, and sets `*handle` to NULL. Bounded by the timeout
- * plus about 2 s even if a callback is stuck (such a callback is then
- * abandoned: the thread ends when it returns).
+ * few periods so the notice gets out, stops the progress thread and waits
+ * for it to end, releases the fabric resources, and sets `*handle` to
+ * NULL. Also the way to free the handle of a detector that was excluded
+ * or has stopped.
+ *
+ * Callbacks: once ffd_finalize() has begun, no new callback starts
+ * (events still reach the queue, freed with the handle); if one is
+ * running, ffd_finalize() waits for it to return; after ffd_finalize()
+ * returns, none ever runs again, so the callback's `userdata` and code may
+ * go (free, dlclose). Bounded by a few periods plus 2 s, unless a
+ * callback does not return: then ffd_finalize() does not return either,
+ * and from then on it prints, every 5 s, at FFD_LOG=warn (the default) or
+ * above:
+ * `ffd[R] warn: shutdown (ffd_finalize) is waiting for the event callback to return (running for Ns); it cannot return before the callback does`.
  *
  * Takes the address of the handle so that a second call is safe: it finds
  * NULL and returns FFD_ERR_NULL. Copies of the pointer elsewhere dangle
@@ -594,10 +715,15 @@ ffd_result ffd_finalize(ffd_t **handle);
 /**
  * Whether `rank` is alive as far as this rank knows: 1 if it is neither
  * known failed nor known to have left, 0 if it failed, left, or is not
- * below the job size (and 0 for this rank once it has been excluded).
- * Lock-free; any thread. A returned 0 is final.
+ * below the job size. A returned 0 is final. Once the detector is no
+ * longer running (this rank was excluded, or its progress thread stopped
+ * on an error or a panic) it returns FFD_ERR_STOPPED for every rank of
+ * the job rather than a stale answer: test `== 1` for alive, `== 0` for
+ * failed, `< 0` for "cannot say" (ffd_state() says why). Lock-free; any
+ * thread.
  *
- * @return 1, 0, or FFD_ERR_NULL (negative) when `h` is NULL.
+ * @return 1, 0, FFD_ERR_STOPPED (negative) once the detector stopped, or
+ * FFD_ERR_NULL (negative) when `h` is NULL.
  *
  * # Safety
  * `h` is NULL or a live handle from ffd_init() (not finalized).
@@ -632,8 +758,9 @@ ffd_result ffd_rank_size(const ffd_t *h, uint32_t *rank, uint32_t *size);
  * compare it with a value it saw before to learn cheaply that something
  * changed). Lock-free; any thread.
  *
- * @param[out] out receives the epoch on success.
- * @return FFD_OK or FFD_ERR_NULL.
+ * @param[out] out receives the epoch on success (FFD_OK or FFD_STALE).
+ * @return FFD_OK; FFD_STALE (positive) once the detector is no longer
+ * running: `*out` is then the count it knew at its end; FFD_ERR_NULL.
  *
  * # Safety
  * `h` is NULL or a live handle; `out` is NULL or valid for a write.
@@ -647,7 +774,9 @@ ffd_result ffd_epoch(const ffd_t *h, uint64_t *out);
  * total may have grown meanwhile). `buf` may be NULL when `len` is 0, to
  * ask for the count. Lock-free; any thread.
  *
- * @return FFD_OK or FFD_ERR_NULL (`h`, `n`, or `buf` with a non-zero `len`).
+ * @return FFD_OK; FFD_STALE (positive, outputs written) once the detector
+ * is no longer running: the list is what it knew at its end; FFD_ERR_NULL
+ * (`h`, `n`, or `buf` with a non-zero `len`).
  *
  * # Safety
  * `h` is NULL or a live handle; `buf` is NULL or valid for `len` writes of
@@ -656,20 +785,52 @@ ffd_result ffd_epoch(const ffd_t *h, uint64_t *out);
 ffd_result ffd_failed_ranks(const ffd_t *h, uint32_t *buf, size_t len, size_t *n);
 
 /**
- * Takes the oldest queued event without blocking. The queue holds
- * FFD_EVENT_QUEUE events (1024 by default); when it overflows, new events
- * are dropped and counted (ffd_stats_t::events_dropped), but the failed set
- * stays exact. The event's payload, if any, stays valid until the next
- * ffd_next_event() or ffd_finalize() on this handle, from any thread.
- * Any thread; concurrent callers each get different events.
+ * Takes the oldest queued event without blocking, and copies its payload
+ * (FFD_EVENT_PAYLOAD) into the caller's buffer: `out->payload` then points
+ * to `buf` and `out->payload_len` says how many bytes were written. ffd
+ * keeps no pointer into `buf` and none into its own memory is handed out.
+ * A payload larger than `cap` is not taken: the call returns
+ * FFD_BUFFER_TOO_SMALL with `*out` describing the event (`payload` NULL,
+ * `payload_len` the size needed) and the event stays first in line for
+ * the next call, from any thread. A buffer of FFD_MAX_PAYLOAD bytes
+ * always fits; `buf` may be NULL when `cap` is 0 (then only payloads of 0
+ * bytes are taken).
  *
- * @param[out] out receives the event when the call returns FFD_OK.
- * @return FFD_OK; FFD_NO_EVENT (positive) when none is queued; FFD_ERR_NULL.
+ * The queue holds FFD_EVENT_QUEUE events (1024 by default); when it
+ * overflows, new events are dropped and counted
+ * (ffd_stats_t::events_dropped), but the failed set stays exact. Any
+ * thread; concurrent callers each get different events, in order.
+ *
+ * @param[out] out receives the event (FFD_OK, FFD_BUFFER_TOO_SMALL).
+ * @param buf where a payload is copied, `cap` bytes.
+ * @return FFD_OK; FFD_NO_EVENT (positive) when none is queued;
+ * FFD_BUFFER_TOO_SMALL (positive); FFD_ERR_NULL (`h`, `out`, or `buf`
+ * with a non-zero `cap`).
  *
  * # Safety
- * `h` is NULL or a live handle; `out` is NULL or valid for a write.
+ * `h` is NULL or a live handle; `out` is NULL or valid for a write; `buf`
+ * is NULL or valid for `cap` bytes of writes.
  */
-ffd_result ffd_next_event(const ffd_t *h, ffd_event_t *out);
+ffd_result ffd_next_event(const ffd_t *h, ffd_event_t *out, void *buf, size_t cap);
+
+/**
+ * Where the detector is in its life: running, excluded (the others
+ * declared this rank failed; `excluded_by` told it), or stopped on an
+ * error or a panic (`stop_cause`), and why, as text: copied into `reason`
+ * (`len` bytes, NUL-terminated, truncated to `len - 1` bytes), its full
+ * length written to `*reason_len` unless that is NULL; "" while running.
+ * `reason` may be NULL when `len` is 0. Lock-free; any thread.
+ *
+ * @param[out] out receives the state on success.
+ * @return FFD_OK or FFD_ERR_NULL (`h`, `out`, or `reason` with a non-zero
+ * `len`).
+ *
+ * # Safety
+ * `h` is NULL or a live handle; `out` is NULL or valid for a write;
+ * `reason` is NULL or valid for `len` bytes of writes; `reason_len` is
+ * NULL or valid for a write.
+ */
+ffd_result ffd_state(const ffd_t *h, ffd_state_t *out, char *reason, size_t len, size_t *reason_len);
 
 /**
  * A file descriptor that is readable while events are queued, for the
@@ -692,7 +853,7 @@ int ffd_event_fd(const ffd_t *h);
  * bytes are copied. `bytes` may be NULL when `len` is 0. Any thread.
  *
  * @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
- * gives the limit, 8 KiB); FFD_ERR_STOPPED once this rank has
+ * gives the limit, FFD_MAX_PAYLOAD); FFD_ERR_STOPPED once this rank has
  * been excluded or its detector stopped.
  *
  * # Safety

@@ -30,6 +30,7 @@
  *   rank R: ffd up, N ranks, oob mpi|pmix
  *   rank V: raising SIGKILL (L ms after the planned time)
  *   rank R: rank V failed: cause C, declared by rank D, H hops, epoch E, T ms after the kill
+ *   rank R: ffd stopped: <why>   (only if ffd's own thread died; exits 1)
  *   rank R: stats: ...
  *   rank R: finalized ffd, exiting
  */
@@ -160,9 +161,19 @@ int main(int argc, char **argv) {
     int fd = ffd_event_fd(ffd);
     int64_t deadline = kill_at + (int64_t)wait_ms * 1000000;
     int reported = 0, status = 0;
+    static unsigned char payload[FFD_MAX_PAYLOAD]; /* any event's payload fits */
     while (!reported) {
         ffd_event_t ev;
-        while ((rc = ffd_next_event(ffd, &ev)) == FFD_OK) {
+        while ((rc = ffd_next_event(ffd, &ev, payload, sizeof payload)) == FFD_OK) {
+            if (ev.kind == FFD_EVENT_STOPPED) {
+                char why[256];
+                ffd_state_t state;
+                ffd_state(ffd, &state, why, sizeof why, NULL);
+                printf("rank %d: ffd stopped: %s\n", rank, why);
+                status = 1;
+                reported = 1; /* nothing more will come */
+                break;
+            }
             if (ev.kind != FFD_EVENT_FAILED)
                 continue;
             int64_t at = atomic_load(&learned_at[ev.rank]);

@@ -1,9 +1,10 @@
 //! What the progress thread counts, as the host reads it.
 //!
 //! Owns: the runtime's own counters (posts, refusals, verdicts, wake-up
-//! lateness) and the snapshot type that joins them to the Engine's.
-//! Must not: be locked by the progress thread in a way that can wait: it
-//! publishes with `try_lock` and simply retries at the next publication.
+//! lateness, what the linking phase held and dropped) and the snapshot
+//! type that joins them to the Engine's. Must not: be locked by the
+//! progress thread in a way that can wait: it publishes with `try_lock` and
+//! simply retries at the next publication.
 
 use std::time::Duration;
 
@@ -82,6 +83,15 @@ pub struct RuntimeCounters {
     pub events_dropped: u64,
     /// Host callbacks that panicked (caught; the thread goes on).
     pub callback_panics: u64,
+    /// Messages received during the linking phase and handed to the Engine
+    /// once it started.
+    pub link_messages_held: u64,
+    /// Messages received during the linking phase that were dropped: no
+    /// protocol magic, or another job's key.
+    pub link_dropped_foreign: u64,
+    /// Messages received during the linking phase that were dropped because
+    /// the hold was full (256 messages or 2 MiB).
+    pub link_dropped_over_cap: u64,
     /// Wake-ups for a deadline and how late they ran.
     pub lateness: LatenessHistogram,
 }

@@ -28,7 +28,6 @@ pub use record::{
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -325,8 +324,7 @@ fn publish_state(
         me,
         failed: FailedBits::new(size),
         left: FailedBits::new(size),
-        excluded: AtomicBool::new(false),
-        running: AtomicBool::new(true),
+        life: Default::default(),
         events,
         stats: Mutex::new(StatsSnapshot {
             placement: Some(placement.clone()),
@@ -334,6 +332,7 @@ fn publish_state(
             domain: domain.to_owned(),
             ..StatsSnapshot::default()
         }),
+        logger: Logger::new(config.log(), me),
     }))
 }
 
