@@ -1,26 +1,35 @@
 //! The TCP rendezvous over loopback: several rounds among threads standing in
 //! for ranks, and every error path with the text each side reports. Every
 //! wait is bounded by small timeouts; ordering between clients is enforced
-//! with the server's events, never with sleeps.
+//! with the server's events, never with sleeps. (The strays of a real job
+//! are in `rendezvous_strays.rs`.)
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod rendezvous_raw;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::tcp::wire::{self, Frame};
+use ffd::bootstrap::secret::JobSecret;
+use ffd::bootstrap::tcp::auth::Side;
+use ffd::bootstrap::tcp::wire::{self, Frame, HELLO_FIELDS};
 use ffd::bootstrap::tcp::{
-    AbortCode, AbortReason, Rendezvous, RendezvousError, RendezvousHandle, ServeEvent,
+    AbortCode, AbortReason, DropReason, Rendezvous, RendezvousError, RendezvousHandle, ServeEvent,
     TcpBootstrap, TcpEnv,
 };
 use ffd::bootstrap::{Bootstrap, BootstrapError, MAX_CONTRIBUTION};
 use ffd::config::Env;
 use ffd::protocol::Rank;
+use rendezvous_raw::{LONG, key};
 
-const LONG: Duration = Duration::from_secs(20);
+/// The secret of every job in this file.
+fn secret() -> JobSecret {
+    JobSecret::from_bytes([7; 32])
+}
 
 fn serve(size: u32, timeout: Duration) -> RendezvousHandle {
-    Rendezvous::bind("127.0.0.1:0", size)
+    Rendezvous::bind("127.0.0.1:0", size, &secret())
         .unwrap()
         .timeout(timeout)
         .spawn()
@@ -33,7 +42,7 @@ fn connect(
     size: u32,
     timeout: Duration,
 ) -> Result<TcpBootstrap, BootstrapError> {
-    TcpBootstrap::connect(&h.addr().to_string(), rank, size, timeout)
+    TcpBootstrap::connect(&h.addr().to_string(), rank, size, &secret(), timeout)
 }
 
 /// Waits (bounded) for the event `want`, skipping others.
@@ -62,6 +71,18 @@ fn aborted(e: &BootstrapError) -> (AbortCode, &str) {
     }
 }
 
+fn refused(e: &BootstrapError) -> (Option<DropReason>, &str, bool) {
+    match e {
+        BootstrapError::Refused {
+            reason,
+            message,
+            authenticated,
+            ..
+        } => (*reason, message.as_str(), *authenticated),
+        other => panic!("expected a refusal, got: {other}"),
+    }
+}
+
 fn server_abort(h: RendezvousHandle) -> AbortReason {
     match h.join() {
         Err(RendezvousError::Aborted(reason)) => reason,
@@ -79,7 +100,7 @@ fn ranks_gather_several_rounds_over_one_connection() {
                 .map(|rank| {
                     let addr = addr.clone();
                     s.spawn(move || {
-                        let mut b = TcpBootstrap::connect(&addr, rank, n, LONG)
+                        let mut b = TcpBootstrap::connect(&addr, rank, n, &secret(), LONG)
                             .map_err(|e| e.to_string())?;
                         for round in 1..=3 {
                             let all = b
@@ -105,11 +126,12 @@ fn ranks_gather_several_rounds_over_one_connection() {
         assert!(results.iter().all(Result::is_ok), "n = {n}: {results:?}");
         let events: Vec<ServeEvent> = h.events().try_iter().collect();
         assert!(events.contains(&ServeEvent::AllConnected), "{events:?}");
+        let report = h.join().unwrap();
         assert_eq!(
-            h.join().unwrap().rounds,
-            6,
+            report.rounds, 6,
             "the server ends once every rank has closed"
         );
+        assert!(report.dropped.is_empty(), "{}", report.dropped);
     }
 }
 
@@ -126,12 +148,12 @@ fn a_client_waits_for_a_server_that_starts_late() {
     let client = {
         let addr = addr.clone();
         thread::spawn(move || {
-            let mut b = TcpBootstrap::connect(&addr, 0, 1, LONG)?;
+            let mut b = TcpBootstrap::connect(&addr, 0, 1, &secret(), LONG)?;
             b.allgather(b"late")
         })
     };
     thread::sleep(Duration::from_millis(150));
-    let server = Rendezvous::bind(addr.as_str(), 1)
+    let server = Rendezvous::bind(addr.as_str(), 1, &secret())
         .unwrap()
         .timeout(LONG)
         .spawn()
@@ -149,7 +171,7 @@ fn nobody_at_the_address_is_an_error_within_the_bound() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let start = Instant::now();
-    let err = TcpBootstrap::connect(&addr, 0, 2, Duration::from_millis(200))
+    let err = TcpBootstrap::connect(&addr, 0, 2, &secret(), Duration::from_millis(200))
         .err()
         .unwrap();
     assert!(
@@ -198,83 +220,155 @@ fn a_rendezvous_nobody_joins_ends_within_its_bound() {
 }
 
 #[test]
-fn a_size_disagreement_aborts_every_client() {
+fn a_size_disagreement_is_refused_and_the_job_goes_on() {
     let h = serve(2, LONG);
     let first = thread::spawn({
         let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
+        move || {
+            TcpBootstrap::connect(&addr, 0, 2, &secret(), LONG).and_then(|mut b| b.allgather(b"a"))
+        }
     });
     wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
     let err = connect(&h, 1, 3, LONG).err().unwrap();
     let want = "rank 1 was started for a job of 3 ranks, the rendezvous serves 2";
-    assert_eq!(aborted(&err), (AbortCode::SizeMismatch, want));
-    let err = first.join().unwrap().unwrap_err();
-    assert_eq!(aborted(&err), (AbortCode::SizeMismatch, want));
-    assert_eq!(server_abort(h).to_string(), want);
+    assert_eq!(refused(&err), (Some(DropReason::WrongSize), want, true));
+    assert_eq!(
+        err.to_string(),
+        format!("the rendezvous at {} refused this rank: {want}", h.addr())
+    );
+    // The job goes on: the right rank 1 completes it.
+    let mut second = connect(&h, 1, 2, LONG).unwrap();
+    assert_eq!(
+        second.allgather(b"b").unwrap(),
+        [b"a".to_vec(), b"b".to_vec()]
+    );
+    assert_eq!(
+        first.join().unwrap().unwrap(),
+        [b"a".to_vec(), b"b".to_vec()]
+    );
+    drop(second);
+    let report = h.join().unwrap();
+    assert_eq!(report.dropped.get(DropReason::WrongSize), 1);
+    assert_eq!(report.dropped.total(), 1);
 }
 
 #[test]
-fn a_duplicate_rank_aborts_every_client_naming_both_connections() {
+fn a_job_whose_ranks_all_have_another_size_ends_at_its_timeout_naming_them() {
+    // Every rank was started for 3, the rendezvous for 2: no single HELLO
+    // tells a misconfiguration from a stray, so each is refused (and fails
+    // at once with the reason); the job ends at its timeout, saying why.
+    let h = serve(2, Duration::from_millis(300));
+    let start = Instant::now();
+    for rank in 0..2 {
+        let err = connect(&h, rank, 3, LONG).err().unwrap();
+        assert_eq!(refused(&err).0, Some(DropReason::WrongSize));
+    }
+    assert!(start.elapsed() < Duration::from_secs(5), "refused at once");
+    let reason = server_abort(h).to_string();
+    assert!(
+        reason.starts_with(
+            "ranks 0, 1 did not connect within 300ms (0 of 2 connected); \
+             meanwhile it dropped 2 connections (2 wrong size), last refused: \
+             rank 1 was started for a job of 3 ranks, the rendezvous serves 2 (from 127.0.0.1:"
+        ),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_second_claim_of_a_rank_is_refused_and_the_first_keeps_it() {
     let h = serve(2, LONG);
     let first = thread::spawn({
         let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
+        move || {
+            TcpBootstrap::connect(&addr, 0, 2, &secret(), LONG).and_then(|mut b| b.allgather(b"a"))
+        }
     });
-    wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
+    let holder = match wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. })) {
+        ServeEvent::Connected { peer, .. } => peer,
+        _ => unreachable!(),
+    };
+    // With the secret: refused, told who holds it.
     let err = connect(&h, 0, 2, LONG).err().unwrap();
-    let (code, message) = aborted(&err);
-    assert_eq!(code, AbortCode::DuplicateRank);
-    assert!(
-        message.starts_with("two clients claimed rank 0 (from 127.0.0.1:"),
-        "{message}"
+    let want = format!("rank 0 is already held by {holder}");
+    assert_eq!(
+        refused(&err),
+        (Some(DropReason::RankTaken), want.as_str(), true)
     );
-    let other = first.join().unwrap().unwrap_err();
-    assert_eq!(aborted(&other), (code, message));
-    assert!(matches!(
-        server_abort(h),
-        AbortReason::DuplicateRank { rank: 0, .. }
-    ));
-}
-
-/// A hand-made client speaking the wire format directly.
-fn raw_hello(addr: SocketAddr, version: u16, rank: u32, size: u32) -> TcpStream {
-    let mut s = TcpStream::connect_timeout(&addr, LONG).unwrap();
-    let hello = Frame::Hello {
-        version,
-        rank,
-        size,
-    }
-    .encode()
+    // Without it: a bad proof, told nothing about the job.
+    let other = TcpBootstrap::connect(
+        &h.addr().to_string(),
+        0,
+        2,
+        &JobSecret::from_bytes([8; 32]),
+        LONG,
+    )
+    .err()
     .unwrap();
-    s.write_all(&hello).unwrap();
-    s
-}
-
-fn raw_read(s: &mut TcpStream) -> Frame {
-    let payload = wire::read_frame(s, Some(Instant::now() + LONG), 1 << 20).unwrap();
-    Frame::decode(&payload).unwrap()
+    let (reason, message, authenticated) = refused(&other);
+    assert_eq!((reason, authenticated), (Some(DropReason::BadProof), false));
+    assert_eq!(
+        message,
+        "this client did not prove it holds the job secret \
+         (is FFD_SECRET_FILE the file the rendezvous was given?)"
+    );
+    let mut second = connect(&h, 1, 2, LONG).unwrap();
+    assert_eq!(
+        second.allgather(b"b").unwrap(),
+        [b"a".to_vec(), b"b".to_vec()]
+    );
+    assert_eq!(
+        first.join().unwrap().unwrap(),
+        [b"a".to_vec(), b"b".to_vec()]
+    );
+    drop(second);
+    let dropped = h.join().unwrap().dropped;
+    assert_eq!(dropped.get(DropReason::RankTaken), 1);
+    assert_eq!(dropped.get(DropReason::BadProof), 1);
 }
 
 #[test]
 fn a_version_mismatch_is_named_to_both_sides() {
-    let h = serve(2, LONG);
-    let first = thread::spawn({
-        let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
-    });
-    wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
-    let mut future = raw_hello(h.addr(), wire::VERSION + 1, 1, 2);
-    let want = "rank 1 speaks rendezvous protocol version 2, the rendezvous speaks 1";
+    // A client of another version is denied, naming the server's.
+    let h = serve(1, LONG);
+    let mut future = rendezvous_raw::connect(h.addr());
+    future.hello_version(Some(&key(&secret())), wire::VERSION + 1, 0, 1);
     assert_eq!(
-        raw_read(&mut future),
-        Frame::Abort {
-            code: AbortCode::VersionMismatch as u16,
-            message: want.into()
-        }
+        future.read_plain(),
+        Some(Frame::Denied {
+            code: DropReason::Version as u16,
+            message: "the rendezvous speaks rendezvous protocol version 2".into()
+        })
     );
-    let err = first.join().unwrap().unwrap_err();
-    assert_eq!(aborted(&err), (AbortCode::VersionMismatch, want));
-    assert_eq!(server_abort(h).to_string(), want);
+    let mut b = connect(&h, 0, 1, LONG).unwrap();
+    assert_eq!(b.allgather(b"ok").unwrap(), [b"ok".to_vec()]);
+    drop(b);
+    assert_eq!(h.join().unwrap().dropped.get(DropReason::Version), 1);
+
+    // A server of another version is named by the client.
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = other.local_addr().unwrap().to_string();
+    let server = thread::spawn(move || {
+        let (mut s, _) = other.accept().unwrap();
+        let challenge = Frame::Challenge {
+            version: 3,
+            nonce: [0; 32],
+        };
+        s.write_all(&challenge.encode().unwrap()).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        rest
+    });
+    let err = TcpBootstrap::connect(&addr, 0, 1, &secret(), LONG)
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the rendezvous at {addr} speaks rendezvous protocol version 3, this rank speaks 2"
+        )
+    );
+    assert!(server.join().unwrap().is_empty(), "it sent no HELLO");
 }
 
 #[test]
@@ -284,16 +378,190 @@ fn a_rank_out_of_range_is_refused_by_client_and_server() {
         connect(&h, 5, 2, LONG).err().unwrap().to_string(),
         "invalid bootstrap parameters: rank 5 is not below the job size 2"
     );
-    let mut rogue = raw_hello(h.addr(), wire::VERSION, 5, 2);
-    let want = "a client claimed rank 5, but the job's ranks are 0 to 1";
+    let mut rogue = rendezvous_raw::connect(h.addr());
+    rogue.hello(Some(&key(&secret())), 5, 2);
     assert_eq!(
-        raw_read(&mut rogue),
-        Frame::Abort {
-            code: AbortCode::RankOutOfRange as u16,
-            message: want.into()
+        rogue.read_sealed(),
+        Some(Frame::Refused {
+            code: DropReason::RankOutOfRange as u16,
+            message: "rank 5 is not a rank of this job (0 to 1)".into()
+        })
+    );
+    assert!(rogue.read_to_end().is_empty(), "then closed");
+    let a = connect(&h, 0, 2, LONG).unwrap();
+    let b = connect(&h, 1, 2, LONG).unwrap();
+    drop((a, b));
+    assert_eq!(h.join().unwrap().dropped.get(DropReason::RankOutOfRange), 1);
+}
+
+#[test]
+fn a_client_trusts_no_server_without_the_secret() {
+    // A server that holds another secret (or none) answers a HELLO with a
+    // WELCOME it cannot seal right: the client refuses it.
+    for server_secret in [Some(JobSecret::from_bytes([9; 32])), None] {
+        let impostor = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = impostor.local_addr().unwrap().to_string();
+        let server = thread::spawn(move || {
+            let (mut s, _) = impostor.accept().unwrap();
+            let challenge = Frame::Challenge {
+                version: wire::VERSION,
+                nonce: [1; 32],
+            };
+            s.write_all(&challenge.encode().unwrap()).unwrap();
+            let challenge = challenge.payload().unwrap();
+            let hello = wire::read_frame(&mut s, Some(Instant::now() + LONG), 256).unwrap();
+            let welcome = Frame::Welcome { size: 1 };
+            let bytes = match &server_secret {
+                Some(other) => {
+                    let (mut sealer, _) =
+                        key(other).session(Side::Server, &challenge, &hello[..HELLO_FIELDS]);
+                    sealer.seal(&welcome).unwrap()
+                }
+                None => welcome.encode().unwrap(),
+            };
+            s.write_all(&bytes).unwrap();
+        });
+        let err = TcpBootstrap::connect(&addr, 0, 1, &secret(), LONG)
+            .err()
+            .unwrap();
+        assert!(matches!(err, BootstrapError::Unauthentic { .. }), "{err}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "the rendezvous at {addr} did not prove it holds the job secret"
+            )),
+            "{err}"
+        );
+        server.join().unwrap();
+    }
+}
+
+#[test]
+fn a_replayed_or_altered_hello_proves_nothing() {
+    let h = serve(2, LONG);
+    let k = key(&secret());
+    // A genuine HELLO for one connection's challenge...
+    let mut first = rendezvous_raw::connect(h.addr());
+    first.hello(Some(&k), 0, 3); // wrong size: refused, not admitted
+    assert!(matches!(first.read_sealed(), Some(Frame::Refused { .. })));
+    // ...replayed on another connection, whose challenge differs.
+    let mut replay = rendezvous_raw::connect(h.addr());
+    replay.send_payload(&first.hello.clone());
+    assert!(matches!(
+        replay.read_plain(),
+        Some(Frame::Denied { code, .. }) if code == DropReason::BadProof as u16
+    ));
+    // A proof for rank 0 with the rank changed to 1.
+    let mut altered = rendezvous_raw::connect(h.addr());
+    let mut hello = rendezvous_raw::hello_for(&altered.challenge, Some(&k), wire::VERSION, 0, 2);
+    hello[7] = 1;
+    altered.send_payload(&hello);
+    assert!(matches!(
+        altered.read_plain(),
+        Some(Frame::Denied { code, .. }) if code == DropReason::BadProof as u16
+    ));
+    let (a, b) = (
+        connect(&h, 0, 2, LONG).unwrap(),
+        connect(&h, 1, 2, LONG).unwrap(),
+    );
+    drop((a, b));
+    let dropped = h.join().unwrap().dropped;
+    assert_eq!(dropped.get(DropReason::BadProof), 2);
+    assert_eq!(dropped.get(DropReason::WrongSize), 1);
+}
+
+#[test]
+fn an_altered_frame_from_an_admitted_rank_is_not_taken() {
+    let h = serve(1, LONG);
+    let mut rank = rendezvous_raw::connect(h.addr());
+    rank.hello(Some(&key(&secret())), 0, 1);
+    assert_eq!(rank.read_sealed(), Some(Frame::Welcome { size: 1 }));
+    let mut bytes = rank
+        .session
+        .as_mut()
+        .unwrap()
+        .0
+        .seal(&Frame::Contribute {
+            round: 1,
+            data: b"mine".to_vec(),
+        })
+        .unwrap();
+    bytes[9] ^= 1; // a byte of the contribution
+    rank.send_bytes(&bytes);
+    assert_eq!(
+        rank.read_sealed(),
+        Some(Frame::Abort {
+            code: AbortCode::Protocol as u16,
+            message: "rank 0 broke the rendezvous protocol: a message's tag does not verify \
+                      (altered, replayed, or not from the peer)"
+                .into()
+        })
+    );
+    assert!(matches!(
+        server_abort(h),
+        AbortReason::Protocol { rank: 0, .. }
+    ));
+}
+
+#[test]
+fn a_silent_connection_is_dropped_after_the_handshake_bound() {
+    let h = Rendezvous::bind("127.0.0.1:0", 1, &secret())
+        .unwrap()
+        .timeout(LONG)
+        .handshake_timeout(Duration::from_millis(200))
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut silent = rendezvous_raw::connect(h.addr());
+    let event = wait_event(&h, |e| matches!(e, ServeEvent::Dropped { .. }));
+    assert!(
+        matches!(&event, ServeEvent::Dropped { reason: DropReason::Silent, detail, .. }
+            if detail == "sent no whole HELLO within 200ms"),
+        "{event:?}"
+    );
+    assert!(silent.read_to_end().is_empty(), "it got nothing more");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Too little is as silent as nothing: half a HELLO.
+    let mut half = rendezvous_raw::connect(h.addr());
+    half.send_bytes(&[79, 0, 0, 0, 1, b'F']);
+    let event = wait_event(&h, |e| matches!(e, ServeEvent::Dropped { .. }));
+    assert!(matches!(
+        event,
+        ServeEvent::Dropped {
+            reason: DropReason::Silent,
+            ..
+        }
+    ));
+    let mut b = connect(&h, 0, 1, LONG).unwrap();
+    assert_eq!(b.allgather(b"ok").unwrap(), [b"ok".to_vec()]);
+    drop(b);
+    assert_eq!(h.join().unwrap().dropped.get(DropReason::Silent), 2);
+}
+
+#[test]
+fn unauthenticated_connections_are_capped_dropping_the_oldest() {
+    let h = Rendezvous::bind("127.0.0.1:0", 1, &secret())
+        .unwrap()
+        .timeout(LONG)
+        .max_unauthenticated(2)
+        .spawn()
+        .unwrap();
+    let held: Vec<_> = (0..3).map(|_| rendezvous_raw::connect(h.addr())).collect();
+    let event = wait_event(&h, |e| matches!(e, ServeEvent::Dropped { .. }));
+    let oldest = held[0].stream.local_addr().unwrap();
+    assert_eq!(
+        event,
+        ServeEvent::Dropped {
+            peer: oldest,
+            reason: DropReason::Crowded,
+            detail: "the oldest of 2 connections not yet authenticated".into()
         }
     );
-    assert_eq!(server_abort(h).to_string(), want);
+    // A rank still gets in (dropping another stray to make room).
+    let mut b = connect(&h, 0, 1, LONG).unwrap();
+    assert_eq!(b.allgather(b"ok").unwrap(), [b"ok".to_vec()]);
+    drop(b);
+    assert_eq!(h.join().unwrap().dropped.get(DropReason::Crowded), 2);
+    drop(held);
 }
 
 #[test]
@@ -305,7 +573,7 @@ fn a_client_that_dies_mid_round_is_named_to_the_others() {
         .map(|rank| {
             let addr = addr.clone();
             thread::spawn(move || {
-                let mut b = TcpBootstrap::connect(&addr, rank, n, LONG)?;
+                let mut b = TcpBootstrap::connect(&addr, rank, n, &secret(), LONG)?;
                 b.allgather(b"one")?;
                 b.allgather(b"two")
             })
@@ -361,7 +629,7 @@ fn a_server_that_never_answers_times_the_client_out() {
     let mute = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = mute.local_addr().unwrap().to_string();
     let start = Instant::now();
-    let err = TcpBootstrap::connect(&addr, 0, 1, Duration::from_millis(200))
+    let err = TcpBootstrap::connect(&addr, 0, 1, &secret(), Duration::from_millis(200))
         .err()
         .unwrap();
     assert!(start.elapsed() < Duration::from_secs(5));
@@ -378,14 +646,17 @@ fn strays_are_dropped_and_the_job_goes_on() {
     stray
         .write_all(b"\x10\x00\x00\x00\x01GET / HTTP/1.1\r\n")
         .unwrap();
-    let event = wait_event(&h, |e| matches!(e, ServeEvent::Stray { .. }));
+    let event = wait_event(&h, |e| matches!(e, ServeEvent::Dropped { .. }));
     assert!(
-        matches!(event, ServeEvent::Stray { why, .. } if why == "not an ffd rendezvous message")
+        matches!(event, ServeEvent::Dropped { reason: DropReason::Garbage, detail, .. }
+            if detail == "not an ffd rendezvous message")
     );
     let mut b = connect(&h, 0, 1, LONG).unwrap();
     assert_eq!(b.allgather(b"ok").unwrap(), vec![b"ok".to_vec()]);
     drop(b);
-    assert_eq!(h.join().unwrap().rounds, 1);
+    let report = h.join().unwrap();
+    assert_eq!(report.rounds, 1);
+    assert_eq!(report.dropped.get(DropReason::Garbage), 1);
 }
 
 #[test]
@@ -400,25 +671,26 @@ fn oversized_contributions_are_refused_on_both_sides() {
     assert!(h.join().is_ok(), "a refused round never reached the server");
 
     let h = serve(1, LONG);
-    let mut rogue = raw_hello(h.addr(), wire::VERSION, 0, 1);
-    assert!(matches!(raw_read(&mut rogue), Frame::Welcome { .. }));
+    let mut rogue = rendezvous_raw::connect(h.addr());
+    rogue.hello(Some(&key(&secret())), 0, 1);
+    assert!(matches!(rogue.read_sealed(), Some(Frame::Welcome { .. })));
     let big = Frame::Contribute {
         round: 1,
         data: vec![0; MAX_CONTRIBUTION + 1],
     };
     // The server stops reading at the length and aborts: the rest of the
     // write may meet a reset, but the ABORT is already on its way.
-    let _ = rogue.write_all(&big.encode().unwrap());
+    rogue.send_sealed(&big);
     let want = format!(
         "rank 0's contribution of {} bytes exceeds the limit of {MAX_CONTRIBUTION} bytes",
         MAX_CONTRIBUTION + 1
     );
     assert_eq!(
-        raw_read(&mut rogue),
-        Frame::Abort {
+        rogue.read_sealed(),
+        Some(Frame::Abort {
             code: AbortCode::TooLarge as u16,
             message: want.clone()
-        }
+        })
     );
     assert_eq!(server_abort(h).to_string(), want);
 }
@@ -428,7 +700,9 @@ fn stopping_the_server_aborts_its_clients() {
     let h = serve(2, LONG);
     let waiting = thread::spawn({
         let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
+        move || {
+            TcpBootstrap::connect(&addr, 0, 2, &secret(), LONG).and_then(|mut b| b.allgather(b"a"))
+        }
     });
     wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
     h.stop();
@@ -463,6 +737,7 @@ fn tcp_variables_are_validated_naming_the_variable() {
         ("FFD_BOOTSTRAP", "node1:5000"),
         ("FFD_RANK", "3"),
         ("FFD_SIZE", "4"),
+        ("FFD_SECRET_FILE", "/run/ffd/secret"),
     ])
     .unwrap();
     assert_eq!(
@@ -471,6 +746,7 @@ fn tcp_variables_are_validated_naming_the_variable() {
             addr: "node1:5000".into(),
             rank: 3,
             size: 4,
+            secret_file: "/run/ffd/secret".into(),
             timeout: Duration::from_secs(60)
         }
     );
@@ -479,6 +755,7 @@ fn tcp_variables_are_validated_naming_the_variable() {
             ("FFD_BOOTSTRAP", "127.0.0.1:5000"),
             ("FFD_RANK", "0"),
             ("FFD_SIZE", "2"),
+            ("FFD_SECRET_FILE", "/run/ffd/secret"),
         ];
         pairs.retain(|(name, _)| *name != k);
         if !v.is_empty() || k == "FFD_SIZE" {
@@ -513,6 +790,11 @@ fn tcp_variables_are_validated_naming_the_variable() {
         "FFD_RANK is not set; accepted: an integer below FFD_SIZE"
     );
     assert_eq!(
+        with("FFD_SECRET_FILE", "").unwrap_err(),
+        "FFD_SECRET_FILE is not set; accepted: a file of mode 0600 (readable by its owner only) \
+         holding 64 hexadecimal digits"
+    );
+    assert_eq!(
         with("FFD_SIZE", "0").unwrap_err(),
         "FFD_SIZE=`0` must be at least 1; accepted: an integer from 1 to 4294967295"
     );
@@ -534,18 +816,35 @@ fn tcp_variables_are_validated_naming_the_variable() {
     );
 }
 
+/// A secret file of mode 0600 in a fresh directory of this test's.
+fn secret_file(name: &str, secret: &JobSecret) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ffd-tcp-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("secret");
+    secret.write_new_file(&path).unwrap();
+    path
+}
+
 #[test]
 fn connect_with_env_uses_the_variables() {
     let h = serve(1, LONG);
     let addr = h.addr().to_string();
+    let path = secret_file("env", &secret());
     let env = Env::from_pairs([
         ("FFD_BOOTSTRAP", addr.as_str()),
         ("FFD_RANK", "0"),
         ("FFD_SIZE", "1"),
+        ("FFD_SECRET_FILE", path.to_str().unwrap()),
         ("FFD_BOOTSTRAP_TIMEOUT", "5s"),
     ]);
     let mut b = TcpBootstrap::connect_with_env(&env).unwrap();
     assert_eq!((b.rank(), b.size(), b.addr()), (0, 1, addr.as_str()));
+    assert_eq!(
+        b.secret(),
+        Some(&secret()),
+        "start-up takes the secret from it"
+    );
     assert_eq!(b.allgather(b"e").unwrap(), vec![b"e".to_vec()]);
     drop(b);
     assert!(h.join().is_ok());
@@ -558,4 +857,25 @@ fn connect_with_env_uses_the_variables() {
         missing.to_string(),
         "FFD_BOOTSTRAP is not set; accepted: host:port of an `ffd rendezvous`, e.g. `127.0.0.1:5000`"
     );
+    let no_secret = TcpBootstrap::connect_with_env(&Env::from_pairs([
+        ("FFD_BOOTSTRAP", addr.as_str()),
+        ("FFD_RANK", "0"),
+        ("FFD_SIZE", "1"),
+    ]))
+    .err()
+    .unwrap();
+    assert!(
+        no_secret
+            .to_string()
+            .starts_with("FFD_SECRET_FILE is not set; accepted: "),
+        "{no_secret}"
+    );
+
+    // A secret file others can read is refused before connecting.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open = TcpBootstrap::connect_with_env(&env).err().unwrap();
+    assert!(matches!(open, BootstrapError::Secret(_)), "{open}");
+    assert!(open.to_string().contains("has mode 0644"), "{open}");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
