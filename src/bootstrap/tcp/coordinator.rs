@@ -13,7 +13,8 @@
 //!   bound, in a first frame of at most [`wire::HANDSHAKE_MAX`] bytes; else it is
 //!   dropped (its reader enforces the deadline);
 //! - at most `max_unauthenticated` connections wait for their HELLO; a new
-//!   one beyond the cap drops the oldest;
+//!   one beyond the cap drops the oldest (and at most as many accepted
+//!   connections wait in the channel: the acceptor closes the rest);
 //! - all N ranks must be admitted within the timeout of the serve's start;
 //!   once a round has a contribution (and everyone is connected) every rank
 //!   must contribute within the timeout; once an admitted rank's frame has
@@ -30,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -107,6 +108,8 @@ pub(super) struct Coordinator<E> {
     challenges: Challenges,
     tally: DropTally,
     stop: Arc<AtomicBool>,
+    /// Accepted connections in the channel, not yet taken up.
+    queued: Arc<AtomicUsize>,
     tx: Sender<Msg>,
     on_event: E,
     conns: HashMap<ConnId, Conn>,
@@ -131,14 +134,23 @@ pub(super) struct Coordinator<E> {
 
 type Step = Result<Option<ServeReport>, RendezvousError>;
 
+/// What the coordinator shares with the serve's other threads.
+pub(super) struct Shared {
+    pub tally: DropTally,
+    /// Set when the serve ends; the readers look at it.
+    pub stop: Arc<AtomicBool>,
+    /// Accepted connections in the channel, not yet taken up.
+    pub queued: Arc<AtomicUsize>,
+    /// The channel the acceptor and the readers send into.
+    pub tx: Sender<Msg>,
+}
+
 impl<E: FnMut(ServeEvent)> Coordinator<E> {
     pub(super) fn new(
         limits: Limits,
         key: Arc<RendezvousKey>,
         challenges: Challenges,
-        tally: DropTally,
-        stop: Arc<AtomicBool>,
-        tx: Sender<Msg>,
+        shared: Shared,
         on_event: E,
     ) -> Coordinator<E> {
         let n = limits.size as usize;
@@ -146,9 +158,10 @@ impl<E: FnMut(ServeEvent)> Coordinator<E> {
             limits,
             key,
             challenges,
-            tally,
-            stop,
-            tx,
+            tally: shared.tally,
+            stop: shared.stop,
+            queued: shared.queued,
+            tx: shared.tx,
             on_event,
             conns: HashMap::new(),
             next_id: 0,
@@ -225,6 +238,7 @@ impl<E: FnMut(ServeEvent)> Coordinator<E> {
     fn handle(&mut self, msg: Msg) -> Step {
         match msg {
             Msg::Accepted(stream, peer) => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
                 self.accept(stream, peer);
                 Ok(None)
             }

@@ -6,8 +6,9 @@
 //! on it. Must not: forward a frame whose tag failed, read without a bound
 //! (the HELLO has a deadline and a size cap; a sealed frame, once begun,
 //! must end within the timeout; between frames it wakes every
-//! [`STOP_POLL`](wire::STOP_POLL) to look at the serve's stop flag), or write anything (the
-//! coordinator does). It ends with exactly one [`Msg::Ended`].
+//! [`STOP_POLL`](wire::STOP_POLL) to look at the serve's stop flag), or
+//! write anything (the coordinator does). It ends with exactly one
+//! [`Msg::Ended`].
 
 use std::net::TcpStream;
 use std::sync::Arc;

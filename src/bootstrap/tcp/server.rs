@@ -17,13 +17,13 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::auth::{Challenges, RendezvousKey};
-use super::coordinator::{Coordinator, Limits, Msg};
+use super::coordinator::{Coordinator, Limits, Msg, Shared};
 use super::{
     AbortReason, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_TIMEOUT,
     DropCounts, DropReason,
@@ -220,12 +220,6 @@ impl Rendezvous {
     fn run(self, on_event: impl FnMut(ServeEvent)) -> Result<ServeReport, RendezvousError> {
         let local = self.listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let acceptor = {
-            let (listener, tx, stop) = (self.listener, self.tx.clone(), Arc::clone(&stop));
-            thread::Builder::new()
-                .name("ffd-rdv-accept".into())
-                .spawn(move || accept_loop(&listener, &tx, &stop))?
-        };
         let limits = Limits {
             size: self.size,
             timeout: self.timeout,
@@ -236,13 +230,31 @@ impl Rendezvous {
                 .max_unauthenticated
                 .unwrap_or(DEFAULT_MAX_UNAUTHENTICATED.max(self.size)),
         };
+        let queued = Arc::new(AtomicUsize::new(0));
+        let acceptor = {
+            let accepting = Accepting {
+                tx: self.tx.clone(),
+                stop: Arc::clone(&stop),
+                queued: Arc::clone(&queued),
+                cap: limits.max_unauthenticated as usize,
+                tally: self.tally.clone(),
+            };
+            let listener = self.listener;
+            thread::Builder::new()
+                .name("ffd-rdv-accept".into())
+                .spawn(move || accepting.run(&listener))?
+        };
+        let shared = Shared {
+            tally: self.tally,
+            stop: Arc::clone(&stop),
+            queued,
+            tx: self.tx,
+        };
         let mut c = Coordinator::new(
             limits,
             Arc::new(self.key),
             self.challenges,
-            self.tally,
-            Arc::clone(&stop),
-            self.tx,
+            shared,
             on_event,
         );
         let result = c.serve(&self.rx);
@@ -312,22 +324,42 @@ impl RendezvousHandle {
     }
 }
 
-fn accept_loop(listener: &TcpListener, tx: &Sender<Msg>, stop: &AtomicBool) {
-    // Ends when stopped (woken by a connection) or when the coordinator is gone.
-    loop {
-        let accepted = listener.accept();
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        match accepted {
-            Ok((stream, peer)) => {
-                if tx.send(Msg::Accepted(stream, peer)).is_err() {
-                    return;
-                }
+/// The accepting thread's share of the serve.
+struct Accepting {
+    tx: Sender<Msg>,
+    stop: Arc<AtomicBool>,
+    /// Connections sent to the coordinator and not yet taken up by it.
+    queued: Arc<AtomicUsize>,
+    /// At most this many queued: a flood faster than the coordinator is
+    /// dropped here, and its descriptors closed at once.
+    cap: usize,
+    tally: DropTally,
+}
+
+impl Accepting {
+    fn run(self, listener: &TcpListener) {
+        // Ends when stopped (woken by a connection) or when the coordinator
+        // is gone.
+        loop {
+            let accepted = listener.accept();
+            if self.stop.load(Ordering::SeqCst) {
+                return;
             }
-            // Out of descriptors or an aborted handshake: back off briefly
-            // rather than spin.
-            Err(_) => thread::sleep(Duration::from_millis(10)),
+            match accepted {
+                Ok((stream, _)) if self.queued.load(Ordering::SeqCst) >= self.cap => {
+                    drop(stream);
+                    self.tally.add(DropReason::Crowded);
+                }
+                Ok((stream, peer)) => {
+                    self.queued.fetch_add(1, Ordering::SeqCst);
+                    if self.tx.send(Msg::Accepted(stream, peer)).is_err() {
+                        return;
+                    }
+                }
+                // Out of descriptors or an aborted handshake: back off
+                // briefly rather than spin.
+                Err(_) => thread::sleep(Duration::from_millis(10)),
+            }
         }
     }
 }
