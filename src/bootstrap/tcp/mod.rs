@@ -38,8 +38,8 @@ pub mod wire;
 
 pub use client::TcpBootstrap;
 pub use server::{
-    DropTally, Rendezvous, RendezvousError, RendezvousHandle, RendezvousStopper, ServeEvent,
-    ServeReport,
+    DROP_EVENTS_PER_REASON, DropTally, Rendezvous, RendezvousError, RendezvousHandle,
+    RendezvousStopper, ServeEvent, ServeReport,
 };
 
 /// Default bound on the TCP bootstrap's waits (`FFD_BOOTSTRAP_TIMEOUT`).
