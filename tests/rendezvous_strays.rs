@@ -127,7 +127,7 @@ fn a_stray_rendezvous_client_gets_nothing_and_the_job_completes() {
     let mut counts: Vec<(DropReason, u64)> = Vec::new();
 
     // 1. No secret: a forged HELLO claiming rank 2, proof all zeros.
-    let mut forged = rendezvous_raw::connect(addr);
+    let mut forged = rendezvous_raw::open(addr);
     forged.hello(None, 2, N);
     assert!(matches!(
         forged.read_plain(),
@@ -157,7 +157,7 @@ fn a_stray_rendezvous_client_gets_nothing_and_the_job_completes() {
     assert_eq!(by_reason(h.dropped()), counts);
 
     // 3. Connects and sends nothing: dropped at the handshake bound.
-    let mut silent = rendezvous_raw::connect(addr);
+    let mut silent = rendezvous_raw::open(addr);
     seen.until("the silent stray dropped", |e| {
         matches!(
             e,
@@ -173,7 +173,7 @@ fn a_stray_rendezvous_client_gets_nothing_and_the_job_completes() {
 
     // 4. Another job size, holding the secret (a leftover of an earlier job
     // that shared the secret file): refused, sealed, and nothing else.
-    let mut leftover = rendezvous_raw::connect(addr);
+    let mut leftover = rendezvous_raw::open(addr);
     leftover.hello(Some(&k), 2, N + 1);
     assert_eq!(
         leftover.read_sealed(),
@@ -201,7 +201,7 @@ fn a_stray_rendezvous_client_gets_nothing_and_the_job_completes() {
     );
     expect(DropReason::RankTaken, &mut counts);
     // ...and claimed without it: a bad proof, whatever rank it names.
-    let mut usurper = rendezvous_raw::connect(addr);
+    let mut usurper = rendezvous_raw::open(addr);
     usurper.hello(Some(&key(&other)), 0, N);
     assert!(matches!(usurper.read_plain(), Some(Frame::Denied { .. })));
     assert_got_nothing("the usurper", &usurper.read_to_end());
@@ -209,16 +209,16 @@ fn a_stray_rendezvous_client_gets_nothing_and_the_job_completes() {
     assert_eq!(by_reason(h.dropped()), counts);
 
     // 6. A genuine HELLO (the leftover's) replayed on a new connection.
-    let mut replay = rendezvous_raw::connect(addr);
+    let mut replay = rendezvous_raw::open(addr);
     replay.send_payload(&leftover.hello.clone());
     assert!(matches!(replay.read_plain(), Some(Frame::Denied { .. })));
     expect(DropReason::BadProof, &mut counts);
     // 7. Garbage, and a HELLO of another version.
-    let mut garbage = rendezvous_raw::connect(addr);
+    let mut garbage = rendezvous_raw::open(addr);
     garbage.send_bytes(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_got_nothing("the garbage stray", &garbage.read_to_end());
     expect(DropReason::Garbage, &mut counts);
-    let mut old = rendezvous_raw::connect(addr);
+    let mut old = rendezvous_raw::open(addr);
     old.hello_version(Some(&k), VERSION - 1, 2, N);
     assert!(matches!(old.read_plain(), Some(Frame::Denied { .. })));
     expect(DropReason::Version, &mut counts);

@@ -1,6 +1,7 @@
-//! A hand-made rendezvous client that speaks the wire format directly, for
-//! tests that play strays, forgers and misbehaving ranks. Every read is
-//! bounded.
+//! Helpers for the rendezvous tests: a served job with a fixed secret, the
+//! errors each side reports, and a hand-made client that speaks the wire
+//! format directly, for tests that play strays, forgers and misbehaving
+//! ranks. Every wait is bounded.
 
 #![allow(dead_code)]
 
@@ -8,12 +9,81 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use ffd::bootstrap::BootstrapError;
 use ffd::bootstrap::secret::JobSecret;
 use ffd::bootstrap::tcp::auth::{Opener, RendezvousKey, Sealer, Side, TAG_LEN};
 use ffd::bootstrap::tcp::wire::{self, Frame, HELLO_FIELDS, VERSION};
+use ffd::bootstrap::tcp::{
+    AbortCode, AbortReason, DropReason, Rendezvous, RendezvousError, RendezvousHandle, ServeEvent,
+    TcpBootstrap,
+};
+use ffd::protocol::Rank;
 
 /// Generous for loopback on a loaded machine; only a hang reaches it.
 pub const LONG: Duration = Duration::from_secs(20);
+
+/// The secret of every served job.
+pub fn secret() -> JobSecret {
+    JobSecret::from_bytes([7; 32])
+}
+
+pub fn serve(size: u32, timeout: Duration) -> RendezvousHandle {
+    Rendezvous::bind("127.0.0.1:0", size, &secret())
+        .unwrap()
+        .timeout(timeout)
+        .spawn()
+        .unwrap()
+}
+
+pub fn connect(
+    h: &RendezvousHandle,
+    rank: Rank,
+    size: u32,
+    timeout: Duration,
+) -> Result<TcpBootstrap, BootstrapError> {
+    TcpBootstrap::connect(&h.addr().to_string(), rank, size, &secret(), timeout)
+}
+
+/// Waits (bounded) for the event `want`, skipping others.
+pub fn wait_event(h: &RendezvousHandle, want: impl Fn(&ServeEvent) -> bool) -> ServeEvent {
+    let deadline = Instant::now() + LONG;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = h
+            .events()
+            .recv_timeout(left)
+            .expect("the awaited server event never came");
+        if want(&e) {
+            return e;
+        }
+    }
+}
+
+pub fn aborted(e: &BootstrapError) -> (AbortCode, &str) {
+    match e {
+        BootstrapError::Aborted { code, message, .. } => (*code, message.as_str()),
+        other => panic!("expected an abort, got: {other}"),
+    }
+}
+
+pub fn refused(e: &BootstrapError) -> (Option<DropReason>, &str, bool) {
+    match e {
+        BootstrapError::Refused {
+            reason,
+            message,
+            authenticated,
+            ..
+        } => (*reason, message.as_str(), *authenticated),
+        other => panic!("expected a refusal, got: {other}"),
+    }
+}
+
+pub fn server_abort(h: RendezvousHandle) -> AbortReason {
+    match h.join() {
+        Err(RendezvousError::Aborted(reason)) => reason,
+        other => panic!("expected an abort, got {other:?}"),
+    }
+}
 
 /// One raw connection: its CHALLENGE, and its session once it sent a
 /// HELLO with a key.
@@ -26,8 +96,8 @@ pub struct Raw {
     pub session: Option<(Sealer, Opener)>,
 }
 
-/// Connects and reads the server's CHALLENGE.
-pub fn connect(addr: SocketAddr) -> Raw {
+/// Opens a raw connection and reads the server's CHALLENGE.
+pub fn open(addr: SocketAddr) -> Raw {
     let mut stream = TcpStream::connect_timeout(&addr, LONG).expect("connect");
     let challenge =
         wire::read_frame(&mut stream, Some(Instant::now() + LONG), 1024).expect("a CHALLENGE");
