@@ -8,6 +8,7 @@
 use std::thread;
 use std::time::Duration;
 
+use ffd::bootstrap::secret::JobSecret;
 use ffd::bootstrap::tcp::{Rendezvous, TcpBootstrap};
 use ffd::bootstrap::{Bootstrap, BootstrapError, HostAllgather, LocalBootstrap};
 use ffd::protocol::{EngineConfig, Rank, wire};
@@ -283,7 +284,8 @@ const LONG: Duration = Duration::from_secs(20);
 #[test]
 fn the_record_exchange_runs_over_tcp() {
     let n = 3;
-    let h = Rendezvous::bind("127.0.0.1:0", n)
+    let secret = JobSecret::from_bytes([3; 32]);
+    let h = Rendezvous::bind("127.0.0.1:0", n, &secret)
         .unwrap()
         .timeout(LONG)
         .spawn()
@@ -292,9 +294,9 @@ fn the_record_exchange_runs_over_tcp() {
     let views: Vec<_> = thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
-                let addr = addr.clone();
+                let (addr, secret) = (addr.clone(), &secret);
                 s.spawn(move || {
-                    let mut b = TcpBootstrap::connect(&addr, rank, n, LONG).unwrap();
+                    let mut b = TcpBootstrap::connect(&addr, rank, n, secret, LONG).unwrap();
                     let mut mine =
                         PeerRecord::new(rank, n, format!("node{rank}"), &EngineConfig::default());
                     mine.provider = "tcp".into();

@@ -152,9 +152,9 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
 /// `mpirun`/`srun` and built with the `pmix` feature.
 fn open_bootstrap(env: &Env) -> Result<Box<dyn Bootstrap>, AgentError> {
     bootstrap::from_env(env).map_err(|e| match e {
-        BootstrapError::Config(_) | BootstrapError::Unavailable { .. } => {
-            AgentError::Usage(e.to_string())
-        }
+        BootstrapError::Config(_)
+        | BootstrapError::Secret(_)
+        | BootstrapError::Unavailable { .. } => AgentError::Usage(e.to_string()),
         e => AgentError::Failed(e.to_string()),
     })
 }
