@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::{self, Cause, Kind, RejectReason};
+use crate::protocol::{self, Cause};
 
 use super::placement::Placement;
 
@@ -125,6 +125,7 @@ fn serialize_engine_stats<S: serde::Serializer>(
     stats: &protocol::Stats,
     s: S,
 ) -> Result<S::Ok, S::Error> {
+    use crate::protocol::{Kind, RejectReason};
     use serde::ser::SerializeMap;
 
     /// Counters indexed like `names`, as a map name -> count.
