@@ -26,7 +26,8 @@ use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
 use crate::protocol::{
-    self, Engine, EngineConfig, Input, Output, Participation, Rank, Ring, Time, TransportErrorKind,
+    self, Engine, EngineConfig, Input, JobKeys, Output, Participation, Rank, Ring, Time,
+    TransportErrorKind,
 };
 
 use super::log::Logger;
@@ -54,8 +55,8 @@ pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
 }
 
 /// The linking phase's warm-up message. It cannot be mistaken for a
-/// protocol message (those start with the magic `FFDP` and a 28-byte
-/// header) and never reaches the Engine.
+/// protocol message (those start with the magic `FFDP`, a 36-byte header,
+/// and end with a tag) and never reaches the Engine.
 const WARM_UP: &[u8] = b"FFDW";
 
 /// How often the counters are published for [`super::Detector::stats`].
@@ -103,7 +104,6 @@ pub(super) struct Parts {
 
 pub(super) struct Progress {
     endpoint: Endpoint,
-    slots: SlotRegion,
     /// Declared after the endpoint so it closes after it.
     _av: AddressVector,
     /// Readable when the host sent a command.
@@ -116,6 +116,9 @@ pub(super) struct Progress {
 struct Core {
     shared: Arc<PublishedState>,
     engine: Engine,
+    /// This rank's slot page: the Engine reads one slot, and clears one
+    /// when it reassigns it (`Output::ClearSlot`).
+    slots: SlotRegion,
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: Receiver<Command>,
@@ -146,7 +149,9 @@ pub(super) struct EngineSeed {
     pub config: Arc<EngineConfig>,
     pub ring: Arc<Ring>,
     pub me: Rank,
-    pub job_key: u64,
+    /// The job key and the message key (start-up derives it from the
+    /// job's secret).
+    pub keys: JobKeys,
 }
 
 /// The linking phase: before any Engine judges anyone, each rank's
@@ -182,7 +187,7 @@ pub(super) fn run(parts: Parts) {
         Arc::clone(&seed.config),
         Arc::clone(&seed.ring),
         seed.me,
-        seed.job_key,
+        seed.keys.clone(),
         now,
     ) {
         Ok(e) => e,
@@ -304,12 +309,12 @@ impl Progress {
     fn new(parts: Parts, engine: Engine) -> Self {
         Progress {
             endpoint: parts.endpoint,
-            slots: parts.slots,
             _av: parts._av,
             wake: parts.wake,
             core: Core {
                 shared: parts.shared,
                 engine,
+                slots: parts.slots,
                 peers: parts.peers,
                 started: parts.started,
                 commands: parts.commands,
@@ -335,7 +340,6 @@ impl Progress {
     fn run(mut self) {
         let Progress {
             endpoint,
-            slots,
             wake,
             core,
             ..
@@ -353,7 +357,7 @@ impl Progress {
                     .error(format_args!("reading the completion queue: {e}"));
                 break;
             }
-            core.on_deadline(slots);
+            core.on_deadline();
             core.carry_out(endpoint);
             core.retry_pending(endpoint);
             core.publish(false);
@@ -425,7 +429,7 @@ impl Core {
     }
 
     /// The Engine's deadline has come: read the watched slot, then tick.
-    fn on_deadline(&mut self, slots: &SlotRegion) {
+    fn on_deadline(&mut self) {
         let Some(deadline) = self.engine.next_deadline() else {
             return;
         };
@@ -434,8 +438,9 @@ impl Core {
             return;
         }
         self.counters.lateness.record(now - deadline);
+        let slots = self.slots.memory();
         self.engine
-            .handle_timeout(now, |slot| slots.memory().read(usize::from(slot)));
+            .handle_timeout(now, |slot| slots.read(usize::from(slot)));
     }
 
     fn on_completion(&mut self, completion: Completion<'_>) {
@@ -542,7 +547,10 @@ impl Core {
                 Output::WriteHeartbeat { to, slot, value } => {
                     self.write_heartbeat(endpoint, to, slot, value);
                 }
-                Output::Send { to, bytes } => {
+                // Before the ObserveMe that names the slot goes out.
+                Output::ClearSlot { slot } => self.slots.memory().store(usize::from(slot), 0),
+                Output::Send { to, message } => {
+                    let bytes: Arc<[u8]> = message.to_vec().into();
                     if self.pending.iter().any(|(p, _)| *p == to) {
                         // Keep per-peer order behind the refused ones.
                         self.pending.push_back((to, bytes));
@@ -720,7 +728,7 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::Encoder;
+    use crate::protocol::wire::{Encoder, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
     /// encoder must send whole) and the largest payload fit the buffers.
@@ -732,24 +740,12 @@ mod tests {
             // Alternate ranks: the densest list that is not a range.
             let failed: Vec<Rank> = (1..ranks).step_by(2).collect();
             let left: Vec<Rank> = (2..ranks).step_by(2).collect();
-            let notice = enc.notice(0, 0, &failed, &left);
-            assert!(
-                notice.len() <= size,
-                "N={ranks}: notice {} > {size}",
-                notice.len()
-            );
-            let sync = enc.sync_request(0, &failed, &left);
-            assert!(
-                sync.len() <= size,
-                "N={ranks}: sync {} > {size}",
-                sync.len()
-            );
-            let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]);
-            assert!(
-                payload.len() <= size,
-                "N={ranks}: payload {} > {size}",
-                payload.len()
-            );
+            let notice = enc.notice(0, 0, &failed, &left).len() + TAG_LEN;
+            assert!(notice <= size, "N={ranks}: notice {notice} > {size}");
+            let sync = enc.sync_request(0, &failed, &left).len() + TAG_LEN;
+            assert!(sync <= size, "N={ranks}: sync {sync} > {size}");
+            let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]).len() + TAG_LEN;
+            assert!(payload <= size, "N={ranks}: payload {payload} > {size}");
         }
     }
 }

@@ -59,6 +59,7 @@ mod heartbeat;
 mod io;
 mod membership;
 mod observation;
+mod trust;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -67,15 +68,16 @@ use super::config::{EngineConfig, EngineConfigError, Rank, Time};
 use super::overlay::Overlay;
 use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
-use super::wire::{self, Encoder, Kind, Message, RejectReason};
+use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
 use broadcast::{Fanout, PayloadDedup};
 use heartbeat::Beat;
 pub use io::{
     Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_value,
+    TransportErrorKind, slot_digest, slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
+use trust::{ExclusionReplies, PeerLinks, SyncLimit};
 
 /// "No rank" in fixed-size fields.
 const NO_RANK: Rank = Rank::MAX;
@@ -137,15 +139,22 @@ pub struct Engine {
     /// Modelled mode: a `HeartbeatStream` is owed.
     stream_dirty: bool,
     me: Rank,
-    encoder: Encoder,
     ring: Arc<Ring>,
+    /// The job key and the message key every tag is checked with.
+    keys: JobKeys,
+    /// Sequence numbers per link: the next to send, the replay window of
+    /// those received (`trust`).
+    links: PeerLinks,
     failed: RankSet,
     left: RankSet,
-    timers: TimerTable,
     pending_write: Option<(Rank, u16, u64)>,
+    /// Outputs in order; a `Send` in here is not sealed yet (sequence
+    /// number 0, no tag): `poll_output` seals it.
     out: VecDeque<Output>,
     fanouts: VecDeque<Fanout>,
     stats: Stats,
+    timers: TimerTable,
+    encoder: Encoder,
     config: Arc<EngineConfig>,
     overlay: Overlay,
     watch: Watch,
@@ -157,20 +166,23 @@ pub struct Engine {
     dedup: PayloadDedup,
     /// Leaves learned from others, not yet forwarded (see `leave_batch`).
     pending_left: Vec<Rank>,
-    /// Recent exclusion replies (rank, when), for rate limiting.
-    exclusion_replies: [(Rank, Time); 4],
+    /// Recent exclusion replies, for rate limiting (bounded).
+    exclusion_replies: ExclusionReplies,
+    /// Recent sync requests honoured, per peer.
+    sync_limit: SyncLimit,
 }
 
 impl Engine {
     /// The Engine of rank `me` in a job on `ring` (N = `ring.len()`), with
-    /// the job key agreed at bootstrap, started at `now`. Heartbeats start at
-    /// once; nobody is declared before `now + startup_grace + timeout`.
+    /// the job's keys (the job key agreed at bootstrap and the message key
+    /// derived from the job's secret), started at `now`. Heartbeats start
+    /// at once; nobody is declared before `now + startup_grace + timeout`.
     /// Poll outputs after creating it.
     pub fn new(
         config: Arc<EngineConfig>,
         ring: Arc<Ring>,
         me: Rank,
-        job_key: u64,
+        keys: JobKeys,
         now: Time,
     ) -> Result<Engine, EngineConfigError> {
         config.validate()?;
@@ -193,7 +205,9 @@ impl Engine {
         }
         let mut engine = Engine {
             overlay: Overlay::new(config.bcast, n),
-            encoder: Encoder::new(job_key, me),
+            encoder: Encoder::new(keys.job_key(), me),
+            keys,
+            links: PeerLinks::default(),
             me,
             participation: Participation::Active,
             mode: HeartbeatMode::Write,
@@ -229,7 +243,8 @@ impl Engine {
             next_payload_seq: 0,
             dedup: PayloadDedup::default(),
             pending_left: Vec::new(),
-            exclusion_replies: [(NO_RANK, Time::ZERO); 4],
+            exclusion_replies: ExclusionReplies::default(),
+            sync_limit: SyncLimit::default(),
             stats: Stats::default(),
             config,
             ring,
@@ -328,6 +343,11 @@ impl Engine {
     /// The next thing to do, or `None`. Drain after every `handle` and
     /// `handle_timeout` (and after `new`). The heartbeat write comes first
     /// and allocates nothing (`tests/engine_alloc.rs`).
+    ///
+    /// Every [`Output::Send`] is sealed here, as it leaves, for its
+    /// receiver: the next sequence number of that link and the tag, per
+    /// copy. Copies of a broadcast step leave lazily, so a copy never falls
+    /// behind later messages to the same peer.
     pub fn poll_output(&mut self) -> Option<Output> {
         if let Some((to, slot, value)) = self.pending_write.take() {
             return Some(Output::WriteHeartbeat { to, slot, value });
@@ -337,13 +357,24 @@ impl Engine {
             return Some(Output::HeartbeatStream {
                 to: self.beat.observer,
                 slot: self.beat.slot,
+                generation: self.beat.generation,
                 digest: fold_digest(self.digest()),
             });
         }
         if let Some(o) = self.out.pop_front() {
-            return Some(o);
+            return Some(match o {
+                Output::Send { to, message } => self.seal(to, message),
+                o => o,
+            });
         }
         self.poll_fanout()
+    }
+
+    /// Seals the queued (unsealed) `message` for `to`.
+    fn seal(&mut self, to: Rank, message: Sealed) -> Output {
+        let seq = self.links.next_out(to);
+        let message = message.sealed_as(seq, to, &self.keys);
+        Output::Send { to, message }
     }
 
     /// Hands an input to the Engine at time `now` (never earlier than a
@@ -439,95 +470,24 @@ impl Engine {
         self.out.push_back(Output::Event(e));
     }
 
-    fn send(&mut self, to: Rank, kind: Kind, bytes: Vec<u8>) {
-        self.stats.sent[kind.index()] += 1;
-        self.stats.bytes_sent += bytes.len() as u64;
+    /// Queues `unsealed` for `to` (sealed by `poll_output`).
+    fn send(&mut self, to: Rank, kind: Kind, unsealed: Vec<u8>) {
+        self.send_shared(to, kind, unsealed.into());
+    }
+
+    /// Queues a copy of `unsealed`, shared with other copies, for `to`.
+    fn send_shared(&mut self, to: Rank, kind: Kind, unsealed: Arc<[u8]>) {
+        self.count_sent(kind, unsealed.len());
         self.out.push_back(Output::Send {
             to,
-            bytes: bytes.into(),
+            message: Sealed::unsealed(unsealed),
         });
     }
 
-    // ----- messages -----
-
-    /// Decodes a message, applies the trust checks every kind shares, and
-    /// hands it to the handler of its kind.
-    fn on_message(
-        &mut self,
-        now: Time,
-        from: Option<Rank>,
-        bytes: &[u8],
-    ) -> Result<(), HandleError> {
-        let (header, msg) = match wire::decode(bytes, self.encoder.job_key, self.ring.len()) {
-            Ok(d) => d,
-            Err(reason) => {
-                self.stats.rejected[reason.index()] += 1;
-                return Err(HandleError::Rejected(reason));
-            }
-        };
-        let sender = header.sender;
-        if sender == self.me {
-            self.stats.rejected[RejectReason::FromSelf.index()] += 1;
-            return Err(HandleError::Rejected(RejectReason::FromSelf));
-        }
-        if from.is_some_and(|f| f != sender) {
-            self.stats.sender_mismatch += 1;
-        }
-        self.stats.received[header.kind.index()] += 1;
-        if self.participation == Participation::Excluded {
-            return Ok(());
-        }
-        // Trust order: a rank in our failed set is answered with an
-        // exclusion and otherwise ignored; a notice whose origin is in our
-        // failed set is never trusted (not even about us); then, being named
-        // failed by anyone else means we are out: reports are final.
-        if self.failed.contains(sender) {
-            self.stats.dropped_from_failed += 1;
-            self.reply_exclusion(now, sender);
-            return Ok(());
-        }
-        if let Message::Notice(n) = &msg {
-            if self.failed.contains(n.origin) {
-                self.stats.dropped_untrusted_origin += 1;
-                return Ok(());
-            }
-        }
-        let names_me = match &msg {
-            Message::Notice(n) => n.failed.contains(self.me),
-            Message::SyncRequest { failed, .. } | Message::SyncReply { failed, .. } => {
-                failed.contains(self.me)
-            }
-            _ => false,
-        };
-        if names_me {
-            self.self_exclude(sender);
-            return Ok(());
-        }
-        match msg {
-            Message::Notice(notice) => self.on_notice(now, sender, notice, bytes),
-            Message::ObserveMe { generation, slot } => {
-                self.on_observe_me(now, sender, generation, slot)
-            }
-            Message::SyncRequest {
-                digest,
-                failed,
-                left,
-            } => self.on_sync_request(now, sender, digest, failed, left),
-            Message::SyncReply { failed, left } => self.on_sync_reply(now, sender, failed, left),
-            Message::Probe { nonce, about } => self.on_probe(now, sender, nonce, about),
-            Message::ProbeAck {
-                nonce,
-                about,
-                verdict,
-            } => self.on_probe_ack(now, nonce, about, verdict),
-            Message::Payload {
-                origin,
-                seq,
-                hops: _,
-                bytes: payload,
-            } => self.on_payload(sender, origin, seq, payload, bytes),
-        }
-        Ok(())
+    /// Counts a message of `kind` whose unsealed bytes are `len` long.
+    fn count_sent(&mut self, kind: Kind, len: usize) {
+        self.stats.sent[kind.index()] += 1;
+        self.stats.bytes_sent += (len + TAG_LEN) as u64;
     }
 }
 
@@ -536,11 +496,12 @@ mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
 
-    /// The fields a duplicate notice reads (decode, trust checks, `learn`,
-    /// the counters, and the `poll_output` that follows) lie in the
-    /// Engine's first 320 bytes: 5 cache lines (6 if the Engine is not
-    /// line-aligned). rustc's own field order (no `repr(C)`) spreads them
-    /// over 8. A field added in front of them, or a reorder, fails here.
+    /// The fields a duplicate notice reads (decode and its tag with the
+    /// keys, the replay window, trust checks, `learn`, the counters, and
+    /// the `poll_output` that follows) lie in the Engine's first 320
+    /// bytes: 5 cache lines (6 if the Engine is not line-aligned). rustc's
+    /// own field order (no `repr(C)`) spreads them over 8. A field added in
+    /// front of them, or a reorder, fails here.
     #[test]
     fn a_duplicate_notice_reads_only_the_first_five_cache_lines() {
         let stats = offset_of!(Engine, stats);
@@ -548,8 +509,9 @@ mod tests {
             ("participation", offset_of!(Engine, participation), 1),
             ("stream_dirty", offset_of!(Engine, stream_dirty), 1),
             ("me", offset_of!(Engine, me), size_of::<Rank>()),
-            ("encoder", offset_of!(Engine, encoder), size_of::<Encoder>()),
             ("ring", offset_of!(Engine, ring), size_of::<Arc<Ring>>()),
+            ("keys", offset_of!(Engine, keys), size_of::<JobKeys>()),
+            ("links", offset_of!(Engine, links), size_of::<PeerLinks>()),
             ("failed", offset_of!(Engine, failed), size_of::<RankSet>()),
             ("left", offset_of!(Engine, left), size_of::<RankSet>()),
             (
