@@ -127,7 +127,7 @@ impl Engine {
                 }
                 self.stats.sent[f.kind.index()] += 1;
                 self.stats.bytes_sent += (f.bytes.len() + TAG_LEN) as u64;
-                let seq = self.links.next_out(to);
+                let seq = self.links.next_out(to, self.ring.len());
                 let message = Sealed::new(f.bytes.clone(), seq, to, &self.keys);
                 return Some(Output::Send { to, message });
             }

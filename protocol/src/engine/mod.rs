@@ -372,7 +372,7 @@ impl Engine {
 
     /// Seals the queued (unsealed) `message` for `to`.
     fn seal(&mut self, to: Rank, message: Sealed) -> Output {
-        let seq = self.links.next_out(to);
+        let seq = self.links.next_out(to, self.ring.len());
         let message = message.sealed_as(seq, to, &self.keys);
         Output::Send { to, message }
     }

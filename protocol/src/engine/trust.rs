@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use super::{Engine, HandleError, Participation};
 use crate::config::{Rank, Time};
+use crate::overlay::levels;
 use crate::wire::{self, Message, RejectReason};
 
 /// Width of a sender's replay window, in sequence numbers.
@@ -50,14 +51,23 @@ pub(super) struct PeerLinks {
 }
 
 impl PeerLinks {
-    fn link(&mut self, peer: Rank) -> &mut PeerLink {
+    /// The link with `peer`, made if new. The first one reserves room for
+    /// the overlay's links in a job of `n` (2·⌈log2 n⌉, both directions,
+    /// plus 2): a rank that hears of a failure talks to about that many
+    /// peers, and one allocation of the right size leaves no holes behind
+    /// (a million ranks growing their tables step by step left more freed
+    /// memory than they used).
+    fn link(&mut self, peer: Rank, n: u32) -> &mut PeerLink {
         let i = match self.links.binary_search_by_key(&peer, |l| l.peer) {
             Ok(i) => i,
             Err(i) => {
                 if self.links.len() == self.links.capacity() {
-                    // Grow by a quarter: the links are most of a quiet
-                    // rank's heap in a simulator.
-                    self.links.reserve_exact(self.links.len() / 4 + 4);
+                    let more = if self.links.is_empty() {
+                        2 * levels(n) as usize + 2
+                    } else {
+                        self.links.len() / 4 + 4
+                    };
+                    self.links.reserve_exact(more);
                 }
                 self.links.insert(
                     i,
@@ -74,19 +84,20 @@ impl PeerLinks {
         &mut self.links[i]
     }
 
-    /// The sequence number of the next message to `peer` (from 1).
-    pub(super) fn next_out(&mut self, peer: Rank) -> u64 {
-        let link = self.link(peer);
+    /// The sequence number of the next message to `peer` (from 1), in a
+    /// job of `n` ranks.
+    pub(super) fn next_out(&mut self, peer: Rank, n: u32) -> u64 {
+        let link = self.link(peer, n);
         let seq = link.next_out;
         link.next_out = seq + 1;
         seq
     }
 
     /// Admits sequence number `seq` received from `peer` (an authenticated
-    /// pair): true the first time, false for a number seen before or older
-    /// than the window.
-    pub(super) fn admit(&mut self, peer: Rank, seq: u64) -> bool {
-        let link = self.link(peer);
+    /// pair) in a job of `n` ranks: true the first time, false for a number
+    /// seen before or older than the window.
+    pub(super) fn admit(&mut self, peer: Rank, seq: u64, n: u32) -> bool {
+        let link = self.link(peer, n);
         let (newest, seen) = (link.newest_in, link.seen_in);
         if seq > newest {
             let shift = seq - newest;
@@ -195,7 +206,7 @@ impl Engine {
         if from.is_some_and(|f| f != sender) {
             return Err(self.reject(RejectReason::SourceMismatch));
         }
-        if !self.links.admit(sender, header.seq) {
+        if !self.links.admit(sender, header.seq, self.ring.len()) {
             return Err(self.reject(RejectReason::Replayed));
         }
         self.stats.received[header.kind.index()] += 1;
@@ -266,32 +277,38 @@ impl Engine {
 mod tests {
     use super::*;
 
+    const N: u32 = 1 << 20;
+
     #[test]
     fn a_window_admits_each_number_once_and_nothing_older_than_64() {
         let mut w = PeerLinks::default();
-        assert!(w.admit(7, 100));
-        assert!(!w.admit(7, 100), "the same number again");
-        assert!(w.admit(7, 90), "late but inside the window");
-        assert!(!w.admit(7, 90));
-        assert!(w.admit(7, 101));
-        assert!(!w.admit(7, 101 - 64), "older than the window");
-        assert!(w.admit(7, 101 - 63));
-        assert!(w.admit(7, 1_000), "a jump forward");
-        assert!(!w.admit(7, 101), "now older than the window");
-        assert!(w.admit(3, 1), "senders are independent");
-        assert!(w.admit(9, 5));
+        assert!(w.admit(7, 100, N));
+        assert!(!w.admit(7, 100, N), "the same number again");
+        assert!(w.admit(7, 90, N), "late but inside the window");
+        assert!(!w.admit(7, 90, N));
+        assert!(w.admit(7, 101, N));
+        assert!(!w.admit(7, 101 - 64, N), "older than the window");
+        assert!(w.admit(7, 101 - 63, N));
+        assert!(w.admit(7, 1_000, N), "a jump forward");
+        assert!(!w.admit(7, 101, N), "now older than the window");
+        assert!(w.admit(3, 1, N), "senders are independent");
+        assert!(w.admit(9, 5, N));
         assert_eq!(w.len(), 3);
-        assert!(!w.admit(3, 1) && !w.admit(9, 5) && !w.admit(7, 1_000));
+        assert!(!w.admit(3, 1, N) && !w.admit(9, 5, N) && !w.admit(7, 1_000, N));
         assert_eq!(std::mem::size_of::<PeerLink>(), 28);
     }
 
     #[test]
     fn each_link_counts_its_own_messages_from_1() {
         let mut l = PeerLinks::default();
-        assert_eq!((l.next_out(5), l.next_out(5), l.next_out(2)), (1, 2, 1));
-        assert!(l.admit(5, 1), "sending and receiving are independent");
-        assert_eq!(l.next_out(5), 3);
+        assert_eq!(
+            (l.next_out(5, N), l.next_out(5, N), l.next_out(2, N)),
+            (1, 2, 1)
+        );
+        assert!(l.admit(5, 1, N), "sending and receiving are independent");
+        assert_eq!(l.next_out(5, N), 3);
         assert_eq!(l.len(), 2);
+        assert_eq!(l.links.capacity(), 42, "room for the overlay at once");
     }
 
     #[test]
