@@ -34,19 +34,35 @@
 //! and 3 follow every call of step 1. Spurious timeouts are harmless:
 //! timers whose deadline has not been reached are ignored.
 //!
+//! # Messages: sealed as they leave, checked as they arrive
+//!
+//! Every `Output::Send` is one copy for one receiver, sealed in
+//! [`Engine::poll_output`] with the next sequence number of that link and a
+//! tag over the receiver's rank and the message (`wire::Sealed`, keyed
+//! BLAKE3 with the job's message key from [`JobKeys`]). A received message
+//! passes `trust`: the codec checks the job key, then the tag, then the
+//! body; then the transport's source (when it gives one) must be the
+//! header's sender, and the sequence number must be new in that link's
+//! 64-wide window. Anything else is dropped and counted by reason.
+//!
 //! # Heartbeats, slots, digest, generation
 //!
 //! The emitter writes one aligned u64 into a slot of its observer's slot
-//! page (512 slots, 4 KiB): high 32 bits = the 32-bit fold of the digest of
-//! its failed ∪ left set (XOR of a mixed hash per rank), low 32 bits = a
-//! beat counter that changes every period ([`slot_value`]). The observer
-//! reads only the slot of the current *generation* (`generation mod 512`),
-//! which it names in `ObserveMe`; a replaced emitter writing to an old slot
-//! cannot keep it happy. An observer whose emitter's digest has differed
+//! page (512 slots, 4 KiB) ([`slot_value`]): the generation its observer
+//! named (16 bits), the 32-bit fold of the digest of its failed ∪ left set
+//! (XOR of a mixed hash per rank) and a beat counter that changes every
+//! period (16 bits, never 0). The observer reads only the slot of the
+//! current *generation* (`generation mod 512`), which it names in
+//! `ObserveMe`, and counts a value as a beat only if it carries that
+//! generation: a replaced emitter, or a leftover of the mending 512
+//! generations ago that used the same slot, cannot keep it happy. A
+//! mending emits [`Output::ClearSlot`] for the new slot before the
+//! `ObserveMe` that names it; the driver writes 0 there. An observer whose emitter's digest has differed
 //! from its own for `sync_after` sends a `SyncRequest` with its sets; the
 //! emitter merges them and replies with what the observer lacked; ranks
 //! learned this way are re-broadcast as notices. At most one sync request
-//! per timeout.
+//! per timeout; one is honoured only from the emitter or the observer, once
+//! per peer per timeout, and answered with at most `max_sync_ranks` ranks.
 //!
 //! With [`HeartbeatMode::Modelled`] (the simulator), the Engine does not
 //! schedule a per-period beat: it emits [`Output::HeartbeatStream`] when
