@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::trust::link_key;
 use super::{Engine, Event, HandleError, NO_RANK, Output, Participation, Timer};
 use crate::config::{Rank, Time};
 use crate::overlay::{Links, MAX_LINKS};
@@ -127,7 +128,8 @@ impl Engine {
                 }
                 self.stats.sent[f.kind.index()] += 1;
                 self.stats.bytes_sent += (f.bytes.len() + TAG_LEN) as u64;
-                let seq = self.links.next_out(to, self.ring.len());
+                let link = link_key(&self.ring, self.my_pos, to);
+                let seq = self.links.next_out(link, self.ring.len());
                 let message = Sealed::new(f.bytes.clone(), seq, to, &self.keys);
                 return Some(Output::Send { to, message });
             }

@@ -93,7 +93,7 @@ pub use io::{
     TransportErrorKind, slot_digest, slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
-use trust::{ExclusionReplies, PeerLinks, SyncLimit};
+use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 
 /// "No rank" in fixed-size fields.
 const NO_RANK: Rank = Rank::MAX;
@@ -155,9 +155,12 @@ pub struct Engine {
     /// Modelled mode: a `HeartbeatStream` is owed.
     stream_dirty: bool,
     me: Rank,
+    /// `me`'s position on the ring.
+    my_pos: u32,
     ring: Arc<Ring>,
-    /// The job key and the message key every tag is checked with.
-    keys: JobKeys,
+    /// The job key and the message key every tag is checked with (shared:
+    /// one copy for every Engine of a simulator).
+    keys: Arc<JobKeys>,
     /// Sequence numbers per link: the next to send, the replay window of
     /// those received (`trust`).
     links: PeerLinks,
@@ -191,16 +194,18 @@ pub struct Engine {
 impl Engine {
     /// The Engine of rank `me` in a job on `ring` (N = `ring.len()`), with
     /// the job's keys (the job key agreed at bootstrap and the message key
-    /// derived from the job's secret), started at `now`. Heartbeats start
-    /// at once; nobody is declared before `now + startup_grace + timeout`.
-    /// Poll outputs after creating it.
+    /// derived from the job's secret; a [`JobKeys`] or an `Arc` of one that
+    /// several Engines share), started at `now`. Heartbeats start at once;
+    /// nobody is declared before `now + startup_grace + timeout`. Poll
+    /// outputs after creating it.
     pub fn new(
         config: Arc<EngineConfig>,
         ring: Arc<Ring>,
         me: Rank,
-        keys: JobKeys,
+        keys: impl Into<Arc<JobKeys>>,
         now: Time,
     ) -> Result<Engine, EngineConfigError> {
+        let keys = keys.into();
         config.validate()?;
         let n = ring.len();
         if n == 0 {
@@ -222,6 +227,7 @@ impl Engine {
         let mut engine = Engine {
             overlay: Overlay::new(config.bcast, n),
             encoder: Encoder::new(keys.job_key(), me),
+            my_pos: ring.position_of(me),
             keys,
             links: PeerLinks::default(),
             me,
@@ -388,7 +394,8 @@ impl Engine {
 
     /// Seals the queued (unsealed) `message` for `to`.
     fn seal(&mut self, to: Rank, message: Sealed) -> Output {
-        let seq = self.links.next_out(to, self.ring.len());
+        let link = link_key(&self.ring, self.my_pos, to);
+        let seq = self.links.next_out(link, self.ring.len());
         let message = message.sealed_as(seq, to, &self.keys);
         Output::Send { to, message }
     }
@@ -525,8 +532,9 @@ mod tests {
             ("participation", offset_of!(Engine, participation), 1),
             ("stream_dirty", offset_of!(Engine, stream_dirty), 1),
             ("me", offset_of!(Engine, me), size_of::<Rank>()),
+            ("my_pos", offset_of!(Engine, my_pos), size_of::<u32>()),
             ("ring", offset_of!(Engine, ring), size_of::<Arc<Ring>>()),
-            ("keys", offset_of!(Engine, keys), size_of::<JobKeys>()),
+            ("keys", offset_of!(Engine, keys), size_of::<Arc<JobKeys>>()),
             ("links", offset_of!(Engine, links), size_of::<PeerLinks>()),
             ("failed", offset_of!(Engine, failed), size_of::<RankSet>()),
             ("left", offset_of!(Engine, left), size_of::<RankSet>()),

@@ -20,6 +20,7 @@ use std::time::Duration;
 use super::{Engine, HandleError, Participation};
 use crate::config::{Rank, Time};
 use crate::overlay::levels;
+use crate::ring::Ring;
 use crate::wire::{self, Message, RejectReason};
 
 /// Width of a sender's replay window, in sequence numbers.
@@ -27,77 +28,105 @@ pub(super) const REPLAY_WINDOW: u64 = 64;
 
 /// This rank's link with one peer: the next sequence number it sends the
 /// peer, and the window of those received from it (the newest, and which
-/// of the 64 before it, bit i: `newest_in - i`, were seen). Packed to 28
-/// bytes: a rank exchanges messages with about 2·log2 N peers over the
-/// overlay (40 at 2^20), and the simulator holds a million ranks.
+/// of the 64 before it, bit i: `newest_in - i`, were seen).
 #[derive(Clone, Copy, Debug)]
-#[repr(C, packed(4))]
-struct PeerLink {
-    peer: Rank,
+struct LinkState {
     next_out: u64,
     newest_in: u64,
     seen_in: u64,
 }
 
+impl LinkState {
+    const NEW: LinkState = LinkState {
+        next_out: 1,
+        newest_in: 0,
+        seen_in: 0,
+    };
+}
+
+/// Where a peer's link state lives: by overlay slot for the ranks at ring
+/// offsets ±2^k (every rank a broadcast reaches this one from or sends to,
+/// ring neighbours included), by rank for any other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LinkKey {
+    /// `k` for the rank at offset +2^k, `levels + k` for −2^k.
+    Overlay(u32),
+    Other(Rank),
+}
+
+/// The key of `peer`'s link, seen from ring position `my_pos` of `ring`:
+/// one subtraction and a power-of-two test, no search.
+pub(super) fn link_key(ring: &Ring, my_pos: u32, peer: Rank) -> LinkKey {
+    let n = ring.len();
+    let d = (ring.position_of(peer) + n - my_pos) % n;
+    if d != 0 && d.is_power_of_two() {
+        LinkKey::Overlay(d.trailing_zeros())
+    } else if d != 0 && (n - d).is_power_of_two() {
+        LinkKey::Overlay(levels(n) + (n - d).trailing_zeros())
+    } else {
+        LinkKey::Other(peer)
+    }
+}
+
 /// Sequence numbers per link, only for peers this rank exchanged messages
-/// with, sorted by rank. Numbering per link (not per sender) keeps the
-/// numbers a receiver sees from one sender consecutive, so its 64-wide
-/// window absorbs any reordering of up to 64 messages on that link, however
-/// many the sender sends elsewhere meanwhile; the tag binds each copy to
-/// its receiver, so a number can only be used where it was given.
+/// with. Numbering per link (not per sender) keeps the numbers a receiver
+/// sees from one sender consecutive, so its 64-wide window absorbs any
+/// reordering of up to 64 messages on that link, however many the sender
+/// sends elsewhere meanwhile; the tag binds each copy to its receiver, so a
+/// number can only be used where it was given.
+///
+/// Memory and speed (a simulator drives a million of these, and every
+/// message touches one on each side): the overlay's links (2·⌈log2 N⌉, 40
+/// at 2^20) sit in one table allocated at the first message, 24 bytes each,
+/// found by their ring offset without a search; other peers (exclusion
+/// replies, probes) in a small sorted list.
 #[derive(Clone, Debug, Default)]
 pub(super) struct PeerLinks {
-    links: Vec<PeerLink>,
+    overlay: Box<[LinkState]>,
+    /// Sorted by rank; a boxed slice (16 bytes in the Engine's hot lines,
+    /// not a Vec's 24): a new entry here is rare and may reallocate.
+    others: Box<[(Rank, LinkState)]>,
 }
 
 impl PeerLinks {
-    /// The link with `peer`, made if new. The first one reserves room for
-    /// the overlay's links in a job of `n` (2·⌈log2 n⌉, both directions,
-    /// plus 2): a rank that hears of a failure talks to about that many
-    /// peers, and one allocation of the right size leaves no holes behind
-    /// (a million ranks growing their tables step by step left more freed
-    /// memory than they used).
-    fn link(&mut self, peer: Rank, n: u32) -> &mut PeerLink {
-        let i = match self.links.binary_search_by_key(&peer, |l| l.peer) {
-            Ok(i) => i,
-            Err(i) => {
-                if self.links.len() == self.links.capacity() {
-                    let more = if self.links.is_empty() {
-                        2 * levels(n) as usize + 2
-                    } else {
-                        self.links.len() / 4 + 4
-                    };
-                    self.links.reserve_exact(more);
+    /// The link for `key` in a job of `n` ranks, made if new.
+    fn state(&mut self, key: LinkKey, n: u32) -> &mut LinkState {
+        match key {
+            LinkKey::Overlay(slot) => {
+                if self.overlay.is_empty() {
+                    self.overlay = vec![LinkState::NEW; 2 * levels(n) as usize].into_boxed_slice();
                 }
-                self.links.insert(
-                    i,
-                    PeerLink {
-                        peer,
-                        next_out: 1,
-                        newest_in: 0,
-                        seen_in: 0,
-                    },
-                );
-                i
+                &mut self.overlay[slot as usize]
             }
-        };
-        &mut self.links[i]
+            LinkKey::Other(peer) => {
+                let i = match self.others.binary_search_by_key(&peer, |&(r, _)| r) {
+                    Ok(i) => i,
+                    Err(i) => {
+                        let mut others = std::mem::take(&mut self.others).into_vec();
+                        others.insert(i, (peer, LinkState::NEW));
+                        self.others = others.into_boxed_slice();
+                        i
+                    }
+                };
+                &mut self.others[i].1
+            }
+        }
     }
 
-    /// The sequence number of the next message to `peer` (from 1), in a
-    /// job of `n` ranks.
-    pub(super) fn next_out(&mut self, peer: Rank, n: u32) -> u64 {
-        let link = self.link(peer, n);
+    /// The sequence number of the next message on link `key` (from 1), in
+    /// a job of `n` ranks.
+    pub(super) fn next_out(&mut self, key: LinkKey, n: u32) -> u64 {
+        let link = self.state(key, n);
         let seq = link.next_out;
         link.next_out = seq + 1;
         seq
     }
 
-    /// Admits sequence number `seq` received from `peer` (an authenticated
-    /// pair) in a job of `n` ranks: true the first time, false for a number
-    /// seen before or older than the window.
-    pub(super) fn admit(&mut self, peer: Rank, seq: u64, n: u32) -> bool {
-        let link = self.link(peer, n);
+    /// Admits sequence number `seq` received on link `key` (an
+    /// authenticated sender) in a job of `n` ranks: true the first time,
+    /// false for a number seen before or older than the window.
+    pub(super) fn admit(&mut self, key: LinkKey, seq: u64, n: u32) -> bool {
+        let link = self.state(key, n);
         let (newest, seen) = (link.newest_in, link.seen_in);
         if seq > newest {
             let shift = seq - newest;
@@ -115,12 +144,6 @@ impl PeerLinks {
         }
         link.seen_in = seen | (1 << age);
         true
-    }
-
-    /// Peers with a link.
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.links.len()
     }
 }
 
@@ -206,7 +229,8 @@ impl Engine {
         if from.is_some_and(|f| f != sender) {
             return Err(self.reject(RejectReason::SourceMismatch));
         }
-        if !self.links.admit(sender, header.seq, self.ring.len()) {
+        let link = link_key(&self.ring, self.my_pos, sender);
+        if !self.links.admit(link, header.seq, self.ring.len()) {
             return Err(self.reject(RejectReason::Replayed));
         }
         self.stats.received[header.kind.index()] += 1;
@@ -282,33 +306,63 @@ mod tests {
     #[test]
     fn a_window_admits_each_number_once_and_nothing_older_than_64() {
         let mut w = PeerLinks::default();
-        assert!(w.admit(7, 100, N));
-        assert!(!w.admit(7, 100, N), "the same number again");
-        assert!(w.admit(7, 90, N), "late but inside the window");
-        assert!(!w.admit(7, 90, N));
-        assert!(w.admit(7, 101, N));
-        assert!(!w.admit(7, 101 - 64, N), "older than the window");
-        assert!(w.admit(7, 101 - 63, N));
-        assert!(w.admit(7, 1_000, N), "a jump forward");
-        assert!(!w.admit(7, 101, N), "now older than the window");
-        assert!(w.admit(3, 1, N), "senders are independent");
-        assert!(w.admit(9, 5, N));
-        assert_eq!(w.len(), 3);
-        assert!(!w.admit(3, 1, N) && !w.admit(9, 5, N) && !w.admit(7, 1_000, N));
-        assert_eq!(std::mem::size_of::<PeerLink>(), 28);
+        let (a, b, c) = (LinkKey::Overlay(3), LinkKey::Other(9), LinkKey::Overlay(0));
+        assert!(w.admit(a, 100, N));
+        assert!(!w.admit(a, 100, N), "the same number again");
+        assert!(w.admit(a, 90, N), "late but inside the window");
+        assert!(!w.admit(a, 90, N));
+        assert!(w.admit(a, 101, N));
+        assert!(!w.admit(a, 101 - 64, N), "older than the window");
+        assert!(w.admit(a, 101 - 63, N));
+        assert!(w.admit(a, 1_000, N), "a jump forward");
+        assert!(!w.admit(a, 101, N), "now older than the window");
+        assert!(w.admit(c, 1, N), "links are independent");
+        assert!(w.admit(b, 5, N));
+        assert!(!w.admit(c, 1, N) && !w.admit(b, 5, N) && !w.admit(a, 1_000, N));
+        assert_eq!(w.overlay.len(), 40, "2 × log2 N overlay links, at once");
+        assert_eq!(w.others.len(), 1);
+        assert_eq!(std::mem::size_of::<LinkState>(), 24);
     }
 
     #[test]
     fn each_link_counts_its_own_messages_from_1() {
         let mut l = PeerLinks::default();
+        let (five, two) = (LinkKey::Other(5), LinkKey::Overlay(1));
         assert_eq!(
-            (l.next_out(5, N), l.next_out(5, N), l.next_out(2, N)),
+            (l.next_out(five, N), l.next_out(five, N), l.next_out(two, N)),
             (1, 2, 1)
         );
-        assert!(l.admit(5, 1, N), "sending and receiving are independent");
-        assert_eq!(l.next_out(5, N), 3);
-        assert_eq!(l.len(), 2);
-        assert_eq!(l.links.capacity(), 42, "room for the overlay at once");
+        assert!(l.admit(five, 1, N), "sending and receiving are independent");
+        assert_eq!(l.next_out(five, N), 3);
+    }
+
+    #[test]
+    fn overlay_neighbours_have_slots_and_others_their_rank() {
+        for n in [2u32, 3, 8, 12, 1000, 1 << 16] {
+            let ring = Ring::by_rank(n);
+            let levels = levels(n);
+            for me in [0, n / 2, n - 1] {
+                let mut slots = std::collections::BTreeMap::new();
+                for k in 0..levels {
+                    for peer in [(me + (1 << k)) % n, (me + n - (1 << k)) % n] {
+                        if peer == me {
+                            continue;
+                        }
+                        let LinkKey::Overlay(slot) = link_key(&ring, me, peer) else {
+                            panic!("n={n}: {peer} is an overlay neighbour of {me}")
+                        };
+                        assert!(slot < 2 * levels);
+                        // One peer, one slot; one slot, one peer.
+                        assert_eq!(*slots.entry(slot).or_insert(peer), peer, "n={n}");
+                    }
+                }
+                if n > 8 {
+                    let far = (me + 3) % n;
+                    assert_eq!(link_key(&ring, me, far), LinkKey::Other(far));
+                }
+                assert_eq!(link_key(&ring, me, me), LinkKey::Other(me));
+            }
+        }
     }
 
     #[test]

@@ -191,7 +191,7 @@ pub struct Simulator {
     link_notices: BTreeMap<(Rank, Rank), u32>,
     /// The last notice attributed (a copy of it) and the tracks it names.
     notice_cache: Option<(Sealed, Vec<usize>)>,
-    keys: JobKeys,
+    keys: Arc<JobKeys>,
     /// The wire bytes of the message being delivered.
     scratch: Vec<u8>,
 }
@@ -225,7 +225,10 @@ impl Simulator {
 
         let actions = Self::resolve(&cfg, &ring, &mut fault_rng)?;
         let engine_cfg = Arc::new(engine_cfg);
-        let keys = JobKeys::new(cfg.seed ^ 0x6666_6464_5349_4D00, SIM_MESSAGE_KEY);
+        let keys = Arc::new(JobKeys::new(
+            cfg.seed ^ 0x6666_6464_5349_4D00,
+            SIM_MESSAGE_KEY,
+        ));
         let mut engines = Vec::with_capacity(n as usize);
         for r in 0..n {
             let mut e = Engine::new(
