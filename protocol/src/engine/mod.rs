@@ -140,13 +140,16 @@ impl TimerTable {
 /// reads only the first 320 bytes, 5 cache lines (test
 /// `a_duplicate_notice_reads_only_the_first_five_cache_lines`; rustc's own
 /// field order spreads the same fields over 8), plus the failed set's
-/// heap once it holds more than 5 ranks. `benches/engine_hot_path.sh`
-/// measured a duplicate notice at 82–112 ns on a warm Engine (N = 2^10 …
-/// 2^20, 0–1000 other known failures), and at 0.3–0.7 µs on a cold one
-/// picked at random among 2^16 (N = 2^20, up to 100 known failures; 1.7–3.8
-/// µs with 1000, whose binary search misses too). On that shared 2-core
-/// machine the cold figures varied too much between runs to tell this
-/// layout from rustc's.
+/// heap once it holds more than 5 ranks, the sender's link state and its
+/// ring position. `benches/engine_hot_path.sh` measured a duplicate notice
+/// at 189–219 ns on a warm Engine (N = 2^10 … 2^20, 0–1000 other known
+/// failures), of which about 105 ns is checking its tag (86–115 ns before
+/// messages were authenticated), and a new notice at 1.4–5.8 µs, about
+/// 0.11 µs per forwarded copy for its seal. Before authentication, a cold
+/// Engine picked at random among 2^16 took 0.3–0.7 µs per duplicate
+/// notice (N = 2^20, up to 100 known failures; 1.7–3.8 µs with 1000, whose
+/// binary search misses too); on that shared 2-core machine the cold
+/// figures varied too much between runs to tell this layout from rustc's.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Engine {
@@ -427,7 +430,7 @@ impl Engine {
     /// In [`HeartbeatMode::Write`] an idle rank's step allocates nothing,
     /// and neither does draining its `WriteHeartbeat`
     /// (`tests/engine_alloc.rs`); `benches/engine_hot_path.sh` measured the
-    /// two at about 16 ns per step, 19 ns per heartbeat period, at every N
+    /// two at about 15 ns per step, 18 ns per heartbeat period, at every N
     /// (2^10 … 2^20) and known-failure count (0 … 1000).
     pub fn handle_timeout(&mut self, now: Time, read_slot: impl FnOnce(u16) -> u64) {
         if let Some(slot) = self.watched_slot() {
