@@ -187,6 +187,11 @@ pub struct EngineConfig {
     /// Payload de-duplication remembers this many origins (least recently
     /// used evicted), each with a 64-sequence window: bounded state.
     pub payload_dedup_origins: usize,
+    /// Most ranks one `SyncReply` carries (failed ones first). A larger
+    /// difference goes in parts, one per request (the requester asks again
+    /// a timeout later while its digest still differs), so the work one
+    /// request draws is bounded: 1024 ranks are at most ~5 KiB of lists.
+    pub max_sync_ranks: usize,
 }
 
 impl Default for EngineConfig {
@@ -207,6 +212,7 @@ impl Default for EngineConfig {
             leave_batch: None,
             max_payload: 64 * 1024,
             payload_dedup_origins: 1024,
+            max_sync_ranks: 1024,
         }
     }
 }

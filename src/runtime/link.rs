@@ -29,8 +29,8 @@ use super::progress::{Command, Parts};
 use super::state::{StopCause, StopReason};
 
 /// The linking phase's warm-up message. It cannot be mistaken for a
-/// protocol message (those start with the magic `FFDP`) and never reaches
-/// the Engine.
+/// protocol message (those start with the magic `FFDP`, a 36-byte header,
+/// and end with a tag) and never reaches the Engine.
 pub(super) const WARM_UP: &[u8] = b"FFDW";
 
 /// At most this many messages are held for the Engine while linking.
@@ -104,7 +104,7 @@ pub(super) enum Linked {
 /// Runs the linking phase until `Detector::start` says go (bounded by it:
 /// it says go or drops the channel within its own bounds).
 pub(super) fn link_phase(parts: &mut Parts) -> Linked {
-    let job_key = parts.seed.job_key;
+    let job_key = parts.seed.keys.job_key();
     let mut held = Held::default();
     let mut observer_done = parts.link.target.is_none();
     let mut posted = false;

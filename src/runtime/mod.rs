@@ -143,6 +143,9 @@ pub enum StartError {
     AddressOrder { rank: Rank, got: u64 },
     #[error("could not determine this host's name: {0}")]
     Hostname(std::io::Error),
+    /// The job's secret could not be read (`FFD_SECRET_FILE`) or drawn.
+    #[error(transparent)]
+    Secret(#[from] crate::bootstrap::secret::SecretError),
     #[error("could not create the {what}: {source}")]
     Io {
         what: &'static str,

@@ -28,7 +28,8 @@ use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
 use crate::protocol::{
-    Engine, EngineConfig, Input, Output, Participation, Rank, Ring, Time, TransportErrorKind,
+    Engine, EngineConfig, Input, JobKeys, Output, Participation, Rank, Ring, Time,
+    TransportErrorKind,
 };
 
 use super::delivery::Delivery;
@@ -108,7 +109,6 @@ pub(super) struct Parts {
 
 pub(super) struct Progress<'d> {
     endpoint: Endpoint,
-    slots: SlotRegion,
     /// Declared after the endpoint so it closes after it.
     _av: AddressVector,
     /// Readable when the host sent a command.
@@ -121,6 +121,9 @@ pub(super) struct Progress<'d> {
 struct Core<'d> {
     shared: Arc<PublishedState>,
     engine: Engine,
+    /// This rank's slot page: the Engine reads one slot, and clears one
+    /// when it reassigns it (`Output::ClearSlot`).
+    slots: SlotRegion,
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: Receiver<Command>,
@@ -157,7 +160,9 @@ pub(super) struct EngineSeed {
     pub config: Arc<EngineConfig>,
     pub ring: Arc<Ring>,
     pub me: Rank,
-    pub job_key: u64,
+    /// The job key and the message key (start-up derives it from the
+    /// job's secret).
+    pub keys: JobKeys,
 }
 
 /// The progress thread's body: the linking phase, then the Engine's loop,
@@ -210,7 +215,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
         Arc::clone(&seed.config),
         Arc::clone(&seed.ring),
         seed.me,
-        seed.job_key,
+        seed.keys.clone(),
         now,
     ) {
         Ok(e) => e,
@@ -232,12 +237,12 @@ impl<'d> Progress<'d> {
     fn new(parts: Parts, engine: Engine, delivery: &'d mut Delivery) -> Self {
         Progress {
             endpoint: parts.endpoint,
-            slots: parts.slots,
             _av: parts._av,
             wake: parts.wake,
             core: Core {
                 shared: parts.shared,
                 engine,
+                slots: parts.slots,
                 peers: parts.peers,
                 started: parts.started,
                 commands: parts.commands,
@@ -267,7 +272,6 @@ impl<'d> Progress<'d> {
     fn run(mut self) -> End {
         let Progress {
             endpoint,
-            slots,
             wake,
             core,
             ..
@@ -288,7 +292,7 @@ impl<'d> Progress<'d> {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
-            core.on_deadline(slots);
+            core.on_deadline();
             core.carry_out(endpoint);
             core.retry_pending(endpoint);
             core.publish(false);
@@ -390,7 +394,7 @@ impl Core<'_> {
     }
 
     /// The Engine's deadline has come: read the watched slot, then tick.
-    fn on_deadline(&mut self, slots: &SlotRegion) {
+    fn on_deadline(&mut self) {
         let Some(deadline) = self.engine.next_deadline() else {
             return;
         };
@@ -399,8 +403,9 @@ impl Core<'_> {
             return;
         }
         self.counters.lateness.record(now - deadline);
+        let slots = self.slots.memory();
         self.engine
-            .handle_timeout(now, |slot| slots.memory().read(usize::from(slot)));
+            .handle_timeout(now, |slot| slots.read(usize::from(slot)));
     }
 
     fn on_completion(&mut self, completion: Completion<'_>) {
@@ -512,7 +517,10 @@ impl Core<'_> {
                 Output::WriteHeartbeat { to, slot, value } => {
                     self.write_heartbeat(endpoint, to, slot, value);
                 }
-                Output::Send { to, bytes } => {
+                // Before the ObserveMe that names the slot goes out.
+                Output::ClearSlot { slot } => self.slots.memory().store(usize::from(slot), 0),
+                Output::Send { to, message } => {
+                    let bytes: Arc<[u8]> = message.to_vec().into();
                     if self.pending.iter().any(|(p, _)| *p == to) {
                         // Keep per-peer order behind the refused ones.
                         self.pending.push_back((to, bytes));
@@ -644,7 +652,7 @@ impl Core<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::Encoder;
+    use crate::protocol::wire::{Encoder, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
     /// encoder must send whole) and the largest payload fit the buffers.
@@ -656,24 +664,12 @@ mod tests {
             // Alternate ranks: the densest list that is not a range.
             let failed: Vec<Rank> = (1..ranks).step_by(2).collect();
             let left: Vec<Rank> = (2..ranks).step_by(2).collect();
-            let notice = enc.notice(0, 0, &failed, &left);
-            assert!(
-                notice.len() <= size,
-                "N={ranks}: notice {} > {size}",
-                notice.len()
-            );
-            let sync = enc.sync_request(0, &failed, &left);
-            assert!(
-                sync.len() <= size,
-                "N={ranks}: sync {} > {size}",
-                sync.len()
-            );
-            let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]);
-            assert!(
-                payload.len() <= size,
-                "N={ranks}: payload {} > {size}",
-                payload.len()
-            );
+            let notice = enc.notice(0, 0, &failed, &left).len() + TAG_LEN;
+            assert!(notice <= size, "N={ranks}: notice {notice} > {size}");
+            let sync = enc.sync_request(0, &failed, &left).len() + TAG_LEN;
+            assert!(sync <= size, "N={ranks}: sync {sync} > {size}");
+            let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]).len() + TAG_LEN;
+            assert!(payload <= size, "N={ranks}: payload {payload} > {size}");
         }
     }
 }
