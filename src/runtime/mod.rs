@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::{self, Bootstrap, ExchangeError, PeerRecord};
 use crate::config::Config;
 use crate::fabric::{
-    AddressVector, Domain, Endpoint, EndpointConfig, FabricError, Info, MemoryRegion, RemoteRegion,
-    SlotPage,
+    AddressVector, Domain, Endpoint, EndpointConfig, FabricError, FabricVersions, Info,
+    MemoryRegion, RemoteRegion, SlotPage,
 };
 use crate::protocol::{self, Rank, Ring};
 
@@ -188,6 +188,14 @@ impl Detector {
         let phase =
             |what: &str| logger.debug(format_args!("start: {what} after {:?}", t0.elapsed()));
         let engine_config = config.engine_config();
+
+        // One libfabric per process: the host's (e.g. an MPI library's own
+        // build) may not be the one ffd was built against.
+        let versions = FabricVersions::of_this_process();
+        versions.check()?;
+        if versions.loaded != versions.built {
+            logger.info(format_args!("{versions}"));
+        }
 
         // Our own fabric resources, separate from the host's.
         let info = Info::query(config.provider(), config.domain())?;
