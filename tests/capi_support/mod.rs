@@ -161,17 +161,39 @@ pub fn pkg_config_dir() -> &'static Path {
 
 /// `pkg-config --cflags --libs <package>` against our .pc files, split.
 pub fn pkg_config_flags(package: &str) -> Vec<String> {
+    pkg_config_flags_in(pkg_config_dir(), package)
+}
+
+/// `pkg-config --cflags --libs <package>` with `PKG_CONFIG_PATH=dir`, split.
+pub fn pkg_config_flags_in(dir: &Path, package: &str) -> Vec<String> {
     let mut cmd = Command::new("pkg-config");
-    cmd.env("PKG_CONFIG_PATH", pkg_config_dir())
+    cmd.env("PKG_CONFIG_PATH", dir)
         .args(["--cflags", "--libs", package]);
     let out = run(cmd, "pkg-config", Duration::from_secs(60));
-    assert!(out.status.success(), "pkg-config {package}\n{}", out.text());
+    assert!(
+        out.status.success(),
+        "pkg-config {package} in {}\n{}",
+        dir.display(),
+        out.text()
+    );
     out.stdout.split_whitespace().map(str::to_owned).collect()
 }
 
 /// Compiles C `source` into `name` under this test target's scratch
 /// directory with `compiler` and the flags of pkg-config `package`.
 pub fn compile_c(compiler: &str, source: &str, package: &str, name: &str) -> PathBuf {
+    compile_c_with(compiler, source, &pkg_config_flags(package), name)
+}
+
+/// Compiles C `source` (relative to the repository) into `name` under this
+/// test target's scratch directory with `compiler` and `flags`.
+pub fn compile_c_with(
+    compiler: impl AsRef<OsStr>,
+    source: &str,
+    flags: &[String],
+    name: &str,
+) -> PathBuf {
+    let compiler = compiler.as_ref();
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
     std::fs::create_dir_all(&out_dir).expect("create the scratch directory");
     let exe = out_dir.join(name);
@@ -180,11 +202,12 @@ pub fn compile_c(compiler: &str, source: &str, package: &str, name: &str) -> Pat
         .arg(repo().join(source))
         .arg("-o")
         .arg(&exe)
-        .args(pkg_config_flags(package));
-    let out = run(cmd, compiler, Duration::from_secs(300));
+        .args(flags);
+    let out = run(cmd, &compiler.to_string_lossy(), Duration::from_secs(300));
     assert!(
         out.status.success(),
-        "{compiler} {source} against {package} failed\n{}",
+        "{} {source} {flags:?} failed\n{}",
+        compiler.to_string_lossy(),
         out.text()
     );
     exe
