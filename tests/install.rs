@@ -101,7 +101,7 @@ fn the_prefix_holds_the_gnu_layout() {
     }
 
     let mut cmd = clean_command(p.join("bin/ffd"));
-    cmd.arg("--version");
+    cmd.env_remove("LD_LIBRARY_PATH").arg("--version");
     assert_eq!(text(cmd, "ffd --version").trim(), format!("ffd {VERSION}"));
 }
 
@@ -122,7 +122,10 @@ fn hello(package: &str, extra: &[String], name: &str) -> PathBuf {
     flags.extend_from_slice(extra);
     let exe = compile_c_with("cc", "examples/c/hello.c", &flags, name);
     let mut cmd = clean_command(&exe);
-    cmd.env("FFD_DOMAIN", "lo").env("FFD_CORE", "none");
+    // Not cargo test's LD_LIBRARY_PATH, which holds the build tree.
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .env("FFD_DOMAIN", "lo")
+        .env("FFD_CORE", "none");
     let out = run(cmd, name, Duration::from_secs(60));
     assert!(out.status.success(), "{name}\n{}", out.text());
     assert_eq!(
@@ -140,7 +143,7 @@ fn hello(package: &str, extra: &[String], name: &str) -> PathBuf {
 
 fn ldd(exe: &Path) -> String {
     let mut cmd = Command::new("ldd");
-    cmd.arg(exe);
+    cmd.env_remove("LD_LIBRARY_PATH").arg(exe);
     text(cmd, "ldd")
 }
 

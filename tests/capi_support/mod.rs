@@ -1,6 +1,8 @@
-//! Shared by the C API tests (`tests/capi.rs`, `tests/capi_mpi.rs`):
-//! building libffd's pkg-config files with `ci/pkgconfig`, compiling C
-//! against them, and running children with bounded waits.
+//! Shared by the C API tests (`tests/capi.rs`, `tests/install.rs` and the
+//! MPI embedding tests `tests/capi_mpi.rs`, `capi_ompi5.rs`,
+//! `capi_mpich.rs`, whose job lives in [`mpi`]): building libffd's
+//! pkg-config files with `ci/pkgconfig`, compiling C against them, and
+//! running children with bounded waits.
 //!
 //! Every child is started here and reaped here: [`Child`] waits for it in
 //! a thread and, if the test lets go of it before it exited (a failed
@@ -8,6 +10,8 @@
 //! PID and reaps it.
 
 #![allow(dead_code)]
+
+pub mod mpi;
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -198,6 +202,10 @@ pub fn compile_c_with(
     std::fs::create_dir_all(&out_dir).expect("create the scratch directory");
     let exe = out_dir.join(name);
     let mut cmd = Command::new(compiler);
+    // cargo test's LD_LIBRARY_PATH holds the build scripts' link directories
+    // (e.g. Debian's PMIx): ld searches it before a library's RUNPATH, so it
+    // would choose dependencies for the program that a plain build would not.
+    cmd.env_remove("LD_LIBRARY_PATH");
     cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-pthread"])
         .arg(repo().join(source))
         .arg("-o")
@@ -213,15 +221,48 @@ pub fn compile_c_with(
     exe
 }
 
-/// A command without the `FFD_*`, `PMIX_*` and `OMPI_*` variables of the
-/// test's own environment, so that only what the test sets applies.
+/// Prefixes of the variables that steer ffd, libfabric and the MPI
+/// launchers and libraries.
+const STEERING: [&str; 8] = [
+    "FFD_",
+    "PMIX_",
+    "OMPI_",
+    "PRTE_",
+    "FI_",
+    "MPIR_CVAR_",
+    "HYDRA_",
+    "LIBFABRIC_",
+];
+
+/// A command without the variables of the test's own environment that
+/// steer ffd, libfabric or MPI ([`STEERING`]), so that only what the test
+/// sets applies.
 pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
     for (name, _) in std::env::vars_os() {
         let n = name.to_string_lossy();
-        if n.starts_with("FFD_") || n.starts_with("PMIX_") || n.starts_with("OMPI_") {
+        if STEERING.iter().any(|p| n.starts_with(p)) {
             cmd.env_remove(&name);
         }
     }
     cmd
+}
+
+/// A directory of our own, removed on drop: e.g. one mpirun's session
+/// files (concurrent mpiruns race to create the default
+/// `/tmp/ompi.<host>.<uid>`).
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new(name: &str) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!("ffd-test.{}.{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the scratch directory");
+        ScratchDir(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
