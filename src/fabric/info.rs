@@ -2,8 +2,10 @@
 //! list of what libfabric offers on this machine (for `ffd info`).
 //!
 //! Owns: the hints (RDM endpoint, `FI_MSG | FI_RMA` with writes both ways,
-//! every mr_mode bit we honour, thread-safe domain) and reading back what
-//! the provider chose. Must not: open anything; that starts at `Fabric`.
+//! every mr_mode bit we honour, thread-safe domain), reading back what the
+//! provider chose, and which libfabric the process runs on against the one
+//! ffd was built for ([`FabricVersions`]). Must not: open anything; that
+//! starts at `Fabric`.
 
 use std::ffi::{CStr, CString, c_char};
 use std::fmt;
