@@ -182,10 +182,12 @@ def plot_noise(plt, data, out, written):
                     xytext=(0, 3), textcoords="offset points")
     ax.set_xticks(xs)
     ax.set_xticklabels(["no detector" if n == "none" else f"period {n}" for n in names])
-    ax.set_ylabel("µs per transfer")
-    ax.set_ylim(bottom=0)
+    # Log scale: a round disturbed by other work on the machine is a dot far
+    # above the others without squashing them.
+    ax.set_yscale("log")
+    ax.set_ylabel("µs per transfer (log)")
     ax.set_title(f"Noise: {data['tool']}\nwith an {data['ranks']}-rank ffd job on the same cores "
-                 f"(dots: rounds)", fontsize=10)
+                 f"(bars: medians, dots: rounds)", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     save(fig, out, "noise.png", written)
     plt.close(fig)
