@@ -27,6 +27,8 @@
 
 mod capi_support;
 
+use capi_support::prereq;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -83,6 +85,12 @@ fn job(args: &[&str], oob: &str) -> BTreeMap<u32, Report> {
 
 #[test]
 fn every_survivor_of_an_mpi_job_learns_of_a_killed_rank_through_mpi_allgather() {
+    if !prereq::available(
+        "every_survivor_of_an_mpi_job_learns_of_a_killed_rank_through_mpi_allgather",
+        &[prereq::mpirun(), prereq::c_toolchain()],
+    ) {
+        return;
+    }
     let reports = job(&[], "mpi");
     eprintln!("MPI_Allgather bootstrap: {}", summary(&reports));
 }
@@ -90,6 +98,12 @@ fn every_survivor_of_an_mpi_job_learns_of_a_killed_rank_through_mpi_allgather() 
 #[cfg(feature = "pmix")]
 #[test]
 fn every_survivor_of_an_mpi_job_learns_of_a_killed_rank_through_pmix() {
+    if !prereq::available(
+        "every_survivor_of_an_mpi_job_learns_of_a_killed_rank_through_pmix",
+        &[prereq::mpirun(), prereq::c_toolchain()],
+    ) {
+        return;
+    }
     let reports = job(&["--pmix"], "pmix");
     eprintln!("PMIx bootstrap: {}", summary(&reports));
 }

@@ -12,6 +12,8 @@
 
 mod capi_support;
 
+use capi_support::prereq;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -60,6 +62,16 @@ fn readelf_dynamic(file: &Path) -> String {
 
 #[test]
 fn the_prefix_holds_the_gnu_layout() {
+    if !prereq::available(
+        "the_prefix_holds_the_gnu_layout",
+        &[
+            prereq::c_toolchain(),
+            prereq::command("readelf"),
+            prereq::command("nm"),
+        ],
+    ) {
+        return;
+    }
     let p = prefix();
     let link = |name: &str| {
         std::fs::read_link(p.join("lib").join(name))
@@ -149,6 +161,16 @@ fn ldd(exe: &Path) -> String {
 
 #[test]
 fn a_c_program_links_the_installed_shared_library() {
+    if !prereq::available(
+        "a_c_program_links_the_installed_shared_library",
+        &[
+            prereq::c_toolchain(),
+            prereq::command("readelf"),
+            prereq::command("nm"),
+        ],
+    ) {
+        return;
+    }
     let lib = prefix().join("lib");
     let exe = hello(
         "ffd",
@@ -163,6 +185,16 @@ fn a_c_program_links_the_installed_shared_library() {
 
 #[test]
 fn a_c_program_links_the_installed_static_library() {
+    if !prereq::available(
+        "a_c_program_links_the_installed_static_library",
+        &[
+            prereq::c_toolchain(),
+            prereq::command("readelf"),
+            prereq::command("nm"),
+        ],
+    ) {
+        return;
+    }
     let exe = hello("ffd-static", &[], "hello_installed_static");
     let loaded = ldd(&exe);
     assert!(!loaded.contains("libffd"), "{loaded}");
@@ -170,6 +202,16 @@ fn a_c_program_links_the_installed_static_library() {
 
 #[test]
 fn the_header_version_is_the_cargo_version() {
+    if !prereq::available(
+        "the_header_version_is_the_cargo_version",
+        &[
+            prereq::c_toolchain(),
+            prereq::command("readelf"),
+            prereq::command("nm"),
+        ],
+    ) {
+        return;
+    }
     let header = std::fs::read_to_string(repo().join("include/ffd.h")).expect("include/ffd.h");
     assert!(
         header.contains(&format!("#define FFD_VERSION \"{VERSION}\"\n")),
@@ -191,6 +233,16 @@ fn exported_symbols(lib: &Path) -> Vec<String> {
 
 #[test]
 fn the_exported_symbols_are_the_committed_list() {
+    if !prereq::available(
+        "the_exported_symbols_are_the_committed_list",
+        &[
+            prereq::c_toolchain(),
+            prereq::command("readelf"),
+            prereq::command("nm"),
+        ],
+    ) {
+        return;
+    }
     let lib = prefix().join("lib/libffd.so");
     let exported = exported_symbols(&lib);
     let committed_text =

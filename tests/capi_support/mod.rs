@@ -11,6 +11,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../prereq/mod.rs"]
+pub mod prereq;
+
 pub mod mpi;
 
 use std::ffi::OsStr;

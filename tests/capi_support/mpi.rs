@@ -49,11 +49,11 @@ pub fn venv(name: &str, launcher: &str) -> Option<PathBuf> {
     if launcher_path.is_file() {
         Some(dir)
     } else {
-        eprintln!(
-            "SKIPPED: {} is missing: ci/setup makes it (python3 -m venv, pip install {name}); \
-             run ci/setup or ci/test",
+        let why = format!(
+            "{} is missing: ci/setup makes it (python3 -m venv, pip install {name})",
             launcher_path.display()
         );
+        super::prereq::available(&format!("the {name} wheel"), &[Err(why)]);
         None
     }
 }
