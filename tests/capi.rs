@@ -34,7 +34,7 @@ fn the_committed_header_is_the_one_the_build_generates() {
             .position(|(g, c)| g != c)
             .unwrap_or_else(|| generated.lines().count().min(committed.lines().count()));
         panic!(
-            "include/ffd.h differs from what build.rs generates from src/capi/mod.rs \
+            "include/ffd.h differs from what build.rs generates from src/capi/ \
              (first at line {}: generated `{}`, committed `{}`); \
              run `FFD_WRITE_HEADER=1 cargo build` and commit include/ffd.h",
             first + 1,
