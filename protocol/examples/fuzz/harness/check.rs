@@ -60,7 +60,7 @@ violations! {
     DeadlineNotAfterTimeout => "deadline_not_after_timeout":
         "after handle_timeout(now), next_deadline is None or later than now (no busy loop)",
     ActiveAfterExclusion => "active_after_exclusion":
-        "after SelfExcluded the Engine is inert: no send, write, event or deadline",
+        "the Engine is inert from its SelfExcluded event on: no output follows it, no deadline",
     DeclaredAfterLeave => "declared_after_leave":
         "after Leave the Engine declares nobody itself",
     PayloadTwice => "payload_twice":
@@ -239,20 +239,22 @@ impl EngineCheck {
             deadline_before,
         } = step;
         let (me, n) = (self.me, self.n);
-        let inert = self.excluded;
-        let mut active = |what: &str, v: &mut Violations| {
-            if inert {
-                v.record(Violation::ActiveAfterExclusion, || {
-                    format!("rank {me} excluded, then: {what}")
-                });
-            }
-        };
         if call != Call::New && outputs.len() > 4 * n as usize + 64 {
             v.record(Violation::OutputFlood, || {
                 format!("rank {me}: {} outputs from one {call:?}", outputs.len())
             });
         }
+        // Inert from the SelfExcluded event on: what was queued before it
+        // comes before it; nothing may follow.
         for o in outputs {
+            let inert = self.excluded;
+            let active = |what: &str, v: &mut Violations| {
+                if inert {
+                    v.record(Violation::ActiveAfterExclusion, || {
+                        format!("rank {me} excluded, then: {what}")
+                    });
+                }
+            };
             match o {
                 Output::Send { to, message } => {
                     active("a send", v);
@@ -282,6 +284,7 @@ impl EngineCheck {
                     self.slot(*slot, v);
                 }
                 Output::HeartbeatStream { to, slot, .. } => {
+                    // An excluded rank's last stream says "no more" (None).
                     if let Some(to) = *to {
                         active("a heartbeat stream", v);
                         self.addressee(to, v, "HeartbeatStream");
@@ -292,7 +295,10 @@ impl EngineCheck {
                     active("a slot clear", v);
                     self.slot(*slot, v);
                 }
-                Output::Event(e) => self.event(e, v, &mut active),
+                Output::Event(e) => {
+                    active("an event", v);
+                    self.event(e, v);
+                }
                 #[allow(unreachable_patterns)] // outputs added later: no rule yet
                 _ => active("an output", v),
             }
@@ -320,7 +326,9 @@ impl EngineCheck {
         }
         let deadline = engine.next_deadline();
         if self.excluded && deadline.is_some() {
-            active("a deadline", v);
+            v.record(Violation::ActiveAfterExclusion, || {
+                format!("rank {me} excluded, then: a deadline")
+            });
         }
         match (call, deadline) {
             (Call::Timeout, Some(d)) if d <= now => {
@@ -365,12 +373,7 @@ impl EngineCheck {
         }
     }
 
-    fn event(
-        &mut self,
-        e: &Event,
-        v: &mut Violations,
-        active: &mut impl FnMut(&str, &mut Violations),
-    ) {
+    fn event(&mut self, e: &Event, v: &mut Violations) {
         let me = self.me;
         match e {
             Event::Failed {
@@ -379,7 +382,6 @@ impl EngineCheck {
                 cause,
                 ..
             } => {
-                active("a Failed event", v);
                 let rank = *rank;
                 if rank == me {
                     v.record(Violation::EventNamesSelf, || format!("rank {me}: {e:?}"));
@@ -396,7 +398,6 @@ impl EngineCheck {
                 insert_once(&mut self.failed, rank, &self.left, me, e, v);
             }
             Event::Left { rank } => {
-                active("a Left event", v);
                 if *rank == me {
                     v.record(Violation::EventNamesSelf, || format!("rank {me}: {e:?}"));
                     return;
@@ -404,20 +405,18 @@ impl EngineCheck {
                 insert_once(&mut self.left, *rank, &self.failed, me, e, v);
             }
             Event::SelfExcluded { .. } => {
-                active("a second SelfExcluded", v);
                 self.excluded = true;
             }
             Event::Payload { origin, seq, .. } => {
-                active("a Payload event", v);
                 if let Some(seen) = &mut self.payloads {
                     if !seen.insert((*origin, *seq)) {
                         v.record(Violation::PayloadTwice, || format!("rank {me}: {e:?}"));
                     }
                 }
             }
-            Event::SlowEmitter { .. } => active("a SlowEmitter event", v),
+            Event::SlowEmitter { .. } => {}
             #[allow(unreachable_patterns)] // events added later: no rule yet
-            _ => active("an event", v),
+            _ => {}
         }
     }
 

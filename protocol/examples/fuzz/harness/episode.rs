@@ -175,8 +175,7 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
     };
     let mut config = config(dice);
     config.ring_seed = dice.u64();
-    let secret: [u8; 32] = std::array::from_fn(|i| i as u8 ^ 0x5A);
-    let keys = Arc::new(JobKeys::new(0xF022_0000_0000_0001, secret));
+    let keys = Arc::new(super::job_keys());
     let outsider = JobKeys::new(keys.job_key(), [0xA5; 32]);
     let steps = 50 + dice.below(3000);
     let modelled = dice.chance(15);

@@ -175,13 +175,23 @@ pub fn engine_case(data: &[u8]) {
 /// Job sizes the `decode` target decodes for.
 const DECODE_SIZES: [u32; 6] = [1, 2, 3, 8, 64, 4096];
 
-/// The keys of the `decode` target (the same in every run).
-pub fn decode_keys() -> JobKeys {
-    JobKeys::new(0xF022_0000_0000_0002, [0x42; 32])
+/// The keys of every fuzz job and of the `decode` target (the same in
+/// every run, so a decoder input saved by the stable run is an input of
+/// the target).
+pub fn job_keys() -> JobKeys {
+    JobKeys::new(0xF022_0000_0000_0001, [0x42; 32])
 }
 
-/// A `decode` target input for rank `me` of `n` (sizes not in the table
-/// become the nearest one), the message `bytes` as is.
+/// Flag bits of a `decode` target input: which header fields to write
+/// right before decoding, so that libFuzzer's mutations of the rest reach
+/// the checks behind them.
+const FIX_MAGIC: u8 = 1;
+const FIX_JOB_KEY: u8 = 2;
+const FIX_BODY_LEN: u8 = 4;
+const SEAL: u8 = 8;
+
+/// A `decode` target input for rank `me` of `n` (a size not in the table
+/// becomes the next larger one), the message `bytes` as is.
 fn decode_target_input(me: u32, n: u32, bytes: &[u8]) -> Vec<u8> {
     let size = DECODE_SIZES
         .iter()
@@ -192,11 +202,11 @@ fn decode_target_input(me: u32, n: u32, bytes: &[u8]) -> Vec<u8> {
     input
 }
 
-/// The `decode` target: `data` = flags, rank, size index, message. Flag
-/// bit 0 writes the target's job key into the header, bit 1 seals the
-/// message (with the sequence number it carries) for the rank, so that
-/// libFuzzer's mutations reach the parsers behind the cheap filters and
-/// the tag. Decodes with [`decode_keys`]; an accepted message must survive
+/// The `decode` target: `data` = flags, rank, job size index, message.
+/// The flags write the magic and version, the job key, the body length
+/// (what the bytes after the header hold), and seal the message for the
+/// rank with the sequence number it carries, in that order. Decodes with
+/// [`job_keys`]; an accepted message must survive
 /// [`check::decode_round_trip`].
 pub fn decode_case(data: &[u8]) {
     let [flags, me, size, ..] = *data else {
@@ -204,17 +214,29 @@ pub fn decode_case(data: &[u8]) {
     };
     let n = DECODE_SIZES[usize::from(size) % DECODE_SIZES.len()];
     let me = u32::from(me) % n;
-    let keys = decode_keys();
+    let keys = job_keys();
     let mut bytes = data[3..].to_vec();
-    if flags & 1 != 0 {
-        if let Some(field) = bytes.get_mut(8..16) {
-            field.copy_from_slice(&keys.job_key().to_le_bytes());
+    let mut put = |at: usize, field: &[u8]| {
+        if let Some(place) = bytes.get_mut(at..at + field.len()) {
+            place.copy_from_slice(field);
         }
+    };
+    if flags & FIX_MAGIC != 0 {
+        put(0, &wire::MAGIC);
+        put(4, &[wire::VERSION]);
     }
-    if flags & 2 != 0 {
+    if flags & FIX_JOB_KEY != 0 {
+        put(8, &keys.job_key().to_le_bytes());
+    }
+    if flags & FIX_BODY_LEN != 0 {
+        let body = data.len().saturating_sub(3 + wire::HEADER_LEN) as u32;
+        put(32, &body.to_le_bytes());
+    }
+    if flags & SEAL != 0 {
         let seq = bytes
             .get(24..32)
-            .map_or(1, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])));
+            .and_then(|s| s.try_into().ok())
+            .map_or(1, u64::from_le_bytes);
         bytes = wire::seal(&bytes, seq, me, &keys);
     }
     let mut v = Violations::default();
