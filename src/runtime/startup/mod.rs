@@ -24,8 +24,8 @@ mod record;
 
 pub use exchange::{ExchangeError, JobView, exchange};
 pub use record::{
-    AgreedSettings, FINGERPRINT_LEN, PeerRecord, RECORD_VERSION, RecordError, SecretClaim, host_id,
-    local_hostname, random_job_key,
+    AgreedSettings, FINGERPRINT_LEN, PeerRecord, ProcessIdentity, RECORD_VERSION, RecordError,
+    SecretClaim, host_id, local_hostname, random_job_key, start_time_of, this_process,
 };
 
 use std::io::Write;
@@ -229,6 +229,8 @@ fn exchange_records(
     record.slot_addr = remote.addr;
     record.slot_key = remote.key;
     record.secret = claim;
+    record.settings.local = config.local();
+    record.process = this_process();
     if me == 0 {
         record.job_key = random_job_key().map_err(|source| {
             abandon_exchange(
