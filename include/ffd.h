@@ -168,6 +168,14 @@ typedef enum {
      * rank. Call ffd_finalize() to free the handle.
      */
     FFD_EVENT_STOPPED = 6,
+    /**
+     * Every rank of one host failed together (found silent in one
+     * timeout, none of them answering): `rank` is the host's lowest rank,
+     * `seq` the number of its ranks, `detector` the rank that declared
+     * them. Each rank is also reported by its own FAILED event, before
+     * this one.
+     */
+    FFD_EVENT_HOST_FAILED = 7,
 } ffd_event_kind;
 
 /**
@@ -192,6 +200,11 @@ typedef enum {
      * Another rank's notice (the reliable broadcast) told this rank.
      */
     FFD_CAUSE_NOTICE = 3,
+    /**
+     * The process exited, seen by this rank on the same host (a pidfd):
+     * proof of death.
+     */
+    FFD_CAUSE_EXITED = 4,
 } ffd_cause;
 
 /**

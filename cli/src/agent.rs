@@ -30,7 +30,7 @@ use serde_json::Value;
 use crate::launch::agent_line::{AgentEvent, AgentLine, Stamp};
 use ffd::bootstrap::{self, Bootstrap, BootstrapError};
 use ffd::config::{Config, Env};
-use ffd::protocol::{Event, Rank};
+use ffd::protocol::{Basis, Event, Evidence, Rank};
 use ffd::runtime::{self, Detector, DetectorEvent};
 
 /// `ffd agent` options.
@@ -175,6 +175,21 @@ fn emit_event(
     }
 }
 
+/// What the evidence of a declaration said, for the agent's line (`None`:
+/// nothing beyond the cause).
+pub fn evidence_text(evidence: Evidence) -> Option<String> {
+    match evidence {
+        Evidence::None => None,
+        Evidence::Exit => Some("exit".to_owned()),
+        Evidence::RefusalRun { millis } => Some(format!("refusal run {millis}ms")),
+        Evidence::ErrorCompletion {
+            errno, prov_errno, ..
+        } => Some(format!(
+            "error completion errno {errno} prov_errno {prov_errno}"
+        )),
+    }
+}
+
 /// The line's event for a detector event (none for the detector's stop).
 pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
     Some(match event.protocol()? {
@@ -183,12 +198,19 @@ pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
             detector,
             cause,
             hops,
+            evidence,
         } => AgentEvent::Failed {
             rank: *rank,
             cause: *cause,
             detector: Some(*detector),
             hops: Some(*hops),
             epoch: Some(event.epoch),
+            evidence: evidence_text(*evidence),
+            basis: Some(Basis::of(*cause, *evidence).as_str().to_owned()),
+        },
+        Event::HostFailed { host, ranks } => AgentEvent::HostFailed {
+            host: *host,
+            ranks: ranks.clone(),
         },
         Event::Left { rank } => AgentEvent::Left { rank: *rank },
         Event::SelfExcluded { by } => AgentEvent::SelfExcluded { by: Some(*by) },
@@ -293,6 +315,11 @@ mod tests {
                     detector: 4,
                     cause: protocol::Cause::InBand,
                     hops: 2,
+                    evidence: protocol::Evidence::ErrorCompletion {
+                        errno: 107,
+                        prov_errno: 32,
+                        proof: true,
+                    },
                 },
                 AgentEvent::Failed {
                     rank: 5,
@@ -300,6 +327,36 @@ mod tests {
                     detector: Some(4),
                     hops: Some(2),
                     epoch: Some(1),
+                    evidence: Some("error completion errno 107 prov_errno 32".into()),
+                    basis: Some("proof".into()),
+                },
+            ),
+            (
+                protocol::Event::Failed {
+                    rank: 6,
+                    detector: 7,
+                    cause: protocol::Cause::Exited,
+                    hops: 0,
+                    evidence: protocol::Evidence::Exit,
+                },
+                AgentEvent::Failed {
+                    rank: 6,
+                    cause: protocol::Cause::Exited,
+                    detector: Some(7),
+                    hops: Some(0),
+                    epoch: Some(1),
+                    evidence: Some("exit".into()),
+                    basis: Some("proof".into()),
+                },
+            ),
+            (
+                protocol::Event::HostFailed {
+                    host: 2,
+                    ranks: vec![2, 5],
+                },
+                AgentEvent::HostFailed {
+                    host: 2,
+                    ranks: vec![2, 5],
                 },
             ),
             (

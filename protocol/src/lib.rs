@@ -14,6 +14,7 @@
 mod config;
 pub mod duration;
 mod engine;
+mod hosts;
 pub mod overlay;
 pub mod ranks;
 mod ring;
@@ -28,9 +29,10 @@ pub use config::{
     BcastKind, EngineConfig, EngineConfigError, InbandMode, ParseSettingError, Rank, RingKind, Time,
 };
 pub use engine::{
-    Cause, Engine, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_generation, slot_value,
+    Basis, Cause, Engine, Event, Evidence, HandleError, HeartbeatMode, Input, LocalBeat, Output,
+    Participation, Stats, TransportErrorKind, slot_digest, slot_generation, slot_value,
 };
+pub use hosts::Hosts;
 pub use overlay::Overlay;
 pub use ranks::{RankList, RankSet};
 pub use ring::Ring;

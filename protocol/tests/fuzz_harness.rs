@@ -15,7 +15,7 @@ mod harness;
 
 use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, HandleError, Output, RejectReason, Ring, Time,
+    Cause, Engine, EngineConfig, Event, Evidence, HandleError, Output, RejectReason, Ring, Time,
 };
 use harness::check::{Call, EngineCheck, Step, Violation, Violations, decode_round_trip};
 use harness::dice::Dice;
@@ -165,6 +165,7 @@ fn the_checks_catch_what_they_forbid() {
             detector: 0,
             cause: Cause::Timeout,
             hops: 0,
+            evidence: Evidence::None,
         })
     };
     let forged = [

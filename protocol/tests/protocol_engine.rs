@@ -9,8 +9,8 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Message, ProbeVerdict};
 use ffd_protocol::{
-    BcastKind, Cause, Engine, EngineConfig, Event, HandleError, InbandMode, Input, Kind, Output,
-    Overlay, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind, slot_value,
+    BcastKind, Cause, Engine, EngineConfig, Event, Evidence, HandleError, InbandMode, Input, Kind,
+    Output, Overlay, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind, slot_value,
 };
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
@@ -294,7 +294,8 @@ fn timeout_declares_mends_and_broadcasts() {
         rank: 4,
         detector: 5,
         cause: Cause::Timeout,
-        hops: 0
+        hops: 0,
+        evidence: Evidence::None,
     }));
     // The failed rank is told directly; the notice goes over the overlay
     // (tree links first, from this rank as root), never to the failed rank.
@@ -472,7 +473,8 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
         rank: 11,
         detector: 26,
         cause: Cause::Notice,
-        hops: 1
+        hops: 1,
+        evidence: Evidence::None,
     }));
     // The emitter (9) is alive; 11 was the observer: heartbeats stop until
     // 12 (11's observer) mends to us.
@@ -592,6 +594,7 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 0,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::None,
         },
     )
     .unwrap();
@@ -602,6 +605,7 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
+            evidence: Evidence::None,
         },
     )
     .unwrap();
@@ -610,7 +614,8 @@ fn inband_declare_off_and_departed_peers() {
         rank: 5,
         detector: 4,
         cause: Cause::InBand,
-        hops: 0
+        hops: 0,
+        evidence: Evidence::None,
     }));
     // Again (the peer is known failed now): ignored.
     e.handle(
@@ -618,6 +623,7 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::None,
         },
     )
     .unwrap();
@@ -638,6 +644,7 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::Unreachable,
+            evidence: Evidence::None,
         },
     )
     .unwrap();
@@ -652,6 +659,7 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 3,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::None,
         },
     )
     .unwrap();
@@ -660,7 +668,8 @@ fn inband_declare_off_and_departed_peers() {
         rank: 3,
         detector: 4,
         cause: Cause::InBand,
-        hops: 0
+        hops: 0,
+        evidence: Evidence::None,
     }));
     assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![2]);
 }
@@ -679,6 +688,7 @@ fn inband_suspect_probes_before_declaring() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
+            evidence: Evidence::None,
         },
     )
     .unwrap();
@@ -713,6 +723,7 @@ fn inband_suspect_probes_before_declaring() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
+            evidence: Evidence::None,
         },
     )
     .unwrap();
@@ -724,7 +735,8 @@ fn inband_suspect_probes_before_declaring() {
         rank: 5,
         detector: 4,
         cause: Cause::InBand,
-        hops: 0
+        hops: 0,
+        evidence: Evidence::None,
     }));
 }
 
@@ -828,7 +840,8 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
         rank: 12,
         detector: 3,
         cause: Cause::Notice,
-        hops: 1
+        hops: 1,
+        evidence: Evidence::None,
     }));
     assert!(!sent_to(&outs, n, Kind::Notice).is_empty());
     assert_eq!(e.stats().ranks_learned_by_sync, 1);
@@ -886,6 +899,7 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
             Input::TransportError {
                 peer: 5,
                 kind: TransportErrorKind::HeartbeatWrite,
+                evidence: Evidence::None,
             },
         )
         .unwrap();
@@ -912,6 +926,7 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
         Input::TransportError {
             peer: 4,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::None,
         },
     )
     .unwrap();

@@ -100,6 +100,12 @@ pub enum ffd_event_kind {
     /// failed, and ffd_is_alive() returns FFD_ERR_STOPPED. `rank` is this
     /// rank. Call ffd_finalize() to free the handle.
     FFD_EVENT_STOPPED = 6,
+    /// Every rank of one host failed together (found silent in one
+    /// timeout, none of them answering): `rank` is the host's lowest rank,
+    /// `seq` the number of its ranks, `detector` the rank that declared
+    /// them. Each rank is also reported by its own FAILED event, before
+    /// this one.
+    FFD_EVENT_HOST_FAILED = 7,
 }
 
 /// How this rank learned of a failure (ffd_event_t::cause).
@@ -116,6 +122,9 @@ pub enum ffd_cause {
     FFD_CAUSE_INBAND = 2,
     /// Another rank's notice (the reliable broadcast) told this rank.
     FFD_CAUSE_NOTICE = 3,
+    /// The process exited, seen by this rank on the same host (a pidfd):
+    /// proof of death.
+    FFD_CAUSE_EXITED = 4,
 }
 
 /// What stopped a detector (ffd_event_t::stop_cause, ffd_state_t::stop_cause).
@@ -389,6 +398,7 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
             detector,
             cause,
             hops,
+            ..
         } => {
             c.rank = *rank;
             c.detector = *detector;
@@ -396,8 +406,15 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
                 Cause::Timeout => ffd_cause::FFD_CAUSE_TIMEOUT,
                 Cause::InBand => ffd_cause::FFD_CAUSE_INBAND,
                 Cause::Notice => ffd_cause::FFD_CAUSE_NOTICE,
+                Cause::Exited => ffd_cause::FFD_CAUSE_EXITED,
             };
             c.hops = u32::from(*hops);
+        }
+        protocol::Event::HostFailed { ranks, .. } => {
+            c.kind = ffd_event_kind::FFD_EVENT_HOST_FAILED;
+            c.rank = ranks.first().copied().unwrap_or(0);
+            c.detector = me;
+            c.seq = ranks.len() as u64;
         }
         protocol::Event::Left { rank } => {
             c.kind = ffd_event_kind::FFD_EVENT_LEFT;

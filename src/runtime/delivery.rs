@@ -54,11 +54,12 @@ impl Delivery {
                 rank,
                 detector,
                 cause,
+                evidence,
                 ..
             } => {
                 self.shared.failed.insert(*rank);
                 self.logger.info(format_args!(
-                    "rank {rank} failed ({}, declared by rank {detector})",
+                    "rank {rank} failed ({}, declared by rank {detector}; {evidence:?})",
                     cause.as_str()
                 ));
             }
@@ -74,6 +75,11 @@ impl Delivery {
             protocol::Event::SlowEmitter { rank, stalled_for } => {
                 self.logger.info(format_args!(
                     "emitter {rank} is slow: its slot stood still for {stalled_for:?}"
+                ));
+            }
+            protocol::Event::HostFailed { host, ranks } => {
+                self.logger.info(format_args!(
+                    "host {host} failed: ranks {ranks:?}, declared by this rank"
                 ));
             }
             protocol::Event::Payload { .. } => {}

@@ -28,7 +28,7 @@ use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
 use crate::protocol::{
-    Engine, EngineConfig, Input, JobKeys, Output, Participation, Rank, Ring, Time,
+    Engine, EngineConfig, Evidence, Input, JobKeys, Output, Participation, Rank, Ring, Time,
     TransportErrorKind,
 };
 
@@ -469,7 +469,8 @@ impl Core<'_> {
                 self.logger.info(format_args!(
                     "transport error on the link to rank {peer}: {error}"
                 ));
-                self.transport_error(now, peer, kind);
+                let evidence = error_evidence(error.err, error.prov_errno);
+                self.transport_error(now, peer, kind, evidence);
             }
             None => {
                 self.counters.unattributed_errors += 1;
@@ -479,12 +480,23 @@ impl Core<'_> {
         }
     }
 
-    fn transport_error(&mut self, now: Time, peer: Rank, kind: TransportErrorKind) {
+    fn transport_error(
+        &mut self,
+        now: Time,
+        peer: Rank,
+        kind: TransportErrorKind,
+        evidence: Evidence,
+    ) {
         self.counters.transport_errors += 1;
         self.refused_since.remove(&peer);
-        let _ = self
-            .engine
-            .handle(now, Input::TransportError { peer, kind });
+        let _ = self.engine.handle(
+            now,
+            Input::TransportError {
+                peer,
+                kind,
+                evidence,
+            },
+        );
     }
 
     /// A post to `peer` was refused (`-FI_EAGAIN`/`-FI_ENOENT`): a run of
@@ -498,15 +510,21 @@ impl Core<'_> {
         } else {
             self.eagain_limit.max(self.connect_grace)
         };
-        if now.duration_since(since) > bound {
+        let run = now.duration_since(since);
+        if run > bound {
             self.counters.unreachable_verdicts += 1;
             self.logger.info(format_args!(
-                "rank {peer} unreachable: posts refused for {:?}",
-                now.duration_since(since)
+                "rank {peer} unreachable: posts refused for {run:?}"
             ));
             self.pending.retain(|(to, _)| *to != peer);
             let t = self.now();
-            self.transport_error(t, peer, TransportErrorKind::Unreachable);
+            let millis = u32::try_from(run.as_millis()).unwrap_or(u32::MAX);
+            self.transport_error(
+                t,
+                peer,
+                TransportErrorKind::Unreachable,
+                Evidence::RefusalRun { millis },
+            );
         }
     }
 
@@ -556,7 +574,8 @@ impl Core<'_> {
                 self.logger
                     .info(format_args!("heartbeat to rank {to} failed: {e}"));
                 let now = self.now();
-                self.transport_error(now, to, TransportErrorKind::HeartbeatWrite);
+                let evidence = error_evidence(e.errno().unwrap_or(0), 0);
+                self.transport_error(now, to, TransportErrorKind::HeartbeatWrite, evidence);
             }
         }
     }
@@ -585,7 +604,8 @@ impl Core<'_> {
                 self.logger
                     .info(format_args!("send to rank {to} failed: {e}"));
                 let now = self.now();
-                self.transport_error(now, to, TransportErrorKind::Send);
+                let evidence = error_evidence(e.errno().unwrap_or(0), 0);
+                self.transport_error(now, to, TransportErrorKind::Send, evidence);
                 true
             }
         }
@@ -649,10 +669,52 @@ impl Core<'_> {
     }
 }
 
+/// What an error entry (or a failed post) says, for the Engine: libfabric's
+/// error (`err`, a positive `FI_E*`, which are errno values) and the
+/// provider's own, read as proof when the peer's kernel answered (the
+/// connection was refused or reset, the pipe broke: on `tcp;ofi_rxm` a
+/// write to a killed peer completes with `FI_ENOTCONN` and `EPIPE`), as
+/// silence otherwise (timed out, host unreachable, canceled, an I/O
+/// error: the peer may be alive behind a cut).
+pub(super) fn error_evidence(err: i32, prov_errno: i32) -> Evidence {
+    let refused = |e: i32| {
+        [
+            libc::ECONNREFUSED,
+            libc::ECONNRESET,
+            libc::EPIPE,
+            libc::ENOTCONN,
+        ]
+        .contains(&e.abs())
+    };
+    Evidence::ErrorCompletion {
+        errno: err.unsigned_abs(),
+        prov_errno,
+        proof: refused(err) || refused(prov_errno),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::wire::{Encoder, TAG_LEN};
+
+    #[test]
+    fn a_refused_or_reset_connection_is_proof_a_timeout_silence() {
+        let proof = |e: Evidence| matches!(e, Evidence::ErrorCompletion { proof: true, .. });
+        assert!(proof(error_evidence(libc::ENOTCONN, libc::EPIPE)));
+        assert!(proof(error_evidence(libc::EIO, -libc::ECONNRESET)));
+        assert!(!proof(error_evidence(libc::ETIMEDOUT, 0)));
+        assert!(!proof(error_evidence(libc::EHOSTUNREACH, 0)));
+        assert!(!proof(error_evidence(libc::ECANCELED, 0)));
+        assert_eq!(
+            error_evidence(libc::EIO, 5),
+            Evidence::ErrorCompletion {
+                errno: libc::EIO as u32,
+                prov_errno: 5,
+                proof: false
+            }
+        );
+    }
 
     /// The worst notice of a job (every other rank failed, as a list the
     /// encoder must send whole) and the largest payload fit the buffers.

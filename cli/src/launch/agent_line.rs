@@ -13,6 +13,9 @@
 //! ```text
 //! {"event":"ready","pid":1234,"core":1,"me":3,"t_ms":0.0,"unix_ms":...}
 //! {"event":"failed","rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,"me":3,...}
+//! {"event":"failed","rank":5,"cause":"exited","detector":3,"hops":0,"epoch":1,
+//!  "evidence":"exit","basis":"proof","me":3,...}
+//! {"event":"host_failed","host":1,"ranks":[1,4,7],"me":2,...}
 //! {"event":"left","rank":5,"me":3,...}
 //! {"event":"self_excluded","by":4,"me":3,...}
 //! {"event":"slow_emitter","rank":2,"late_ms":37.0,"me":3,...}
@@ -48,7 +51,17 @@ pub enum AgentEvent {
         hops: Option<u16>,
         /// Failures this rank knew once it learned this one.
         epoch: Option<u64>,
+        /// What the transport or the host said, when this rank declared it
+        /// (`exit`, `refusal run 30ms`, `error completion errno 107
+        /// prov_errno 32`); absent for a timeout or a notice.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evidence: Option<String>,
+        /// `proof`, `silence` or `reported` (absent in older lines).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        basis: Option<String>,
     },
+    /// This rank declared every rank of host `host` failed in one notice.
+    HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` shut down cleanly.
     Left { rank: Rank },
     /// The others declared this rank failed (`by` told it); it stops
@@ -76,9 +89,10 @@ pub enum AgentEvent {
 
 impl AgentEvent {
     /// The event kinds of the contract (the `event` values).
-    pub const KINDS: [&'static str; 8] = [
+    pub const KINDS: [&'static str; 9] = [
         "ready",
         "failed",
+        "host_failed",
         "left",
         "self_excluded",
         "slow_emitter",
@@ -92,6 +106,7 @@ impl AgentEvent {
         match self {
             AgentEvent::Ready { .. } => "ready",
             AgentEvent::Failed { .. } => "failed",
+            AgentEvent::HostFailed { .. } => "host_failed",
             AgentEvent::Left { .. } => "left",
             AgentEvent::SelfExcluded { .. } => "self_excluded",
             AgentEvent::SlowEmitter { .. } => "slow_emitter",
@@ -201,6 +216,12 @@ mod tests {
                 detector: Some(4),
                 hops: Some(0),
                 epoch: Some(1),
+                evidence: None,
+                basis: None,
+            },
+            AgentEvent::HostFailed {
+                host: 1,
+                ranks: vec![1, 4, 7],
             },
             AgentEvent::Left { rank: 5 },
             AgentEvent::SelfExcluded { by: Some(4) },
@@ -243,6 +264,7 @@ mod tests {
         let want = [
             &["core", "event", "pid"][..],
             &["cause", "detector", "epoch", "event", "hops", "rank"],
+            &["event", "host", "ranks"],
             &["event", "rank"],
             &["by", "event"],
             &["event", "late_ms", "rank"],
@@ -275,6 +297,8 @@ mod tests {
                     detector: None,
                     hops: None,
                     epoch: None,
+                    evidence: None,
+                    basis: None,
                 },
             ),
             (

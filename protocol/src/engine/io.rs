@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::config::Rank;
+use crate::config::{Rank, Time};
 use crate::wire::{Kind, RejectReason, Sealed};
 
 /// The heartbeat value an emitter writes into its observer's slot:
@@ -47,11 +47,21 @@ pub enum Input<'a> {
     /// An active message. `from` is the transport's idea of the sender if
     /// it has one; after validation the header's sender is authoritative.
     Message { from: Option<Rank>, bytes: &'a [u8] },
-    /// A transport operation concerning `peer` failed.
+    /// A transport operation concerning `peer` failed; `evidence` is what
+    /// the transport said ([`Evidence::RefusalRun`] for an unreachable
+    /// verdict, [`Evidence::ErrorCompletion`] for an error entry, classified
+    /// by the driver).
     TransportError {
         peer: Rank,
         kind: TransportErrorKind,
+        evidence: Evidence,
     },
+    /// A process of this rank's host exited: `rank`'s (seen through a pidfd
+    /// by the driver). Proof of death: declared at once with
+    /// [`Cause::Exited`]. Only for Engines with host groups
+    /// ([`Engine::with_hosts`](super::Engine::with_hosts)); ignored
+    /// otherwise, and for ranks of other hosts.
+    Exited { rank: Rank },
     /// Reliably broadcast an application payload to all live ranks.
     Broadcast(&'a [u8]),
     /// This rank is shutting down cleanly: tell the others, who mend around
@@ -104,6 +114,15 @@ pub enum Output {
     Event(Event),
 }
 
+/// What a driver saw of one local rank's counter in shared memory
+/// (`docs/design.md` §4.9): when that rank's progress thread last woke, in
+/// this Engine's time, and the digest fold of its failed ∪ left set then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalBeat {
+    pub at: Time,
+    pub digest: u32,
+}
+
 /// How a failure became known to this rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(
@@ -112,22 +131,85 @@ pub enum Output {
     serde(rename_all = "lowercase")
 )]
 pub enum Cause {
-    /// This rank's emitter's slot stood still for the timeout.
+    /// This rank's emitter's slot (or its local emitter's counter) stood
+    /// still for the timeout.
     Timeout,
     /// A transport error (or an unreachable verdict) on a ring link.
     InBand,
     /// A notice (or a sync exchange) from another rank.
     Notice,
+    /// The process exited: seen on its own host through a pidfd (proof).
+    Exited,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 3] = [Cause::Timeout, Cause::InBand, Cause::Notice];
+    pub const ALL: [Cause; 4] = [Cause::Timeout, Cause::InBand, Cause::Notice, Cause::Exited];
+    pub const COUNT: usize = Self::ALL.len();
 
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::Timeout => "timeout",
             Cause::InBand => "inband",
             Cause::Notice => "notice",
+            Cause::Exited => "exited",
+        }
+    }
+}
+
+/// What the evidence behind a declaration said, as this rank saw it: the
+/// detail of an in-band verdict, or the exit. The driver reports it with a
+/// transport error; the Engine passes it on in [`Event::Failed`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Evidence {
+    /// Nothing beyond the cause: a timeout, a notice, a probe's answer.
+    #[default]
+    None,
+    /// The process exited (its pidfd became readable).
+    Exit,
+    /// Posts to the peer were refused (`-FI_EAGAIN`) for `millis` ms.
+    RefusalRun { millis: u32 },
+    /// An operation on the link completed (or was posted) in error:
+    /// libfabric's `errno` (positive `FI_E*`), the provider's own
+    /// `prov_errno`, and the driver's reading: `proof` when the peer's
+    /// kernel answered (connection refused or reset, a broken pipe after a
+    /// kill), silence otherwise (timed out, host unreachable, canceled).
+    ErrorCompletion {
+        errno: u32,
+        prov_errno: i32,
+        proof: bool,
+    },
+}
+
+/// Whether a declaration rests on proof of death or on silence
+/// (`docs/design.md` §4.9): a rank cut off looks silent but may be alive;
+/// an exit, or a refusal from the peer's own kernel, is proof.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Basis {
+    /// The process is dead: an exit, a refusal by the peer's kernel.
+    Proof,
+    /// The process went quiet: a timeout, a refusal run, an unreachable
+    /// host; it may be alive behind a cut.
+    Silence,
+    /// Another rank declared it (a notice): its basis is the detector's.
+    Reported,
+}
+
+impl Basis {
+    /// The basis of a declaration with `cause` and `evidence`.
+    pub fn of(cause: Cause, evidence: Evidence) -> Basis {
+        match (cause, evidence) {
+            (Cause::Exited, _) | (_, Evidence::Exit) => Basis::Proof,
+            (Cause::Notice, _) => Basis::Reported,
+            (_, Evidence::ErrorCompletion { proof: true, .. }) => Basis::Proof,
+            _ => Basis::Silence,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Proof => "proof",
+            Basis::Silence => "silence",
+            Basis::Reported => "reported",
         }
     }
 }
@@ -136,15 +218,22 @@ impl Cause {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// `rank` has failed (final: never withdrawn). `detector` declared it
-    /// (this rank for Timeout/InBand; the notice's origin, or the sync peer,
-    /// for Notice). `hops`: overlay hops the news travelled (0 if detected
-    /// here).
+    /// (this rank for Timeout/InBand/Exited; the notice's origin, or the
+    /// sync peer, for Notice). `hops`: overlay hops the news travelled (0
+    /// if detected here). `evidence`: what the transport or the host said
+    /// (see [`Basis::of`] for proof or silence).
     Failed {
         rank: Rank,
         detector: Rank,
         cause: Cause,
         hops: u16,
+        evidence: Evidence,
     },
+    /// Every rank of host `host` (an index of
+    /// [`Hosts`](crate::Hosts), numbered by lowest rank) failed together:
+    /// this rank declared them in one notice after none of them answered
+    /// (`docs/design.md` §4.9). Follows their `Failed` events.
+    HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` left cleanly.
     Left { rank: Rank },
     /// This rank was declared failed by others (`by` told us): it must stop
@@ -228,7 +317,7 @@ pub struct Stats {
     pub dropped_untrusted_origin: u64,
     pub notices_forwarded: u64,
     /// Failures this rank learned, indexed like [`Cause::ALL`].
-    pub detections: [u64; 3],
+    pub detections: [u64; Cause::COUNT],
     pub departures_learned: u64,
     pub mendings: u64,
     pub observe_me_accepted: u64,
@@ -263,6 +352,21 @@ pub struct Stats {
     /// Slot readings that carried another generation than the one this
     /// rank named in `ObserveMe`: not heartbeats.
     pub foreign_slot_values: u64,
+    /// Checks of the local emitter's counter in shared memory.
+    pub local_checks: u64,
+    /// Local emitters declared after their counter stood still.
+    pub local_hangs: u64,
+    /// Same-host exits reported by the driver (pidfd), already known or not.
+    pub exits_seen: u64,
+    /// Fabric emitters whose host was checked before declaring (a probe
+    /// to each of its live ranks).
+    pub host_checks: u64,
+    /// Host checks that found the whole host silent: one notice named
+    /// every rank of it.
+    pub hosts_declared: u64,
+    /// Times this rank became its host's leader after the one before it
+    /// failed or left.
+    pub leader_takeovers: u64,
 }
 
 impl Stats {

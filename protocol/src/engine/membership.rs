@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use super::{
-    Cause, Engine, Event, HandleError, HeartbeatMode, NO_RANK, Participation, Timer, TimerTable,
+    Basis, Cause, Engine, Event, Evidence, HandleError, HeartbeatMode, NO_RANK, Participation,
+    TIMERS, Timer, TimerTable,
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
@@ -44,25 +45,62 @@ fn unknown_ranks(list: RankList<'_>, me: Rank, a: &[Rank], b: &[Rank]) -> Vec<Ra
 }
 
 impl Engine {
-    /// This rank declares `rank` failed: report, tell `rank` itself (if it
+    /// This rank declares `rank` failed on `evidence`: declarations that
+    /// rest on silence go through [`Engine::declare_silent`] (the one
+    /// place they pass), proof is declared at once.
+    pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause, evidence: Evidence) {
+        if Basis::of(cause, evidence) == Basis::Silence {
+            self.declare_silent(now, &[rank], cause, evidence);
+        } else {
+            self.declare_now(now, &[rank], cause, evidence, true);
+        }
+    }
+
+    /// Declares `ranks` (ascending) failed: report each, tell each (if it
     /// is only stopped or cut off, it learns it is out as soon as it runs
-    /// again), broadcast, mend.
-    pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause) {
-        if rank == self.me || self.is_gone(rank) || self.participation != Participation::Active {
+    /// again; not after an exit), broadcast one notice naming all of them
+    /// (`broadcast`), mend. Ranks already gone, and this rank, are skipped.
+    pub(super) fn declare_now(
+        &mut self,
+        now: Time,
+        ranks: &[Rank],
+        cause: Cause,
+        evidence: Evidence,
+        broadcast: bool,
+    ) {
+        if self.participation != Participation::Active {
             return;
         }
-        self.failed.insert(rank);
-        self.stats.detections[cause as usize] += 1;
-        self.push_event(Event::Failed {
-            rank,
-            detector: self.me,
-            cause,
-            hops: 0,
-        });
-        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[rank], &[]).into();
-        self.stats.exclusions_sent += 1;
-        self.send_shared(rank, Kind::Notice, m.clone());
-        self.fan_out(Kind::Notice, m, self.me, [rank, NO_RANK]);
+        let new: Vec<Rank> = ranks
+            .iter()
+            .copied()
+            .filter(|&r| r != self.me && !self.is_gone(r))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        self.failed.insert_sorted(&new);
+        for &rank in &new {
+            self.stats.detections[cause as usize] += 1;
+            self.push_event(Event::Failed {
+                rank,
+                detector: self.me,
+                cause,
+                hops: 0,
+                evidence,
+            });
+        }
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &new, &[]).into();
+        if cause != Cause::Exited {
+            for &rank in &new {
+                self.stats.exclusions_sent += 1;
+                self.send_shared(rank, Kind::Notice, m.clone());
+            }
+        }
+        if broadcast {
+            let skip = if new.len() == 1 { new[0] } else { NO_RANK };
+            self.fan_out(Kind::Notice, m, self.me, [skip, NO_RANK]);
+        }
         self.after_gone_changed(now);
     }
 
@@ -91,6 +129,7 @@ impl Engine {
                 detector,
                 cause: Cause::Notice,
                 hops,
+                evidence: Evidence::None,
             });
         }
         for &rank in &new_left {
@@ -124,6 +163,7 @@ impl Engine {
                 self.mend(now);
             }
         }
+        self.after_gone_changed_local(now);
     }
 
     pub(super) fn self_exclude(&mut self, by: Rank) {
@@ -131,7 +171,8 @@ impl Engine {
             return;
         }
         self.participation = Participation::Excluded;
-        self.timers = TimerTable([Time::NEVER; 4]);
+        self.timers = TimerTable([Time::NEVER; TIMERS.len()]);
+        self.host_check = None;
         self.fanouts.clear();
         self.pending_write = None;
         self.suspect = None;

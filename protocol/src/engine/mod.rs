@@ -73,6 +73,7 @@
 mod broadcast;
 mod heartbeat;
 mod io;
+mod local;
 mod membership;
 mod observation;
 mod trust;
@@ -81,6 +82,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::config::{EngineConfig, EngineConfigError, Rank, Time};
+use super::hosts::Hosts;
 use super::overlay::Overlay;
 use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
@@ -89,9 +91,10 @@ use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 use broadcast::{Fanout, PayloadDedup};
 use heartbeat::Beat;
 pub use io::{
-    Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_generation, slot_value,
+    Basis, Cause, Event, Evidence, HandleError, HeartbeatMode, Input, LocalBeat, Output,
+    Participation, Stats, TransportErrorKind, slot_digest, slot_generation, slot_value,
 };
+use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 
@@ -108,14 +111,25 @@ enum Timer {
     Suspect = 2,
     /// Forward the leaves learned in this window.
     LeaveBatch = 3,
+    /// Next check of the local emitter's counter (host groups).
+    LocalCheck = 4,
+    /// A silent leader's host had its time to answer (host groups).
+    HostCheck = 5,
 }
 
-const TIMERS: [Timer; 4] = [Timer::Beat, Timer::Check, Timer::Suspect, Timer::LeaveBatch];
+const TIMERS: [Timer; 6] = [
+    Timer::Beat,
+    Timer::Check,
+    Timer::Suspect,
+    Timer::LeaveBatch,
+    Timer::LocalCheck,
+    Timer::HostCheck,
+];
 
 /// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer
 /// whose deadline has moved is simply not due: no cancel API.
 #[derive(Clone, Copy, Debug)]
-struct TimerTable([Time; 4]);
+struct TimerTable([Time; TIMERS.len()]);
 
 impl TimerTable {
     fn get(&self, t: Timer) -> Time {
@@ -192,6 +206,14 @@ pub struct Engine {
     exclusion_replies: ExclusionReplies,
     /// Recent sync requests honoured, per peer.
     sync_limit: SyncLimit,
+    /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
+    hosts: Option<Arc<Hosts>>,
+    /// The local emitter's counter (host groups).
+    local: LocalWatch,
+    /// Whether this rank led its host at the last change of the gone set.
+    leading: bool,
+    /// A silent leader's host being checked (host groups).
+    host_check: Option<HostCheck>,
 }
 
 impl Engine {
@@ -208,7 +230,41 @@ impl Engine {
         keys: impl Into<Arc<JobKeys>>,
         now: Time,
     ) -> Result<Engine, EngineConfigError> {
-        let keys = keys.into();
+        Engine::build(config, ring, None, me, keys.into(), now)
+    }
+
+    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.9):
+    /// same-host ranks watch each other (exits through
+    /// [`Input::Exited`], hangs through the counters the driver reads for
+    /// [`Engine::handle_timeout_with`]), and only each host's leader (its
+    /// lowest live rank) heartbeats over the fabric, on the ring of hosts.
+    /// Notices still travel over `ring`, which orders every rank. `hosts`
+    /// must describe the same N ranks.
+    pub fn with_hosts(
+        config: Arc<EngineConfig>,
+        ring: Arc<Ring>,
+        hosts: Arc<Hosts>,
+        me: Rank,
+        keys: impl Into<Arc<JobKeys>>,
+        now: Time,
+    ) -> Result<Engine, EngineConfigError> {
+        if hosts.ranks() != ring.len() {
+            return Err(EngineConfigError::HostsMismatch {
+                hosts: hosts.ranks(),
+                ring: ring.len(),
+            });
+        }
+        Engine::build(config, ring, Some(hosts), me, keys.into(), now)
+    }
+
+    fn build(
+        config: Arc<EngineConfig>,
+        ring: Arc<Ring>,
+        hosts: Option<Arc<Hosts>>,
+        me: Rank,
+        keys: Arc<JobKeys>,
+        now: Time,
+    ) -> Result<Engine, EngineConfigError> {
         config.validate()?;
         let n = ring.len();
         if n == 0 {
@@ -217,10 +273,30 @@ impl Engine {
         if me >= n {
             return Err(EngineConfigError::RankOutOfRange { rank: me, size: n });
         }
-        let emitter = ring.predecessors(me).next();
-        let observer = ring.successors(me).next();
+        let none = |_| false;
+        let (emitter, observer, local_emitter, leading) = match &hosts {
+            None => (
+                ring.predecessors(me).next(),
+                ring.successors(me).next(),
+                None,
+                true,
+            ),
+            Some(h) if h.is_leader(me, none) => (
+                h.fabric_emitter(me, none),
+                h.fabric_observer(me, none),
+                h.local_emitter(me, none),
+                true,
+            ),
+            Some(h) => (None, None, h.local_emitter(me, none), false),
+        };
         let grace_end = now + config.startup_grace();
-        let mut timers = TimerTable([Time::NEVER; 4]);
+        let mut timers = TimerTable([Time::NEVER; TIMERS.len()]);
+        if local_emitter.is_some() {
+            timers.set(
+                Timer::LocalCheck,
+                (now + config.check_interval()).min(grace_end),
+            );
+        }
         if emitter.is_some() {
             // Check from the start: an emitter never heard from has until
             // grace_end + timeout (changed_at below), but one whose beats
@@ -273,6 +349,14 @@ impl Engine {
             stats: Stats::default(),
             config,
             ring,
+            hosts,
+            local: LocalWatch {
+                emitter: local_emitter,
+                baseline: grace_end,
+                ..LocalWatch::default()
+            },
+            leading,
+            host_check: None,
         };
         engine.write_beat_now(now);
         Ok(engine)
@@ -353,6 +437,10 @@ impl Engine {
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
+    /// The host groups, if this Engine watches by hosts.
+    pub fn hosts(&self) -> Option<&Arc<Hosts>> {
+        self.hosts.as_ref()
+    }
 
     /// When [`Engine::handle_timeout`] must next be called, `None` if never
     /// (e.g. excluded, or alone). Re-read after every `handle`,
@@ -409,8 +497,16 @@ impl Engine {
     pub fn handle(&mut self, now: Time, input: Input<'_>) -> Result<(), HandleError> {
         match input {
             Input::Message { from, bytes } => self.on_message(now, from, bytes),
-            Input::TransportError { peer, kind } => {
-                self.on_transport_error(now, peer, kind);
+            Input::TransportError {
+                peer,
+                kind,
+                evidence,
+            } => {
+                self.on_transport_error(now, peer, kind, evidence);
+                Ok(())
+            }
+            Input::Exited { rank } => {
+                self.on_exited(now, rank);
                 Ok(())
             }
             Input::Broadcast(bytes) => self.on_broadcast(bytes),
@@ -433,9 +529,28 @@ impl Engine {
     /// two at about 15 ns per step, 18 ns per heartbeat period, at every N
     /// (2^10 … 2^20) and known-failure count (0 … 1000).
     pub fn handle_timeout(&mut self, now: Time, read_slot: impl FnOnce(u16) -> u64) {
+        self.handle_timeout_with(now, read_slot, |_| None);
+    }
+
+    /// [`Engine::handle_timeout`] for an Engine with host groups: the
+    /// Engine also calls `read_local(rank)` once for its local emitter
+    /// ([`Engine::local_emitter`]), whose answer is that rank's counter in
+    /// shared memory (`None`: never written). An Engine with a local
+    /// emitter that is driven by `handle_timeout` alone sees no local
+    /// beats and declares it after the timeout.
+    pub fn handle_timeout_with(
+        &mut self,
+        now: Time,
+        read_slot: impl FnOnce(u16) -> u64,
+        read_local: impl FnOnce(Rank) -> Option<LocalBeat>,
+    ) {
         if let Some(slot) = self.watched_slot() {
             let value = read_slot(slot);
             self.on_slot(now, slot, value);
+        }
+        if let Some(e) = self.local.emitter {
+            let beat = read_local(e);
+            self.on_local_beat(now, beat);
         }
         self.on_tick(now);
     }
@@ -472,7 +587,7 @@ impl Engine {
                         .set(Timer::Suspect, now + self.config.suspect_timeout());
                 } else {
                     self.suspect = None;
-                    self.declare(now, s.rank, Cause::InBand);
+                    self.declare(now, s.rank, Cause::InBand, Evidence::None);
                 }
             }
         }
@@ -483,6 +598,14 @@ impl Engine {
         if self.timers.get(Timer::LeaveBatch) <= now {
             self.timers.stop(Timer::LeaveBatch);
             self.forward_leaves();
+        }
+        if self.timers.get(Timer::LocalCheck) <= now {
+            self.timers.stop(Timer::LocalCheck);
+            self.check_local(now, lagging);
+        }
+        if self.timers.get(Timer::HostCheck) <= now {
+            self.timers.stop(Timer::HostCheck);
+            self.resolve_host_check(now, lagging);
         }
     }
 

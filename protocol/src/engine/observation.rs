@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use super::{
-    Cause, Engine, Event, NO_RANK, Output, Participation, Timer, TransportErrorKind, slot_digest,
-    slot_generation,
+    Cause, Engine, Event, Evidence, NO_RANK, Output, Participation, Timer, TransportErrorKind,
+    slot_digest, slot_generation,
 };
 use crate::config::{InbandMode, Rank, Time};
 use crate::ranks::RankList;
@@ -156,6 +156,7 @@ impl Engine {
         self.watch.changed_at = self.watch.changed_at.max(now);
         self.watch.still_seen_at = None;
         self.watch.mismatch_since = None;
+        self.local_self_lag(now);
         if self.participation != Participation::Active {
             return;
         }
@@ -186,7 +187,7 @@ impl Engine {
                 (self.config.timeout, Cause::Timeout)
             };
             if now >= self.watch.changed_at && now - self.watch.changed_at >= limit {
-                self.declare(now, emitter, cause);
+                self.on_silent_emitter(now, emitter, cause);
                 return;
             }
         }
@@ -239,7 +240,9 @@ impl Engine {
         failed: RankList<'_>,
         left: RankList<'_>,
     ) {
-        let neighbour = self.watch.emitter == Some(sender) || self.beat.observer == Some(sender);
+        let neighbour = self.watch.emitter == Some(sender)
+            || self.beat.observer == Some(sender)
+            || self.is_local_neighbour(sender);
         if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
             self.stats.sync_requests_refused += 1;
             return;
@@ -344,6 +347,9 @@ impl Engine {
         about: Rank,
         verdict: ProbeVerdict,
     ) {
+        if verdict == ProbeVerdict::Alive && self.on_host_check_ack(now, nonce, about) {
+            return;
+        }
         if let Some(s) = self.suspect {
             if s.rank == about && s.nonce == nonce {
                 match verdict {
@@ -355,7 +361,7 @@ impl Engine {
                     ProbeVerdict::Dead | ProbeVerdict::Silent => {
                         self.suspect = None;
                         self.timers.stop(Timer::Suspect);
-                        self.declare(now, about, Cause::InBand);
+                        self.declare(now, about, Cause::InBand, Evidence::None);
                     }
                     ProbeVerdict::Unknown => {}
                 }
@@ -367,7 +373,7 @@ impl Engine {
     /// failed or left, in a fresh slot, with a grace of one timeout. With
     /// nobody left, there is no emitter (and no error).
     pub(super) fn mend(&mut self, now: Time) {
-        let candidate = self.ring.predecessors(self.me).find(|&r| !self.is_gone(r));
+        let candidate = self.emitter_candidate();
         self.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
@@ -410,7 +416,13 @@ impl Engine {
     /// peer's own observer decides within a timeout, and the broadcast's
     /// redundant links and the digest sync cover the lost copy. Errors
     /// concerning departed ranks are ignored.
-    pub(super) fn on_transport_error(&mut self, now: Time, peer: Rank, _kind: TransportErrorKind) {
+    pub(super) fn on_transport_error(
+        &mut self,
+        now: Time,
+        peer: Rank,
+        _kind: TransportErrorKind,
+        evidence: Evidence,
+    ) {
         self.stats.transport_errors += 1;
         if self.participation != Participation::Active
             || peer == self.me
@@ -425,7 +437,7 @@ impl Engine {
         let is_emitter = self.watch.emitter == Some(peer);
         match self.config.inband {
             InbandMode::Declare if is_observer || is_emitter => {
-                self.declare(now, peer, Cause::InBand)
+                self.declare(now, peer, Cause::InBand, evidence)
             }
             InbandMode::Suspect if is_observer => self.start_suspect(now, peer),
             InbandMode::Suspect if is_emitter => {

@@ -204,8 +204,14 @@ impl Simulator {
                         self.after_handle(r);
                     }
                     for (peer, kind) in self.held_errors.remove(&r).unwrap_or_default() {
-                        let _ = self.engines[r as usize]
-                            .handle(now, Input::TransportError { peer, kind });
+                        let _ = self.engines[r as usize].handle(
+                            now,
+                            Input::TransportError {
+                                peer,
+                                kind,
+                                evidence: super::BOUNCE,
+                            },
+                        );
                         self.after_handle(r);
                     }
                     if let Some((t, _)) = self.slots.target(r) {

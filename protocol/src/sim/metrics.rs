@@ -96,6 +96,7 @@ impl Simulator {
                 detector,
                 cause,
                 hops,
+                ..
             } => {
                 let healthy_reporter =
                     self.state[reporter as usize].flags & (FAULTY | EXCLUDED) == 0;
@@ -134,6 +135,7 @@ impl Simulator {
             }
             Event::Left { .. } => self.left_events += 1,
             Event::SlowEmitter { .. } => self.slow_warnings += 1,
+            Event::HostFailed { .. } => self.host_failed_events += 1,
             Event::Payload { .. } => self.payloads += 1,
         }
     }

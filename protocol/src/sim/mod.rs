@@ -41,13 +41,22 @@ pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 
 use crate::wire::{JobKeys, Kind, Sealed};
 use crate::{
-    Engine, EngineConfig, EngineConfigError, Input, Output, Rank, Ring, Time, TransportErrorKind,
+    Engine, EngineConfig, EngineConfigError, Evidence, Input, Output, Rank, Ring, Time,
+    TransportErrorKind,
 };
 use agenda::Agenda;
 use faults::{Action, host_of};
 use metrics::Track;
 use network::cut_by;
 use slots::SlotModel;
+
+/// What a message to a crashed or closed rank comes back as: the modelled
+/// network refuses it as a dead peer's kernel does (proof).
+pub(crate) const BOUNCE: Evidence = Evidence::ErrorCompletion {
+    errno: 0,
+    prov_errno: 0,
+    proof: true,
+};
 
 /// A simulation: the job, its settings, the faults.
 #[derive(Clone, Debug)]
@@ -185,6 +194,8 @@ pub struct Simulator {
     self_excluded: Vec<Rank>,
     left_events: u64,
     slow_warnings: u64,
+    /// `HostFailed` events raised (by any rank).
+    host_failed_events: u64,
     payloads: u64,
     dropped: u64,
     by_kind: [KindTotals; Kind::COUNT + 1],
@@ -274,6 +285,7 @@ impl Simulator {
             self_excluded: Vec::new(),
             left_events: 0,
             slow_warnings: 0,
+            host_failed_events: 0,
             payloads: 0,
             dropped: 0,
             by_kind: Default::default(),
@@ -392,8 +404,14 @@ impl Simulator {
             }
             What::Error { to, peer, kind } => match self.state[to as usize].status {
                 Status::Up => {
-                    let _ =
-                        self.engines[to as usize].handle(now, Input::TransportError { peer, kind });
+                    let _ = self.engines[to as usize].handle(
+                        now,
+                        Input::TransportError {
+                            peer,
+                            kind,
+                            evidence: BOUNCE,
+                        },
+                    );
                     self.after_handle(to);
                 }
                 Status::Hung => self.held_errors.entry(to).or_default().push((peer, kind)),

@@ -48,6 +48,7 @@ impl Timeline {
                 rank: failed,
                 cause,
                 detector,
+                evidence,
                 ..
             } => {
                 let failed = *failed;
@@ -80,6 +81,7 @@ impl Timeline {
                                 rank,
                                 failed,
                                 cause: *cause,
+                                evidence: evidence.as_deref(),
                                 also: earlier_detections > 0,
                                 after,
                             },
@@ -97,6 +99,14 @@ impl Timeline {
                     }
                 }
             }
+            AgentEvent::HostFailed { host, ranks } => say(
+                true,
+                Happening::HostFailed {
+                    rank,
+                    host: *host,
+                    ranks,
+                },
+            ),
             AgentEvent::Left { rank: gone } => {
                 let gone = *gone;
                 if gone >= self.info.ranks {

@@ -132,6 +132,8 @@ enum Happening<'a> {
         rank: Rank,
         failed: Rank,
         cause: Cause,
+        /// What the transport or host said (`exit`, an error completion).
+        evidence: Option<&'a str>,
         /// Another rank had detected it before.
         also: bool,
         /// The injected fault and how long after it; `None`: a false report.
@@ -152,6 +154,12 @@ enum Happening<'a> {
     SawLeave {
         rank: Rank,
         gone: Rank,
+    },
+    /// `rank` declared every rank of host `host` in one notice.
+    HostFailed {
+        rank: Rank,
+        host: u32,
+        ranks: &'a [Rank],
     },
     SelfExcluded {
         rank: Rank,
@@ -318,6 +326,8 @@ mod test_input {
             detector: Some(detector),
             hops: None,
             epoch: None,
+            evidence: None,
+            basis: None,
         })
     }
 

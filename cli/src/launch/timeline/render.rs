@@ -67,12 +67,14 @@ fn words(what: &Happening<'_>) -> String {
             rank,
             failed,
             cause,
+            evidence,
             also,
             after,
         } => {
             let also = if also { "also " } else { "" };
+            let evidence = evidence.map_or_else(String::new, |e| format!(": {e}"));
             let mut text = format!(
-                "rank {rank} {also}detected rank {failed} ({}",
+                "rank {rank} {also}detected rank {failed} ({}{evidence}",
                 describe(cause)
             );
             match after {
@@ -101,6 +103,13 @@ fn words(what: &Happening<'_>) -> String {
             )
         }
         Happening::SawLeave { rank, gone } => format!("rank {rank} saw rank {gone} leave"),
+        Happening::HostFailed { rank, host, ranks } => {
+            let list: Vec<String> = ranks.iter().map(ToString::to_string).collect();
+            format!(
+                "rank {rank} declared host {host} failed: ranks {} in one notice",
+                list.join(", ")
+            )
+        }
         Happening::SelfExcluded { rank } => format!("rank {rank} self-excluded"),
         Happening::SlowEmitter {
             rank,

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
-    BcastKind, Engine, EngineConfig, HandleError, InbandMode, Input, Output, Rank, Ring, RingKind,
-    Time, TransportErrorKind, slot_value,
+    BcastKind, Engine, EngineConfig, Evidence, HandleError, InbandMode, Input, Output, Rank, Ring,
+    RingKind, Time, TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -670,10 +670,29 @@ impl Episode<'_> {
             TransportErrorKind::Send,
             TransportErrorKind::Unreachable,
         ]);
+        let evidence = dice.pick(&[
+            Evidence::None,
+            Evidence::Exit,
+            Evidence::RefusalRun { millis: 30 },
+            Evidence::ErrorCompletion {
+                errno: 107,
+                prov_errno: 32,
+                proof: true,
+            },
+            Evidence::ErrorCompletion {
+                errno: 110,
+                prov_errno: -110,
+                proof: false,
+            },
+        ]);
         let _ = self.engine_call(
             r,
             InputKind::TransportError,
-            Input::TransportError { peer, kind },
+            Input::TransportError {
+                peer,
+                kind,
+                evidence,
+            },
         );
     }
 

@@ -178,6 +178,7 @@ impl Tally {
             Event::SelfExcluded { .. } => "SelfExcluded event",
             Event::SlowEmitter { .. } => "SlowEmitter event",
             Event::Payload { .. } => "Payload event",
+            Event::HostFailed { .. } => "HostFailed event",
             #[allow(unreachable_patterns)] // events added later
             _ => "other event",
         });
