@@ -157,9 +157,10 @@ settings_table! {
         }
         local: LocalMode => LocalMode {
             var: LOCAL = "FFD_LOCAL",
-            accepted: "auto|off",
+            accepted: "auto|counters|off",
             help: "Same-host ranks watch each other (pidfd, shared-memory counters) \
-                   and one leader per host heartbeats over the fabric; off: every rank does",
+                   and one leader per host heartbeats over the fabric; counters: without \
+                   pidfds; off: every rank heartbeats over the fabric",
             default: LocalMode::Auto,
             parse: word,
             check: any,
@@ -327,7 +328,7 @@ mod tests {
         );
         assert_eq!(
             setting::LOCAL.accepted,
-            [LocalMode::Auto, LocalMode::Off]
+            [LocalMode::Auto, LocalMode::Counters, LocalMode::Off]
                 .map(|m| m.to_string())
                 .join("|")
         );

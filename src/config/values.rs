@@ -100,11 +100,15 @@ pub enum LocalMode {
     /// fabric ring.
     #[default]
     Auto,
+    /// Host groups as `auto`, but without pidfds: exits too are found by
+    /// the counters (in a timeout). For kernels or sandboxes where pidfds
+    /// misbehave, and to test the fallback.
+    Counters,
     /// Every rank on the fabric ring, as before host groups.
     Off,
 }
 
-worded!(LocalMode { Auto => "auto", Off => "off" });
+worded!(LocalMode { Auto => "auto", Counters => "counters", Off => "off" });
 
 /// Log level (`FFD_LOG`), ordered from quietest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

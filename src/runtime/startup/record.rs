@@ -30,7 +30,7 @@
 //! | 108 | 4 | process id (as this rank's pid namespace numbers it) |
 //! | 112 | 8 | pid namespace: the inode of `/proc/self/ns/pid` (0: unknown) |
 //! | 120 | 8 | process start time, clock ticks since boot (`/proc/self/stat` field 22; 0: unknown) |
-//! | 128 | 1 | local watching (`FFD_LOCAL`): 0 auto, 1 off |
+//! | 128 | 1 | local watching (`FFD_LOCAL`): 0 auto, 1 off, 2 counters |
 //! | 129 | 1+n | hostname, UTF-8, n ≤ 255 |
 //! | | 1+n | provider name, UTF-8, n ≤ 255 |
 //! | | 2+n | fabric address, n ≤ 4096 |
@@ -436,7 +436,7 @@ impl<'a> RecordReader<'a> {
 const INBAND: [InbandMode; 3] = [InbandMode::Declare, InbandMode::Suspect, InbandMode::Off];
 const BCAST: [BcastKind; 2] = [BcastKind::Bmg, BcastKind::Chord];
 const RING: [RingKind; 3] = [RingKind::Topology, RingKind::Shuffle, RingKind::Rank];
-const LOCAL: [LocalMode; 2] = [LocalMode::Auto, LocalMode::Off];
+const LOCAL: [LocalMode; 3] = [LocalMode::Auto, LocalMode::Off, LocalMode::Counters];
 
 fn inband_code(v: InbandMode) -> u8 {
     match v {
@@ -463,6 +463,7 @@ fn local_code(v: LocalMode) -> u8 {
     match v {
         LocalMode::Auto => 0,
         LocalMode::Off => 1,
+        LocalMode::Counters => 2,
     }
 }
 
@@ -650,12 +651,12 @@ mod tests {
             Err(RecordError::NotUtf8 { field: "hostname" })
         );
         let mut local = bytes.clone();
-        local[128] = 2;
+        local[128] = 3;
         assert_eq!(
             PeerRecord::decode(&local),
             Err(RecordError::UnknownCode {
                 field: "local",
-                code: 2
+                code: 3
             })
         );
         assert_eq!(
