@@ -220,10 +220,12 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
     let elapsed = u64::try_from(parts.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let now = Time::from_nanos(elapsed);
     // After the barrier every local rank has its segment: open it.
+    let mut fallback = Vec::new();
     let local = match parts.seed.local.take() {
         None => None,
         Some(plan) => {
             let hosts = Arc::clone(&plan.hosts);
+            fallback.clone_from(&plan.fallback);
             let origin = monotonic_ns().saturating_sub(elapsed);
             match LocalWatching::start(plan, parts.seed.me, parts.wake.as_fd(), origin) {
                 Ok(w) => Some((hosts, w)),
@@ -261,6 +263,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
     let mut progress = Progress::new(parts, engine, local.map(|(_, w)| w), delivery);
     if let Some(w) = &progress.core.local {
         progress.core.counters.local_pidfds = w.pidfds() as u64;
+        progress.core.counters.local_fallback = fallback.join("; ");
     }
     let core = &mut progress.core;
     core.counters.link_messages_held = held.messages.len() as u64;
