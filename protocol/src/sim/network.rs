@@ -120,6 +120,10 @@ impl Simulator {
     /// A send or write towards a dead process: its error completion comes
     /// back to the sender after the in-band latency.
     pub(super) fn bounce(&mut self, sender: Rank, dead: Rank, kind: TransportErrorKind) {
+        if self.state[dead as usize].flags & super::LOST != 0 {
+            // Lost with its host: no kernel answers for it.
+            return;
+        }
         if let Some(d) = self.cfg.net.inband_latency {
             if matches!(
                 self.state[sender as usize].status,
