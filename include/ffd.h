@@ -493,6 +493,10 @@ typedef struct {
      * The CPU the progress thread is pinned to, or -1 when unpinned.
      */
     int64_t pinned_cpu;
+    /**
+     * Failures this rank saw as a same-host process exit (FFD_CAUSE_EXITED).
+     */
+    uint64_t detections_exited;
 } ffd_stats_t;
 
 #ifdef __cplusplus

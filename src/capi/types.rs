@@ -262,6 +262,8 @@ pub struct ffd_stats_t {
     pub wakeup_late_max_ns: u64,
     /// The CPU the progress thread is pinned to, or -1 when unpinned.
     pub pinned_cpu: i64,
+    /// Failures this rank saw as a same-host process exit (FFD_CAUSE_EXITED).
+    pub detections_exited: u64,
 }
 
 /// The host's fixed-length allgather: every rank contributes `len` bytes at
