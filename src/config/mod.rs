@@ -156,6 +156,7 @@ impl Config {
             ring: self.ring(),
             ring_seed: self.ring_seed().unwrap_or(0),
             startup_grace: Some(self.startup_grace()),
+            deliver_own: self.deliver_own(),
             // Fields added to the engine later keep their defaults.
             ..EngineConfig::default()
         }
