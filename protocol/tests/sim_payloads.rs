@@ -7,6 +7,8 @@
 //! The 2000-origin scenario at N = 2000 (4 million deliveries, 88 million
 //! messages) is `#[ignore]`d; `cargo test --release -- --ignored` runs it.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use ffd_protocol::sim::{FaultSpec, PayloadReport, SimConfig, SimReport, Simulator, Verdict};
@@ -53,11 +55,11 @@ fn everywhere(p: &PayloadReport) -> bool {
     p.live_at_end > 0 && p.delivered_by_live == p.live_at_end
 }
 
-/// The origin crashes during its fan-out: only some of its copies leave
-/// (a rule drops the others; with per-link send times a crash at the same
-/// instant cuts the fan-out by itself). If one copy left, the rank that
-/// got it delivers and forwards it, and so does every live rank; if none
-/// did, no live rank delivers it.
+/// The origin crashes during its fan-out, 1 µs after it began: only some
+/// of its copies leave (a rule lets the first `kept` through and drops the
+/// rest; with per-link send times the crash itself cuts the fan-out). If
+/// one copy left, the rank that got it delivers and forwards it, and so
+/// does every live rank; if none did, no live rank delivers it.
 #[test]
 fn an_origin_crashing_in_its_fan_out_is_delivered_by_every_live_rank_or_by_none() {
     for n in [8u32, 64, 1000] {
@@ -65,16 +67,17 @@ fn an_origin_crashing_in_its_fan_out_is_delivered_by_every_live_rank_or_by_none(
             let origin = n / 2;
             let faults = [
                 format!("bcast:{origin}@300ms"),
-                format!("crash:{origin}@300ms"),
+                format!("crash:{origin}@300001us"),
             ];
             let mut sim = Simulator::new(config(n, &faults, seed)).unwrap();
-            let mut passed = 0;
+            let left_origin = Rc::new(Cell::new(0usize));
+            let out = Rc::clone(&left_origin);
             sim.set_rule(Box::new(move |m| {
                 if m.kind == Some(Kind::Payload) && m.from == origin {
-                    passed += 1;
-                    if passed > kept {
+                    if out.get() >= kept {
                         return Verdict::Drop;
                     }
+                    out.set(out.get() + 1);
                 }
                 Verdict::Pass
             }));
@@ -83,12 +86,13 @@ fn an_origin_crashing_in_its_fan_out_is_delivered_by_every_live_rank_or_by_none(
             assert_all_or_none(&r, &what);
             let p = &r.payloads[0];
             assert_eq!(p.origin, origin);
-            if kept == 0 {
+            if left_origin.get() == 0 {
                 assert_eq!(p.delivered_by, 1, "{what}: only the dead origin\n{r}");
             } else {
                 assert!(everywhere(p), "{what}: {p:?}");
                 assert_eq!(p.delivered_by, n, "{what}: the origin too");
             }
+            assert!(left_origin.get() <= kept);
             assert_eq!(r.totals.false_reports, 0, "{what}");
         }
     }
@@ -102,7 +106,8 @@ fn an_origin_crashing_in_its_fan_out_is_delivered_by_every_live_rank_or_by_none(
 fn a_revoke_from_an_origin_already_known_failed_still_reaches_everyone() {
     for n in [16u32, 256, 1000] {
         let origin = 3;
-        let faults = specs(&["bcast:3@300ms", "crash:3@300ms"]);
+        // The crash comes once the whole fan-out has left.
+        let faults = specs(&["bcast:3@300ms", "crash:3@300050us"]);
         let mut sim = Simulator::new(config(n, &faults, 7)).unwrap();
         sim.set_rule(Box::new(move |m| {
             if m.kind == Some(Kind::Payload) && m.from != origin {
