@@ -201,8 +201,9 @@ pub struct EngineConfig {
     /// difference goes in parts, one per request (the requester asks again
     /// a timeout later while its digest still differs), so the work one
     /// request draws is bounded: 1024 ranks are at most ~5 KiB of lists.
-    /// Also the most payload marks one `SyncRequest` carries (a rank that
-    /// knows more origins covers them in turns).
+    /// Also the most payload marks one `SyncRequest` carries (and never
+    /// more than `wire::MAX_MARKS`; a rank that knows more origins covers
+    /// them in turns).
     pub max_sync_ranks: usize,
     /// The payloads one sync request draws, in bytes (at least one
     /// payload, however large): the rest waits for the next request.

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::config::{InbandMode, Rank, Time};
 use crate::ranks::RankList;
-use crate::wire::{Kind, Marks, ProbeVerdict, SLOTS};
+use crate::wire::{Kind, MAX_MARKS, Marks, ProbeVerdict, SLOTS};
 
 /// This rank's observation of its emitter.
 #[derive(Clone, Debug)]
@@ -218,9 +218,8 @@ impl Engine {
 
     pub(super) fn send_sync_request(&mut self, peer: Rank) {
         self.stats.sync_requests_sent += 1;
-        let (from, to, marks) = self
-            .payloads
-            .next_marks(self.config.max_sync_ranks, self.ring.len());
+        let cap = self.config.max_sync_ranks.min(MAX_MARKS);
+        let (from, to, marks) = self.payloads.next_marks(cap, self.ring.len());
         let m = self.encoder.sync_request_with_marks(
             self.digest(),
             self.failed.as_slice(),

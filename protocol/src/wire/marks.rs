@@ -24,6 +24,15 @@ use super::RejectReason;
 use crate::config::Rank;
 use crate::ranks::{get_varint, put_varint};
 
+/// The most marks one `SyncRequest` carries (the Engine covers more
+/// origins in turns).
+pub const MAX_MARKS: usize = 1024;
+
+/// The most bytes the marks of one `SyncRequest` take: three LEB128 u32
+/// and, per mark, a LEB128 u32 and a LEB128 u64. Receive buffers leave
+/// room for it (`ffd::runtime`).
+pub const MAX_MARKS_LEN: usize = 3 * 5 + MAX_MARKS * (5 + 10);
+
 /// LEB128 of a u64.
 fn put_varint64(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -55,6 +64,7 @@ fn get_varint64(bytes: &[u8], at: &mut usize) -> Result<u64, RejectReason> {
 /// with strictly increasing origins inside `from..to` and marks ≥ 1.
 pub(super) fn encode_marks(from: Rank, to: Rank, marks: &[(Rank, u64)], out: &mut Vec<u8>) {
     debug_assert!(from <= to);
+    debug_assert!(marks.len() <= MAX_MARKS);
     debug_assert!(marks.windows(2).all(|w| w[0].0 < w[1].0));
     debug_assert!(marks.iter().all(|&(o, m)| o >= from && o < to && m >= 1));
     put_varint(out, from);
@@ -163,6 +173,21 @@ mod tests {
         assert_eq!(at, out.len());
         assert_eq!((m.from, m.to, m.len()), (from, to, marks.len() as u32));
         m.iter().collect()
+    }
+
+    #[test]
+    fn the_largest_marks_fit_their_bound() {
+        let marks: Vec<(Rank, u64)> = (0..MAX_MARKS as Rank)
+            .map(|i| (i * (1 << 21), u64::MAX))
+            .collect();
+        let mut out = Vec::new();
+        encode_marks(0, u32::MAX, &marks, &mut out);
+        assert!(
+            out.len() <= MAX_MARKS_LEN,
+            "{} > {MAX_MARKS_LEN}",
+            out.len()
+        );
+        assert!(out.len() > MAX_MARKS_LEN - 3 * MAX_MARKS, "a tight bound");
     }
 
     #[test]

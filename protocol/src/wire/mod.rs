@@ -34,7 +34,7 @@ mod seal;
 use super::config::Rank;
 use super::ranks::{ListError, RankList, encode_rank_list};
 
-pub use marks::Marks;
+pub use marks::{MAX_MARKS, MAX_MARKS_LEN, Marks};
 pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
 
 pub const MAGIC: [u8; 4] = *b"FFDP";
