@@ -28,9 +28,9 @@ use crate::ranks::{get_varint, put_varint};
 /// origins in turns).
 pub const MAX_MARKS: usize = 1024;
 
-/// The most bytes the marks of one `SyncRequest` take: three LEB128 u32
-/// and, per mark, a LEB128 u32 and a LEB128 u64. Receive buffers leave
-/// room for it (`ffd::runtime`).
+/// The most bytes the marks of a `SyncRequest` with at most [`MAX_MARKS`]
+/// marks take: three LEB128 u32 and, per mark, a LEB128 u32 and a LEB128
+/// u64. Receive buffers leave room for it (`ffd::runtime`).
 pub const MAX_MARKS_LEN: usize = 3 * 5 + MAX_MARKS * (5 + 10);
 
 /// LEB128 of a u64.
@@ -64,7 +64,6 @@ fn get_varint64(bytes: &[u8], at: &mut usize) -> Result<u64, RejectReason> {
 /// with strictly increasing origins inside `from..to` and marks ≥ 1.
 pub(super) fn encode_marks(from: Rank, to: Rank, marks: &[(Rank, u64)], out: &mut Vec<u8>) {
     debug_assert!(from <= to);
-    debug_assert!(marks.len() <= MAX_MARKS);
     debug_assert!(marks.windows(2).all(|w| w[0].0 < w[1].0));
     debug_assert!(marks.iter().all(|&(o, m)| o >= from && o < to && m >= 1));
     put_varint(out, from);
