@@ -18,7 +18,7 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -166,6 +166,18 @@ pub(super) struct Link {
     pub linked: SyncSender<()>,
     /// Go (a unit) or give up (disconnected).
     pub go: Receiver<()>,
+    /// How far linking has come, for `Detector::start` to report.
+    pub progress: Arc<LinkProgress>,
+}
+
+/// How far the linking phase has come (written by the progress thread,
+/// read by `Detector::start` while it waits).
+#[derive(Debug, Default)]
+pub(super) struct LinkProgress {
+    /// The write to the observer completed (or there is no observer).
+    pub observer: AtomicBool,
+    /// Broadcast links whose warm-up send completed.
+    pub warm: AtomicU32,
 }
 
 /// The progress thread's body: the linking phase, then the Engine's loop.
@@ -293,6 +305,12 @@ fn link_phase(parts: &mut Parts) -> Option<Vec<Vec<u8>>> {
         if write_failed {
             posted = false;
         }
+        let progress = &parts.link.progress;
+        progress.observer.store(observer_done, Ordering::Relaxed);
+        let warmed = parts.link.warm.len().saturating_sub(warm.len());
+        progress
+            .warm
+            .store(u32::try_from(warmed).unwrap_or(u32::MAX), Ordering::Relaxed);
         if observer_done && warm.is_empty() && !linked {
             linked = true;
             let _ = parts.link.linked.try_send(());
@@ -454,6 +472,10 @@ impl Core {
             Completion::Sent { token, .. } => {
                 self.counters.messages_sent += 1;
                 self.link_works(token);
+                // The Engine times a just-mended emitter from its link-up.
+                if let Ok(to) = Rank::try_from(token) {
+                    let _ = self.engine.handle(now, Input::Sent { to });
+                }
             }
             Completion::Written { token } => {
                 self.counters.heartbeats_completed += 1;
@@ -518,11 +540,7 @@ impl Core {
         self.counters.posts_refused += 1;
         let now = Instant::now();
         let since = *self.refused_since.entry(peer).or_insert(now);
-        let bound = if self.connected.contains(&peer) {
-            self.eagain_limit
-        } else {
-            self.eagain_limit.max(self.connect_grace)
-        };
+        let bound = self.refusal_bound(peer);
         if now.duration_since(since) > bound {
             self.counters.unreachable_verdicts += 1;
             self.logger.info(format_args!(
@@ -533,6 +551,21 @@ impl Core {
             let t = self.now();
             self.transport_error(t, peer, TransportErrorKind::Unreachable);
         }
+    }
+
+    /// How long a run of refused posts to `peer` may last before it is a
+    /// verdict: `FFD_EAGAIN_LIMIT`, or start-up grace + timeout on a link
+    /// that never carried anything (connection set-up), stretched like the
+    /// Engine's own timeouts while this rank's wake-ups run late (its
+    /// local health, `docs/design.md` §4.3): a refusal run is timing
+    /// evidence too, and a starved rank drains its queues late.
+    fn refusal_bound(&self, peer: Rank) -> Duration {
+        let bound = if self.connected.contains(&peer) {
+            self.eagain_limit
+        } else {
+            self.eagain_limit.max(self.connect_grace)
+        };
+        bound.saturating_mul(self.engine.local_health())
     }
 
     /// Carries out everything the Engine asked for.

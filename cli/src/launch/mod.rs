@@ -13,6 +13,8 @@
 //!   agents with `FFD_BOOTSTRAP`, `FFD_RANK`, `FFD_SIZE`, waits for every
 //!   `ready`, injects the [`fault::Schedule`], shuts down, reaps.
 //! - [`Timeline`]: what the lines and the faults mean.
+//! - [`startup`]: the CPU budget warning before a run, the start-up's
+//!   progress while it happens, the agents' libfabric settings.
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +23,7 @@ pub mod cli;
 pub mod fault;
 mod launcher;
 mod process;
+pub mod startup;
 mod timeline;
 
 pub use agent_line::{AgentEvent, AgentLine, LineError, Stamp};
