@@ -132,7 +132,7 @@ def run_ffd(n, timeout, duration):
         proc = subprocess.run(
             [FFD, "run", "-n", str(n), "--period", ms_text(period), "--timeout", ms_text(timeout),
              "--duration", f"{duration:g}s", "--json", path],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=bound)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=bound)
         took = time.monotonic() - t0
         if not os.path.exists(path):
             return {"completed": False, "error": proc.stderr[-1500:], "took_s": took}
@@ -159,6 +159,9 @@ def run_ffd(n, timeout, duration):
         "inconsistent_views": inconsistent,
         "health_peak": max((s["engine"].get("health_peak", 0) for s in stats.values()), default=0),
         "max_wakeup_lateness_ms": max(lateness, default=0) / 1000,
+        "unreachable_verdicts": sum(s["runtime"]["unreachable_verdicts"] for s in stats.values()),
+        # How each false report began: "rank 43 detected rank 42 (timeout)".
+        "first_false_reports": [l.strip() for l in proc.stdout.splitlines() if "false report" in l][:10],
         "took_s": took,
     }
 
