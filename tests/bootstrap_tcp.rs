@@ -1,72 +1,29 @@
 //! The TCP rendezvous over loopback: several rounds among threads standing in
 //! for ranks, and every error path with the text each side reports. Every
 //! wait is bounded by small timeouts; ordering between clients is enforced
-//! with the server's events, never with sleeps.
+//! with the server's events, never with sleeps. (What the server refuses is
+//! in `rendezvous_refusals.rs`, the strays of a real job in
+//! `rendezvous_strays.rs`.)
+
+mod rendezvous_raw;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::tcp::wire::{self, Frame};
+use ffd::bootstrap::secret::JobSecret;
+use ffd::bootstrap::tcp::wire::Frame;
 use ffd::bootstrap::tcp::{
-    AbortCode, AbortReason, Rendezvous, RendezvousError, RendezvousHandle, ServeEvent,
-    TcpBootstrap, TcpEnv,
+    AbortCode, AbortReason, DropReason, Rendezvous, ServeEvent, TcpBootstrap, TcpEnv,
 };
 use ffd::bootstrap::{Bootstrap, BootstrapError, MAX_CONTRIBUTION};
 use ffd::config::Env;
 use ffd::protocol::Rank;
-
-const LONG: Duration = Duration::from_secs(20);
-
-fn serve(size: u32, timeout: Duration) -> RendezvousHandle {
-    Rendezvous::bind("127.0.0.1:0", size)
-        .unwrap()
-        .timeout(timeout)
-        .spawn()
-        .unwrap()
-}
-
-fn connect(
-    h: &RendezvousHandle,
-    rank: Rank,
-    size: u32,
-    timeout: Duration,
-) -> Result<TcpBootstrap, BootstrapError> {
-    TcpBootstrap::connect(&h.addr().to_string(), rank, size, timeout)
-}
-
-/// Waits (bounded) for the event `want`, skipping others.
-fn wait_event(h: &RendezvousHandle, want: impl Fn(&ServeEvent) -> bool) -> ServeEvent {
-    let deadline = Instant::now() + LONG;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let e = h
-            .events()
-            .recv_timeout(left)
-            .expect("the awaited server event never came");
-        if want(&e) {
-            return e;
-        }
-    }
-}
+use rendezvous_raw::{LONG, aborted, connect, key, secret, serve, server_abort, wait_event};
 
 fn contribution(rank: Rank, round: u32) -> Vec<u8> {
     vec![(rank + round) as u8; (rank * round + rank % 2) as usize]
-}
-
-fn aborted(e: &BootstrapError) -> (AbortCode, &str) {
-    match e {
-        BootstrapError::Aborted { code, message, .. } => (*code, message.as_str()),
-        other => panic!("expected an abort, got: {other}"),
-    }
-}
-
-fn server_abort(h: RendezvousHandle) -> AbortReason {
-    match h.join() {
-        Err(RendezvousError::Aborted(reason)) => reason,
-        other => panic!("expected an abort, got {other:?}"),
-    }
 }
 
 #[test]
@@ -79,7 +36,7 @@ fn ranks_gather_several_rounds_over_one_connection() {
                 .map(|rank| {
                     let addr = addr.clone();
                     s.spawn(move || {
-                        let mut b = TcpBootstrap::connect(&addr, rank, n, LONG)
+                        let mut b = TcpBootstrap::connect(&addr, rank, n, &secret(), LONG)
                             .map_err(|e| e.to_string())?;
                         for round in 1..=3 {
                             let all = b
@@ -105,11 +62,12 @@ fn ranks_gather_several_rounds_over_one_connection() {
         assert!(results.iter().all(Result::is_ok), "n = {n}: {results:?}");
         let events: Vec<ServeEvent> = h.events().try_iter().collect();
         assert!(events.contains(&ServeEvent::AllConnected), "{events:?}");
+        let report = h.join().unwrap();
         assert_eq!(
-            h.join().unwrap().rounds,
-            6,
+            report.rounds, 6,
             "the server ends once every rank has closed"
         );
+        assert!(report.dropped.is_empty(), "{}", report.dropped);
     }
 }
 
@@ -126,12 +84,12 @@ fn a_client_waits_for_a_server_that_starts_late() {
     let client = {
         let addr = addr.clone();
         thread::spawn(move || {
-            let mut b = TcpBootstrap::connect(&addr, 0, 1, LONG)?;
+            let mut b = TcpBootstrap::connect(&addr, 0, 1, &secret(), LONG)?;
             b.allgather(b"late")
         })
     };
     thread::sleep(Duration::from_millis(150));
-    let server = Rendezvous::bind(addr.as_str(), 1)
+    let server = Rendezvous::bind(addr.as_str(), 1, &secret())
         .unwrap()
         .timeout(LONG)
         .spawn()
@@ -149,7 +107,7 @@ fn nobody_at_the_address_is_an_error_within_the_bound() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let start = Instant::now();
-    let err = TcpBootstrap::connect(&addr, 0, 2, Duration::from_millis(200))
+    let err = TcpBootstrap::connect(&addr, 0, 2, &secret(), Duration::from_millis(200))
         .err()
         .unwrap();
     assert!(
@@ -198,105 +156,6 @@ fn a_rendezvous_nobody_joins_ends_within_its_bound() {
 }
 
 #[test]
-fn a_size_disagreement_aborts_every_client() {
-    let h = serve(2, LONG);
-    let first = thread::spawn({
-        let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
-    });
-    wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
-    let err = connect(&h, 1, 3, LONG).err().unwrap();
-    let want = "rank 1 was started for a job of 3 ranks, the rendezvous serves 2";
-    assert_eq!(aborted(&err), (AbortCode::SizeMismatch, want));
-    let err = first.join().unwrap().unwrap_err();
-    assert_eq!(aborted(&err), (AbortCode::SizeMismatch, want));
-    assert_eq!(server_abort(h).to_string(), want);
-}
-
-#[test]
-fn a_duplicate_rank_aborts_every_client_naming_both_connections() {
-    let h = serve(2, LONG);
-    let first = thread::spawn({
-        let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
-    });
-    wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
-    let err = connect(&h, 0, 2, LONG).err().unwrap();
-    let (code, message) = aborted(&err);
-    assert_eq!(code, AbortCode::DuplicateRank);
-    assert!(
-        message.starts_with("two clients claimed rank 0 (from 127.0.0.1:"),
-        "{message}"
-    );
-    let other = first.join().unwrap().unwrap_err();
-    assert_eq!(aborted(&other), (code, message));
-    assert!(matches!(
-        server_abort(h),
-        AbortReason::DuplicateRank { rank: 0, .. }
-    ));
-}
-
-/// A hand-made client speaking the wire format directly.
-fn raw_hello(addr: SocketAddr, version: u16, rank: u32, size: u32) -> TcpStream {
-    let mut s = TcpStream::connect_timeout(&addr, LONG).unwrap();
-    let hello = Frame::Hello {
-        version,
-        rank,
-        size,
-    }
-    .encode()
-    .unwrap();
-    s.write_all(&hello).unwrap();
-    s
-}
-
-fn raw_read(s: &mut TcpStream) -> Frame {
-    let payload = wire::read_frame(s, Some(Instant::now() + LONG), 1 << 20).unwrap();
-    Frame::decode(&payload).unwrap()
-}
-
-#[test]
-fn a_version_mismatch_is_named_to_both_sides() {
-    let h = serve(2, LONG);
-    let first = thread::spawn({
-        let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
-    });
-    wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
-    let mut future = raw_hello(h.addr(), wire::VERSION + 1, 1, 2);
-    let want = "rank 1 speaks rendezvous protocol version 2, the rendezvous speaks 1";
-    assert_eq!(
-        raw_read(&mut future),
-        Frame::Abort {
-            code: AbortCode::VersionMismatch as u16,
-            message: want.into()
-        }
-    );
-    let err = first.join().unwrap().unwrap_err();
-    assert_eq!(aborted(&err), (AbortCode::VersionMismatch, want));
-    assert_eq!(server_abort(h).to_string(), want);
-}
-
-#[test]
-fn a_rank_out_of_range_is_refused_by_client_and_server() {
-    let h = serve(2, LONG);
-    assert_eq!(
-        connect(&h, 5, 2, LONG).err().unwrap().to_string(),
-        "invalid bootstrap parameters: rank 5 is not below the job size 2"
-    );
-    let mut rogue = raw_hello(h.addr(), wire::VERSION, 5, 2);
-    let want = "a client claimed rank 5, but the job's ranks are 0 to 1";
-    assert_eq!(
-        raw_read(&mut rogue),
-        Frame::Abort {
-            code: AbortCode::RankOutOfRange as u16,
-            message: want.into()
-        }
-    );
-    assert_eq!(server_abort(h).to_string(), want);
-}
-
-#[test]
 fn a_client_that_dies_mid_round_is_named_to_the_others() {
     let n = 3;
     let h = serve(n, LONG);
@@ -305,7 +164,7 @@ fn a_client_that_dies_mid_round_is_named_to_the_others() {
         .map(|rank| {
             let addr = addr.clone();
             thread::spawn(move || {
-                let mut b = TcpBootstrap::connect(&addr, rank, n, LONG)?;
+                let mut b = TcpBootstrap::connect(&addr, rank, n, &secret(), LONG)?;
                 b.allgather(b"one")?;
                 b.allgather(b"two")
             })
@@ -361,7 +220,7 @@ fn a_server_that_never_answers_times_the_client_out() {
     let mute = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = mute.local_addr().unwrap().to_string();
     let start = Instant::now();
-    let err = TcpBootstrap::connect(&addr, 0, 1, Duration::from_millis(200))
+    let err = TcpBootstrap::connect(&addr, 0, 1, &secret(), Duration::from_millis(200))
         .err()
         .unwrap();
     assert!(start.elapsed() < Duration::from_secs(5));
@@ -378,14 +237,17 @@ fn strays_are_dropped_and_the_job_goes_on() {
     stray
         .write_all(b"\x10\x00\x00\x00\x01GET / HTTP/1.1\r\n")
         .unwrap();
-    let event = wait_event(&h, |e| matches!(e, ServeEvent::Stray { .. }));
+    let event = wait_event(&h, |e| matches!(e, ServeEvent::Dropped { .. }));
     assert!(
-        matches!(event, ServeEvent::Stray { why, .. } if why == "not an ffd rendezvous message")
+        matches!(event, ServeEvent::Dropped { reason: DropReason::Garbage, detail, .. }
+            if detail == "not an ffd rendezvous message")
     );
     let mut b = connect(&h, 0, 1, LONG).unwrap();
     assert_eq!(b.allgather(b"ok").unwrap(), vec![b"ok".to_vec()]);
     drop(b);
-    assert_eq!(h.join().unwrap().rounds, 1);
+    let report = h.join().unwrap();
+    assert_eq!(report.rounds, 1);
+    assert_eq!(report.dropped.get(DropReason::Garbage), 1);
 }
 
 #[test]
@@ -400,25 +262,26 @@ fn oversized_contributions_are_refused_on_both_sides() {
     assert!(h.join().is_ok(), "a refused round never reached the server");
 
     let h = serve(1, LONG);
-    let mut rogue = raw_hello(h.addr(), wire::VERSION, 0, 1);
-    assert!(matches!(raw_read(&mut rogue), Frame::Welcome { .. }));
+    let mut rogue = rendezvous_raw::open(h.addr());
+    rogue.hello(Some(&key(&secret())), 0, 1);
+    assert!(matches!(rogue.read_sealed(), Some(Frame::Welcome { .. })));
     let big = Frame::Contribute {
         round: 1,
         data: vec![0; MAX_CONTRIBUTION + 1],
     };
     // The server stops reading at the length and aborts: the rest of the
     // write may meet a reset, but the ABORT is already on its way.
-    let _ = rogue.write_all(&big.encode().unwrap());
+    rogue.send_sealed(&big);
     let want = format!(
         "rank 0's contribution of {} bytes exceeds the limit of {MAX_CONTRIBUTION} bytes",
         MAX_CONTRIBUTION + 1
     );
     assert_eq!(
-        raw_read(&mut rogue),
-        Frame::Abort {
+        rogue.read_sealed(),
+        Some(Frame::Abort {
             code: AbortCode::TooLarge as u16,
             message: want.clone()
-        }
+        })
     );
     assert_eq!(server_abort(h).to_string(), want);
 }
@@ -428,7 +291,9 @@ fn stopping_the_server_aborts_its_clients() {
     let h = serve(2, LONG);
     let waiting = thread::spawn({
         let addr = h.addr().to_string();
-        move || TcpBootstrap::connect(&addr, 0, 2, LONG).and_then(|mut b| b.allgather(b"a"))
+        move || {
+            TcpBootstrap::connect(&addr, 0, 2, &secret(), LONG).and_then(|mut b| b.allgather(b"a"))
+        }
     });
     wait_event(&h, |e| matches!(e, ServeEvent::Connected { rank: 0, .. }));
     h.stop();
@@ -463,6 +328,7 @@ fn tcp_variables_are_validated_naming_the_variable() {
         ("FFD_BOOTSTRAP", "node1:5000"),
         ("FFD_RANK", "3"),
         ("FFD_SIZE", "4"),
+        ("FFD_SECRET_FILE", "/run/ffd/secret"),
     ])
     .unwrap();
     assert_eq!(
@@ -471,6 +337,7 @@ fn tcp_variables_are_validated_naming_the_variable() {
             addr: "node1:5000".into(),
             rank: 3,
             size: 4,
+            secret_file: "/run/ffd/secret".into(),
             timeout: Duration::from_secs(60)
         }
     );
@@ -479,6 +346,7 @@ fn tcp_variables_are_validated_naming_the_variable() {
             ("FFD_BOOTSTRAP", "127.0.0.1:5000"),
             ("FFD_RANK", "0"),
             ("FFD_SIZE", "2"),
+            ("FFD_SECRET_FILE", "/run/ffd/secret"),
         ];
         pairs.retain(|(name, _)| *name != k);
         if !v.is_empty() || k == "FFD_SIZE" {
@@ -513,6 +381,11 @@ fn tcp_variables_are_validated_naming_the_variable() {
         "FFD_RANK is not set; accepted: an integer below FFD_SIZE"
     );
     assert_eq!(
+        with("FFD_SECRET_FILE", "").unwrap_err(),
+        "FFD_SECRET_FILE is not set; accepted: a file of mode 0600 (readable by its owner only) \
+         holding 64 hexadecimal digits"
+    );
+    assert_eq!(
         with("FFD_SIZE", "0").unwrap_err(),
         "FFD_SIZE=`0` must be at least 1; accepted: an integer from 1 to 4294967295"
     );
@@ -534,18 +407,35 @@ fn tcp_variables_are_validated_naming_the_variable() {
     );
 }
 
+/// A secret file of mode 0600 in a fresh directory of this test's.
+fn secret_file(name: &str, secret: &JobSecret) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ffd-tcp-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("secret");
+    secret.write_new_file(&path).unwrap();
+    path
+}
+
 #[test]
 fn connect_with_env_uses_the_variables() {
     let h = serve(1, LONG);
     let addr = h.addr().to_string();
+    let path = secret_file("env", &secret());
     let env = Env::from_pairs([
         ("FFD_BOOTSTRAP", addr.as_str()),
         ("FFD_RANK", "0"),
         ("FFD_SIZE", "1"),
+        ("FFD_SECRET_FILE", path.to_str().unwrap()),
         ("FFD_BOOTSTRAP_TIMEOUT", "5s"),
     ]);
     let mut b = TcpBootstrap::connect_with_env(&env).unwrap();
     assert_eq!((b.rank(), b.size(), b.addr()), (0, 1, addr.as_str()));
+    assert_eq!(
+        b.secret(),
+        Some(&secret()),
+        "start-up takes the secret from it"
+    );
     assert_eq!(b.allgather(b"e").unwrap(), vec![b"e".to_vec()]);
     drop(b);
     assert!(h.join().is_ok());
@@ -558,4 +448,25 @@ fn connect_with_env_uses_the_variables() {
         missing.to_string(),
         "FFD_BOOTSTRAP is not set; accepted: host:port of an `ffd rendezvous`, e.g. `127.0.0.1:5000`"
     );
+    let no_secret = TcpBootstrap::connect_with_env(&Env::from_pairs([
+        ("FFD_BOOTSTRAP", addr.as_str()),
+        ("FFD_RANK", "0"),
+        ("FFD_SIZE", "1"),
+    ]))
+    .err()
+    .unwrap();
+    assert!(
+        no_secret
+            .to_string()
+            .starts_with("FFD_SECRET_FILE is not set; accepted: "),
+        "{no_secret}"
+    );
+
+    // A secret file others can read is refused before connecting.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open = TcpBootstrap::connect_with_env(&env).err().unwrap();
+    assert!(matches!(open, BootstrapError::Secret(_)), "{open}");
+    assert!(open.to_string().contains("has mode 0644"), "{open}");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }

@@ -160,6 +160,73 @@ fn timeout_must_exceed_the_period_naming_both() {
     );
 }
 
+/// The issue's two examples, and the edges of the safe ranges.
+#[test]
+fn timings_outside_the_safe_range_are_refused_naming_the_range() {
+    assert_eq!(
+        err(&[("FFD_PERIOD", "1ns")]),
+        "FFD_PERIOD=`1ns` is outside the accepted range: a period of at least 100us (a shorter \
+         one takes a core in heartbeats and wake-ups); FFD_UNSAFE_TIMING=1 accepts it anyway \
+         (for experts)"
+    );
+    assert_eq!(
+        err(&[("FFD_TIMEOUT", "18446744073709551615ns")]),
+        "FFD_TIMEOUT=`18446744073709551615ns` is outside the accepted range: a timeout of at \
+         most 600s (a longer one effectively disables detection); FFD_UNSAFE_TIMING=1 accepts \
+         it anyway (for experts)"
+    );
+    assert_eq!(
+        Config::builder()
+            .period(Duration::from_micros(99))
+            .build()
+            .unwrap_err()
+            .to_string(),
+        "period `99us` (set in code) is outside the accepted range: a period of at least 100us \
+         (a shorter one takes a core in heartbeats and wake-ups); FFD_UNSAFE_TIMING=1 accepts \
+         it anyway (for experts)"
+    );
+    // The edges are inside.
+    let edges = from(&[("FFD_PERIOD", "100us"), ("FFD_TIMEOUT", "600s")]).unwrap();
+    assert_eq!(
+        (edges.period(), edges.timeout()),
+        (Duration::from_micros(100), Duration::from_secs(600))
+    );
+    assert!(from(&[("FFD_TIMEOUT", "600.000000001s")]).is_err());
+    // The expert override, by variable or in code; the other checks stay.
+    let cfg = from(&[
+        ("FFD_PERIOD", "1us"),
+        ("FFD_TIMEOUT", "3600s"),
+        ("FFD_UNSAFE_TIMING", "1"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (cfg.period(), cfg.timeout(), cfg.unsafe_timing()),
+        (Duration::from_micros(1), Duration::from_secs(3600), true)
+    );
+    assert_eq!(
+        source(&cfg, "FFD_UNSAFE_TIMING"),
+        Source::Env("FFD_UNSAFE_TIMING")
+    );
+    let code = Config::builder()
+        .period(Duration::from_nanos(1))
+        .unsafe_timing(true)
+        .build()
+        .unwrap();
+    assert_eq!(code.period(), Duration::from_nanos(1));
+    assert!(
+        err(&[
+            ("FFD_PERIOD", "1ms"),
+            ("FFD_TIMEOUT", "1ms"),
+            ("FFD_UNSAFE_TIMING", "1")
+        ])
+        .starts_with("the timeout must exceed the period")
+    );
+    assert_eq!(
+        err(&[("FFD_UNSAFE_TIMING", "yes")]),
+        "FFD_UNSAFE_TIMING=`yes` is not recognised; accepted: 0|1"
+    );
+}
+
 #[test]
 fn a_timeout_under_three_periods_is_a_warning() {
     let cfg = from(&[("FFD_TIMEOUT", "25ms")]).unwrap();
@@ -364,6 +431,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .domain("lo")
         .period(ms(2))
         .timeout(ms(20))
+        .unsafe_timing(false)
         .inband(InbandMode::Off)
         .bcast(BcastKind::Chord)
         .ring(RingKind::Rank)

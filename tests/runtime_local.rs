@@ -1,15 +1,21 @@
 //! Detectors of several ranks inside one process (threads standing in for
 //! ranks, `tcp;ofi_rxm` over loopback): start-up, steady state, clean leave,
-//! application broadcast, events by queue, fd and callback.
+//! application broadcast, events by queue, fd and callback; a callback stuck
+//! during shutdown, and a progress thread that dies (through the
+//! `fault-injection` hooks this crate's tests turn on).
 
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ffd::bootstrap::LocalBootstrap;
 use ffd::config::{Config, CoreChoice};
 use ffd::protocol::Event;
-use ffd::runtime::{Detector, DetectorEvent};
+use ffd::runtime::{
+    Callback, Detector, DetectorError, DetectorEvent, DetectorState, Fault, Liveness, StopCause,
+    StopReason,
+};
 
 fn config() -> Config {
     Config::builder()
@@ -98,7 +104,7 @@ fn a_clean_leave_is_reported_as_left_not_failed() {
     leaver.shutdown();
     for d in &detectors {
         let left = wait_for_event(d, Duration::from_secs(3), |e| {
-            matches!(e.event, Event::Left { rank: 2 })
+            matches!(e.protocol(), Some(Event::Left { rank: 2 }))
         });
         assert!(
             left.is_some(),
@@ -115,7 +121,7 @@ fn a_clean_leave_is_reported_as_left_not_failed() {
         for d in &detectors {
             if let Some(e) = d.try_next_event() {
                 assert!(
-                    !matches!(e.event, Event::Failed { .. }),
+                    !matches!(e.protocol(), Some(Event::Failed { .. })),
                     "rank {} reported {e:?}",
                     d.rank()
                 );
@@ -165,7 +171,7 @@ fn all_ranks_shutting_down_at_once_report_no_failure() {
     let seen = seen.lock().unwrap();
     let failures: Vec<_> = seen
         .iter()
-        .filter(|(_, e)| matches!(e.event, Event::Failed { .. }))
+        .filter(|(_, e)| matches!(e.protocol(), Some(Event::Failed { .. })))
         .collect();
     assert!(failures.is_empty(), "false reports: {failures:?}");
 }
@@ -179,12 +185,12 @@ fn an_application_broadcast_reaches_every_other_rank_once() {
         let got = wait_for_event(
             d,
             Duration::from_secs(3),
-            |e| matches!(&e.event, Event::Payload { origin: 1, bytes, .. } if bytes == b"revoke 7"),
+            |e| matches!(e.protocol(), Some(Event::Payload { origin: 1, bytes, .. }) if bytes == b"revoke 7"),
         );
         assert!(got.is_some(), "rank {} missed the payload", d.rank());
         // Exactly once.
         let again = wait_for_event(d, Duration::from_millis(100), |e| {
-            matches!(e.event, Event::Payload { .. })
+            matches!(e.protocol(), Some(Event::Payload { .. }))
         });
         assert!(again.is_none(), "rank {} got it twice", d.rank());
     }
@@ -195,7 +201,7 @@ fn an_application_broadcast_reaches_every_other_rank_once() {
     let got = wait_for_event(
         &detectors[0],
         Duration::from_secs(3),
-        |e| matches!(&e.event, Event::Payload { origin: 2, bytes, .. } if bytes.len() == largest.len()),
+        |e| matches!(e.protocol(), Some(Event::Payload { origin: 2, bytes, .. }) if bytes.len() == largest.len()),
     );
     assert!(got.is_some(), "rank 0 missed the 8 KiB payload");
     let err = detectors[0]
@@ -220,4 +226,219 @@ fn an_unavailable_provider_is_a_clear_error_naming_the_available_ones() {
         .to_string();
     assert!(err.contains("no-such-provider"), "{err}");
     assert!(err.contains("tcp"), "lists what is available: {err}");
+}
+
+/// A config whose timeout is far above the stalls these tests cause.
+fn patient_config() -> Config {
+    Config::builder()
+        .provider("tcp")
+        .domain("lo")
+        .period(Duration::from_millis(50))
+        .timeout(Duration::from_secs(10))
+        .startup_grace(Duration::from_millis(200))
+        .core(CoreChoice::None)
+        .build()
+        .expect("valid config")
+}
+
+/// Starts `callbacks.len()` detectors concurrently, rank r with
+/// `callbacks[r]` when it has one.
+fn start_with_callbacks(config: &Config, callbacks: Vec<Option<Callback>>) -> Vec<Detector> {
+    let group = LocalBootstrap::group(callbacks.len() as u32).expect("group");
+    let handles: Vec<_> = group
+        .into_iter()
+        .zip(callbacks)
+        .map(|(mut b, callback)| {
+            let config = config.clone();
+            thread::spawn(move || match callback {
+                Some(callback) => Detector::start_with_callback(&config, &mut b, callback),
+                None => Detector::start(&config, &mut b),
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("no panic").expect("detector starts"))
+        .collect()
+}
+
+/// A one-way flag with a bounded wait.
+#[derive(Default)]
+struct Signal {
+    set: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Signal {
+    fn raise(&self) {
+        *self.set.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self, bound: Duration) -> bool {
+        let set = self.set.lock().unwrap();
+        *self.cv.wait_timeout_while(set, bound, |s| !*s).unwrap().0
+    }
+}
+
+#[test]
+fn shutdown_waits_for_a_stuck_callback_and_no_callback_runs_after_it() {
+    #[derive(Default)]
+    struct Stuck {
+        calls: AtomicUsize,
+        /// The first payload has blocked (later ones do not).
+        blocked: AtomicBool,
+        shut_down: AtomicBool,
+        calls_after_shutdown: AtomicUsize,
+        entered: Signal,
+        release: Signal,
+    }
+    let stuck = Arc::new(Stuck::default());
+    let callback: Callback = {
+        let stuck = Arc::clone(&stuck);
+        Box::new(move |e: &DetectorEvent| {
+            stuck.calls.fetch_add(1, Ordering::SeqCst);
+            if stuck.shut_down.load(Ordering::SeqCst) {
+                stuck.calls_after_shutdown.fetch_add(1, Ordering::SeqCst);
+            }
+            if matches!(e.protocol(), Some(Event::Payload { .. }))
+                && !stuck.blocked.swap(true, Ordering::SeqCst)
+            {
+                stuck.entered.raise();
+                // Bounded, so that a failing test cannot hang forever.
+                stuck.release.wait(Duration::from_secs(60));
+            }
+        })
+    };
+    let mut detectors = start_with_callbacks(&patient_config(), vec![Some(callback), None]);
+    let (d0, d1) = (detectors.remove(0), detectors.remove(0));
+    d1.broadcast(b"stick").expect("broadcast");
+    assert!(
+        stuck.entered.wait(Duration::from_secs(10)),
+        "rank 0's callback never saw the payload"
+    );
+    // The blocked callback is the last one that may ever run.
+    let calls = stuck.calls.load(Ordering::SeqCst);
+    let (done_tx, done_rx) = mpsc::channel();
+    let shutter = {
+        let stuck = Arc::clone(&stuck);
+        thread::spawn(move || {
+            d0.shutdown();
+            stuck.shut_down.store(true, Ordering::SeqCst);
+            let _ = done_tx.send(());
+        })
+    };
+    // Once shutdown has begun, this payload starts no callback.
+    d1.broadcast(b"later").expect("broadcast");
+    assert_eq!(
+        done_rx.recv_timeout(Duration::from_secs(3)),
+        Err(mpsc::RecvTimeoutError::Timeout),
+        "shutdown returned while its callback was still running"
+    );
+    assert_eq!(stuck.calls.load(Ordering::SeqCst), calls);
+    stuck.release.raise();
+    done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("shutdown returns once the callback did");
+    shutter.join().expect("the shutting thread");
+
+    let left = wait_for_event(&d1, Duration::from_secs(10), |e| {
+        matches!(e.protocol(), Some(Event::Left { rank: 0 }))
+    });
+    assert!(left.is_some(), "rank 1 never learned rank 0 left");
+    assert_eq!(d1.epoch(), 0, "a leave, not a failure");
+    assert_eq!(d1.state(), DetectorState::Running);
+    assert_eq!(d1.liveness(1), Liveness::Alive);
+    d1.shutdown();
+    assert_eq!(
+        stuck.calls.load(Ordering::SeqCst),
+        calls,
+        "no callback started once shutdown had begun"
+    );
+    assert_eq!(stuck.calls_after_shutdown.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_progress_thread_panic_stops_the_rank_and_the_others_declare_it() {
+    const VICTIM: u32 = 2;
+    let stops: Arc<Mutex<Vec<StopReason>>> = Arc::default();
+    let callback: Callback = {
+        let stops = Arc::clone(&stops);
+        Box::new(move |e: &DetectorEvent| {
+            if let ffd::runtime::Event::Stopped(reason) = &e.event {
+                stops.lock().unwrap().push(reason.clone());
+            }
+        })
+    };
+    let mut callbacks: Vec<Option<Callback>> = (0..4).map(|_| None).collect();
+    callbacks[VICTIM as usize] = Some(callback);
+    let detectors = start_with_callbacks(&config(), callbacks);
+    let victim = &detectors[VICTIM as usize];
+    victim
+        .inject_fault(Fault::Panic)
+        .expect("the thread takes commands");
+
+    let stopped = wait_for_event(victim, Duration::from_secs(10), |e| {
+        matches!(e.event, ffd::runtime::Event::Stopped(_))
+    })
+    .expect("a Stopped event");
+    let ffd::runtime::Event::Stopped(reason) = stopped.event else {
+        unreachable!()
+    };
+    assert_eq!(reason.cause, StopCause::Panic);
+    assert!(reason.message.contains("injected fault"), "{reason}");
+    assert_eq!(
+        *stops.lock().unwrap(),
+        std::slice::from_ref(&reason),
+        "the callback too"
+    );
+    assert_eq!(victim.state(), DetectorState::Stopped(reason));
+    for r in 0..4 {
+        assert_eq!(victim.liveness(r), Liveness::Unknown, "about {r}");
+        assert!(!victim.is_alive(r), "never a stale true");
+    }
+    assert!(matches!(
+        victim.broadcast(b"x"),
+        Err(DetectorError::Stopped)
+    ));
+    assert!(!victim.is_excluded());
+
+    for d in detectors.iter().filter(|d| d.rank() != VICTIM) {
+        let failed = wait_for_event(d, Duration::from_secs(5), |e| {
+            matches!(e.protocol(), Some(Event::Failed { .. }))
+        })
+        .unwrap_or_else(|| panic!("rank {} never declared rank {VICTIM}", d.rank()));
+        assert!(
+            matches!(failed.protocol(), Some(Event::Failed { rank: VICTIM, .. })),
+            "rank {}: {failed:?}",
+            d.rank()
+        );
+        assert_eq!(d.epoch(), 1, "rank {}: nobody else", d.rank());
+        assert_eq!(d.failed_ranks(), [VICTIM]);
+        assert_eq!(d.state(), DetectorState::Running);
+        assert_eq!(d.liveness(VICTIM), Liveness::NotAlive);
+    }
+    drop(detectors);
+    assert_eq!(stops.lock().unwrap().len(), 1, "one Stopped event");
+}
+
+#[test]
+fn a_completion_queue_error_stops_the_detector_with_its_cause() {
+    let mut detectors = start_group(1, &config());
+    let d = detectors.remove(0);
+    assert_eq!(d.liveness(0), Liveness::Alive);
+    d.inject_fault(Fault::CompletionQueueError)
+        .expect("the thread takes commands");
+    let stopped = wait_for_event(&d, Duration::from_secs(10), |e| {
+        matches!(e.event, ffd::runtime::Event::Stopped(_))
+    })
+    .expect("a Stopped event");
+    let DetectorState::Stopped(reason) = d.state() else {
+        panic!("state {:?}", d.state());
+    };
+    assert_eq!(stopped.event, ffd::runtime::Event::Stopped(reason.clone()));
+    assert_eq!(reason.cause, StopCause::CompletionQueue);
+    assert!(reason.message.contains("injected fault"), "{reason}");
+    assert_eq!(d.liveness(0), Liveness::Unknown);
+    d.shutdown();
 }

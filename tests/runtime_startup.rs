@@ -8,10 +8,11 @@
 use std::thread;
 use std::time::Duration;
 
+use ffd::bootstrap::secret::JobSecret;
 use ffd::bootstrap::tcp::{Rendezvous, TcpBootstrap};
 use ffd::bootstrap::{Bootstrap, BootstrapError, HostAllgather, LocalBootstrap};
 use ffd::protocol::{EngineConfig, Rank, wire};
-use ffd::runtime::startup::{ExchangeError, JobView, PeerRecord, exchange};
+use ffd::runtime::startup::{ExchangeError, JobView, PeerRecord, SecretClaim, exchange, keys};
 
 /// Runs `f` on one thread per member and returns the results by rank.
 fn on_threads<B, T>(members: Vec<B>, f: impl Fn(B) -> T + Sync) -> Vec<T>
@@ -69,8 +70,14 @@ fn record(rank: Rank, size: u32, host: &str) -> PeerRecord {
     r.ring_seed = 7 + u64::from(rank);
     if rank == 0 {
         r.job_key = 0x5eed_f00d;
+        r.secret = SecretClaim::Drawn(rank0_secret());
     }
     r
+}
+
+/// The secret rank 0 draws in these jobs.
+fn rank0_secret() -> JobSecret {
+    JobSecret::from_bytes([0x5e; 32])
 }
 
 #[test]
@@ -85,6 +92,7 @@ fn exchange_returns_every_record_and_rank_0s_choices() {
         assert_eq!(view.size, 4);
         assert_eq!(view.job_key, 0x5eed_f00d);
         assert_eq!(view.ring_seed, 7, "rank 0's seed");
+        assert_eq!(view.drawn_secret, Some(rank0_secret()), "rank 0's secret");
         assert_eq!(view.nodes(), [0, 1, 0, 2]);
         for r in 0..4 {
             assert_eq!(view.record(r), Some(&record(r, 4, hosts[r as usize])));
@@ -125,11 +133,11 @@ fn exchange_errors(n: u32, odd: Rank, tweak: impl Fn(&mut PeerRecord) + Sync) ->
 fn a_version_mismatch_fails_every_rank_naming_both_versions() {
     let errors = exchange_errors(4, 3, |r| r.protocol_version = u16::from(wire::VERSION) + 1);
     for e in &errors[..3] {
-        assert_eq!(e, "rank 3 runs ffd protocol version 2, this rank runs 1");
+        assert_eq!(e, "rank 3 runs ffd protocol version 3, this rank runs 2");
     }
     assert_eq!(
         errors[3],
-        "rank 0 runs ffd protocol version 1, this rank runs 2"
+        "rank 0 runs ffd protocol version 2, this rank runs 3"
     );
 }
 
@@ -199,6 +207,97 @@ fn rank_0_must_send_a_job_key_and_everyone_an_address() {
         errors,
         vec!["rank 1 contributed an empty fabric address"; 2]
     );
+    let errors = exchange_errors(2, 0, |r| r.secret = SecretClaim::None);
+    assert_eq!(
+        errors,
+        vec!["no rank holds a job secret and rank 0 contributed none"; 2]
+    );
+}
+
+/// Every rank holds the same secret (a launcher's file): only fingerprints
+/// travel, and the view carries no secret.
+#[test]
+fn ranks_holding_one_secret_send_only_its_fingerprint() {
+    let secret = JobSecret::from_bytes([0x77; 32]);
+    let views = on_threads(LocalBootstrap::group(3).unwrap(), |mut b| {
+        let rank = b.rank();
+        let mut mine = record(rank, 3, "h");
+        mine.secret = keys::claim(rank, Some(&secret)).unwrap();
+        exchange(&mut b, &mine).unwrap()
+    });
+    for view in &views {
+        assert_eq!(view.drawn_secret, None);
+        for r in &view.records {
+            assert_eq!(
+                r.secret,
+                SecretClaim::Held {
+                    fingerprint: keys::fingerprint(&secret)
+                }
+            );
+            let encoded = r.encode().unwrap();
+            assert!(
+                !encoded
+                    .windows(32)
+                    .any(|w| w == secret.as_bytes().as_slice()),
+                "the secret itself never travels"
+            );
+        }
+    }
+}
+
+/// Ranks given different secrets fail at start, each naming the other,
+/// rather than silently dropping each other's messages.
+#[test]
+fn ranks_holding_different_secrets_fail_naming_both() {
+    let (a, b) = (
+        JobSecret::from_bytes([1; 32]),
+        JobSecret::from_bytes([2; 32]),
+    );
+    let hex = |s: &JobSecret| {
+        keys::fingerprint(s)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let errors = exchange_errors(3, 2, |r| {
+        r.secret = SecretClaim::Held {
+            fingerprint: keys::fingerprint(&b),
+        }
+    });
+    // Ranks 0 and 1 hold none here (rank 0 drew one); rank 2 holds `b`.
+    assert_eq!(
+        errors[0],
+        format!(
+            "rank 2 holds a job secret with fingerprint {}, this rank holds no job secret of \
+             its own: every rank must be given the same job secret (FFD_SECRET_FILE or the \
+             launcher's) or none",
+            hex(&b)
+        )
+    );
+    assert!(
+        errors[2].starts_with(
+            "rank 0 holds no job secret of its own, this rank holds a job secret with fingerprint"
+        ),
+        "{}",
+        errors[2]
+    );
+    let errors = on_threads(LocalBootstrap::group(2).unwrap(), |mut g| {
+        let rank = g.rank();
+        let mut mine = record(rank, 2, "h");
+        let held = if rank == 0 { &a } else { &b };
+        mine.secret = keys::claim(rank, Some(held)).unwrap();
+        exchange(&mut g, &mine).unwrap_err().to_string()
+    });
+    assert!(
+        errors[0].starts_with(&format!(
+            "rank 1 holds a job secret with fingerprint {}, this rank holds a job secret with fingerprint {}",
+            hex(&b),
+            hex(&a)
+        )),
+        "{}",
+        errors[0]
+    );
+    assert!(errors[1].starts_with("rank 0 holds"), "{}", errors[1]);
 }
 
 /// A bootstrap that returns canned contributions: for what no honest
@@ -246,14 +345,14 @@ fn exchange_rejects_what_no_honest_bootstrap_returns() {
         "the bootstrap returned 2 contributions for a job of 3 ranks"
     );
     assert_eq!(
-        canned_error(vec![good(0), b"FFDR\x01\x00".to_vec(), good(2)]),
+        canned_error(vec![good(0), b"FFDR\x02\x00".to_vec(), good(2)]),
         "rank 1's bootstrap record is truncated: 6 bytes, the fixed header needs 2 more"
     );
     let mut v9 = good(2);
     v9[4] = 9;
     assert_eq!(
         canned_error(vec![good(0), good(1), v9]),
-        "rank 2's bootstrap record is of record version 9, this rank reads version 1"
+        "rank 2's bootstrap record is of record version 9, this rank reads version 2"
     );
     let mut empty = Canned {
         rank: 0,
@@ -283,7 +382,8 @@ const LONG: Duration = Duration::from_secs(20);
 #[test]
 fn the_record_exchange_runs_over_tcp() {
     let n = 3;
-    let h = Rendezvous::bind("127.0.0.1:0", n)
+    let secret = JobSecret::from_bytes([3; 32]);
+    let h = Rendezvous::bind("127.0.0.1:0", n, &secret)
         .unwrap()
         .timeout(LONG)
         .spawn()
@@ -292,14 +392,17 @@ fn the_record_exchange_runs_over_tcp() {
     let views: Vec<_> = thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
-                let addr = addr.clone();
+                let (addr, secret) = (addr.clone(), &secret);
                 s.spawn(move || {
-                    let mut b = TcpBootstrap::connect(&addr, rank, n, LONG).unwrap();
+                    let mut b = TcpBootstrap::connect(&addr, rank, n, secret, LONG).unwrap();
                     let mut mine =
                         PeerRecord::new(rank, n, format!("node{rank}"), &EngineConfig::default());
                     mine.provider = "tcp".into();
                     mine.fabric_addr = vec![rank as u8; 24];
                     mine.job_key = if rank == 0 { 77 } else { 0 };
+                    if rank == 0 {
+                        mine.secret = SecretClaim::Drawn(rank0_secret());
+                    }
                     exchange(&mut b, &mine).unwrap()
                 })
             })

@@ -31,7 +31,7 @@ use crate::launch::agent_line::{AgentEvent, AgentLine, Stamp};
 use ffd::bootstrap::{self, Bootstrap, BootstrapError};
 use ffd::config::{Config, Env};
 use ffd::protocol::{Event, Rank};
-use ffd::runtime::{Detector, DetectorEvent};
+use ffd::runtime::{self, Detector, DetectorEvent};
 
 /// `ffd agent` options.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -120,8 +120,8 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     let mut excluded = false;
     while !stop.load(Ordering::Acquire) && !excluded {
         while let Some(event) = detector.try_next_event() {
-            excluded |= matches!(event.event, Event::SelfExcluded { .. });
-            emit(out, &clock.event(&event))?;
+            excluded |= matches!(event.protocol(), Some(Event::SelfExcluded { .. }));
+            emit_event(out, &clock, &event)?;
         }
         if excluded || !detector.is_running() {
             break;
@@ -139,7 +139,7 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     }
     // Whatever arrived meanwhile.
     while let Some(event) = detector.try_next_event() {
-        emit(out, &clock.event(&event))?;
+        emit_event(out, &clock, &event)?;
     }
     let stats = serde_json::to_value(detector.stats()).unwrap_or(Value::Null);
     emit(out, &clock.now(AgentEvent::Stats { stats }))?;
@@ -152,16 +152,32 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
 /// `mpirun`/`srun` and built with the `pmix` feature.
 fn open_bootstrap(env: &Env) -> Result<Box<dyn Bootstrap>, AgentError> {
     bootstrap::from_env(env).map_err(|e| match e {
-        BootstrapError::Config(_) | BootstrapError::Unavailable { .. } => {
-            AgentError::Usage(e.to_string())
-        }
+        BootstrapError::Config(_)
+        | BootstrapError::Secret(_)
+        | BootstrapError::Unavailable { .. } => AgentError::Usage(e.to_string()),
         e => AgentError::Failed(e.to_string()),
     })
 }
 
-/// The line's event for a detector event.
-pub fn agent_event(event: &DetectorEvent) -> AgentEvent {
-    match &event.event {
+/// Prints a detector event's line; the detector's stop (an error or a
+/// panic on its thread) ends the agent with its reason instead.
+fn emit_event(
+    out: &mut dyn Write,
+    clock: &LineClock,
+    event: &DetectorEvent,
+) -> Result<(), AgentError> {
+    match (&event.event, clock.event(event)) {
+        (_, Some(line)) => emit(out, &line),
+        (runtime::Event::Stopped(reason), None) => Err(AgentError::Failed(format!(
+            "the detector stopped: {reason}"
+        ))),
+        (runtime::Event::Protocol(_), None) => Ok(()),
+    }
+}
+
+/// The line's event for a detector event (none for the detector's stop).
+pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
+    Some(match event.protocol()? {
         Event::Failed {
             rank,
             detector,
@@ -185,7 +201,7 @@ pub fn agent_event(event: &DetectorEvent) -> AgentEvent {
             seq: *seq,
             text: String::from_utf8_lossy(bytes).into_owned(),
         },
-    }
+    })
 }
 
 /// Stamps lines with this rank and the detector's clock: `t_ms` counts
@@ -221,9 +237,10 @@ impl LineClock {
         }
     }
 
-    /// The line of a detector event, at the detector's own time of it.
-    fn event(&self, event: &DetectorEvent) -> AgentLine {
-        self.at(event.at, agent_event(event))
+    /// The line of a detector event, at the detector's own time of it
+    /// (none for the detector's stop).
+    fn event(&self, event: &DetectorEvent) -> Option<AgentLine> {
+        Some(self.at(event.at, agent_event(event)?))
     }
 
     /// The line of something that happens now.
@@ -254,7 +271,7 @@ mod tests {
         DetectorEvent {
             at: Duration::from_millis(at_ms),
             epoch: 1,
-            event,
+            event: runtime::Event::Protocol(event),
         }
     }
 
@@ -317,11 +334,35 @@ mod tests {
             ),
         ];
         for (event, want) in cases {
-            let line = clock().event(&detector_event(5, event));
+            let line = clock()
+                .event(&detector_event(5, event))
+                .expect("a protocol event's line");
             let parsed = AgentLine::parse(&line.to_json().unwrap()).unwrap();
             assert_eq!(parsed.event, want);
             assert_eq!(parsed.stamp.me, Some(3));
         }
+    }
+
+    /// The detector's stop prints no event line: the agent ends with its
+    /// reason (and a non-zero status).
+    #[test]
+    fn a_detector_stop_ends_the_agent_with_its_reason() {
+        let reason = runtime::StopReason::new(runtime::StopCause::Panic, "boom");
+        let stop = DetectorEvent {
+            at: Duration::from_millis(9),
+            epoch: 0,
+            event: runtime::Event::Stopped(reason),
+        };
+        assert!(clock().event(&stop).is_none());
+        let mut out = Vec::new();
+        match emit_event(&mut out, &clock(), &stop) {
+            Err(AgentError::Failed(e)) => assert_eq!(
+                e,
+                "the detector stopped: the progress thread panicked: boom"
+            ),
+            _ => panic!("the stop must end the agent"),
+        }
+        assert!(out.is_empty(), "no line for the stop");
     }
 
     /// An event's line is stamped with the detector's time of the event,
@@ -329,7 +370,9 @@ mod tests {
     #[test]
     fn event_lines_carry_the_detectors_own_time() {
         let clock = clock();
-        let line = clock.event(&detector_event(250, protocol::Event::Left { rank: 2 }));
+        let line = clock
+            .event(&detector_event(250, protocol::Event::Left { rank: 2 }))
+            .expect("a protocol event's line");
         assert_eq!(line.stamp.t_ms, Some(250.0));
         assert_eq!(line.stamp.unix_ms, Some(1.5e12 + 250.0));
         let now = clock.now(AgentEvent::Exit);

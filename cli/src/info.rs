@@ -1,4 +1,5 @@
-//! `ffd info`: the effective settings and where each came from, the
+//! `ffd info`: the effective settings and where each came from, how
+//! messages are authenticated and what dropping one is counted as, the
 //! providers libfabric offers here, what the chosen one requires, and where
 //! the progress thread would run.
 //!
@@ -56,6 +57,26 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
 
     writeln!(
         out,
+        "\nmessages (wire format version {}): each sealed for its receiver with a 16-byte keyed-BLAKE3 tag",
+        ffd::protocol::wire::VERSION
+    )?;
+    let secret = match env.get(var::SECRET_FILE) {
+        Some(path) => format!("{}={path}", var::SECRET_FILE),
+        None => "the bootstrap's (ffd run), else drawn by rank 0 at start".to_owned(),
+    };
+    writeln!(out, "  job secret: {secret}")?;
+    let reasons: Vec<&str> = ffd::protocol::RejectReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    writeln!(
+        out,
+        "  dropped and counted by reason (stats: engine.rejected): {}",
+        reasons.join(", ")
+    )?;
+
+    writeln!(
+        out,
         "\nproviders offered by libfabric {} (RDM endpoints with RMA and messages):",
         libfabric_version()
     )?;
@@ -103,7 +124,11 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         info.mr_mode(),
         info.inject_size(),
         info.max_msg_size(),
-        if info.has_source() { "yes" } else { "no" }
+        if info.has_source() {
+            "yes (checked against each message's sender)"
+        } else {
+            "no (only the tag vouches for a message's sender)"
+        }
     )?;
     writeln!(
         out,

@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the TCP bootstrap for N ranks started by hand (they connect
-    /// with FFD_BOOTSTRAP=host:port, FFD_RANK, FFD_SIZE).
+    /// with FFD_BOOTSTRAP=host:port, FFD_RANK, FFD_SIZE, FFD_SECRET_FILE).
     Rendezvous(ffd_cli::rendezvous::RendezvousArgs),
     /// Run a local job of N agents, inject faults (--kill/--stop/--cont
     /// RANK@TIME), print the timeline and a summary.

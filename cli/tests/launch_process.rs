@@ -25,7 +25,7 @@ use nix::unistd::Pid;
 const BOUND: Duration = Duration::from_secs(30);
 
 /// A fake agent: ready at once, leaves on `shutdown` or end of file, and
-/// reports the job's variables in its stats. `$BEFORE` and `$AFTER` are
+/// reports the job's variables (and its secret file's modes) in its stats. `$BEFORE` and `$AFTER` are
 /// spliced in before `ready` and after shutdown was asked.
 fn fake(before: &str, after: &str) -> AgentCommand {
     let script = format!(
@@ -34,7 +34,7 @@ fn fake(before: &str, after: &str) -> AgentCommand {
 echo "{{\"event\":\"ready\",\"me\":$FFD_RANK,\"pid\":$$,\"core\":null}}"
 while read -r line; do [ "$line" = shutdown ] && break; done
 {after}
-echo "{{\"event\":\"stats\",\"me\":$FFD_RANK,\"stats\":{{\"size\":\"$FFD_SIZE\",\"bootstrap\":\"$FFD_BOOTSTRAP\",\"host\":\"$FFD_HOSTNAME\",\"domain\":\"$FFD_DOMAIN\"}}}}"
+echo "{{\"event\":\"stats\",\"me\":$FFD_RANK,\"stats\":{{\"size\":\"$FFD_SIZE\",\"bootstrap\":\"$FFD_BOOTSTRAP\",\"host\":\"$FFD_HOSTNAME\",\"domain\":\"$FFD_DOMAIN\",\"secret\":\"$FFD_SECRET_FILE\",\"secret_mode\":\"$(stat -c %a "$FFD_SECRET_FILE")\",\"dir_mode\":\"$(stat -c %a "$(dirname "$FFD_SECRET_FILE")")\"}}}}"
 echo "{{\"event\":\"exit\",\"me\":$FFD_RANK}}"
 "#
     );
@@ -95,7 +95,11 @@ fn scratch(name: &str) -> PathBuf {
 fn pids_in(dir: &PathBuf) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir(dir).expect("the scratch directory") {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "pid") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
         pids.push(text.trim().parse().expect("a pid"));
     }
     pids
@@ -122,13 +126,24 @@ fn a_clean_run_passes_the_job_variables_and_shuts_down_through_stdin() {
     let report = outcome.timeline.report();
     // The stats line is printed only after `shutdown` was read from stdin.
     assert_eq!(report.stats.len(), 3, "{out}{log}");
+    let mut secrets = Vec::new();
     for (rank, stats) in &report.stats {
         assert_eq!(stats["size"], "3");
         assert_eq!(stats["domain"], "lo");
         assert_eq!(stats["host"], format!("node{}", rank % 2));
         let bootstrap = stats["bootstrap"].as_str().unwrap();
         assert!(bootstrap.starts_with("127.0.0.1:"), "{bootstrap}");
+        // The job's secret, private while the job ran.
+        assert_eq!(stats["secret_mode"], "600", "{stats}");
+        assert_eq!(stats["dir_mode"], "700", "{stats}");
+        secrets.push(PathBuf::from(stats["secret"].as_str().unwrap()));
     }
+    secrets.dedup();
+    assert_eq!(secrets.len(), 1, "one secret for the job: {secrets:?}");
+    assert!(
+        !secrets[0].parent().unwrap().exists(),
+        "the secret's directory is removed when the run ends"
+    );
     assert_eq!(report.left, [0, 1, 2], "each printed its exit line");
     assert!(out.contains("all 3 ranks ready (start-up took"), "{out}");
     assert!(
@@ -247,6 +262,7 @@ fn an_agent_that_dies_before_ready_fails_the_start_and_nothing_is_left() {
     // kills them as soon as it fails), polling within the ready bound.
     let before = format!(
         r#"echo $$ > {dir}/$FFD_RANK.pid
+echo "$FFD_SECRET_FILE" > {dir}/secret-of-$FFD_RANK
 case "$FFD_RANK" in
 2) while [ ! -s {dir}/0.pid ] || [ ! -s {dir}/1.pid ]; do sleep 0.01 </dev/null >/dev/null 2>&1; done
    echo "boom: no fabric here" >&2; exit 3;;
@@ -278,6 +294,11 @@ esac"#,
     for pid in pids {
         assert_gone(pid);
     }
+    // The job's secret went with it.
+    let secret = std::fs::read_to_string(dir.join("secret-of-0")).unwrap();
+    let secret = PathBuf::from(secret.trim());
+    assert!(secret.is_absolute(), "{}", secret.display());
+    assert!(!secret.parent().unwrap().exists(), "{}", secret.display());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

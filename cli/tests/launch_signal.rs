@@ -17,6 +17,7 @@ const BOUND: Duration = Duration::from_secs(30);
 
 /// A fake agent: ready at once, leaves on `shutdown` or end of file on stdin.
 const FAKE: &str = r#"
+echo "$FFD_SECRET_FILE" > "$SCRATCH/secret-of-$FFD_RANK"
 echo "{\"event\":\"ready\",\"me\":$FFD_RANK}"
 while read -r line; do [ "$line" = shutdown ] && break; done
 echo "{\"event\":\"exit\",\"me\":$FFD_RANK}"
@@ -36,6 +37,9 @@ impl Write for Lines {
 
 #[test]
 fn sigterm_shuts_the_job_down_and_reaps_every_agent() {
+    let scratch = std::env::temp_dir().join(format!("ffd-signal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
     let plan = Plan {
         info: RunInfo {
             ranks: 2,
@@ -45,7 +49,7 @@ fn sigterm_shuts_the_job_down_and_reaps_every_agent() {
         },
         schedule: Schedule::default(),
         duration: Some(Duration::from_secs(600)),
-        env: Vec::new(),
+        env: vec![("SCRATCH".into(), scratch.display().to_string())],
         hosts: None,
         verbose: false,
     };
@@ -93,4 +97,10 @@ fn sigterm_shuts_the_job_down_and_reaps_every_agent() {
         "{seen}"
     );
     assert_eq!(ffd_cli::launch::cli::exit_status(&outcome), 143);
+    // The job's secret is gone with it.
+    let secret = std::fs::read_to_string(scratch.join("secret-of-0")).unwrap();
+    let secret = std::path::PathBuf::from(secret.trim());
+    assert!(secret.is_absolute(), "{}", secret.display());
+    assert!(!secret.parent().unwrap().exists(), "{}", secret.display());
+    let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -14,7 +14,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use ffd::bootstrap::secret::JobSecret;
 use serde_json::Value;
+
+#[path = "../../tests/prereq/mod.rs"]
+mod prereq;
 
 const RANKS: u32 = 6;
 const PER_NODE: u32 = 3;
@@ -105,6 +109,31 @@ impl Drop for Net {
     }
 }
 
+/// The job's secret in a private directory of this test's; removed on drop.
+struct Secret(std::path::PathBuf);
+
+impl Secret {
+    fn create() -> Secret {
+        let dir = std::env::temp_dir().join(format!("ffd-netns-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).expect("a directory for the secret");
+        JobSecret::random()
+            .unwrap()
+            .write_new_file(&dir.join("secret"))
+            .expect("the secret file");
+        Secret(dir)
+    }
+    fn file(&self) -> std::path::PathBuf {
+        self.0.join("secret")
+    }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A child process killed and reaped on drop.
 struct Reaped(Child);
 
@@ -117,11 +146,18 @@ impl Drop for Reaped {
 
 #[test]
 fn a_node_cut_off_without_a_reset_is_reported_by_timeout() {
-    if let Err(e) = ip(&["netns", "list"]) {
-        panic!("this test needs iproute2 and root (ci/setup installs iproute2): {e}");
+    if !prereq::available(
+        "a_node_cut_off_without_a_reset_is_reported_by_timeout",
+        &[prereq::netns()],
+    ) {
+        return;
     }
     let net = Net::create().expect("create the namespaces");
     let ffd = env!("CARGO_BIN_EXE_ffd");
+    // Given to the rendezvous, which is killed at the end and so could not
+    // remove one it made.
+    let secret = Secret::create();
+    let secret_file = secret.file();
 
     // The rendezvous listens on the bridge, reachable from both nodes.
     let mut rendezvous = Reaped(
@@ -132,21 +168,27 @@ fn a_node_cut_off_without_a_reset_is_reported_by_timeout() {
                 &RANKS.to_string(),
                 "--listen",
                 &format!("{}:0", net.root_addr()),
+                "--secret-file",
+                secret_file.to_str().unwrap(),
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("ffd rendezvous"),
     );
-    let mut first = String::new();
-    BufReader::new(rendezvous.0.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let (mut first, mut second) = (String::new(), String::new());
+    let mut printed = BufReader::new(rendezvous.0.stdout.take().unwrap());
+    printed.read_line(&mut first).unwrap();
+    printed.read_line(&mut second).unwrap();
     let addr = first
         .trim()
         .strip_prefix("FFD_BOOTSTRAP=")
         .unwrap_or_else(|| panic!("{first}"))
         .to_owned();
+    assert_eq!(
+        second.trim(),
+        format!("FFD_SECRET_FILE={}", secret_file.display())
+    );
 
     let (tx, rx) = mpsc::channel::<(u32, Value)>();
     let mut agents = Vec::new();
@@ -164,6 +206,7 @@ fn a_node_cut_off_without_a_reset_is_reported_by_timeout() {
             .env("FFD_BOOTSTRAP", &addr)
             .env("FFD_RANK", rank.to_string())
             .env("FFD_SIZE", RANKS.to_string())
+            .env("FFD_SECRET_FILE", &secret_file)
             .env("FFD_DOMAIN", net.inner(node))
             .env("FFD_HOSTNAME", format!("node{node}"))
             .env("FFD_PERIOD", "10ms")
@@ -239,4 +282,5 @@ fn a_node_cut_off_without_a_reset_is_reported_by_timeout() {
     drop(agents);
     drop(rendezvous);
     drop(net);
+    drop(secret);
 }

@@ -1,7 +1,13 @@
 //! Microbenchmark of the Engine's hot path (`harness = false`): what one
 //! rank's protocol core costs per heartbeat period when idle, and per
 //! failure notice, at N = 2^10 … 2^20 ranks with 0, 10, 100 and 1000
-//! known failures.
+//! known failures; and what authenticating a message costs.
+//!
+//! - `mac`: ns per seal (the Engine's per-copy [`Sealed::new`]: sequence
+//!   number and keyed-BLAKE3 tag over the shared unsealed bytes) and per
+//!   verify ([`JobKeys::verify`], what `decode` does before reading the
+//!   body), for a notice of 48 and one of 64 signed bytes (the sizes of
+//!   notices naming one or a few ranks) and a 1 KiB payload.
 //!
 //! - `idle`: one deadline step of an idle rank in write mode (the
 //!   progress thread's case): [`Engine::handle_timeout`] with a live slot
@@ -10,7 +16,9 @@
 //!   every beat and, `checks_per_timeout` times per timeout, for a check).
 //! - `dup`: a notice naming a failure already known (the common case at
 //!   large N: every rank receives each failure over ~2 log2 N links), with
-//!   the drain that follows (it yields nothing).
+//!   the drain that follows (it yields nothing). Each is a new message (its
+//!   own sequence number and tag): the tag is checked and the sender's
+//!   replay window moves, as on the fabric.
 //! - `new`: a notice naming a new failure, with the drain of its outputs:
 //!   the `Failed` event and the forward-once copies over the overlay.
 //! - `cold dup`: `dup` on a random Engine out of a pool too large for the
@@ -32,12 +40,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::Encoder;
+use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed, TAG_LEN};
 use ffd_protocol::{Engine, EngineConfig, Input, Rank, Ring, Time, slot_value};
 use rand::{RngCore, SeedableRng};
 use rand_pcg::Pcg64;
 
 const JOB_KEY: u64 = 0x6666_6464_4245_4E43;
+
+fn keys() -> JobKeys {
+    JobKeys::new(JOB_KEY, *b"engine hot path benchmark key 32")
+}
 const KNOWN: [usize; 4] = [0, 10, 100, 1000];
 /// Deadline steps timed per repetition of `idle` (tens of µs: short
 /// batches, so that the median skips those another process interrupted).
@@ -116,26 +128,29 @@ impl Job {
         }
     }
 
-    fn notice(&self, failed: &[Rank]) -> Vec<u8> {
+    /// The sender's notice naming `failed`, sealed with sequence number
+    /// `seq` (1 is the set-up notice's).
+    fn notice(&self, failed: &[Rank], seq: u64) -> Vec<u8> {
         let mut failed = failed.to_vec();
         failed.sort_unstable();
-        Encoder::new(JOB_KEY, self.sender).notice(self.sender, 0, &failed, &[])
+        let unsealed = Encoder::new(JOB_KEY, self.sender).notice(self.sender, 0, &failed, &[]);
+        wire::seal(&unsealed, seq, self.me, &keys())
     }
 
     /// A fresh Engine for `me` that knows `failed` (handed in as one
-    /// notice at 1 ms), its outputs drained.
+    /// notice at 1 ms, sequence number 1), its outputs drained.
     fn engine(&self, failed: &[Rank]) -> Engine {
         let mut e = Engine::new(
             self.config.clone(),
             self.ring.clone(),
             self.me,
-            JOB_KEY,
+            keys(),
             Time::ZERO,
         )
         .expect("valid engine");
         drain(&mut e);
         if !failed.is_empty() {
-            deliver(&mut e, at_ms(1), self.sender, &self.notice(failed))
+            deliver(&mut e, at_ms(1), self.sender, &self.notice(failed, 1))
                 .expect("the set-up notice is accepted");
             drain(&mut e);
         }
@@ -187,11 +202,11 @@ struct Idle {
 fn idle(job: &Job, reps: usize) -> Idle {
     let mut e = job.engine(&job.known);
     let digest = fold_digest(e.digest());
-    let mut counter = 0u32;
+    let mut counter = 0u16;
     let mut step = |e: &mut Engine| -> Time {
         let t = e.next_deadline().expect("an idle rank has a deadline");
-        counter += 1;
-        let value = slot_value(digest, counter);
+        counter = counter.wrapping_add(1).max(1);
+        let value = slot_value(0, digest, counter);
         e.handle_timeout(t, |_| value);
         let outs = drain(e);
         debug_assert!(outs <= 1, "an idle step writes at most one heartbeat");
@@ -227,16 +242,27 @@ fn idle(job: &Job, reps: usize) -> Idle {
     }
 }
 
-/// The same duplicate notice, again and again, with the drain after it.
+/// The same news in new messages, again and again, with the drain after
+/// each (the messages are sealed beforehand, untimed).
 fn dup(job: &Job, reps: usize) -> f64 {
     let mut e = job.engine(&job.known_and_repeated());
-    let bytes = job.notice(&[job.repeated]);
+    let mut seq = 1;
+    let batches: Vec<Vec<Vec<u8>>> = (0..reps)
+        .map(|_| {
+            (0..DUP_OPS)
+                .map(|_| {
+                    seq += 1;
+                    job.notice(&[job.repeated], seq)
+                })
+                .collect()
+        })
+        .collect();
     let now = at_ms(2);
     let mut per_op = Vec::new();
-    for _ in 0..reps {
+    for batch in &batches {
         let start = Instant::now();
-        for _ in 0..DUP_OPS {
-            let _ = deliver(&mut e, now, job.sender, black_box(&bytes));
+        for bytes in batch {
+            let _ = deliver(&mut e, now, job.sender, black_box(bytes));
             black_box(drain(&mut e));
         }
         per_op.push(ns_per(start.elapsed(), DUP_OPS));
@@ -257,7 +283,10 @@ struct New {
 /// Notices each naming one new failure, with the drain of the event and
 /// the forwarded copies; a fresh Engine per repetition (set-up untimed).
 fn new(job: &Job, reps: usize) -> New {
-    let notices: Vec<Vec<u8>> = job.fresh.iter().map(|&r| job.notice(&[r])).collect();
+    let notices: Vec<Vec<u8>> = (2..)
+        .zip(&job.fresh)
+        .map(|(seq, &r)| job.notice(&[r], seq))
+        .collect();
     let now = at_ms(2);
     let (mut per_op, mut outputs) = (Vec::new(), 0usize);
     for _ in 0..reps {
@@ -287,14 +316,14 @@ fn new(job: &Job, reps: usize) -> New {
 /// `passes` times over the pool, timed in batches of `COLD_BATCH`.
 fn cold_dup(job: &Job, passes: usize) -> f64 {
     let failed = job.known_and_repeated();
-    let set_up = job.notice(&failed);
+    let set_up = job.notice(&failed, 1);
     let mut pool: Vec<Engine> = (0..COLD_POOL)
         .map(|_| {
             let mut e = Engine::new(
                 job.config.clone(),
                 job.ring.clone(),
                 job.me,
-                JOB_KEY,
+                keys(),
                 Time::ZERO,
             )
             .expect("valid engine");
@@ -310,10 +339,11 @@ fn cold_dup(job: &Job, passes: usize) -> f64 {
         let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
-    let bytes = job.notice(&[job.repeated]);
     let now = at_ms(2);
     let mut per_op = Vec::new();
-    for _ in 0..passes {
+    for pass in 0..passes {
+        // One message per pass: each Engine sees it once.
+        let bytes = job.notice(&[job.repeated], 2 + pass as u64);
         for batch in order.chunks(COLD_BATCH) {
             let start = Instant::now();
             for &i in batch {
@@ -333,6 +363,64 @@ fn cold_dup(job: &Job, passes: usize) -> f64 {
     median(per_op)
 }
 
+/// One row of the MAC cost table.
+struct Mac {
+    what: &'static str,
+    /// Bytes the tag covers (header and body).
+    signed: usize,
+    seal_ns: f64,
+    verify_ns: f64,
+}
+
+/// Ops per timed batch of `mac`.
+const MAC_OPS: usize = 10_000;
+
+/// ns per seal ([`Sealed::new`], the Engine's per-copy seal) and per
+/// verify ([`JobKeys::verify`]) of `unsealed`.
+fn mac(what: &'static str, unsealed: Vec<u8>, reps: usize) -> Mac {
+    let keys = keys();
+    let shared: Arc<[u8]> = unsealed.into();
+    let sealed = Sealed::new(shared.clone(), 1, 5, &keys).to_vec();
+    assert!(keys.verify(&sealed, 5), "a sealed message verifies");
+    let (mut seal_ns, mut verify_ns) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let start = Instant::now();
+        for seq in 1..=MAC_OPS as u64 {
+            black_box(Sealed::new(black_box(shared.clone()), seq, 5, &keys));
+        }
+        seal_ns.push(ns_per(start.elapsed(), MAC_OPS));
+        let start = Instant::now();
+        for _ in 0..MAC_OPS {
+            assert!(black_box(keys.verify(black_box(&sealed), 5)));
+        }
+        verify_ns.push(ns_per(start.elapsed(), MAC_OPS));
+    }
+    Mac {
+        what,
+        signed: sealed.len() - TAG_LEN,
+        seal_ns: median(seal_ns),
+        verify_ns: median(verify_ns),
+    }
+}
+
+/// The messages of the MAC table: notices of 48 and 64 signed bytes, and
+/// a payload of 1 KiB.
+fn mac_table(reps: usize) -> Vec<Mac> {
+    let e = Encoder::new(JOB_KEY, 3);
+    let small = e.notice(3, 0, &[17], &[]);
+    let mut wide: Vec<Rank> = vec![17];
+    let mut notice = e.notice(3, 0, &wide, &[]);
+    while notice.len() < 64 {
+        wide.push(wide[wide.len() - 1] + 1000);
+        notice = e.notice(3, 0, &wide, &[]);
+    }
+    vec![
+        mac("notice, 1 rank", small, reps),
+        mac("notice, a few ranks", notice, reps),
+        mac("payload, 1 KiB", e.payload(3, 1, 0, &[7u8; 1024]), reps),
+    ]
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is accepted.
     let max_log2 = env_u64("ENGINE_HOT_PATH_MAX_LOG2", 20).clamp(10, 24) as u32;
@@ -341,6 +429,21 @@ fn main() {
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
     std::fs::create_dir_all(&out).expect("create target/bench");
 
+    let macs = mac_table(reps);
+    println!(
+        "Message authentication (keyed BLAKE3, 16-byte tag): ns per operation, median of {reps} repetitions"
+    );
+    println!(
+        "{:>22} {:>7} {:>8} {:>8}",
+        "message", "signed", "seal", "verify"
+    );
+    for m in &macs {
+        println!(
+            "{:>22} {:>7} {:>8.1} {:>8.1}",
+            m.what, m.signed, m.seal_ns, m.verify_ns
+        );
+    }
+    println!();
     println!(
         "Engine hot path: ns per operation, median of {reps} repetitions \
          (size_of::<Engine>() = {} bytes)",
@@ -390,6 +493,15 @@ fn main() {
         }
     }
     let json = serde_json::json!({
+        "mac": macs
+            .iter()
+            .map(|m| serde_json::json!({
+                "message": m.what,
+                "signed_bytes": m.signed,
+                "seal_ns": m.seal_ns,
+                "verify_ns": m.verify_ns,
+            }))
+            .collect::<Vec<_>>(),
         "engine_size_bytes": std::mem::size_of::<Engine>(),
         "repetitions": reps,
         "rows": rows,

@@ -196,6 +196,11 @@ pub struct EngineConfig {
     /// health multiplier by one. Default: one check interval
     /// (`timeout / checks_per_timeout`).
     pub late_wakeup: Option<Duration>,
+    /// Most ranks one `SyncReply` carries (failed ones first). A larger
+    /// difference goes in parts, one per request (the requester asks again
+    /// a timeout later while its digest still differs), so the work one
+    /// request draws is bounded: 1024 ranks are at most ~5 KiB of lists.
+    pub max_sync_ranks: usize,
 }
 
 impl Default for EngineConfig {
@@ -218,6 +223,7 @@ impl Default for EngineConfig {
             payload_dedup_origins: 1024,
             health_max: Self::DEFAULT_HEALTH_MAX,
             late_wakeup: None,
+            max_sync_ranks: 1024,
         }
     }
 }

@@ -19,6 +19,8 @@ pub mod ranks;
 mod ring;
 pub mod wire;
 
+pub mod agreement;
+
 #[cfg(feature = "sim")]
 pub mod sim;
 
@@ -27,9 +29,9 @@ pub use config::{
 };
 pub use engine::{
     Cause, Engine, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_value,
+    TransportErrorKind, slot_digest, slot_generation, slot_value,
 };
 pub use overlay::Overlay;
 pub use ranks::{RankList, RankSet};
 pub use ring::Ring;
-pub use wire::{Kind, RejectReason};
+pub use wire::{JobKeys, Kind, RejectReason, Sealed};

@@ -1,7 +1,7 @@
 //! The Engine's hot paths allocate nothing: an idle rank's deadline step
 //! and the drain of its `WriteHeartbeat` (every period, on the progress
 //! thread), an idle modelled check (the simulator's case), and a duplicate
-//! notice. Counted by a global allocator that forwards to the system's
+//! notice (its tag checked, its sender's replay window moved). Counted by a global allocator that forwards to the system's
 //! and counts the calls made on the current thread.
 //!
 //! The `unsafe impl GlobalAlloc` below is the only `unsafe` in the
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::Encoder;
+use ffd_protocol::wire::{self, Encoder, JobKeys};
 use ffd_protocol::{Engine, EngineConfig, Input, Output, Rank, Ring, Time, slot_value};
 
 thread_local! {
@@ -70,6 +70,10 @@ fn allocations_in<R>(f: impl FnOnce() -> R) -> (u64, R) {
 }
 
 const KEY: u64 = 0x0A11_0C47_10E5;
+
+fn keys() -> JobKeys {
+    JobKeys::new(KEY, [0xA1; 32])
+}
 const N: u32 = 4096;
 const ME: Rank = 100;
 /// A live rank far from `ME` on the ring, the sender of every notice.
@@ -80,8 +84,14 @@ fn known_failures() -> Vec<Rank> {
     (0..50).map(|i| 3000 + 7 * i).collect()
 }
 
-fn notice(failed: &[Rank]) -> Vec<u8> {
-    Encoder::new(KEY, SENDER).notice(SENDER, 0, failed, &[])
+/// A notice from `SENDER` to `ME` with sequence number `seq`.
+fn notice(failed: &[Rank], seq: u64) -> Vec<u8> {
+    wire::seal(
+        &Encoder::new(KEY, SENDER).notice(SENDER, 0, failed, &[]),
+        seq,
+        ME,
+        &keys(),
+    )
 }
 
 fn drain(e: &mut Engine) -> Vec<Output> {
@@ -94,7 +104,7 @@ fn engine() -> Engine {
         Arc::new(EngineConfig::default()),
         Arc::new(Ring::by_rank(N)),
         ME,
-        KEY,
+        keys(),
         Time::ZERO,
     )
     .expect("valid engine");
@@ -103,7 +113,7 @@ fn engine() -> Engine {
         Time::ZERO + Duration::from_millis(1),
         Input::Message {
             from: Some(SENDER),
-            bytes: &notice(&known_failures()),
+            bytes: &notice(&known_failures(), 1),
         },
     )
     .expect("notice accepted");
@@ -115,13 +125,13 @@ fn engine() -> Engine {
 
 /// `steps` deadline steps with a live emitter (its slot moves each time);
 /// returns the `WriteHeartbeat`s drained. Allocates nothing itself.
-fn idle_steps(e: &mut Engine, counter: &mut u32, steps: usize) -> usize {
+fn idle_steps(e: &mut Engine, counter: &mut u16, steps: usize) -> usize {
     let digest = fold_digest(e.digest());
     let mut beats = 0;
     for _ in 0..steps {
         let t = e.next_deadline().expect("an idle rank has a deadline");
         *counter += 1;
-        let value = slot_value(digest, *counter);
+        let value = slot_value(e.generation(), digest, *counter);
         e.handle_timeout(t, |_| value);
         while let Some(out) = e.poll_output() {
             assert!(
@@ -166,15 +176,19 @@ fn an_idle_modelled_check_allocates_nothing() {
 fn a_duplicate_notice_allocates_nothing_and_a_new_one_does() {
     let mut e = engine();
     let now = Time::ZERO + Duration::from_millis(2);
-    let duplicate = notice(&known_failures()[7..8]);
-    let fresh = notice(&[2500]);
+    // The same news in 100 messages (a replayed message would be dropped
+    // before it is read).
+    let duplicates: Vec<Vec<u8>> = (2..102)
+        .map(|seq| notice(&known_failures()[7..8], seq))
+        .collect();
+    let fresh = notice(&[2500], 102);
     let (allocations, ()) = allocations_in(|| {
-        for _ in 0..100 {
+        for duplicate in &duplicates {
             e.handle(
                 now,
                 Input::Message {
                     from: Some(SENDER),
-                    bytes: &duplicate,
+                    bytes: duplicate,
                 },
             )
             .expect("accepted");

@@ -3,16 +3,55 @@
 //! forward-once, exclusion, lag guard, in-band modes, sync, leave, payloads.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::{self, Encoder, Message, ProbeVerdict};
+use ffd_protocol::wire::{self, Encoder, JobKeys, Message, ProbeVerdict};
 use ffd_protocol::{
     BcastKind, Cause, Engine, EngineConfig, Event, HandleError, InbandMode, Input, Kind, Output,
     Overlay, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind, slot_value,
 };
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
+const MESSAGE_KEY: [u8; 32] = [0x42; 32];
+
+fn keys() -> JobKeys {
+    JobKeys::new(KEY, MESSAGE_KEY)
+}
+
+/// `unsealed` sealed by its sender for receiver `to` with a sequence
+/// number never used before (one counter for every test link, so each
+/// link's numbers increase).
+fn seal_for(to: Rank, unsealed: &[u8]) -> Vec<u8> {
+    static SEQ: AtomicU64 = AtomicU64::new(1);
+    wire::seal(unsealed, SEQ.fetch_add(1, Ordering::Relaxed), to, &keys())
+}
+
+/// A message a test peer sends: sealed for the Engine it is delivered to.
+struct Msg(Vec<u8>);
+
+fn msg(unsealed: Vec<u8>) -> Msg {
+    Msg(unsealed)
+}
+
+/// What `deliver` hands an Engine: a test peer's message (sealed then), or
+/// the wire bytes of another Engine's output (already sealed).
+trait Deliverable {
+    fn wire_bytes(&self, to: Rank) -> Vec<u8>;
+}
+
+impl Deliverable for Msg {
+    fn wire_bytes(&self, to: Rank) -> Vec<u8> {
+        seal_for(to, &self.0)
+    }
+}
+
+impl Deliverable for Vec<u8> {
+    fn wire_bytes(&self, _: Rank) -> Vec<u8> {
+        self.clone()
+    }
+}
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -35,7 +74,7 @@ fn engine_with(cfg: EngineConfig, n: u32, me: Rank) -> Engine {
         Arc::new(cfg),
         Arc::new(Ring::by_rank(n)),
         me,
-        KEY,
+        keys(),
         Time::ZERO,
     )
     .expect("valid engine")
@@ -80,9 +119,9 @@ fn events(outs: &[Output]) -> Vec<Event> {
 fn sends(outs: &[Output], n: u32) -> Vec<(Rank, Kind)> {
     outs.iter()
         .filter_map(|o| match o {
-            Output::Send { to, bytes } => Some((
+            Output::Send { to, message } => Some((
                 *to,
-                wire::decode(bytes, KEY, n)
+                wire::decode(&message.to_vec(), &keys(), *to, n)
                     .expect("engine sends valid bytes")
                     .0
                     .kind,
@@ -106,12 +145,20 @@ fn tick(e: &mut Engine, now: Time, value: u64) -> Vec<Output> {
     drain(e)
 }
 
-fn notice(from: Rank, origin: Rank, failed: &[Rank], left: &[Rank]) -> Vec<u8> {
-    Encoder::new(KEY, from).notice(origin, 0, failed, left)
+fn notice(from: Rank, origin: Rank, failed: &[Rank], left: &[Rank]) -> Msg {
+    msg(Encoder::new(KEY, from).notice(origin, 0, failed, left))
 }
 
-fn deliver(e: &mut Engine, now: Time, bytes: &[u8]) -> Vec<Output> {
-    e.handle(now, Input::Message { from: None, bytes }).unwrap();
+fn deliver(e: &mut Engine, now: Time, m: &impl Deliverable) -> Vec<Output> {
+    let bytes = m.wire_bytes(e.me());
+    e.handle(
+        now,
+        Input::Message {
+            from: None,
+            bytes: &bytes,
+        },
+    )
+    .unwrap();
     drain(e)
 }
 
@@ -148,7 +195,7 @@ fn heartbeats_go_to_the_successor_every_period() {
         vec![Output::WriteHeartbeat {
             to: 4,
             slot: 0,
-            value: slot_value(0, 1)
+            value: slot_value(0, 0, 1)
         }]
     );
     assert_eq!(e.next_deadline(), Some(at(10)));
@@ -158,7 +205,7 @@ fn heartbeats_go_to_the_successor_every_period() {
         vec![Output::WriteHeartbeat {
             to: 4,
             slot: 0,
-            value: slot_value(0, 2)
+            value: slot_value(0, 0, 2)
         }]
     );
     assert_eq!(
@@ -179,7 +226,7 @@ fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
     let t = e.next_deadline().expect("a first check");
     e.handle_timeout(t, |slot| {
         reads.push(slot);
-        slot_value(0, 1)
+        slot_value(0, 0, 1)
     });
     assert_eq!(reads, vec![0]);
     assert_eq!(e.stats().slot_checks, 1, "the due check ran");
@@ -192,13 +239,14 @@ fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
     let t = e.next_deadline().expect("a check after mending");
     e.handle_timeout(t, |slot| {
         reads.push(slot);
-        slot_value(digest, 1)
+        slot_value(1, digest, 1)
     });
     assert_eq!(reads, vec![1]);
     // A step before any deadline reads the slot but runs no timer.
     let checks = e.stats().slot_checks;
-    e.handle_timeout(t, |_| slot_value(digest, 2));
+    e.handle_timeout(t, |_| slot_value(1, digest, 2));
     assert_eq!(e.stats().slot_checks, checks);
+    assert_eq!(e.stats().foreign_slot_values, 0);
     // Alone in the job: no emitter, nothing to read.
     let mut alone = engine(1, 0);
     drain(&mut alone);
@@ -217,6 +265,7 @@ fn modelled_heartbeats_wake_at_the_timeout_scale() {
         vec![Output::HeartbeatStream {
             to: Some(4),
             slot: 0,
+            generation: 0,
             digest: 0
         }]
     );
@@ -224,8 +273,8 @@ fn modelled_heartbeats_wake_at_the_timeout_scale() {
     // emitter never heard from).
     assert_eq!(e.next_deadline(), Some(at(25)));
     let mut t = at(25);
-    for beat in 1..=8u32 {
-        assert!(tick(&mut e, t, slot_value(0, beat)).is_empty());
+    for beat in 1..=8u16 {
+        assert!(tick(&mut e, t, slot_value(0, 0, beat)).is_empty());
         let next = e.next_deadline().unwrap();
         assert_eq!(next - t, ms(25));
         t = next;
@@ -237,7 +286,7 @@ fn timeout_declares_mends_and_broadcasts() {
     let n = 16;
     let mut e = checker(n, 5);
     drain(&mut e);
-    let (t, outs) = run_until_declared(&mut e, slot_value(0, 7), at(1000));
+    let (t, outs) = run_until_declared(&mut e, slot_value(0, 0, 7), at(1000));
     // The one beat is seen at the first check (25); it never changes again:
     // declared one timeout (100) later, at check-interval granularity.
     assert!(t >= at(125) && t <= at(150), "declared at {t}");
@@ -341,30 +390,31 @@ fn observe_me_switches_the_target_and_rejects_stale_requests() {
     drain(&mut e);
     assert_eq!(e.heartbeat_target(), Some((3, 0)));
     // 4 took over (3 is gone in its view): farther than 3, accepted; write at once.
-    let outs = deliver(&mut e, at(5), &Encoder::new(KEY, 4).observe_me(1, 1));
+    let outs = deliver(&mut e, at(5), &msg(Encoder::new(KEY, 4).observe_me(1, 1)));
     assert_eq!(
         outs,
         vec![Output::WriteHeartbeat {
             to: 4,
             slot: 1,
-            value: slot_value(0, 2)
-        }]
+            value: slot_value(1, 0, 2)
+        }],
+        "the beat carries the generation 4 named"
     );
     assert_eq!(e.heartbeat_target(), Some((4, 1)));
     // A late request from 3 (nearer than 4) is stale.
-    assert!(deliver(&mut e, at(6), &Encoder::new(KEY, 3).observe_me(5, 5)).is_empty());
+    assert!(deliver(&mut e, at(6), &msg(Encoder::new(KEY, 3).observe_me(5, 5))).is_empty());
     // An older generation from the current observer is stale too.
-    assert!(deliver(&mut e, at(7), &Encoder::new(KEY, 4).observe_me(0, 0)).is_empty());
+    assert!(deliver(&mut e, at(7), &msg(Encoder::new(KEY, 4).observe_me(0, 0))).is_empty());
     assert_eq!(e.heartbeat_target(), Some((4, 1)));
     assert_eq!(e.stats().observe_me_stale, 2);
     // A repeated request (same generation) is answered with a write.
-    let outs = deliver(&mut e, at(8), &Encoder::new(KEY, 4).observe_me(1, 1));
+    let outs = deliver(&mut e, at(8), &msg(Encoder::new(KEY, 4).observe_me(1, 1)));
     assert!(matches!(
         outs[..],
         [Output::WriteHeartbeat { to: 4, slot: 1, .. }]
     ));
     // Across the wrap: 0 is farther from 2 than 4 is.
-    deliver(&mut e, at(9), &Encoder::new(KEY, 0).observe_me(3, 3));
+    deliver(&mut e, at(9), &msg(Encoder::new(KEY, 0).observe_me(3, 3)));
     assert_eq!(e.heartbeat_target(), Some((0, 3)));
 }
 
@@ -373,7 +423,7 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
     let n = 32;
     let mut e = engine(n, 10);
     drain(&mut e);
-    let m = notice(26, 26, &[11, 20], &[]);
+    let m = seal_for(10, &Encoder::new(KEY, 26).notice(26, 0, &[11, 20], &[]));
     let outs = deliver(&mut e, at(1), &m);
     let targets = sent_to(&outs, n, Kind::Notice);
     assert!(!targets.is_empty());
@@ -387,19 +437,32 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
     sorted.dedup();
     assert_eq!(sorted.len(), targets.len(), "each link once");
     // The forwarded copy keeps the origin and counts a hop.
-    let Output::Send { bytes, .. } = outs
+    let Output::Send { to: dest, message } = outs
         .iter()
         .find(|o| matches!(o, Output::Send { .. }))
         .unwrap()
     else {
         unreachable!()
     };
-    let (h, Message::Notice(fwd)) = wire::decode(bytes, KEY, n).unwrap() else {
+    let bytes = &message.to_vec();
+    let (h, Message::Notice(fwd)) = wire::decode(bytes, &keys(), *dest, n).unwrap() else {
         panic!()
     };
     assert_eq!((h.sender, fwd.origin, fwd.hops), (10, 26, 1));
-    // The same news again, or a subset, is not forwarded.
-    assert!(sends(&deliver(&mut e, at(2), &m), n).is_empty());
+    // The same bytes again are a replay, dropped before anything reads them.
+    assert_eq!(
+        e.handle(
+            at(2),
+            Input::Message {
+                from: None,
+                bytes: &m
+            }
+        ),
+        Err(HandleError::Rejected(RejectReason::Replayed))
+    );
+    // The same news again (a new message), or a subset, is not forwarded.
+    let again = notice(26, 26, &[11, 20], &[]);
+    assert!(sends(&deliver(&mut e, at(2), &again), n).is_empty());
     assert!(sends(&deliver(&mut e, at(3), &notice(3, 3, &[20], &[])), n).is_empty());
     assert_eq!(e.stats().duplicate_notices, 2);
     assert_eq!(e.stats().notices_forwarded, 1);
@@ -414,7 +477,7 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
     // The emitter (9) is alive; 11 was the observer: heartbeats stop until
     // 12 (11's observer) mends to us.
     assert_eq!(e.observer(), None);
-    deliver(&mut e, at(4), &Encoder::new(KEY, 12).observe_me(1, 1));
+    deliver(&mut e, at(4), &msg(Encoder::new(KEY, 12).observe_me(1, 1)));
     assert_eq!(e.heartbeat_target(), Some((12, 1)));
 }
 
@@ -445,10 +508,11 @@ fn messages_from_failed_ranks_are_answered_with_an_exclusion_rate_limited() {
     // 2 (failed here) sends a notice about 3: dropped, answered.
     let outs = deliver(&mut e, at(2), &notice(2, 2, &[3], &[]));
     assert_eq!(sends(&outs, n), vec![(2, Kind::Notice)]);
-    let Output::Send { bytes, .. } = &outs[0] else {
+    let Output::Send { to: dest, message } = &outs[0] else {
         panic!()
     };
-    let (_, Message::Notice(x)) = wire::decode(bytes, KEY, n).unwrap() else {
+    let bytes = &message.to_vec();
+    let (_, Message::Notice(x)) = wire::decode(bytes, &keys(), *dest, n).unwrap() else {
         panic!()
     };
     assert_eq!(x.failed.to_vec(), vec![2]);
@@ -458,7 +522,7 @@ fn messages_from_failed_ranks_are_answered_with_an_exclusion_rate_limited() {
         deliver(
             &mut e,
             at(50),
-            &Encoder::new(KEY, 2).sync_request(0, &[], &[])
+            &msg(Encoder::new(KEY, 2).sync_request(0, &[], &[]))
         )
         .is_empty()
     );
@@ -482,7 +546,7 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
     let n = 8;
     let mut e = checker(n, 4);
     drain(&mut e);
-    let v = slot_value(0, 3);
+    let v = slot_value(0, 0, 3);
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, v);
     // The thread stalls for 10 s (SIGSTOP) and wakes with the slot unchanged.
@@ -624,20 +688,22 @@ fn inband_suspect_probes_before_declaring() {
     probed.sort_unstable();
     assert_eq!(probed, vec![5, 6], "the suspect and its observer");
     // The suspect's observer vouches for it: cleared.
-    let Output::Send { bytes, .. } = &outs[0] else {
+    let Output::Send { to: dest, message } = &outs[0] else {
         panic!()
     };
-    let (_, Message::Probe { nonce, about }) = wire::decode(bytes, KEY, n).unwrap() else {
+    let bytes = &message.to_vec();
+    let (_, Message::Probe { nonce, about }) = wire::decode(bytes, &keys(), *dest, n).unwrap()
+    else {
         panic!()
     };
     deliver(
         &mut e,
         at(11),
-        &Encoder::new(KEY, 6).probe_ack(nonce, about, ProbeVerdict::Alive),
+        &msg(Encoder::new(KEY, 6).probe_ack(nonce, about, ProbeVerdict::Alive)),
     );
     assert_eq!(e.stats().suspicions_cleared, 1);
     let t = e.next_deadline().unwrap();
-    assert!(events(&tick(&mut e, t.max(at(100)), slot_value(0, 1))).is_empty());
+    assert!(events(&tick(&mut e, t.max(at(100)), slot_value(0, 0, 1))).is_empty());
 
     // No answer within suspect_timeout: declared (in-band).
     let mut e = checker_with(cfg, n, 4);
@@ -668,25 +734,30 @@ fn a_probe_about_my_emitter_is_answered_by_its_next_beat() {
     let mut e = checker(n, 4);
     drain(&mut e);
     let t = e.next_deadline().unwrap();
-    tick(&mut e, t, slot_value(0, 1));
+    tick(&mut e, t, slot_value(0, 0, 1));
     // A probe about our emitter (3): no answer until a beat written after it.
-    assert!(deliver(&mut e, t + ms(1), &Encoder::new(KEY, 2).probe(9, 3)).is_empty());
+    assert!(deliver(&mut e, t + ms(1), &msg(Encoder::new(KEY, 2).probe(9, 3))).is_empty());
     let soon = e.next_deadline().unwrap();
     assert!(
         soon <= t + ms(11),
         "checks the slot within a period: {soon}"
     );
     assert!(
-        tick(&mut e, soon, slot_value(0, 1)).is_empty(),
+        tick(&mut e, soon, slot_value(0, 0, 1)).is_empty(),
         "slot unchanged: still no answer"
     );
     let next = e.next_deadline().unwrap();
-    let outs = tick(&mut e, next, slot_value(0, 2));
-    let Output::Send { to: 2, bytes } = &outs[0] else {
+    let outs = tick(&mut e, next, slot_value(0, 0, 2));
+    let Output::Send {
+        to: dest @ 2,
+        message,
+    } = &outs[0]
+    else {
         panic!("{outs:?}")
     };
+    let bytes = &message.to_vec();
     assert!(matches!(
-        wire::decode(bytes, KEY, n).unwrap().1,
+        wire::decode(bytes, &keys(), *dest, n).unwrap().1,
         Message::ProbeAck {
             nonce: 9,
             about: 3,
@@ -695,24 +766,26 @@ fn a_probe_about_my_emitter_is_answered_by_its_next_beat() {
     ));
     // After half a timeout of stillness, the answer is immediate: silent.
     let still = next + ms(60);
-    let outs = deliver(&mut e, still, &Encoder::new(KEY, 2).probe(10, 3));
-    let Output::Send { bytes, .. } = &outs[0] else {
+    let outs = deliver(&mut e, still, &msg(Encoder::new(KEY, 2).probe(10, 3)));
+    let Output::Send { to: dest, message } = &outs[0] else {
         panic!("{outs:?}")
     };
+    let bytes = &message.to_vec();
     assert!(matches!(
-        wire::decode(bytes, KEY, n).unwrap().1,
+        wire::decode(bytes, &keys(), *dest, n).unwrap().1,
         Message::ProbeAck {
             verdict: ProbeVerdict::Silent,
             ..
         }
     ));
     // About someone else: unknown.
-    let outs = deliver(&mut e, still, &Encoder::new(KEY, 2).probe(11, 6));
-    let Output::Send { bytes, .. } = &outs[0] else {
+    let outs = deliver(&mut e, still, &msg(Encoder::new(KEY, 2).probe(11, 6)));
+    let Output::Send { to: dest, message } = &outs[0] else {
         panic!("{outs:?}")
     };
+    let bytes = &message.to_vec();
     assert!(matches!(
-        wire::decode(bytes, KEY, n).unwrap().1,
+        wire::decode(bytes, &keys(), *dest, n).unwrap().1,
         Message::ProbeAck {
             verdict: ProbeVerdict::Unknown,
             ..
@@ -732,8 +805,8 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
     let mut t = e.next_deadline().unwrap();
     let first_check = t;
     let mut requests = Vec::new();
-    for beat in 1..=40u32 {
-        let outs = tick(&mut e, t, slot_value(theirs, beat));
+    for beat in 1..=40u16 {
+        let outs = tick(&mut e, t, slot_value(0, theirs, beat));
         if !sent_to(&outs, n, Kind::SyncRequest).is_empty() {
             requests.push(t);
         }
@@ -749,7 +822,7 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
         "at most one per timeout"
     );
     // The reply fills the gap; the learned rank is re-broadcast as a notice.
-    let outs = deliver(&mut e, t, &Encoder::new(KEY, 3).sync_reply(&[12], &[]));
+    let outs = deliver(&mut e, t, &msg(Encoder::new(KEY, 3).sync_reply(&[12], &[])));
     assert!(e.is_failed(12));
     assert!(events(&outs).contains(&Event::Failed {
         rank: 12,
@@ -770,14 +843,14 @@ fn a_sync_request_is_merged_and_answered_with_the_difference() {
     let outs = deliver(
         &mut e,
         at(2),
-        &Encoder::new(KEY, 5).sync_request(1, &[8, 13], &[]),
+        &msg(Encoder::new(KEY, 5).sync_request(1, &[8, 13], &[])),
     );
     assert!(e.is_failed(13));
     let replies: Vec<_> = outs
         .iter()
         .filter_map(|o| match o {
-            Output::Send { to, bytes } if wire::peek_kind(bytes) == Some(Kind::SyncReply) => {
-                Some((*to, bytes.clone()))
+            Output::Send { to, message } if message.kind() == Some(Kind::SyncReply) => {
+                Some((*to, message.to_vec()))
             }
             _ => None,
         })
@@ -785,7 +858,8 @@ fn a_sync_request_is_merged_and_answered_with_the_difference() {
     assert_eq!(replies.len(), 1);
     let (to, bytes) = &replies[0];
     assert_eq!(*to, 5);
-    let (_, Message::SyncReply { failed, left }) = wire::decode(bytes, KEY, n).unwrap() else {
+    let (_, Message::SyncReply { failed, left }) = wire::decode(bytes, &keys(), *to, n).unwrap()
+    else {
         panic!()
     };
     assert_eq!((failed.to_vec(), left.to_vec()), (vec![7], vec![]));
@@ -801,10 +875,10 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
     let targets = sent_to(&outs, n, Kind::Notice);
     assert_eq!(&targets[..2], &[5, 3], "ring neighbours first");
     assert_eq!(leaver.participation(), Participation::Left);
-    let Output::Send { bytes, .. } = &outs[0] else {
+    let Output::Send { to: 5, message } = &outs[0] else {
         panic!()
     };
-    let leave_notice = bytes.to_vec();
+    let leave_notice = message.to_vec();
     // The leaver declares nobody, even after a long silence, and ignores errors.
     leaver
         .handle(
@@ -853,9 +927,10 @@ fn payloads_are_delivered_once_and_forwarded_once() {
     let outs = drain(&mut origin);
     let targets = sent_to(&outs, n, Kind::Payload);
     assert_eq!(targets, vec![8, 4, 2, 1, 12, 14, 15]);
-    let Output::Send { bytes, .. } = &outs[0] else {
+    let Output::Send { to: 8, message } = &outs[0] else {
         panic!()
     };
+    let bytes = &message.to_vec();
     let mut r = engine(n, 8);
     drain(&mut r);
     let outs = deliver(&mut r, at(2), bytes);
@@ -868,9 +943,18 @@ fn payloads_are_delivered_once_and_forwarded_once() {
         }]
     );
     assert!(!sent_to(&outs, n, Kind::Payload).is_empty());
+    // The same payload by another path: rank 4 forwards its copy.
+    let via_4 = msg(wire::forwarded(bytes, 4).expect("a payload"));
     assert!(
-        deliver(&mut r, at(3), bytes).is_empty(),
+        deliver(&mut r, at(3), &via_4).is_empty(),
         "duplicate dropped"
+    );
+    assert_eq!(r.stats().payload_duplicates, 1);
+    // The very same bytes again are a replay, dropped before the payload
+    // is looked at.
+    assert_eq!(
+        r.handle(at(3), Input::Message { from: None, bytes }),
+        Err(HandleError::Rejected(RejectReason::Replayed))
     );
     assert_eq!(r.stats().payload_duplicates, 1);
     let big = vec![0u8; 70_000];
@@ -893,25 +977,25 @@ fn payload_dedup_state_is_bounded() {
     let mut r = engine_with(cfg, n, 0);
     drain(&mut r);
     for origin in 1..200u32 {
-        let m = Encoder::new(KEY, origin).payload(origin, 1, 0, b"p");
+        let m = msg(Encoder::new(KEY, origin).payload(origin, 1, 0, b"p"));
         assert_eq!(events(&deliver(&mut r, at(1), &m)).len(), 1);
     }
     // Recent origins are still de-duplicated.
-    let m = Encoder::new(KEY, 199).payload(199, 1, 0, b"p");
+    let m = msg(Encoder::new(KEY, 199).payload(199, 1, 0, b"p"));
     assert!(events(&deliver(&mut r, at(2), &m)).is_empty());
     // Sequences far behind an origin's newest are refused as too old.
     for seq in 2..=70u64 {
         deliver(
             &mut r,
             at(3),
-            &Encoder::new(KEY, 199).payload(199, seq, 0, b"p"),
+            &msg(Encoder::new(KEY, 199).payload(199, seq, 0, b"p")),
         );
     }
     assert!(
         events(&deliver(
             &mut r,
             at(4),
-            &Encoder::new(KEY, 199).payload(199, 3, 0, b"p")
+            &msg(Encoder::new(KEY, 199).payload(199, 3, 0, b"p"))
         ))
         .is_empty()
     );
@@ -924,15 +1008,15 @@ fn a_slow_emitter_is_a_warning_not_a_failure() {
     drain(&mut e);
     let mut t = e.next_deadline().unwrap();
     let mut beat = 1;
-    tick(&mut e, t, slot_value(0, beat));
+    tick(&mut e, t, slot_value(0, 0, beat));
     // The slot stands still for 75 ms (< timeout), then moves.
     for _ in 0..3 {
         t = e.next_deadline().unwrap();
-        assert!(events(&tick(&mut e, t, slot_value(0, beat))).is_empty());
+        assert!(events(&tick(&mut e, t, slot_value(0, 0, beat))).is_empty());
     }
     beat += 1;
     t = e.next_deadline().unwrap();
-    let ev = events(&tick(&mut e, t, slot_value(0, beat)));
+    let ev = events(&tick(&mut e, t, slot_value(0, 0, beat)));
     assert!(
         matches!(ev[..], [Event::SlowEmitter { rank: 3, stalled_for }] if stalled_for >= ms(75)),
         "{ev:?}"
@@ -945,7 +1029,8 @@ fn bad_messages_are_rejected_and_counted() {
     let n = 8;
     let mut e = engine(n, 4);
     drain(&mut e);
-    let wrong_key = Encoder::new(KEY ^ 1, 3).observe_me(1, 1);
+    let other_job = JobKeys::new(KEY ^ 1, MESSAGE_KEY);
+    let wrong_key = wire::seal(&Encoder::new(KEY ^ 1, 3).observe_me(1, 1), 1, 4, &other_job);
     assert_eq!(
         e.handle(
             at(1),
@@ -956,7 +1041,7 @@ fn bad_messages_are_rejected_and_counted() {
         ),
         Err(HandleError::Rejected(RejectReason::WrongJobKey))
     );
-    let from_self = Encoder::new(KEY, 4).observe_me(1, 1);
+    let from_self = seal_for(4, &Encoder::new(KEY, 4).observe_me(1, 1));
     assert_eq!(
         e.handle(
             at(1),
@@ -985,13 +1070,13 @@ fn bad_messages_are_rejected_and_counted() {
 #[test]
 fn engine_rejects_impossible_settings() {
     let ring = Arc::new(Ring::by_rank(4));
-    assert!(Engine::new(Arc::new(config()), ring.clone(), 4, KEY, Time::ZERO).is_err());
+    assert!(Engine::new(Arc::new(config()), ring.clone(), 4, keys(), Time::ZERO).is_err());
     let bad = EngineConfig {
         timeout: ms(10),
         period: ms(10),
         ..config()
     };
-    assert!(Engine::new(Arc::new(bad), ring, 0, KEY, Time::ZERO).is_err());
+    assert!(Engine::new(Arc::new(bad), ring, 0, keys(), Time::ZERO).is_err());
     // A job of one has nobody to watch.
     let mut alone = engine(1, 0);
     assert!(drain(&mut alone).is_empty());
@@ -1018,7 +1103,7 @@ mod mending_properties {
         ) {
             let me = me_seed % n;
             let ring = Arc::new(Ring::shuffled(n, shuffle_seed));
-            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, KEY, Time::ZERO).unwrap();
+            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, keys(), Time::ZERO).unwrap();
             drain(&mut e);
             let mut failed: Vec<Rank> = Vec::new();
             let mut t = 1;

@@ -5,13 +5,21 @@
 //! within a link grace.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ffd_protocol::ranks::fold_digest;
+use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
     Cause, Engine, EngineConfig, Event, Input, Output, Rank, Ring, Time, slot_value,
 };
 
 const KEY: u64 = 0x5EED_0000_0000_0014;
+const MESSAGE_KEY: [u8; 32] = [0x14; 32];
+
+fn keys() -> JobKeys {
+    JobKeys::new(KEY, MESSAGE_KEY)
+}
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -39,7 +47,7 @@ fn checker(cfg: EngineConfig, n: u32, me: Rank) -> Engine {
         Arc::new(cfg),
         Arc::new(Ring::by_rank(n)),
         me,
-        KEY,
+        keys(),
         Time::ZERO,
     )
     .expect("valid engine");
@@ -66,8 +74,12 @@ fn declared(outs: &[Output]) -> Vec<Rank> {
         .collect()
 }
 
-fn notice_failing(rank: Rank, from: Rank) -> Vec<u8> {
-    ffd_protocol::wire::Encoder::new(KEY, from).notice(from, 0, &[rank], &[])
+/// A notice from `from` naming `rank` failed, sealed for receiver `to`
+/// with a sequence number never used before.
+fn notice_failing(rank: Rank, from: Rank, to: Rank) -> Vec<u8> {
+    static SEQ: AtomicU64 = AtomicU64::new(1);
+    let unsealed = wire::Encoder::new(KEY, from).notice(from, 0, &[rank], &[]);
+    wire::seal(&unsealed, SEQ.fetch_add(1, Ordering::Relaxed), to, &keys())
 }
 
 /// Ticks `e` at each deadline plus `late`, its slot reading `value`, until
@@ -93,7 +105,7 @@ fn mended() -> Engine {
         at(1),
         Input::Message {
             from: None,
-            bytes: &notice_failing(4, 8),
+            bytes: &notice_failing(4, 8, 5),
         },
     )
     .unwrap();
@@ -142,13 +154,15 @@ fn a_beat_confirms_the_link_too() {
     let t = e.next_deadline().unwrap();
     e.handle_timeout(t, |_| 0);
     drain(&mut e);
+    // A beat counts in the generation the ObserveMe named (docs/design.md §5).
+    let beat = slot_value(e.generation(), fold_digest(e.digest()), 1);
     let t = e.next_deadline().unwrap();
-    e.handle_timeout(t, |_| slot_value(0, 1));
+    e.handle_timeout(t, |_| beat);
     drain(&mut e);
     // A completion now changes nothing: the beat started the clock.
     e.handle(t + ms(50), Input::Sent { to: 3 }).unwrap();
     assert_eq!(e.stats().mend_links_confirmed, 0);
-    let (declared_at, _) = run(&mut e, slot_value(0, 1), Duration::ZERO, at(5000)).unwrap();
+    let (declared_at, _) = run(&mut e, beat, Duration::ZERO, at(5000)).unwrap();
     assert!(
         (t + ms(100)..=t + ms(125)).contains(&declared_at),
         "beat at {t}, declared at {declared_at}"
@@ -158,7 +172,7 @@ fn a_beat_confirms_the_link_too() {
 /// The emitter's last beat is read at `beat`; then the slot freezes.
 fn beating_until(cfg: EngineConfig, beat: Time) -> Engine {
     let mut e = checker(cfg, 8, 4);
-    e.handle_timeout(beat, |_| slot_value(0, 1));
+    e.handle_timeout(beat, |_| slot_value(0, 0, 1));
     drain(&mut e);
     e
 }
@@ -170,7 +184,7 @@ fn late_wakeups_stretch_the_timeout_up_to_health_max() {
     // declared 4 timeouts after its last beat, not 1.
     let beat = at(20);
     let mut e = beating_until(config(), beat);
-    let (t, rank) = run(&mut e, slot_value(0, 1), ms(30), at(5000)).expect("declared");
+    let (t, rank) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
     assert_eq!(rank, 3);
     assert_eq!(e.local_health(), 4);
     assert_eq!(e.stats().health_peak, 4);
@@ -191,7 +205,7 @@ fn on_time_wakeups_bring_the_timeout_back() {
     for _ in 0..3 {
         let now = e.next_deadline().unwrap() + ms(30);
         value += 1;
-        e.handle_timeout(now, |_| slot_value(0, value));
+        e.handle_timeout(now, |_| slot_value(0, 0, value));
         drain(&mut e);
     }
     assert_eq!(e.local_health(), 4);
@@ -201,13 +215,13 @@ fn on_time_wakeups_bring_the_timeout_back() {
     while e.local_health() > 1 {
         now = e.next_deadline().unwrap();
         value += 1;
-        e.handle_timeout(now, |_| slot_value(0, value));
+        e.handle_timeout(now, |_| slot_value(0, 0, value));
         drain(&mut e);
         assert!(now < at(2000), "still at {} by {now}", e.local_health());
     }
     assert!(now >= at(1000), "back to 1 at {now}");
     // Then a silent emitter is declared one timeout after its last beat.
-    let (t, _) = run(&mut e, slot_value(0, value), Duration::ZERO, now + ms(1000)).unwrap();
+    let (t, _) = run(&mut e, slot_value(0, 0, value), Duration::ZERO, now + ms(1000)).unwrap();
     assert!(t <= now + ms(125), "declared at {t}, last beat {now}");
 }
 
@@ -219,7 +233,7 @@ fn a_ceiling_of_one_judges_by_the_plain_timeout() {
     };
     let beat = at(20);
     let mut e = beating_until(cfg, beat);
-    let (t, _) = run(&mut e, slot_value(0, 1), ms(30), at(5000)).expect("declared");
+    let (t, _) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
     assert_eq!(e.local_health(), 1);
     assert_eq!(e.stats().health_rises, 0);
     assert!(t <= beat + ms(100) + ms(30) + ms(25), "declared at {t}");

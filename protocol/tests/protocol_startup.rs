@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ffd_protocol::{Cause, Engine, EngineConfig, Event, Output, Ring, Time, slot_value};
+use ffd_protocol::{Cause, Engine, EngineConfig, Event, JobKeys, Output, Ring, Time, slot_value};
 
 fn at(ms: u64) -> Time {
     Time::ZERO + Duration::from_millis(ms)
@@ -46,10 +46,23 @@ fn a_stall_after_the_first_heartbeat_is_declared_one_timeout_later_within_the_gr
         startup_grace: Some(Duration::from_secs(1)),
         ..EngineConfig::default()
     };
-    let mut e = Engine::new(Arc::new(cfg), Arc::new(Ring::by_rank(4)), 3, 7, Time::ZERO).unwrap();
+    let mut e = Engine::new(
+        Arc::new(cfg),
+        Arc::new(Ring::by_rank(4)),
+        3,
+        JobKeys::new(7, [7; 32]),
+        Time::ZERO,
+    )
+    .unwrap();
     failures(&mut e);
     // Rank 2 (the emitter) beats every 10 ms until 300 ms, then hangs.
-    let beats = |t: Time| slot_value(0, (t.as_nanos().min(300_000_000) / 10_000_000) as u32 + 1);
+    let beats = |t: Time| {
+        slot_value(
+            0,
+            0,
+            (t.as_nanos().min(300_000_000) / 10_000_000) as u16 + 1,
+        )
+    };
     // Only the first declaration matters: afterwards the mended emitters'
     // slots read as silent in this driver.
     let declared = run(&mut e, at(2000), beats);
@@ -68,7 +81,14 @@ fn an_emitter_never_heard_from_has_the_whole_grace() {
         startup_grace: Some(Duration::from_millis(500)),
         ..EngineConfig::default()
     };
-    let mut e = Engine::new(Arc::new(cfg), Arc::new(Ring::by_rank(4)), 3, 7, Time::ZERO).unwrap();
+    let mut e = Engine::new(
+        Arc::new(cfg),
+        Arc::new(Ring::by_rank(4)),
+        3,
+        JobKeys::new(7, [7; 32]),
+        Time::ZERO,
+    )
+    .unwrap();
     failures(&mut e);
     let declared = run(&mut e, at(2000), |_| 0);
     let (when, rank, _) = declared[0];

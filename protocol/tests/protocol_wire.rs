@@ -1,12 +1,44 @@
 //! Codec round-trips and rejection of garbage: random bytes, every
-//! truncation, every header field wrong.
+//! truncation, every header field wrong (sealed by a sender who holds the
+//! key, or changed on the way without it), every byte changed.
 
 use ffd_protocol::RejectReason;
-use ffd_protocol::wire::{self, Encoder, HEADER_LEN, Kind, Message, ProbeVerdict, SLOTS};
+use ffd_protocol::wire::{
+    self, Encoder, HEADER_LEN, JobKeys, Kind, Message, ProbeVerdict, SLOTS, TAG_LEN,
+};
 use proptest::prelude::*;
 
 const KEY: u64 = 0x0123_4567_89AB_CDEF;
 const N: u32 = 100_000;
+/// The header's sequence number and body length.
+const SEQ: std::ops::Range<usize> = 24..32;
+const BODY_LEN: std::ops::Range<usize> = 32..36;
+
+fn keys() -> JobKeys {
+    JobKeys::new(KEY, [0x33; 32])
+}
+
+/// The receiver every message here is sealed for.
+const TO: u32 = 17;
+
+/// `unsealed` sealed for `TO` by a sender who holds the job's keys.
+fn seal(unsealed: &[u8], seq: u64) -> Vec<u8> {
+    wire::seal(unsealed, seq, TO, &keys())
+}
+
+/// `wire::decode` at `TO`.
+fn decode<'a>(
+    bytes: &'a [u8],
+    keys: &JobKeys,
+    n: u32,
+) -> Result<(wire::Header, Message<'a>), RejectReason> {
+    wire::decode(bytes, keys, TO, n)
+}
+
+/// The unsealed part of a sealed message, sequence number kept.
+fn unsealed(sealed: &[u8]) -> Vec<u8> {
+    sealed[..sealed.len() - TAG_LEN].to_vec()
+}
 
 fn sorted_ranks() -> impl Strategy<Value = Vec<u32>> {
     prop_oneof![
@@ -21,7 +53,7 @@ fn sorted_ranks() -> impl Strategy<Value = Vec<u32>> {
     })
 }
 
-/// One message of every kind, with arbitrary field values.
+/// One sealed message of every kind, with arbitrary field values.
 fn any_message() -> impl Strategy<Value = Vec<u8>> {
     let sender = 0..N;
     (
@@ -35,7 +67,7 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
     )
         .prop_map(|(s, k, x, y, a, b, bytes)| {
             let e = Encoder::new(KEY, s);
-            match k {
+            let m = match k {
                 0 => e.notice(x % N, (y % 60000) as u16, &a, &b),
                 1 => e.observe_me(x, (y % u64::from(SLOTS)) as u16),
                 2 => e.sync_request(y, &a, &b),
@@ -43,7 +75,8 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
                 4 => e.probe(x, (y % u64::from(N)) as u32),
                 5 => e.probe_ack(x, (y % u64::from(N)) as u32, ProbeVerdict::Silent),
                 _ => e.payload(x % N, y, 3, &bytes),
-            }
+            };
+            seal(&m, 1 + y % 1_000_000)
         })
 }
 
@@ -51,10 +84,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
-    fn notices_round_trip(sender in 0..N, origin in 0..N, hops in any::<u16>(), failed in sorted_ranks(), left in sorted_ranks()) {
-        let m = Encoder::new(KEY, sender).notice(origin, hops, &failed, &left);
-        let (h, msg) = wire::decode(&m, KEY, N).expect("round trip");
-        prop_assert_eq!((h.kind, h.sender, h.incarnation, h.body_len as usize), (Kind::Notice, sender, 0, m.len() - HEADER_LEN));
+    fn notices_round_trip(sender in 0..N, origin in 0..N, hops in any::<u16>(), failed in sorted_ranks(), left in sorted_ranks(), seq in 1..u64::MAX) {
+        let m = seal(&Encoder::new(KEY, sender).notice(origin, hops, &failed, &left), seq);
+        let (h, msg) = decode(&m, &keys(), N).expect("round trip");
+        prop_assert_eq!((h.kind, h.sender, h.incarnation, h.seq, h.body_len as usize), (Kind::Notice, sender, 0, seq, m.len() - HEADER_LEN - TAG_LEN));
         let Message::Notice(n) = msg else { return Err(TestCaseError::fail("kind")) };
         prop_assert_eq!((n.origin, n.hops), (origin, hops));
         prop_assert_eq!(n.failed.to_vec(), failed);
@@ -66,39 +99,43 @@ proptest! {
         let e = Encoder::new(KEY, sender);
         let slot = (b % u64::from(SLOTS)) as u16;
         let about = a % N;
-        let m = e.observe_me(a, slot);
-        prop_assert_eq!(wire::decode(&m, KEY, N).unwrap().1, Message::ObserveMe { generation: a, slot });
-        let m = e.sync_request(b, &failed, &[]);
-        let Message::SyncRequest { digest, failed: f, left } = wire::decode(&m, KEY, N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
+        let m = seal(&e.observe_me(a, slot), 1);
+        prop_assert_eq!(decode(&m, &keys(), N).unwrap().1, Message::ObserveMe { generation: a, slot });
+        let m = seal(&e.sync_request(b, &failed, &[]), 2);
+        let Message::SyncRequest { digest, failed: f, left } = decode(&m, &keys(), N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
         prop_assert_eq!((digest, f.to_vec(), left.len()), (b, failed.clone(), 0));
-        let m = e.sync_reply(&[], &failed);
-        let Message::SyncReply { failed: f, left } = wire::decode(&m, KEY, N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
+        let m = seal(&e.sync_reply(&[], &failed), 3);
+        let Message::SyncReply { failed: f, left } = decode(&m, &keys(), N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
         prop_assert_eq!((f.len(), left.to_vec()), (0, failed));
-        let m = e.probe(a, about);
-        prop_assert_eq!(wire::decode(&m, KEY, N).unwrap().1, Message::Probe { nonce: a, about });
-        let m = e.probe_ack(a, about, ProbeVerdict::Dead);
-        prop_assert_eq!(wire::decode(&m, KEY, N).unwrap().1, Message::ProbeAck { nonce: a, about, verdict: ProbeVerdict::Dead });
-        let m = e.payload(about, b, 9, &bytes);
-        prop_assert_eq!(wire::decode(&m, KEY, N).unwrap().1, Message::Payload { origin: about, seq: b, hops: 9, bytes: &bytes });
+        let m = seal(&e.probe(a, about), 4);
+        prop_assert_eq!(decode(&m, &keys(), N).unwrap().1, Message::Probe { nonce: a, about });
+        let m = seal(&e.probe_ack(a, about, ProbeVerdict::Dead), 5);
+        prop_assert_eq!(decode(&m, &keys(), N).unwrap().1, Message::ProbeAck { nonce: a, about, verdict: ProbeVerdict::Dead });
+        let m = seal(&e.payload(about, b, 9, &bytes), 6);
+        prop_assert_eq!(decode(&m, &keys(), N).unwrap().1, Message::Payload { origin: about, seq: b, hops: 9, bytes: &bytes });
     }
 
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
-        // Almost always rejected; whatever decodes must be self-consistent.
-        if let Ok((h, _)) = wire::decode(&bytes, KEY, N) {
+        // Rejected (no tag verifies); whatever decodes must be self-consistent.
+        let decoded = decode(&bytes, &keys(), N);
+        if let Ok((h, _)) = decoded {
             prop_assert!(h.sender < N);
-            prop_assert_eq!(h.body_len as usize + HEADER_LEN, bytes.len());
+            prop_assert_eq!(h.body_len as usize + HEADER_LEN + TAG_LEN, bytes.len());
         }
+        prop_assert!(decoded.is_err());
     }
 
     #[test]
     fn random_bodies_behind_a_valid_header_never_panic(kind in 1u8..8, body in proptest::collection::vec(any::<u8>(), 0..200)) {
+        // Garbage sealed by a key holder: the tag holds, the body is read.
         let mut m = Encoder::new(KEY, 1).probe(0, 0);
         m.truncate(HEADER_LEN);
         m[5] = kind;
-        m[24..28].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        m[BODY_LEN].copy_from_slice(&(body.len() as u32).to_le_bytes());
         m.extend_from_slice(&body);
-        if let Ok((h, msg)) = wire::decode(&m, KEY, 1000) {
+        let m = seal(&m, 1);
+        if let Ok((h, msg)) = decode(&m, &keys(), 1000) {
             prop_assert_eq!(h.kind as u8, kind);
             if let Message::Notice(n) = msg {
                 prop_assert!(n.origin < 1000 && n.failed.iter().all(|r| r < 1000));
@@ -107,51 +144,83 @@ proptest! {
     }
 
     #[test]
+    fn every_changed_byte_is_rejected(m in any_message(), at in any::<prop::sample::Index>(), flip in 1u8..=255) {
+        let mut bad = m.clone();
+        bad[at.index(m.len())] ^= flip;
+        prop_assert!(decode(&bad, &keys(), N).is_err());
+        // Sealed with another secret: the same job key, a bad tag.
+        let other = JobKeys::new(KEY, [0x34; 32]);
+        prop_assert_eq!(decode(&m, &other, N).err(), Some(RejectReason::BadMac));
+        // Sealed for another rank: good there only.
+        prop_assert_eq!(wire::decode(&m, &keys(), TO + 1, N).err(), Some(RejectReason::BadMac));
+    }
+
+    #[test]
     fn every_truncation_and_extension_is_rejected(m in any_message(), extra in 1usize..8) {
-        prop_assert!(wire::decode(&m, KEY, N).is_ok());
+        prop_assert!(decode(&m, &keys(), N).is_ok());
         for len in 0..m.len() {
-            prop_assert!(wire::decode(&m[..len], KEY, N).is_err(), "prefix of {} bytes accepted", len);
+            prop_assert!(decode(&m[..len], &keys(), N).is_err(), "prefix of {} bytes accepted", len);
         }
+        // Bytes appended on the way: the tag no longer ends the message.
         let mut longer = m.clone();
         longer.extend(std::iter::repeat_n(0u8, extra));
-        prop_assert_eq!(wire::decode(&longer, KEY, N).err(), Some(RejectReason::TrailingBytes));
+        prop_assert_eq!(decode(&longer, &keys(), N).err(), Some(RejectReason::BadMac));
+        // Bytes after the body, sealed by the sender.
+        let mut padded = unsealed(&m);
+        padded.extend(std::iter::repeat_n(0u8, extra));
+        let body = u32::from_le_bytes(padded[BODY_LEN].try_into().unwrap());
+        let padded = seal(&padded, 7);
+        prop_assert_eq!(decode(&padded, &keys(), N).err(), Some(RejectReason::TrailingBytes));
         // The length field is checked against the bytes received.
-        let mut lying = m.clone();
-        let body = u32::from_le_bytes(lying[24..28].try_into().unwrap());
-        lying[24..28].copy_from_slice(&(body + extra as u32).to_le_bytes());
-        prop_assert_eq!(wire::decode(&lying, KEY, N).err(), Some(RejectReason::Truncated));
+        let mut lying = unsealed(&m);
+        lying[BODY_LEN].copy_from_slice(&(body + extra as u32).to_le_bytes());
+        prop_assert_eq!(decode(&seal(&lying, 7), &keys(), N).err(), Some(RejectReason::Truncated));
     }
 
     #[test]
     fn every_header_field_wrong_is_rejected_with_its_reason(m in any_message(), flip in 1u8..=255) {
-        let field = |range: std::ops::Range<usize>| {
+        let seq = u64::from_le_bytes(m[SEQ].try_into().unwrap());
+        // Changed on the way, without the key: the cheap filters name what
+        // they see first; anything after the job key is a bad tag.
+        let changed = |range: std::ops::Range<usize>| {
             let mut bad = m.clone();
             bad[range.start] ^= flip;
             bad
         };
-        prop_assert_eq!(wire::decode(&field(0..4), KEY, N).err(), Some(RejectReason::BadMagic));
-        prop_assert_eq!(wire::decode(&field(3..4), KEY, N).err(), Some(RejectReason::BadMagic));
-        prop_assert_eq!(wire::decode(&field(4..5), KEY, N).err(), Some(RejectReason::BadVersion));
-        let mut k = m.clone();
+        prop_assert_eq!(decode(&changed(0..4), &keys(), N).err(), Some(RejectReason::BadMagic));
+        prop_assert_eq!(decode(&changed(3..4), &keys(), N).err(), Some(RejectReason::BadMagic));
+        prop_assert_eq!(decode(&changed(4..5), &keys(), N).err(), Some(RejectReason::BadVersion));
+        prop_assert_eq!(decode(&changed(8..16), &keys(), N).err(), Some(RejectReason::WrongJobKey));
+        let other_job = JobKeys::new(KEY ^ u64::from(flip), [0x33; 32]);
+        prop_assert_eq!(decode(&m, &other_job, N).err(), Some(RejectReason::WrongJobKey));
+        for field in [5..6, 6..8, 16..20, 20..24, SEQ, BODY_LEN] {
+            prop_assert_eq!(decode(&changed(field), &keys(), N).err(), Some(RejectReason::BadMac));
+        }
+        // Sealed wrong by a key holder: each field's own reason.
+        let field = |range: std::ops::Range<usize>| {
+            let mut bad = unsealed(&m);
+            bad[range.start] ^= flip;
+            seal(&bad, seq)
+        };
+        let mut k = unsealed(&m);
         k[5] = 0;
-        prop_assert_eq!(wire::decode(&k, KEY, N).err(), Some(RejectReason::UnknownKind));
+        prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
         k[5] = 8 + (flip % 200);
-        prop_assert_eq!(wire::decode(&k, KEY, N).err(), Some(RejectReason::UnknownKind));
-        prop_assert_eq!(wire::decode(&field(6..8), KEY, N).err(), Some(RejectReason::ReservedBits));
-        prop_assert_eq!(wire::decode(&field(8..16), KEY, N).err(), Some(RejectReason::WrongJobKey));
-        prop_assert_eq!(wire::decode(&m, KEY ^ u64::from(flip), N).err(), Some(RejectReason::WrongJobKey));
-        let mut s = m.clone();
+        prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
+        prop_assert_eq!(decode(&field(6..8), &keys(), N).err(), Some(RejectReason::ReservedBits));
+        let mut s = unsealed(&m);
         s[16..20].copy_from_slice(&(N + u32::from(flip)).to_le_bytes());
-        prop_assert_eq!(wire::decode(&s, KEY, N).err(), Some(RejectReason::RankOutOfRange));
-        prop_assert_eq!(wire::decode(&field(20..24), KEY, N).err(), Some(RejectReason::UnsupportedIncarnation));
-        let mut l = m.clone();
-        let body = u32::from_le_bytes(l[24..28].try_into().unwrap());
+        prop_assert_eq!(decode(&seal(&s, seq), &keys(), N).err(), Some(RejectReason::RankOutOfRange));
+        prop_assert_eq!(decode(&field(20..24), &keys(), N).err(), Some(RejectReason::UnsupportedIncarnation));
+        prop_assert_eq!(decode(&seal(&unsealed(&m), 0), &keys(), N).err(), Some(RejectReason::Malformed));
+        let mut l = unsealed(&m);
+        let body = u32::from_le_bytes(l[BODY_LEN].try_into().unwrap());
         if body > 0 {
-            l[24..28].copy_from_slice(&(body - 1).to_le_bytes());
-            prop_assert_eq!(wire::decode(&l, KEY, N).err(), Some(RejectReason::TrailingBytes));
+            l[BODY_LEN].copy_from_slice(&(body - 1).to_le_bytes());
+            prop_assert_eq!(decode(&seal(&l, seq), &keys(), N).err(), Some(RejectReason::TrailingBytes));
         }
         // A smaller job: every rank the message names must be < N.
-        let (_, msg) = wire::decode(&m, KEY, N).unwrap();
+        let (_, msg) = decode(&m, &keys(), N).unwrap();
         let sender = u32::from_le_bytes(m[16..20].try_into().unwrap());
         let max_named = match msg {
             Message::Notice(n) => n.failed.iter().chain(n.left.iter()).chain([n.origin, sender]).max(),
@@ -161,8 +230,8 @@ proptest! {
             Message::ObserveMe { .. } => Some(sender),
         };
         if let Some(max) = max_named {
-            prop_assert_eq!(wire::decode(&m, KEY, max).err(), Some(RejectReason::RankOutOfRange));
-            prop_assert!(wire::decode(&m, KEY, max + 1).is_ok());
+            prop_assert_eq!(decode(&m, &keys(), max).err(), Some(RejectReason::RankOutOfRange));
+            prop_assert!(decode(&m, &keys(), max + 1).is_ok());
         }
     }
 }

@@ -15,7 +15,8 @@
 //! - [`HostAllgather`]: the embedding case; the host passes a fixed-length
 //!   allgather (like `MPI_Allgather`), as the C ABI's `ffd_oob_t` will.
 //! - [`tcp::TcpBootstrap`] with [`tcp::Rendezvous`]: `FFD_BOOTSTRAP`,
-//!   `FFD_RANK`, `FFD_SIZE`, for the `ffd` launcher and ranks started by hand.
+//!   `FFD_RANK`, `FFD_SIZE`, `FFD_SECRET_FILE`, for the `ffd` launcher and
+//!   ranks started by hand; authenticated by the job secret.
 //! - `pmix::PmixBootstrap` (feature `pmix`): PMIx Put/Commit/Fence/Get
 //!   through the server of `mpirun`, `prterun` or `srun --mpi=pmix`.
 //! - [`LocalBootstrap`]: threads of one process standing in for ranks.
@@ -122,11 +123,12 @@ pub fn from_env(env: &Env) -> Result<Box<dyn Bootstrap>, BootstrapError> {
     Err(BootstrapError::Unavailable {
         bootstrap: "launcher",
         why: format!(
-            "{} is not set (set it to the host:port of an `ffd rendezvous -n N`, with {} and {}), \
-             and {pmix}",
+            "{} is not set (set it to the host:port of an `ffd rendezvous -n N`, with {}, {} \
+             and {}), and {pmix}",
             var::BOOTSTRAP,
             var::RANK,
-            var::SIZE
+            var::SIZE,
+            var::SECRET_FILE
         ),
     })
 }
@@ -193,6 +195,37 @@ pub enum BootstrapError {
     /// The rendezvous sent something this client cannot read.
     #[error("the rendezvous at {addr} sent a malformed reply: {what}")]
     Malformed { addr: String, what: String },
+    /// The rendezvous refused this rank and said why; the job goes on
+    /// without this connection. `authenticated`: the refusal came sealed,
+    /// from a server that proved it holds the job secret (a wrong size, or
+    /// a rank already held); else before authentication (this client's
+    /// proof failed, or its version differs).
+    #[error("the rendezvous at {addr} refused this rank: {message}")]
+    Refused {
+        addr: String,
+        reason: Option<tcp::DropReason>,
+        message: String,
+        authenticated: bool,
+    },
+    /// What answered at the rendezvous's address did not prove it holds the
+    /// job secret: a frame's tag failed.
+    #[error(
+        "the rendezvous at {addr} did not prove it holds the job secret ({what}); \
+         is it this job's rendezvous, and FFD_SECRET_FILE the file it was given?"
+    )]
+    Unauthentic { addr: String, what: String },
+    /// The rendezvous speaks another protocol version.
+    #[error(
+        "the rendezvous at {addr} speaks rendezvous protocol version {server}, this rank speaks {client}"
+    )]
+    VersionMismatch {
+        addr: String,
+        server: u16,
+        client: u16,
+    },
+    /// The job secret could not be read (`FFD_SECRET_FILE`).
+    #[error(transparent)]
+    Secret(#[from] secret::SecretError),
     /// This process was not started in a way this bootstrap can use (e.g.
     /// the PMIx bootstrap outside `mpirun`/`srun`).
     #[error("the {bootstrap} bootstrap cannot be used here: {why}")]

@@ -19,9 +19,11 @@ use crate::config::ConfigError;
 use crate::runtime::{DetectorError, StartError};
 
 impl ffd_result {
-    pub(super) const ALL: [ffd_result; 11] = [
+    pub(super) const ALL: [ffd_result; 13] = [
         FFD_OK,
         FFD_NO_EVENT,
+        FFD_BUFFER_TOO_SMALL,
+        FFD_STALE,
         FFD_ERR_NULL,
         FFD_ERR_INVALID_ARGUMENT,
         FFD_ERR_CONFIG,
@@ -37,13 +39,15 @@ impl ffd_result {
         match self {
             FFD_OK => c"success",
             FFD_NO_EVENT => c"no event is queued",
+            FFD_BUFFER_TOO_SMALL => c"the event's payload needs a larger buffer",
+            FFD_STALE => c"the detector is no longer running: the answer is stale",
             FFD_ERR_NULL => c"a required pointer argument is NULL",
             FFD_ERR_INVALID_ARGUMENT => c"invalid argument",
             FFD_ERR_CONFIG => c"a setting's value is not accepted",
             FFD_ERR_BOOTSTRAP => c"the address exchange (bootstrap) failed",
             FFD_ERR_FABRIC => c"libfabric error",
             FFD_ERR_SYSTEM => c"operating system error",
-            FFD_ERR_STOPPED => c"the detector has stopped",
+            FFD_ERR_STOPPED => c"the detector has stopped (see ffd_state())",
             FFD_ERR_PAYLOAD_TOO_LARGE => c"the payload is too large",
             FFD_ERR_PANIC => c"internal error (a panic was caught)",
         }

@@ -2,13 +2,14 @@
 //! allgather or the launcher's — and the detector with the host's
 //! callback) and ffd_finalize().
 //!
-//! Owns: the handle's birth and death, and the rule that an event callback
-//! must not finalize. Must not: start any communication before the
-//! settings are known to be valid (a bad setting fails every rank the same
-//! way, without a hang), or free a handle twice.
+//! Owns: the handle's birth and death, and the rules that an event callback
+//! must not finalize and that no callback runs after ffd_finalize()
+//! returns. Must not: start any communication before the settings are
+//! known to be valid (a bad setting fails every rank the same way, without
+//! a hang), free a handle twice, or return from ffd_finalize() while the
+//! progress thread (and so a callback) may still run.
 
 use std::cell::Cell;
-use std::sync::Mutex;
 
 use super::ffd_result::{self, *};
 use super::{Error, boundary, ffd_config_t, ffd_oob_t, ffd_t, to_c_event};
@@ -140,10 +141,7 @@ pub unsafe extern "C" fn ffd_init(
         })?;
         // Give a launcher connection (PMIx reference) back at once.
         drop(bootstrap);
-        let handle = Box::into_raw(Box::new(ffd_t {
-            detector,
-            last_event: Mutex::new(None),
-        }));
+        let handle = Box::into_raw(Box::new(ffd_t { detector }));
         // SAFETY: `out` is non-NULL and valid for a write (contract).
         unsafe { *out = handle };
         Ok(FFD_OK)
@@ -152,10 +150,20 @@ pub unsafe extern "C" fn ffd_init(
 
 /// Leaves cleanly and frees the detector: tells the other ranks this rank
 /// is going (they see FFD_EVENT_LEFT, not a failure), keeps the link up a
-/// few periods so the notice gets out, stops the progress thread, releases
-/// the fabric resources, and sets `*handle` to NULL. Bounded by the timeout
-/// plus about 2 s even if a callback is stuck (such a callback is then
-/// abandoned: the thread ends when it returns).
+/// few periods so the notice gets out, stops the progress thread and waits
+/// for it to end, releases the fabric resources, and sets `*handle` to
+/// NULL. Also the way to free the handle of a detector that was excluded
+/// or has stopped.
+///
+/// Callbacks: once ffd_finalize() has begun, no new callback starts
+/// (events still reach the queue, freed with the handle); if one is
+/// running, ffd_finalize() waits for it to return; after ffd_finalize()
+/// returns, none ever runs again, so the callback's `userdata` and code may
+/// go (free, dlclose). Bounded by a few periods plus 2 s, unless a
+/// callback does not return: then ffd_finalize() does not return either,
+/// and from then on it prints, every 5 s, at FFD_LOG=warn (the default) or
+/// above:
+/// `ffd[R] warn: shutdown (ffd_finalize) is waiting for the event callback to return (running for Ns); it cannot return before the callback does`.
 ///
 /// Takes the address of the handle so that a second call is safe: it finds
 /// NULL and returns FFD_ERR_NULL. Copies of the pointer elsewhere dangle

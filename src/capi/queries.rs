@@ -1,19 +1,26 @@
 //! The questions a host asks a running detector: is this rank alive, the
-//! epoch, the failed ranks, the next event and its file descriptor, this
-//! rank and the job size, the counters; and ffd_broadcast().
+//! epoch, the failed ranks, the detector's state, the next event and its
+//! file descriptor, this rank and the job size, the counters; and
+//! ffd_broadcast().
 //!
 //! Owns: the exports taking a `const ffd_t *`, callable from any thread at
-//! once. Must not: block on the progress thread (ffd_is_alive(),
-//! ffd_epoch() and ffd_failed_ranks() take no lock), or write an output
-//! parameter when the call fails.
+//! once, and the rule that a stopped detector's answers say they are stale.
+//! Must not: block on the progress thread (ffd_is_alive(), ffd_epoch(),
+//! ffd_failed_ranks() and ffd_state() take no lock), write an output
+//! parameter when the call fails, or hand out a pointer into memory ffd
+//! may free or reuse (an event's payload is copied into the caller's
+//! buffer).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::os::fd::AsRawFd;
 
 use super::ffd_result::{self, *};
-use super::{Error, boundary, boundary_value, ffd_event_t, ffd_stats_t, ffd_t, to_c_event};
+use super::{
+    Error, boundary, boundary_value, ffd_event_kind, ffd_event_t, ffd_state_t, ffd_stats_t, ffd_t,
+    to_c_event, to_c_state, write_text,
+};
 use crate::protocol::Cause;
-use crate::runtime::DetectorError;
+use crate::runtime::{DetectorState, Liveness};
 
 /// The detector behind a handle argument.
 ///
@@ -26,10 +33,15 @@ unsafe fn handle<'a>(h: *const ffd_t) -> Result<&'a ffd_t, Error> {
 
 /// Whether `rank` is alive as far as this rank knows: 1 if it is neither
 /// known failed nor known to have left, 0 if it failed, left, or is not
-/// below the job size (and 0 for this rank once it has been excluded).
-/// Lock-free; any thread. A returned 0 is final.
+/// below the job size. A returned 0 is final. Once the detector is no
+/// longer running (this rank was excluded, or its progress thread stopped
+/// on an error or a panic) it returns FFD_ERR_STOPPED for every rank of
+/// the job rather than a stale answer: test `== 1` for alive, `== 0` for
+/// failed, `< 0` for "cannot say" (ffd_state() says why). Lock-free; any
+/// thread.
 ///
-/// @return 1, 0, or FFD_ERR_NULL (negative) when `h` is NULL.
+/// @return 1, 0, FFD_ERR_STOPPED (negative) once the detector stopped, or
+/// FFD_ERR_NULL (negative) when `h` is NULL.
 ///
 /// # Safety
 /// `h` is NULL or a live handle from ffd_init() (not finalized).
@@ -42,7 +54,17 @@ pub unsafe extern "C" fn ffd_is_alive(h: *const ffd_t, rank: u32) -> c_int {
         || {
             // SAFETY: NULL or a live handle (contract).
             let h = unsafe { handle(h) }?;
-            Ok(c_int::from(h.detector.is_alive(rank)))
+            match h.detector.liveness(rank) {
+                Liveness::Alive => Ok(1),
+                Liveness::NotAlive => Ok(0),
+                Liveness::Unknown => Err(Error::new(
+                    FFD_ERR_STOPPED,
+                    format!(
+                        "rank {rank}: this detector no longer runs, so it cannot say ({})",
+                        to_c_state(&h.detector.state()).1
+                    ),
+                )),
+            }
         },
     )
 }
@@ -102,8 +124,9 @@ pub unsafe extern "C" fn ffd_rank_size(
 /// compare it with a value it saw before to learn cheaply that something
 /// changed). Lock-free; any thread.
 ///
-/// @param[out] out receives the epoch on success.
-/// @return FFD_OK or FFD_ERR_NULL.
+/// @param[out] out receives the epoch on success (FFD_OK or FFD_STALE).
+/// @return FFD_OK; FFD_STALE (positive) once the detector is no longer
+/// running: `*out` is then the count it knew at its end; FFD_ERR_NULL.
 ///
 /// # Safety
 /// `h` is NULL or a live handle; `out` is NULL or valid for a write.
@@ -117,7 +140,7 @@ pub unsafe extern "C" fn ffd_epoch(h: *const ffd_t, out: *mut u64) -> ffd_result
         }
         // SAFETY: non-NULL and valid for a write (contract).
         unsafe { *out = h.detector.epoch() };
-        Ok(FFD_OK)
+        Ok(fresh_or_stale(h))
     })
 }
 
@@ -127,7 +150,9 @@ pub unsafe extern "C" fn ffd_epoch(h: *const ffd_t, out: *mut u64) -> ffd_result
 /// total may have grown meanwhile). `buf` may be NULL when `len` is 0, to
 /// ask for the count. Lock-free; any thread.
 ///
-/// @return FFD_OK or FFD_ERR_NULL (`h`, `n`, or `buf` with a non-zero `len`).
+/// @return FFD_OK; FFD_STALE (positive, outputs written) once the detector
+/// is no longer running: the list is what it knew at its end; FFD_ERR_NULL
+/// (`h`, `n`, or `buf` with a non-zero `len`).
 ///
 /// # Safety
 /// `h` is NULL or a live handle; `buf` is NULL or valid for `len` writes of
@@ -157,43 +182,144 @@ pub unsafe extern "C" fn ffd_failed_ranks(
         }
         // SAFETY: non-NULL and valid for a write (contract).
         unsafe { *n = failed.len() };
-        Ok(FFD_OK)
+        Ok(fresh_or_stale(h))
     })
 }
 
-/// Takes the oldest queued event without blocking. The queue holds
-/// FFD_EVENT_QUEUE events (1024 by default); when it overflows, new events
-/// are dropped and counted (ffd_stats_t::events_dropped), but the failed set
-/// stays exact. The event's payload, if any, stays valid until the next
-/// ffd_next_event() or ffd_finalize() on this handle, from any thread.
-/// Any thread; concurrent callers each get different events.
+/// FFD_OK while the detector runs, FFD_STALE once it no longer does.
+/// Checked after the answer was read, so an answer read while the detector
+/// ended is flagged too.
+fn fresh_or_stale(h: &ffd_t) -> ffd_result {
+    if h.detector.state() == DetectorState::Running {
+        FFD_OK
+    } else {
+        FFD_STALE
+    }
+}
+
+/// Takes the oldest queued event without blocking, and copies its payload
+/// (FFD_EVENT_PAYLOAD) into the caller's buffer: `out->payload` then points
+/// to `buf` and `out->payload_len` says how many bytes were written. ffd
+/// keeps no pointer into `buf` and none into its own memory is handed out.
+/// A payload larger than `cap` is not taken: the call returns
+/// FFD_BUFFER_TOO_SMALL with `*out` describing the event (`payload` NULL,
+/// `payload_len` the size needed) and the event stays first in line for
+/// the next call, from any thread. A buffer of FFD_MAX_PAYLOAD bytes
+/// always fits; `buf` may be NULL when `cap` is 0 (then only payloads of 0
+/// bytes are taken).
 ///
-/// @param[out] out receives the event when the call returns FFD_OK.
-/// @return FFD_OK; FFD_NO_EVENT (positive) when none is queued; FFD_ERR_NULL.
+/// The queue holds FFD_EVENT_QUEUE events (1024 by default); when it
+/// overflows, new events are dropped and counted
+/// (ffd_stats_t::events_dropped), but the failed set stays exact. Any
+/// thread; concurrent callers each get different events, in order.
+///
+/// @param[out] out receives the event (FFD_OK, FFD_BUFFER_TOO_SMALL).
+/// @param buf where a payload is copied, `cap` bytes.
+/// @return FFD_OK; FFD_NO_EVENT (positive) when none is queued;
+/// FFD_BUFFER_TOO_SMALL (positive); FFD_ERR_NULL (`h`, `out`, or `buf`
+/// with a non-zero `cap`).
 ///
 /// # Safety
-/// `h` is NULL or a live handle; `out` is NULL or valid for a write.
+/// `h` is NULL or a live handle; `out` is NULL or valid for a write; `buf`
+/// is NULL or valid for `cap` bytes of writes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ffd_next_event(h: *const ffd_t, out: *mut ffd_event_t) -> ffd_result {
+pub unsafe extern "C" fn ffd_next_event(
+    h: *const ffd_t,
+    out: *mut ffd_event_t,
+    buf: *mut c_void,
+    cap: usize,
+) -> ffd_result {
     boundary("ffd_next_event", || {
         // SAFETY: NULL or a live handle (contract).
         let h = unsafe { handle(h) }?;
         if out.is_null() {
             return Err(Error::null("out"));
         }
-        let mut last = h
-            .last_event
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *last = h.detector.try_next_event();
-        let Some(event) = last.as_ref() else {
-            return Ok(FFD_NO_EVENT);
+        if buf.is_null() && cap > 0 {
+            return Err(Error::null("buf (with a non-zero cap)"));
+        }
+        let me = h.detector.rank();
+        let fits = |event: &crate::runtime::DetectorEvent| {
+            let c = to_c_event(event, me);
+            if c.payload_len <= cap {
+                Ok(())
+            } else {
+                Err(ffd_event_t {
+                    payload: std::ptr::null(),
+                    ..c
+                })
+            }
         };
-        // The payload pointer refers to the Vec held in `last_event`, which
-        // stays until the next call replaces it.
-        let c = to_c_event(event, h.detector.rank());
+        let c = match h.detector.try_next_event_if(fits) {
+            None => return Ok(FFD_NO_EVENT),
+            Some(Err(described)) => {
+                // SAFETY: non-NULL and valid for a write (contract).
+                unsafe { *out = described };
+                return Ok(FFD_BUFFER_TOO_SMALL);
+            }
+            Some(Ok(event)) => {
+                let mut c = to_c_event(&event, me);
+                if c.kind == ffd_event_kind::FFD_EVENT_PAYLOAD {
+                    if c.payload_len > 0 {
+                        // SAFETY: `buf` is valid for `cap` >= `payload_len`
+                        // bytes (contract; checked by `fits`), and the event
+                        // is our own allocation, so they do not overlap.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                c.payload,
+                                buf.cast::<u8>(),
+                                c.payload_len,
+                            );
+                        }
+                    }
+                    c.payload = buf.cast::<u8>().cast_const();
+                }
+                c
+            }
+        };
         // SAFETY: non-NULL and valid for a write (contract).
         unsafe { *out = c };
+        Ok(FFD_OK)
+    })
+}
+
+/// Where the detector is in its life: running, excluded (the others
+/// declared this rank failed; `excluded_by` told it), or stopped on an
+/// error or a panic (`stop_cause`), and why, as text: copied into `reason`
+/// (`len` bytes, NUL-terminated, truncated to `len - 1` bytes), its full
+/// length written to `*reason_len` unless that is NULL; "" while running.
+/// `reason` may be NULL when `len` is 0. Lock-free; any thread.
+///
+/// @param[out] out receives the state on success.
+/// @return FFD_OK or FFD_ERR_NULL (`h`, `out`, or `reason` with a non-zero
+/// `len`).
+///
+/// # Safety
+/// `h` is NULL or a live handle; `out` is NULL or valid for a write;
+/// `reason` is NULL or valid for `len` bytes of writes; `reason_len` is
+/// NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ffd_state(
+    h: *const ffd_t,
+    out: *mut ffd_state_t,
+    reason: *mut c_char,
+    len: usize,
+    reason_len: *mut usize,
+) -> ffd_result {
+    boundary("ffd_state", || {
+        // SAFETY: NULL or a live handle (contract).
+        let h = unsafe { handle(h) }?;
+        if out.is_null() {
+            return Err(Error::null("out"));
+        }
+        if reason.is_null() && len > 0 {
+            return Err(Error::null("reason (with a non-zero len)"));
+        }
+        let (state, text) = to_c_state(&h.detector.state());
+        // SAFETY: the pointers come with this function's own contract.
+        unsafe { write_text(&text, reason, len, reason_len) }?;
+        // SAFETY: non-NULL and valid for a write (contract).
+        unsafe { *out = state };
         Ok(FFD_OK)
     })
 }
@@ -228,7 +354,7 @@ pub unsafe extern "C" fn ffd_event_fd(h: *const ffd_t) -> c_int {
 /// bytes are copied. `bytes` may be NULL when `len` is 0. Any thread.
 ///
 /// @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
-/// gives the limit, 8 KiB); FFD_ERR_STOPPED once this rank has
+/// gives the limit, FFD_MAX_PAYLOAD); FFD_ERR_STOPPED once this rank has
 /// been excluded or its detector stopped.
 ///
 /// # Safety
@@ -251,9 +377,6 @@ pub unsafe extern "C" fn ffd_broadcast(
             // (contract); copied by `broadcast` before it returns.
             unsafe { std::slice::from_raw_parts(bytes.cast::<u8>(), len) }
         };
-        if h.detector.is_excluded() {
-            return Err(DetectorError::Stopped.into());
-        }
         h.detector.broadcast(payload)?;
         Ok(FFD_OK)
     })

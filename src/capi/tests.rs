@@ -377,7 +377,20 @@ fn calls_on_a_null_handle_fail_with_ffd_err_null() {
             ffd_failed_ranks(ptr::null(), ptr::null_mut(), 0, &mut n),
             FFD_ERR_NULL
         );
-        assert_eq!(ffd_next_event(ptr::null(), ev.as_mut_ptr()), FFD_ERR_NULL);
+        assert_eq!(
+            ffd_next_event(ptr::null(), ev.as_mut_ptr(), ptr::null_mut(), 0),
+            FFD_ERR_NULL
+        );
+        let mut st8 = ffd_state_t {
+            state: ffd_state_kind::FFD_STATE_RUNNING,
+            stop_cause: ffd_stop_cause::FFD_STOP_NONE,
+            excluded_by: 7,
+        };
+        assert_eq!(
+            ffd_state(ptr::null(), &mut st8, ptr::null_mut(), 0, ptr::null_mut()),
+            FFD_ERR_NULL
+        );
+        assert_eq!(st8.excluded_by, 7, "no output on failure");
         assert_eq!(ffd_broadcast(ptr::null(), ptr::null(), 0), FFD_ERR_NULL);
         assert_eq!(ffd_stats(ptr::null(), &mut st), FFD_ERR_NULL);
         assert_eq!(
@@ -510,25 +523,33 @@ unsafe extern "C" fn record_event(userdata: *mut c_void, event: *const ffd_event
     }
 }
 
-/// Waits (bounded, on the event fd) for an event matching `pred`.
-fn wait_event(
+/// Waits (bounded, on the event fd) for an event matching `pred`; returns
+/// it with its payload (copied out of the caller's buffer).
+pub(super) fn wait_event(
     h: *const ffd_t,
     within: Duration,
     pred: impl Fn(&ffd_event_t) -> bool,
-) -> Option<ffd_event_t> {
+) -> Option<(ffd_event_t, Vec<u8>)> {
     let deadline = Instant::now() + within;
     // SAFETY: a live handle.
     let fd = unsafe { ffd_event_fd(h) };
     assert!(fd >= 0);
+    let mut buf = vec![0u8; FFD_MAX_PAYLOAD];
     loop {
         let mut ev = std::mem::MaybeUninit::<ffd_event_t>::uninit();
-        // SAFETY: a live handle, `ev` valid for a write.
-        match unsafe { ffd_next_event(h, ev.as_mut_ptr()) } {
-            // SAFETY: written by ffd_next_event on FFD_OK.
+        // SAFETY: a live handle, `ev` valid for a write, `buf` for its length.
+        match unsafe { ffd_next_event(h, ev.as_mut_ptr(), buf.as_mut_ptr().cast(), buf.len()) } {
             FFD_OK => {
+                // SAFETY: written by ffd_next_event on FFD_OK.
                 let ev = unsafe { ev.assume_init() };
                 if pred(&ev) {
-                    return Some(ev);
+                    let payload = if ev.payload.is_null() {
+                        Vec::new()
+                    } else {
+                        assert_eq!(ev.payload, buf.as_ptr(), "the payload is in our buffer");
+                        buf[..ev.payload_len].to_vec()
+                    };
+                    return Some((ev, payload));
                 }
                 continue;
             }
@@ -609,13 +630,11 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                         assert_eq!(ffd_broadcast(h, b"revoke".as_ptr().cast(), 6), FFD_OK);
                     }
                 } else {
-                    let ev = wait_event(h, Duration::from_secs(10), |e| {
+                    let (ev, bytes) = wait_event(h, Duration::from_secs(10), |e| {
                         e.kind == ffd_event_kind::FFD_EVENT_PAYLOAD
                     })
                     .unwrap_or_else(|| panic!("rank {rank}: no payload"));
                     assert_eq!((ev.rank, ev.payload_len), (0, 6));
-                    // SAFETY: valid until the next ffd_next_event on h.
-                    let bytes = unsafe { std::slice::from_raw_parts(ev.payload, ev.payload_len) };
                     assert_eq!(bytes, b"revoke");
                     assert_eq!(*mine.payloads.lock().unwrap(), [(0, b"revoke".to_vec())]);
                     assert_eq!(mine.finalize_in_callback.load(Ordering::Relaxed), 1);
@@ -640,6 +659,34 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                     );
                 }
                 assert_eq!((epoch, n, buf), (0, 0, [u32::MAX; 4]));
+                let mut state = ffd_state_t {
+                    state: ffd_state_kind::FFD_STATE_STOPPED,
+                    stop_cause: ffd_stop_cause::FFD_STOP_PANIC,
+                    excluded_by: 9,
+                };
+                let mut text = [0x55 as c_char; 8];
+                let mut text_len = 9;
+                // SAFETY: a live handle and valid outputs.
+                let rc = unsafe {
+                    ffd_state(h, &mut state, text.as_mut_ptr(), text.len(), &mut text_len)
+                };
+                assert_eq!(rc, FFD_OK);
+                assert_eq!(
+                    (
+                        state.state,
+                        state.stop_cause,
+                        state.excluded_by,
+                        text[0],
+                        text_len
+                    ),
+                    (
+                        ffd_state_kind::FFD_STATE_RUNNING,
+                        ffd_stop_cause::FFD_STOP_NONE,
+                        0,
+                        0,
+                        0
+                    )
+                );
                 started.wait();
 
                 // Rank N-1 leaves; the others learn it as a departure.
@@ -720,3 +767,5 @@ fn errors_map_to_their_codes() {
     let start = StartError::Exchange(BootstrapError::Invalid("x".into()).into());
     assert_eq!(code(start.into()), FFD_ERR_BOOTSTRAP);
 }
+
+mod lifetimes;

@@ -1,6 +1,7 @@
-//! The C-visible types: result codes, events (kinds, causes, the struct),
-//! the stats struct, the host's allgather and callback types, the two
-//! opaque handles, and the conversion of a detector event to C.
+//! The C-visible types: result codes, events (kinds, causes, stop causes,
+//! the struct), the detector's state, the stats struct, the host's
+//! allgather and callback types, the two opaque handles, and the conversion
+//! of a detector event and a state to C.
 //!
 //! Owns: the layout C sees (every `#[repr(C)]` item here is in
 //! `include/ffd.h`, in this order). Must not: add, reorder or resize a
@@ -9,11 +10,17 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
-use std::sync::Mutex;
 
 use crate::config::ConfigBuilder;
-use crate::protocol::{Cause, Event, Rank};
-use crate::runtime::{Detector, DetectorEvent};
+use crate::protocol::{self, Cause, Rank};
+use crate::runtime::{self, Detector, DetectorEvent, DetectorState, Event, StopCause};
+
+/// The largest application payload (ffd_broadcast(), FFD_EVENT_PAYLOAD), in
+/// bytes: a buffer of this size always fits an event's payload
+/// (ffd_next_event()).
+pub const FFD_MAX_PAYLOAD: usize = 8192;
+
+const _: () = assert!(FFD_MAX_PAYLOAD == runtime::MAX_APP_PAYLOAD);
 
 /// Result codes of the ffd C API. `FFD_OK` (0) is success, positive codes
 /// are informational, negative codes are errors. Every failing call also
@@ -26,6 +33,16 @@ pub enum ffd_result {
     FFD_OK = 0,
     /// ffd_next_event(): no event is queued (not an error).
     FFD_NO_EVENT = 1,
+    /// ffd_next_event(): the next event's payload does not fit the buffer.
+    /// The event is described (its `payload_len` is the size needed,
+    /// `payload` is NULL) and stays first in line: call again with a buffer
+    /// of at least `payload_len` bytes (FFD_MAX_PAYLOAD always fits).
+    FFD_BUFFER_TOO_SMALL = 2,
+    /// ffd_epoch(), ffd_failed_ranks(): the detector is no longer running
+    /// (this rank was excluded, or its progress thread stopped; see
+    /// ffd_state()). The outputs are written, with what it knew at its
+    /// end: stale, no longer kept up to date.
+    FFD_STALE = 3,
     /// A required pointer argument (or the handle) is NULL.
     FFD_ERR_NULL = -1,
     /// An argument is out of range or malformed (unknown variable name, text
@@ -44,8 +61,10 @@ pub enum ffd_result {
     /// The operating system refused something (threads, sockets, hwloc,
     /// pinning, the host name).
     FFD_ERR_SYSTEM = -6,
-    /// The detector has stopped: this rank was excluded (declared failed by
-    /// the others) or its progress thread ended.
+    /// The detector is no longer running: this rank was excluded (declared
+    /// failed by the others) or its progress thread stopped on an error or
+    /// a panic (ffd_state() says which and why). ffd_is_alive() returns it
+    /// rather than a stale answer.
     FFD_ERR_STOPPED = -7,
     /// ffd_broadcast(): the payload exceeds the limit (8 KiB).
     FFD_ERR_PAYLOAD_TOO_LARGE = -8,
@@ -75,6 +94,12 @@ pub enum ffd_event_kind {
     /// An application payload sent with ffd_broadcast() by `rank`, sequence
     /// number `seq`, bytes at `payload` (`payload_len` of them).
     FFD_EVENT_PAYLOAD = 5,
+    /// The detector stopped on an error or a panic (`stop_cause` says
+    /// which; ffd_state() gives the text): the last event. Nothing watches
+    /// the job from this rank any more, the other ranks will declare it
+    /// failed, and ffd_is_alive() returns FFD_ERR_STOPPED. `rank` is this
+    /// rank. Call ffd_finalize() to free the handle.
+    FFD_EVENT_STOPPED = 6,
 }
 
 /// How this rank learned of a failure (ffd_event_t::cause).
@@ -93,13 +118,30 @@ pub enum ffd_cause {
     FFD_CAUSE_NOTICE = 3,
 }
 
+/// What stopped a detector (ffd_event_t::stop_cause, ffd_state_t::stop_cause).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ffd_stop_cause {
+    /// Not stopped (or not a STOPPED event).
+    FFD_STOP_NONE = 0,
+    /// Reading the completion queue failed (libfabric's text in ffd_state()).
+    FFD_STOP_COMPLETION_QUEUE = 1,
+    /// Waiting on the completion queue failed.
+    FFD_STOP_WAIT = 2,
+    /// The protocol engine refused to start.
+    FFD_STOP_ENGINE = 3,
+    /// A panic on the progress thread: a bug in ffd, please report it with
+    /// the text from ffd_state().
+    FFD_STOP_PANIC = 4,
+}
+
 /// One event, as the callback and ffd_next_event() see it. Fields that do
 /// not apply to the kind are 0 (`payload` NULL).
 ///
-/// Ownership of `payload`: the bytes belong to ffd. In a callback they are
-/// valid until the callback returns; from ffd_next_event() they are valid
-/// until the next ffd_next_event() or ffd_finalize() on the same handle.
-/// Copy them to keep them.
+/// Ownership of `payload`: in a callback, the bytes belong to ffd and are
+/// valid for the duration of the callback (copy them to keep them). From
+/// ffd_next_event() they are in the caller's buffer (`payload` points into
+/// it): ffd keeps no pointer to them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ffd_event_t {
@@ -125,8 +167,39 @@ pub struct ffd_event_t {
     pub seq: u64,
     /// PAYLOAD: the bytes (see the ownership note above); NULL otherwise.
     pub payload: *const u8,
-    /// PAYLOAD: the number of bytes at `payload`.
+    /// PAYLOAD: the number of bytes at `payload` (with FFD_BUFFER_TOO_SMALL:
+    /// the number of bytes needed).
     pub payload_len: usize,
+    /// STOPPED: what stopped the detector. Otherwise FFD_STOP_NONE.
+    pub stop_cause: ffd_stop_cause,
+}
+
+/// Where a detector is in its life (ffd_state_t::state).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ffd_state_kind {
+    /// The progress thread watches the job: answers are live.
+    FFD_STATE_RUNNING = 0,
+    /// This rank left cleanly (seen only while ffd_finalize() runs).
+    FFD_STATE_LEFT = 1,
+    /// The others declared this rank failed (FFD_EVENT_SELF_EXCLUDED): it
+    /// no longer takes part and the host must stop using this process.
+    FFD_STATE_EXCLUDED = 2,
+    /// The progress thread stopped on an error or a panic
+    /// (FFD_EVENT_STOPPED): nothing watches the job from this rank, and the
+    /// other ranks will declare it failed.
+    FFD_STATE_STOPPED = 3,
+}
+
+/// A detector's state (ffd_state()).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ffd_state_t {
+    pub state: ffd_state_kind,
+    /// STOPPED: what stopped it. Otherwise FFD_STOP_NONE.
+    pub stop_cause: ffd_stop_cause,
+    /// EXCLUDED: the rank that told this one. Otherwise 0.
+    pub excluded_by: u32,
 }
 
 /// The main counters of a detector (ffd_stats()), as last published by its
@@ -223,7 +296,13 @@ pub struct ffd_oob_t {
 /// and detection wait while it runs), must not call ffd_finalize() (that
 /// fails with FFD_ERR_INVALID_ARGUMENT) and must not throw C++ exceptions.
 /// Other ffd calls (ffd_is_alive(), ffd_broadcast(), ...) are allowed.
-/// `event` and its payload are valid only during the call.
+/// `event` and its payload are valid for the duration of the call.
+///
+/// No callback runs after ffd_finalize() returns: once ffd_finalize() has
+/// begun no new callback starts, and if one is running ffd_finalize() waits
+/// for it to return. A callback that never returns therefore keeps
+/// ffd_finalize() from ever returning (it logs a warning every 5 s while it
+/// waits).
 pub type ffd_event_callback =
     Option<unsafe extern "C" fn(userdata: *mut c_void, event: *const ffd_event_t)>;
 
@@ -252,9 +331,6 @@ pub struct ffd_config_t {
 /// ffd_is_alive(), ffd_epoch() and ffd_failed_ranks() never take a lock.
 pub struct ffd_t {
     pub(super) detector: Detector,
-    /// The event ffd_next_event() returned last: its payload stays valid
-    /// until the next call.
-    pub(super) last_event: Mutex<Option<DetectorEvent>>,
 }
 
 /// The host's callback and its context, called on the progress thread.
@@ -268,8 +344,9 @@ impl HostCallback {
     pub(super) fn call(&self, event: &ffd_event_t) {
         // SAFETY: the host's callback with its own userdata, callable from
         // this (progress) thread until ffd_finalize returns
-        // (ffd_config_set_callback's contract); `event` and the payload it
-        // points into outlive the call.
+        // (ffd_config_set_callback's contract), which it does only once
+        // this thread has ended; `event` and the payload it points into
+        // outlive the call.
         unsafe { (self.f)(self.userdata, event) }
     }
 }
@@ -280,7 +357,8 @@ impl HostCallback {
 // promised the pair may be used from another thread; ffd never dereferences it.
 unsafe impl Send for HostCallback {}
 
-/// `event` as C sees it; `me` is this rank (the subject of SELF_EXCLUDED).
+/// `event` as C sees it; `me` is this rank (the subject of SELF_EXCLUDED
+/// and STOPPED). A payload's pointer points into `event`.
 pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
     let mut c = ffd_event_t {
         kind: ffd_event_kind::FFD_EVENT_FAILED,
@@ -294,9 +372,19 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
         seq: 0,
         payload: std::ptr::null(),
         payload_len: 0,
+        stop_cause: ffd_stop_cause::FFD_STOP_NONE,
     };
-    match &event.event {
-        Event::Failed {
+    let event = match &event.event {
+        Event::Protocol(event) => event,
+        Event::Stopped(reason) => {
+            c.kind = ffd_event_kind::FFD_EVENT_STOPPED;
+            c.rank = me;
+            c.stop_cause = to_c_stop_cause(reason.cause);
+            return c;
+        }
+    };
+    match event {
+        protocol::Event::Failed {
             rank,
             detector,
             cause,
@@ -311,21 +399,21 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
             };
             c.hops = u32::from(*hops);
         }
-        Event::Left { rank } => {
+        protocol::Event::Left { rank } => {
             c.kind = ffd_event_kind::FFD_EVENT_LEFT;
             c.rank = *rank;
         }
-        Event::SelfExcluded { by } => {
+        protocol::Event::SelfExcluded { by } => {
             c.kind = ffd_event_kind::FFD_EVENT_SELF_EXCLUDED;
             c.rank = me;
             c.detector = *by;
         }
-        Event::SlowEmitter { rank, stalled_for } => {
+        protocol::Event::SlowEmitter { rank, stalled_for } => {
             c.kind = ffd_event_kind::FFD_EVENT_SLOW_EMITTER;
             c.rank = *rank;
             c.stalled_ns = u64::try_from(stalled_for.as_nanos()).unwrap_or(u64::MAX);
         }
-        Event::Payload { origin, seq, bytes } => {
+        protocol::Event::Payload { origin, seq, bytes } => {
             c.kind = ffd_event_kind::FFD_EVENT_PAYLOAD;
             c.rank = *origin;
             c.seq = *seq;
@@ -334,4 +422,40 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
         }
     }
     c
+}
+
+fn to_c_stop_cause(cause: StopCause) -> ffd_stop_cause {
+    match cause {
+        StopCause::CompletionQueue => ffd_stop_cause::FFD_STOP_COMPLETION_QUEUE,
+        StopCause::Wait => ffd_stop_cause::FFD_STOP_WAIT,
+        StopCause::Engine => ffd_stop_cause::FFD_STOP_ENGINE,
+        StopCause::Panic => ffd_stop_cause::FFD_STOP_PANIC,
+    }
+}
+
+/// `state` as C sees it, and its text (empty while running).
+pub(super) fn to_c_state(state: &DetectorState) -> (ffd_state_t, String) {
+    let mut c = ffd_state_t {
+        state: ffd_state_kind::FFD_STATE_RUNNING,
+        stop_cause: ffd_stop_cause::FFD_STOP_NONE,
+        excluded_by: 0,
+    };
+    let text = match state {
+        DetectorState::Running => String::new(),
+        DetectorState::Left => {
+            c.state = ffd_state_kind::FFD_STATE_LEFT;
+            "this rank left cleanly".to_owned()
+        }
+        DetectorState::Excluded { by } => {
+            c.state = ffd_state_kind::FFD_STATE_EXCLUDED;
+            c.excluded_by = *by;
+            format!("the other ranks declared this rank failed (told by rank {by})")
+        }
+        DetectorState::Stopped(reason) => {
+            c.state = ffd_state_kind::FFD_STATE_STOPPED;
+            c.stop_cause = to_c_stop_cause(reason.cause);
+            reason.to_string()
+        }
+    };
+    (c, text)
 }

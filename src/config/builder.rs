@@ -1,14 +1,14 @@
 //! The builder and the resolution of settings: code, environment and
 //! defaults combined under an [`EnvPolicy`], then the checks that need two
-//! settings (the timeout must exceed the period; under three periods is a
-//! warning).
+//! settings (the timeout must exceed the period; the safe ranges of both
+//! unless `FFD_UNSAFE_TIMING=1`; under three periods is a warning).
 //!
 //! Owns: precedence and its warnings. Must not: know any one setting's
 //! syntax (the table's descriptors parse and check), or read the process
 //! environment (callers pass an [`Env`]).
 
 use super::descriptor::{Setting, Sourced};
-use super::table::{Given, Values, setting};
+use super::table::{Given, Values, check_safe_timing, setting};
 use super::{Config, ConfigError, ConfigWarning, Env, SAFE_TIMEOUT_PERIODS, Source};
 use crate::protocol::EngineConfig;
 
@@ -139,6 +139,7 @@ impl Resolver<'_> {
                 period: setting::PERIOD.origin(period),
             });
         }
+        check_safe_timing(period, timeout, values.unsafe_timing.value)?;
         if timeout.value < period.value * SAFE_TIMEOUT_PERIODS {
             self.warnings.push(ConfigWarning::ShortTimeout {
                 timeout: timeout.value,

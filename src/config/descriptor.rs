@@ -177,6 +177,7 @@ macro_rules! by_copy {
 }
 
 by_copy!(
+    bool,
     std::time::Duration,
     usize,
     Option<u64>,

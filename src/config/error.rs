@@ -41,6 +41,16 @@ pub enum ConfigError {
     /// The timeout does not exceed the period. Both are shown with their origin.
     #[error("the timeout must exceed the period: {timeout} is not above {period}")]
     TimeoutNotAbovePeriod { timeout: String, period: String },
+    /// The period or the timeout is outside the range detection works in
+    /// (shown with its origin), and `FFD_UNSAFE_TIMING` does not lift it.
+    #[error(
+        "{value} is outside the accepted range: {range}; {unlock}=1 accepts it anyway (for experts)"
+    )]
+    UnsafeTiming {
+        value: String,
+        range: String,
+        unlock: &'static str,
+    },
 }
 
 /// Something accepted but probably not meant. `Display` is one line for a log.

@@ -30,9 +30,11 @@
 //! Durations are a number with a unit, `ns`, `us` (or `µs`), `ms` or `s`, with
 //! an optional fraction (`1.5s`, `0.5ms`); a bare number is rejected because
 //! a silent unit is the classic tuning mistake. The period must be positive
-//! and the timeout must exceed it (an error); a timeout shorter than three
-//! periods is accepted with a warning, since one late heartbeat then suffices
-//! for a false positive.
+//! and the timeout must exceed it (an error); a period under 100 µs or a
+//! timeout over 600 s is refused with the accepted range, unless
+//! `FFD_UNSAFE_TIMING=1` (`table::MIN_PERIOD`, `table::MAX_TIMEOUT`); a
+//! timeout shorter than three periods is accepted with a warning, since one
+//! late heartbeat then suffices for a false positive.
 
 #![forbid(unsafe_code)]
 
@@ -50,7 +52,7 @@ pub use builder::{ConfigBuilder, EnvPolicy};
 pub use descriptor::{Setting, Variable};
 pub use env::Env;
 pub use error::{ConfigError, ConfigWarning, SAFE_TIMEOUT_PERIODS};
-pub use table::{MAX_EVENT_QUEUE, VARIABLES, setting, var, variable};
+pub use table::{MAX_EVENT_QUEUE, MAX_TIMEOUT, MIN_PERIOD, VARIABLES, setting, var, variable};
 pub(crate) use values::parse_integer;
 pub use values::{
     CoreChoice, DURATION_FORM, DurationError, EagainLimit, LogLevel, ProgressMode, format_duration,

@@ -17,13 +17,28 @@ use super::builder::Resolver;
 use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
 use super::values::{
     CoreChoice, DURATION_FORM, EagainLimit, LogLevel, ProgressMode, any, check_provider,
-    check_token, duration, format_duration, normalise_domain, parse_integer, positive, word,
+    check_token, duration, flag, format_duration, normalise_domain, parse_integer, positive, word,
 };
 use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
 
 /// Largest `FFD_EVENT_QUEUE`.
 pub const MAX_EVENT_QUEUE: usize = 1 << 20;
+
+/// The shortest heartbeat period accepted without `FFD_UNSAFE_TIMING=1`.
+/// Each period costs an RDMA write, and the observer's checks and the
+/// progress thread's wake-ups scale with it: below 100 µs the detector
+/// takes a core and the fabric's attention from the host, and the lag of a
+/// loaded machine (tens of µs to ms) is several periods.
+pub const MIN_PERIOD: Duration = Duration::from_micros(100);
+
+/// The longest timeout accepted without `FFD_UNSAFE_TIMING=1`. A failure
+/// goes unreported for a timeout: beyond 10 minutes a hung job is noticed
+/// sooner by a person or by the batch system's time limit than by ffd, so
+/// such a value is a unit slip (`600000s`, nanoseconds meant as µs) that
+/// effectively disables detection (`FFD_TIMEOUT=18446744073709551615ns` is
+/// 584 years).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
 settings_table! {
     settings {
@@ -67,6 +82,17 @@ settings_table! {
             check: positive,
             show: |d| format_duration(*d),
             set(timeout: Duration) => timeout,
+        }
+        /// Whether the safe ranges of the period and timeout are lifted.
+        unsafe_timing: bool => bool {
+            var: UNSAFE_TIMING = "FFD_UNSAFE_TIMING",
+            accepted: "0|1",
+            help: "1 accepts a period under 100us or a timeout over 600s (for experts: see the README)",
+            default: false,
+            parse: flag,
+            check: any,
+            show: |on| if *on { "1" } else { "0" }.to_owned(),
+            set(unsafe_timing: bool) => unsafe_timing,
         }
         inband: InbandMode => InbandMode {
             var: INBAND = "FFD_INBAND",
@@ -250,6 +276,43 @@ pub fn variable(name: &str) -> Option<&'static Variable> {
     VARIABLES.iter().find(|v| v.name == name)
 }
 
+/// The safe ranges of the period ([`MIN_PERIOD`]) and the timeout
+/// ([`MAX_TIMEOUT`]), unless `FFD_UNSAFE_TIMING=1` lifts them. The error
+/// names the value, its origin and the accepted range.
+pub(super) fn check_safe_timing(
+    period: &Sourced<Duration>,
+    timeout: &Sourced<Duration>,
+    unsafe_timing: bool,
+) -> Result<(), ConfigError> {
+    if unsafe_timing {
+        return Ok(());
+    }
+    let unsafe_value = |value: String, range: String| ConfigError::UnsafeTiming {
+        value,
+        range,
+        unlock: var::UNSAFE_TIMING,
+    };
+    if period.value < MIN_PERIOD {
+        return Err(unsafe_value(
+            setting::PERIOD.origin(period),
+            format!(
+                "a period of at least {} (a shorter one takes a core in heartbeats and wake-ups)",
+                format_duration(MIN_PERIOD)
+            ),
+        ));
+    }
+    if timeout.value > MAX_TIMEOUT {
+        return Err(unsafe_value(
+            setting::TIMEOUT.origin(timeout),
+            format!(
+                "a timeout of at most {} (a longer one effectively disables detection)",
+                format_duration(MAX_TIMEOUT)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -298,6 +361,11 @@ mod tests {
             variable(var::BOOTSTRAP_TIMEOUT).map(Variable::default_text),
             Some(format_duration(crate::bootstrap::tcp::DEFAULT_TIMEOUT))
         );
+        let unsafe_help = setting::UNSAFE_TIMING.help;
+        assert!(unsafe_help.contains(&format!("under {}", format_duration(MIN_PERIOD))));
+        assert!(unsafe_help.contains(&format!("over {}", format_duration(MAX_TIMEOUT))));
+        let defaults = EngineConfig::default();
+        assert!(defaults.period >= MIN_PERIOD && defaults.timeout <= MAX_TIMEOUT);
     }
 
     #[test]

@@ -178,6 +178,15 @@ pub(super) fn positive(d: &Duration) -> Result<(), String> {
     }
 }
 
+/// `0` or `1` (`FFD_UNSAFE_TIMING`).
+pub(super) fn flag(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(NOT_RECOGNISED.to_owned()),
+    }
+}
+
 /// The range check of settings whose every parsed value is valid.
 pub(super) fn any<T>(_: &T) -> Result<(), String> {
     Ok(())

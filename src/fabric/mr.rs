@@ -1,8 +1,9 @@
 //! Memory registration: the slot page peers write heartbeats into, and
 //! what a peer needs to address it.
 //!
-//! Owns: `fi_mr_reg` under the provider's mr_mode (requested vs provider
-//! keys, binding to the endpoint, virtual address vs offset), page-aligned
+//! Owns: `fi_mr_reg` under the provider's mr_mode (random requested keys,
+//! or the provider's under `FI_MR_PROV_KEY`; binding to the endpoint,
+//! virtual address vs offset), page-aligned
 //! allocations, and reading slots that remote writes change underneath us.
 //! Must not: hand out `&[u8]`/`&mut [u8]` views of remotely writable
 //! memory; slots are read one aligned 8-byte atomic load at a time.
@@ -236,6 +237,9 @@ impl RemoteRegion {
     }
 }
 
+/// Random keys drawn before a collision (`-FI_ENOKEY`) is an error.
+const KEY_ATTEMPTS: u32 = 8;
+
 /// A raw registration, closed explicitly (by `MrInner` or the endpoint).
 pub(crate) struct RawMr {
     pub(crate) raw: *mut sys::fid_mr,
@@ -258,28 +262,39 @@ impl RawMr {
         access: Access,
     ) -> Result<RawMr, FabricError> {
         let mode = domain.info.mr_mode();
-        let requested_key = if mode.prov_key() {
-            0
-        } else {
-            domain.next_requested_key()
-        };
         let mut raw = ptr::null_mut();
-        // SAFETY: domain is live; [ptr, ptr+len) stays allocated while
-        // registered (caller's contract); raw is an out-pointer.
-        let ret = unsafe {
-            sys::fi_mr_reg(
-                domain.raw,
-                ptr.cast_const().cast(),
-                len,
-                access.0,
-                0,
-                requested_key,
-                0,
-                &mut raw,
-                ptr::null_mut(),
-            )
-        };
-        check("fi_mr_reg", ret)?;
+        let mut attempts = 0;
+        loop {
+            // Random where we choose (domain.random_requested_key); the
+            // provider's own otherwise.
+            let requested_key = if mode.prov_key() {
+                0
+            } else {
+                domain.random_requested_key()?
+            };
+            // SAFETY: domain is live; [ptr, ptr+len) stays allocated while
+            // registered (caller's contract); raw is an out-pointer.
+            let ret = unsafe {
+                sys::fi_mr_reg(
+                    domain.raw,
+                    ptr.cast_const().cast(),
+                    len,
+                    access.0,
+                    0,
+                    requested_key,
+                    0,
+                    &mut raw,
+                    ptr::null_mut(),
+                )
+            };
+            attempts += 1;
+            // A random key already in use: draw another.
+            let taken = ret == -(sys::FI_ENOKEY as i32) && !mode.prov_key();
+            if !taken || attempts == KEY_ATTEMPTS {
+                check("fi_mr_reg", ret)?;
+                break;
+            }
+        }
         let mut mr = RawMr {
             raw,
             key: 0,

@@ -7,7 +7,6 @@
 use std::fmt;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use libfabric_sys as sys;
 
@@ -92,13 +91,11 @@ pub(crate) struct DomainInner {
     pub(crate) _fabric: Arc<FabricInner>,
     pub(crate) raw: *mut sys::fid_domain,
     pub(crate) info: Info,
-    /// Next key to request when the provider does not choose keys.
-    next_key: AtomicU64,
 }
 
 // SAFETY: FI_THREAD_SAFE domain (see FabricInner).
 unsafe impl Send for DomainInner {}
-// SAFETY: as above; next_key is atomic.
+// SAFETY: as above.
 unsafe impl Sync for DomainInner {}
 
 impl Drop for DomainInner {
@@ -114,9 +111,31 @@ impl DomainInner {
         &self._fabric
     }
 
-    /// A key unique in this domain, for `fi_mr_reg`'s `requested_key`.
-    pub(crate) fn next_requested_key(&self) -> u64 {
-        self.next_key.fetch_add(1, Ordering::Relaxed)
+    /// A random key for `fi_mr_reg`'s `requested_key` when the provider
+    /// lets us choose (no `FI_MR_PROV_KEY`): as many random bytes as the
+    /// domain's keys hold (`mr_key_size`, at most 8), never 0 nor
+    /// `FI_KEY_NOTAVAIL`. A peer that was not told a region's key cannot
+    /// guess it (counting keys from 1 gave every slot page of a job on
+    /// `tcp;ofi_rxm` the key 1). A collision with a key in use is the
+    /// caller's to retry (`-FI_ENOKEY`).
+    pub(crate) fn random_requested_key(&self) -> Result<u64, FabricError> {
+        use rand::TryRngCore;
+        let bytes = self.info.mr_key_size().clamp(1, 8);
+        let mask = if bytes == 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * bytes)) - 1
+        };
+        loop {
+            let key = rand::rngs::OsRng.try_next_u64().map_err(|e| {
+                FabricError::Invalid(format!(
+                    "the operating system's random generator failed: {e}"
+                ))
+            })? & mask;
+            if key != 0 && key != sys::FI_KEY_NOTAVAIL {
+                return Ok(key);
+            }
+        }
     }
 }
 
@@ -141,7 +160,6 @@ impl Domain {
                 _fabric: fabric.inner.clone(),
                 raw,
                 info: info.clone(),
-                next_key: AtomicU64::new(1),
             }),
         })
     }

@@ -1,13 +1,17 @@
 //! Event delivery from the progress thread to the host: a bounded lock-free
 //! queue and a file descriptor that is readable while events are pending.
 //!
-//! Owns: the queue and its wake-up fd. Must not: block the progress thread.
+//! Owns: the queue, its wake-up fd, and the place of an event a consumer
+//! refused (it stays first in line). Must not: block the progress thread
+//! (it only pushes, lock-free; consumers take a lock among themselves).
 //! A full queue drops the new event and counts it; the failed set and the
 //! epoch stay exact, so a host that lost events re-reads `failed_ranks()`.
 
+use std::convert::Infallible;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_queue::ArrayQueue;
@@ -21,6 +25,10 @@ use crossbeam_queue::ArrayQueue;
 #[derive(Debug)]
 pub struct EventQueue<T> {
     queue: ArrayQueue<T>,
+    /// An event a consumer did not take ([`EventQueue::try_pop_if`]): the
+    /// next consumer gets it first. Locked by consumers only, for the
+    /// whole of a pop, so that events leave in order.
+    front: Mutex<Option<T>>,
     dropped: AtomicU64,
     /// Readable end, handed to the host.
     ready: UnixStream,
@@ -36,6 +44,7 @@ impl<T> EventQueue<T> {
         wake.set_nonblocking(true)?;
         Ok(EventQueue {
             queue: ArrayQueue::new(capacity.max(1)),
+            front: Mutex::new(None),
             dropped: AtomicU64::new(0),
             ready,
             wake,
@@ -53,16 +62,40 @@ impl<T> EventQueue<T> {
         true
     }
 
-    /// Takes the oldest event, if any; never blocks.
+    /// Takes the oldest event, if any. Never blocks on the producer (it may
+    /// wait briefly for another consumer).
     pub fn try_pop(&self) -> Option<T> {
+        self.try_pop_if(|_| Ok::<(), Infallible>(()))
+            .map(|taken| match taken {
+                Ok(event) => event,
+                Err(never) => match never {},
+            })
+    }
+
+    /// Looks at the oldest event, if any, and takes it when `take` accepts
+    /// it (`Some(Ok(event))`). An event `take` refuses stays first in line
+    /// (the fd stays readable) and its error is returned (`Some(Err(_))`):
+    /// a consumer whose buffer is too small for it says so and comes back.
+    pub fn try_pop_if<R>(&self, take: impl FnOnce(&T) -> Result<(), R>) -> Option<Result<T, R>> {
+        let mut front = self
+            .front
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Drain the fd first: a producer that pushes after this point writes
         // a fresh byte, so the fd never reads empty while an event waits.
         self.disarm();
-        let event = self.queue.pop();
-        if !self.queue.is_empty() {
+        let event = front.take().or_else(|| self.queue.pop())?;
+        let taken = match take(&event) {
+            Ok(()) => Ok(event),
+            Err(refused) => {
+                *front = Some(event);
+                Err(refused)
+            }
+        };
+        if front.is_some() || !self.queue.is_empty() {
             self.arm();
         }
-        event
+        Some(taken)
     }
 
     /// Events dropped because the queue was full.
@@ -70,12 +103,17 @@ impl<T> EventQueue<T> {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// Events waiting, the one a consumer refused included.
     pub fn len(&self) -> usize {
-        self.queue.len()
+        let front = self
+            .front
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.queue.len() + usize::from(front.is_some())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.len() == 0
     }
 
     fn arm(&self) {
@@ -133,6 +171,28 @@ mod tests {
         assert_eq!(q.try_pop(), Some(2));
         assert!(!readable(&q));
         assert_eq!(q.try_pop(), None);
+    }
+
+    #[test]
+    fn a_refused_event_stays_first_and_keeps_the_fd_readable() {
+        let q = EventQueue::new(4).unwrap();
+        assert!(q.push(10) && q.push(2));
+        let too_big = |e: &u32| if *e > 5 { Err(*e) } else { Ok(()) };
+        assert_eq!(q.try_pop_if(too_big), Some(Err(10)));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.try_pop_if(too_big), Some(Err(10)), "still first in line");
+        assert_eq!(q.try_pop(), Some(10));
+        assert_eq!(q.try_pop(), Some(2));
+        assert!(!readable(&q));
+
+        // Refused as the only event: the fd stays readable for it.
+        assert!(q.push(9));
+        assert_eq!(q.try_pop_if(too_big), Some(Err(9)));
+        assert!(q.queue.is_empty());
+        assert!(readable(&q));
+        assert_eq!(q.try_pop_if(|_| Ok::<(), u32>(())), Some(Ok(9)));
+        assert!(!readable(&q));
+        assert_eq!(q.try_pop_if(too_big), None);
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //!
 //! Owns: the detector's own fabric resources (fabric, domain, endpoint,
 //! address vector, completion queue, the one-page slot region), start-up
-//! ([`startup`]: peer records and their exchange, ring, placement, the
-//! linking phase), the progress thread, and delivery of events. This file
-//! holds the host's API, [`Detector`]. Must not: make protocol decisions
-//! (the Engine does), block the progress thread on the host, or allocate
-//! on the heartbeat path.
+//! ([`startup`]: peer records and their exchange, ring, placement; `link`:
+//! the linking phase), the progress thread, delivery of events, and the
+//! detector's life ([`state`]). This file holds the host's API,
+//! [`Detector`]. Must not: make protocol decisions (the Engine does),
+//! block the progress thread on the host, allocate on the heartbeat path,
+//! or let a host callback run after [`Detector::shutdown`] returns.
 //!
 //! ```no_run
 //! use ffd::bootstrap::tcp::TcpBootstrap;
@@ -22,25 +23,27 @@
 //! while let Some(event) = detector.try_next_event() {
 //!     println!("{event:?}");
 //! }
-//! assert!(detector.is_alive(detector.rank()));
+//! assert!(detector.is_alive(detector.rank())); // false once it stopped
 //! detector.shutdown();
 //! # Ok(()) }
 //! ```
 
 #![forbid(unsafe_code)]
 
+mod delivery;
 pub mod events;
 pub mod failed_bits;
+mod link;
 mod log;
 pub mod placement;
 mod progress;
 pub mod startup;
+pub mod state;
 pub mod stats;
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -54,26 +57,72 @@ use crate::protocol::{self, Rank};
 pub use events::EventQueue;
 pub use failed_bits::FailedBits;
 pub use placement::Placement;
+pub use progress::MAX_APP_PAYLOAD;
+pub use state::{DetectorState, Liveness, StopCause, StopReason};
 pub use stats::{LatenessHistogram, RuntimeCounters, StatsSnapshot};
 
+use log::Logger;
 use progress::Command;
 use startup::ExchangeError;
+use state::Lifecycle;
 
-/// An event as the host receives it: what happened (the protocol's
-/// [`protocol::Event`]), when this rank learned it, and the epoch after it.
+/// An event as the host receives it: what happened, when this rank
+/// learned it, and the epoch after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DetectorEvent {
     /// Time since the detector started.
     pub at: Duration,
     /// Count of failures known to this rank once this event was applied.
     pub epoch: u64,
-    pub event: protocol::Event,
+    pub event: Event,
 }
 
-/// A host callback. It runs **on the progress thread**: it must return
-/// quickly and must not call back into the detector's blocking functions
-/// ([`Detector::shutdown`]); a panic in it is caught and counted.
+impl DetectorEvent {
+    /// The protocol's event, unless this is the detector's stop.
+    pub fn protocol(&self) -> Option<&protocol::Event> {
+        match &self.event {
+            Event::Protocol(event) => Some(event),
+            Event::Stopped(_) => None,
+        }
+    }
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// What the protocol raised: a failure, a clean leave, this rank's
+    /// exclusion, a slow emitter, an application payload.
+    Protocol(protocol::Event),
+    /// The progress thread stopped on an error or a panic (not a leave or
+    /// an exclusion): the last event. From now on nothing watches the job
+    /// from this rank, [`Detector::state`] says
+    /// [`DetectorState::Stopped`], liveness answers are
+    /// [`Liveness::Unknown`], and the other ranks will declare this one
+    /// failed.
+    Stopped(StopReason),
+}
+
+/// A host callback. It runs **on the progress thread**, once per event: it
+/// must return quickly (heartbeats wait while it runs); a panic in it is
+/// caught and counted. No callback starts once [`Detector::shutdown`] (or
+/// the drop) has begun, and the detector's shutdown waits for a running one
+/// to return, however long it takes. Called from the callback itself,
+/// shutdown cannot wait for it: it closes callbacks, asks the thread to
+/// leave and returns; the thread ends once the callback returns.
 pub type Callback = Box<dyn FnMut(&DetectorEvent) + Send + 'static>;
+
+/// A fault the progress thread commits on purpose, for the tests of what a
+/// host sees when it dies (`fault-injection` feature; never in a
+/// production build).
+#[cfg(any(test, feature = "fault-injection"))]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Panic on the progress thread, outside any callback.
+    Panic,
+    /// Fail the next read of the completion queue.
+    CompletionQueueError,
+}
 
 /// Why the detector could not start.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +143,9 @@ pub enum StartError {
     AddressOrder { rank: Rank, got: u64 },
     #[error("could not determine this host's name: {0}")]
     Hostname(std::io::Error),
+    /// The job's secret could not be read (`FFD_SECRET_FILE`) or drawn.
+    #[error(transparent)]
+    Secret(#[from] crate::bootstrap::secret::SecretError),
     #[error("could not create the {what}: {source}")]
     Io {
         what: &'static str,
@@ -104,7 +156,7 @@ pub enum StartError {
 /// What the host asked for that could not be done.
 #[derive(Debug, thiserror::Error)]
 pub enum DetectorError {
-    #[error("the detector has stopped (shut down, excluded, or its thread ended)")]
+    #[error("the detector has stopped (shut down, excluded, or its thread ended; see its state)")]
     Stopped,
     #[error("payload of {len} bytes exceeds the {max}-byte limit")]
     PayloadTooLarge { len: usize, max: usize },
@@ -117,16 +169,17 @@ struct PublishedState {
     me: Rank,
     failed: FailedBits,
     left: FailedBits,
-    excluded: AtomicBool,
-    /// The progress thread is running.
-    running: AtomicBool,
+    /// Running, left, excluded or stopped; the callback gate.
+    life: Lifecycle,
     events: EventQueue<DetectorEvent>,
     /// Published with `try_lock` by the progress thread.
     stats: Mutex<StatsSnapshot>,
+    logger: Logger,
 }
 
 /// One rank's failure detector: a pinned progress thread and the state the
-/// host reads. Dropping it shuts it down cleanly (see [`Detector::shutdown`]).
+/// host reads. Dropping it shuts it down cleanly (see [`Detector::shutdown`]),
+/// with the same guarantee: no callback runs once the drop has returned.
 pub struct Detector {
     shared: Arc<PublishedState>,
     commands: mpsc::Sender<Command>,
@@ -196,17 +249,32 @@ impl Detector {
         self.started
     }
 
-    /// Whether `rank` is neither known failed nor known to have left. Lock-free;
-    /// any thread. Ranks outside `0..N` are not alive. This rank is not
-    /// alive once it has been excluded.
+    /// Whether `rank` is alive as far as this detector knows: true only
+    /// for [`Liveness::Alive`]. Once the detector is no longer running
+    /// (excluded, or stopped on an error or a panic) it is false for every
+    /// rank, never a stale true: [`liveness`](Self::liveness) tells
+    /// "unknown" from "not alive". Lock-free; any thread. Ranks outside
+    /// `0..N` are not alive.
     pub fn is_alive(&self, rank: Rank) -> bool {
+        self.liveness(rank) == Liveness::Alive
+    }
+
+    /// What this detector can say about `rank`: alive, not alive (failed,
+    /// left, or not a rank of the job; final), or unknown because the
+    /// detector is no longer running ([`state`](Self::state) says why).
+    /// Lock-free; any thread.
+    pub fn liveness(&self, rank: Rank) -> Liveness {
         if rank >= self.size {
-            return false;
+            return Liveness::NotAlive;
         }
-        if rank == self.shared.me && self.shared.excluded.load(Ordering::Acquire) {
-            return false;
+        if !self.shared.life.is_running() {
+            return Liveness::Unknown;
         }
-        !self.shared.failed.contains(rank) && !self.shared.left.contains(rank)
+        if self.shared.failed.contains(rank) || self.shared.left.contains(rank) {
+            Liveness::NotAlive
+        } else {
+            Liveness::Alive
+        }
     }
 
     /// Whether `rank` left cleanly (shut its detector down). Lock-free.
@@ -215,11 +283,14 @@ impl Detector {
     }
 
     /// Count of failures known to this rank; never decreases. Lock-free.
+    /// Stale once the detector is no longer running
+    /// ([`state`](Self::state)): it is then the count it knew at its end.
     pub fn epoch(&self) -> u64 {
         self.shared.failed.epoch()
     }
 
-    /// The failed ranks known to this rank, increasing. Lock-free.
+    /// The failed ranks known to this rank, increasing. Lock-free. Stale
+    /// once the detector is no longer running, as [`epoch`](Self::epoch).
     pub fn failed_ranks(&self) -> Vec<Rank> {
         self.shared.failed.ranks()
     }
@@ -227,19 +298,37 @@ impl Detector {
     /// Whether the others declared this rank failed: it no longer takes
     /// part and the host must stop using it (fail-stop).
     pub fn is_excluded(&self) -> bool {
-        self.shared.excluded.load(Ordering::Acquire)
+        self.shared.life.is_excluded()
     }
 
-    /// Whether the progress thread is still running.
+    /// Where the detector is in its life: running, left, excluded (and by
+    /// whom), or stopped on an error or a panic (and why). Lock-free.
+    pub fn state(&self) -> DetectorState {
+        self.shared.life.state()
+    }
+
+    /// Whether the progress thread is still running (it ends shortly after
+    /// the state leaves [`DetectorState::Running`]).
     pub fn is_running(&self) -> bool {
-        self.shared.running.load(Ordering::Acquire)
+        self.shared.life.thread_running()
     }
 
-    /// The next queued event, if any; never blocks. Events that did not fit
+    /// The next queued event, if any; never waits for the progress thread. Events that did not fit
     /// the queue (`FFD_EVENT_QUEUE`) are counted in the stats; the failed set
     /// stays exact, so re-read [`failed_ranks`](Self::failed_ranks) then.
     pub fn try_next_event(&self) -> Option<DetectorEvent> {
         self.shared.events.try_pop()
+    }
+
+    /// The next queued event if `take` accepts it (`Some(Ok(event))`). One
+    /// it refuses stays first in line, the event fd stays readable, and its
+    /// error comes back (`Some(Err(_))`): for a consumer whose buffer may be
+    /// too small for a payload. Never blocks on the progress thread.
+    pub fn try_next_event_if<R>(
+        &self,
+        take: impl FnOnce(&DetectorEvent) -> Result<(), R>,
+    ) -> Option<Result<DetectorEvent, R>> {
+        self.shared.events.try_pop_if(take)
     }
 
     /// A file descriptor that is readable while events are queued, for the
@@ -257,7 +346,7 @@ impl Detector {
                 max: self.max_payload,
             });
         }
-        if !self.is_running() {
+        if !self.shared.life.is_running() {
             return Err(DetectorError::Stopped);
         }
         self.command(Command::Broadcast(payload.to_vec()))
@@ -285,7 +374,17 @@ impl Detector {
     /// Leaves cleanly: tells the others this rank is going (they report
     /// [`protocol::Event::Left`], not a failure, and mend the ring around
     /// it), keeps the link up for a few periods so the notice is out, then
-    /// stops the progress thread. Bounded by the timeout plus a second.
+    /// stops the progress thread and waits for it to end.
+    ///
+    /// No host callback starts once shutdown has begun (events still reach
+    /// the queue), and none runs after it returns: if one is running, it
+    /// waits for it to return, **however long that takes**: a callback that
+    /// never returns keeps shutdown from returning. While it waits past the
+    /// usual bound (the linger plus 2 s) it logs, every
+    /// [`WAIT_NOTE_EVERY`], at the `warn` level:
+    /// `ffd[R] warn: shutdown (ffd_finalize) is waiting for the event callback to return (running for 2.0s); it cannot return before the callback does`.
+    /// Otherwise bounded by the linger plus 2 s. From the
+    /// detector's own callback it cannot wait (see [`Callback`]).
     pub fn shutdown(mut self) {
         self.stop();
     }
@@ -294,24 +393,62 @@ impl Detector {
         let Some(thread) = self.thread.take() else {
             return;
         };
+        // From here on no callback starts: one running now is the last.
+        self.shared.life.close_callbacks();
         let _ = self.command(Command::Leave);
-        let ended = |rx: &mpsc::Receiver<()>, within| {
-            !matches!(
-                rx.recv_timeout(within),
-                Err(mpsc::RecvTimeoutError::Timeout)
-            )
-        };
+        if thread.thread().id() == std::thread::current().id() {
+            // Called from this detector's own callback: the thread cannot
+            // wait for itself. It leaves, and ends once the callback returns.
+            return;
+        }
         let exited = self
             .exited
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !ended(&exited, self.linger + Duration::from_secs(1))
-            && (self.command(Command::Stop).is_err() || !ended(&exited, Duration::from_secs(1)))
-        {
-            // Stuck in a host callback: never hang the host on it.
-            return;
+        let ended = |within| {
+            !matches!(
+                exited.recv_timeout(within),
+                Err(mpsc::RecvTimeoutError::Timeout)
+            )
+        };
+        if !ended(self.linger + Duration::from_secs(1)) {
+            // The leave did not finish in time: stop without it.
+            let _ = self.command(Command::Stop);
+            let waiting_since = Instant::now();
+            let mut wait = Duration::from_secs(1);
+            while !ended(wait) {
+                self.note_waiting(waiting_since);
+                wait = WAIT_NOTE_EVERY;
+            }
         }
         let _ = thread.join();
+    }
+
+    /// The line shutdown logs while it waits past its usual bound.
+    fn note_waiting(&self, since: Instant) {
+        match self
+            .shared
+            .life
+            .callback_running_for(self.started.elapsed())
+        {
+            Some(running) => self.shared.logger.warn(format_args!(
+                "shutdown (ffd_finalize) is waiting for the event callback to return \
+                 (running for {:.1}s); it cannot return before the callback does",
+                running.as_secs_f64()
+            )),
+            None => self.shared.logger.warn(format_args!(
+                "shutdown (ffd_finalize) is waiting for the progress thread to end ({:.1}s so far)",
+                since.elapsed().as_secs_f64()
+            )),
+        }
+    }
+
+    /// Makes the progress thread fail on purpose (`fault-injection`
+    /// feature, for tests of what a host sees when it dies).
+    #[cfg(any(test, feature = "fault-injection"))]
+    #[doc(hidden)]
+    pub fn inject_fault(&self, fault: Fault) -> Result<(), DetectorError> {
+        self.command(Command::Fault(fault))
     }
 
     fn command(&self, command: Command) -> Result<(), DetectorError> {
@@ -329,6 +466,10 @@ impl Drop for Detector {
         self.stop();
     }
 }
+
+/// While shutdown waits past its usual bound (for a callback that does not
+/// return), it logs this often.
+pub const WAIT_NOTE_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a leaving rank keeps its endpoint open after announcing it:
 /// long enough for the notice to be sent and for neighbours to mend.

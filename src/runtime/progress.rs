@@ -1,9 +1,12 @@
 //! The progress thread: drives one Engine with real time and the fabric.
 //!
 //! Owns: the detector's endpoint, slot region and Engine once started; the
-//! per-peer bookkeeping of refused posts; delivery of events. Must not:
-//! block on the host (callbacks are the host's promise), wait on anything
-//! but the completion queue and the wake socket, or allocate per heartbeat.
+//! per-peer bookkeeping of refused posts; how the thread ends (a leave, an
+//! exclusion, or a stop with its reason, a panic included). Must not: block
+//! on the host (callbacks are the host's promise), wait on anything but the
+//! completion queue and the wake socket, allocate per heartbeat, or end
+//! without publishing why (a panic anywhere on the thread is caught and
+//! becomes [`StopCause::Panic`]).
 //!
 //! Each turn of the loop: take host commands; read the completion queue
 //! (before any judgement, so heartbeats that landed are seen and errors are
@@ -18,24 +21,29 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
 use crate::protocol::{
-    self, Engine, EngineConfig, Input, Output, Participation, Rank, Ring, Time, TransportErrorKind,
+    Engine, EngineConfig, Input, JobKeys, Output, Participation, Rank, Ring, Time,
+    TransportErrorKind,
 };
 
+use super::delivery::Delivery;
+use super::link::{self, Linked, WARM_UP};
 use super::log::Logger;
+use super::state::{StopCause, StopReason};
 use super::stats::RuntimeCounters;
-use super::{Callback, DetectorEvent, PublishedState, SlotRegion};
+use super::{Callback, PublishedState, SlotRegion};
+
+pub(super) use super::link::Link;
 
 /// The largest application payload the runtime carries (`broadcast`).
 /// A revoke or reinit order is a few bytes; this keeps buffers small.
-pub(super) const MAX_APP_PAYLOAD: usize = 8 * 1024;
+pub const MAX_APP_PAYLOAD: usize = 8 * 1024;
 
 /// Send and receive buffers for a job of `ranks`: (count, bytes each).
 /// A message is bounded by its rank lists, each at most a bitmap of
@@ -53,11 +61,6 @@ pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
     (count, size)
 }
 
-/// The linking phase's warm-up message. It cannot be mistaken for a
-/// protocol message (those start with the magic `FFDP` and a 28-byte
-/// header) and never reaches the Engine.
-const WARM_UP: &[u8] = b"FFDW";
-
 /// How often the counters are published for [`super::Detector::stats`].
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
@@ -72,6 +75,9 @@ pub(super) enum Command {
     Leave,
     /// Stop now (after a leave that did not finish in time).
     Stop,
+    /// Make the thread fail on purpose (tests only).
+    #[cfg(any(test, feature = "fault-injection"))]
+    Fault(super::Fault),
 }
 
 /// Everything [`Progress`] is made of, handed over by `Detector::start`.
@@ -101,25 +107,28 @@ pub(super) struct Parts {
     pub logger: Logger,
 }
 
-pub(super) struct Progress {
+pub(super) struct Progress<'d> {
     endpoint: Endpoint,
-    slots: SlotRegion,
     /// Declared after the endpoint so it closes after it.
     _av: AddressVector,
     /// Readable when the host sent a command.
     wake: UnixStream,
-    core: Core,
+    core: Core<'d>,
 }
 
 /// The progress thread's state apart from the endpoint, so completions can
 /// be handled while the endpoint is borrowed for reading them.
-struct Core {
+struct Core<'d> {
     shared: Arc<PublishedState>,
     engine: Engine,
+    /// This rank's slot page: the Engine reads one slot, and clears one
+    /// when it reassigns it (`Output::ClearSlot`).
+    slots: SlotRegion,
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: Receiver<Command>,
-    callback: Option<Callback>,
+    /// The host's callback and queue; outlives a panic of the loop.
+    delivery: &'d mut Delivery,
     spin: bool,
     eagain_limit: Duration,
     connect_grace: Duration,
@@ -137,6 +146,11 @@ struct Core {
     /// Set by a leave: stop after this instant.
     leaving_until: Option<Instant>,
     stop: bool,
+    /// The loop failed: end with this reason.
+    failed: Option<StopReason>,
+    /// An injected completion-queue error, for the next read (tests only).
+    #[cfg(any(test, feature = "fault-injection"))]
+    inject_cq_error: bool,
     last_publish: Instant,
 }
 
@@ -146,46 +160,53 @@ pub(super) struct EngineSeed {
     pub config: Arc<EngineConfig>,
     pub ring: Arc<Ring>,
     pub me: Rank,
-    pub job_key: u64,
+    /// The job key and the message key (start-up derives it from the
+    /// job's secret).
+    pub keys: JobKeys,
 }
 
-/// The linking phase: before any Engine judges anyone, each rank's
-/// heartbeat link to its observer must carry a write. On `tcp;ofi_rxm`
-/// connection set-up costs CPU on both sides and was seen to take over a
-/// second with 32 ranks on 2 cores; judged meanwhile, live ranks would be
-/// declared. The thread keeps progressing its completion queue (peers'
-/// connections to it need that) until `Detector::start` has seen every
-/// rank linked (a bootstrap barrier) and says go.
-pub(super) struct Link {
-    /// The observer and its slot region (none in a job of one).
-    pub target: Option<(Rank, RemoteRegion)>,
-    /// The broadcast neighbours: their links are set up now too, so the
-    /// first notice wave does not pay a connection set-up per hop.
-    pub warm: Vec<Rank>,
-    /// Signalled once the write to the observer completed.
-    pub linked: SyncSender<()>,
-    /// Go (a unit) or give up (disconnected).
-    pub go: Receiver<()>,
-    /// How far linking has come, for `Detector::start` to report.
-    pub progress: Arc<LinkProgress>,
+/// The progress thread's body: the linking phase, then the Engine's loop,
+/// then the end published: [`DetectorState`](super::DetectorState) and, for
+/// a stop, the host's last event. A panic anywhere on the way (the Engine,
+/// fabric handling, this loop) is caught here and ends it the same way.
+pub(super) fn run(mut parts: Parts) {
+    let shared = Arc::clone(&parts.shared);
+    let mut delivery = Delivery::new(
+        Arc::clone(&shared),
+        parts.callback.take(),
+        parts.started,
+        parts.logger,
+    );
+    // The parts (endpoint, slots, Engine) are dropped inside, also when
+    // unwinding: the fabric resources are closed before the host hears.
+    let end = catch_unwind(AssertUnwindSafe(|| drive(parts, &mut delivery)))
+        .unwrap_or_else(|payload| End::Stopped(StopReason::panic(payload.as_ref())));
+    match end {
+        End::Left => {
+            shared.life.left();
+        }
+        // Published when the exclusion was delivered.
+        End::Excluded => {}
+        End::Stopped(reason) => delivery.stopped(reason),
+    }
+    shared.life.thread_ended();
 }
 
-/// How far the linking phase has come (written by the progress thread,
-/// read by `Detector::start` while it waits).
-#[derive(Debug, Default)]
-pub(super) struct LinkProgress {
-    /// The write to the observer completed (or there is no observer).
-    pub observer: AtomicBool,
-    /// Broadcast links whose warm-up send completed.
-    pub warm: AtomicU32,
+/// How the progress thread ended.
+enum End {
+    /// Left cleanly, or told to stop (by the host, or by a failed start).
+    Left,
+    /// Declared failed by the others.
+    Excluded,
+    /// An error or a panic.
+    Stopped(StopReason),
 }
 
-/// The progress thread's body: the linking phase, then the Engine's loop.
-pub(super) fn run(parts: Parts) {
-    let mut parts = parts;
-    let Some(held) = link_phase(&mut parts) else {
-        parts.shared.running.store(false, Ordering::Release);
-        return;
+fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
+    let held = match link::link_phase(&mut parts) {
+        Linked::Go(held) => held,
+        Linked::Abandoned => return End::Left,
+        Linked::Failed(reason) => return End::Stopped(reason),
     };
     let now =
         Time::from_nanos(u64::try_from(parts.started.elapsed().as_nanos()).unwrap_or(u64::MAX));
@@ -194,144 +215,38 @@ pub(super) fn run(parts: Parts) {
         Arc::clone(&seed.config),
         Arc::clone(&seed.ring),
         seed.me,
-        seed.job_key,
+        seed.keys.clone(),
         now,
     ) {
         Ok(e) => e,
-        Err(e) => {
-            parts
-                .logger
-                .error(format_args!("the protocol engine refused to start: {e}"));
-            parts.shared.running.store(false, Ordering::Release);
-            return;
-        }
+        Err(e) => return End::Stopped(StopReason::new(StopCause::Engine, e.to_string())),
     };
-    let mut progress = Progress::new(parts, engine);
+    let mut progress = Progress::new(parts, engine, delivery);
+    let core = &mut progress.core;
+    core.counters.link_messages_held = held.messages.len() as u64;
+    core.counters.link_dropped_foreign = held.dropped_foreign;
+    core.counters.link_dropped_over_cap = held.dropped_over_cap;
     // Messages that arrived while linking (a faster rank's first notice).
-    for bytes in held {
-        let now = progress.core.now();
-        let _ = progress.core.engine.handle(
-            now,
-            Input::Message {
-                from: None,
-                bytes: &bytes,
-            },
-        );
+    for (from, bytes) in held.messages {
+        core.on_message(from, &bytes);
     }
-    progress.run();
+    progress.run()
 }
 
-/// Returns the messages received meanwhile, or `None` when told to stop.
-fn link_phase(parts: &mut Parts) -> Option<Vec<Vec<u8>>> {
-    let mut held: Vec<Vec<u8>> = Vec::new();
-    let mut observer_done = parts.link.target.is_none();
-    let mut posted = false;
-    // Broadcast neighbours still to warm up, and whether a send is posted.
-    let mut warm: BTreeMap<Rank, bool> = parts.link.warm.iter().map(|&r| (r, false)).collect();
-    let mut linked = false;
-    // Bounded by Detector::start, which says go or drops the channel
-    // within its own bounds.
-    loop {
-        match parts.link.go.try_recv() {
-            Ok(()) => return Some(held),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => {}
-        }
-        if matches!(
-            parts.commands.try_recv(),
-            Ok(Command::Stop | Command::Leave)
-        ) {
-            return None;
-        }
-        for (&to, in_flight) in warm.iter_mut().filter(|(_, f)| !**f) {
-            match parts
-                .endpoint
-                .try_send(FiAddr(u64::from(to)), WARM_UP, u64::from(to))
-            {
-                Ok(()) => *in_flight = true,
-                Err(e) if e.is_refusal() => {}
-                Err(e) => parts
-                    .logger
-                    .debug(format_args!("warming the link to rank {to}: {e}")),
-            }
-        }
-        if let (false, false, Some((to, region))) =
-            (observer_done, posted, parts.link.target.as_ref())
-        {
-            match parts
-                .endpoint
-                .try_write_u64(FiAddr(u64::from(*to)), region, 0, 0, u64::from(*to))
-            {
-                Ok(()) => posted = true,
-                Err(e) if e.is_refusal() => {}
-                Err(e) => parts
-                    .logger
-                    .debug(format_args!("linking to rank {to}: {e}")),
-            }
-        }
-        let target = parts.link.target.as_ref().map(|(t, _)| u64::from(*t));
-        let mut done = false;
-        let mut write_failed = false;
-        let waited = parts.endpoint.wait_or(
-            Duration::from_millis(5),
-            parts.wake.as_fd(),
-            &mut |c| match c {
-                Completion::Written { token } if Some(token) == target => done = true,
-                Completion::Sent { token, .. } => {
-                    if let Ok(peer) = Rank::try_from(token) {
-                        warm.remove(&peer);
-                    }
-                }
-                Completion::Failed(e) => match e.op {
-                    // Try again next round (the peer may still be starting).
-                    FailedOp::Send { token, .. } => {
-                        if let Some(f) = Rank::try_from(token).ok().and_then(|p| warm.get_mut(&p)) {
-                            *f = false;
-                        }
-                    }
-                    _ => write_failed = true,
-                },
-                Completion::Received { bytes, .. } if bytes != WARM_UP => held.push(bytes.to_vec()),
-                _ => {}
-            },
-        );
-        if let Err(e) = waited {
-            parts.logger.error(format_args!("linking: {e}"));
-            return None;
-        }
-        let mut sink = [0u8; 64];
-        while matches!((&parts.wake).read(&mut sink), Ok(n) if n > 0) {}
-        observer_done |= done;
-        if write_failed {
-            posted = false;
-        }
-        let progress = &parts.link.progress;
-        progress.observer.store(observer_done, Ordering::Relaxed);
-        let warmed = parts.link.warm.len().saturating_sub(warm.len());
-        progress
-            .warm
-            .store(u32::try_from(warmed).unwrap_or(u32::MAX), Ordering::Relaxed);
-        if observer_done && warm.is_empty() && !linked {
-            linked = true;
-            let _ = parts.link.linked.try_send(());
-        }
-    }
-}
-
-impl Progress {
-    fn new(parts: Parts, engine: Engine) -> Self {
+impl<'d> Progress<'d> {
+    fn new(parts: Parts, engine: Engine, delivery: &'d mut Delivery) -> Self {
         Progress {
             endpoint: parts.endpoint,
-            slots: parts.slots,
             _av: parts._av,
             wake: parts.wake,
             core: Core {
                 shared: parts.shared,
                 engine,
+                slots: parts.slots,
                 peers: parts.peers,
                 started: parts.started,
                 commands: parts.commands,
-                callback: parts.callback,
+                delivery,
                 spin: parts.spin,
                 eagain_limit: parts.eagain_limit,
                 connect_grace: parts.connect_grace,
@@ -344,16 +259,19 @@ impl Progress {
                 last_write_target: None,
                 leaving_until: None,
                 stop: false,
+                failed: None,
+                #[cfg(any(test, feature = "fault-injection"))]
+                inject_cq_error: false,
                 last_publish: parts.started,
             },
         }
     }
 
-    /// Runs until the rank leaves, is excluded, or is told to stop.
-    fn run(mut self) {
+    /// Runs until the rank leaves, is excluded, is told to stop, or the
+    /// completion queue fails; says which.
+    fn run(mut self) -> End {
         let Progress {
             endpoint,
-            slots,
             wake,
             core,
             ..
@@ -366,12 +284,15 @@ impl Progress {
             let mut sink = [0u8; 64];
             while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
             core.take_commands();
-            if let Err(e) = endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)) {
-                core.logger
-                    .error(format_args!("reading the completion queue: {e}"));
+            let polled = match core.take_injected_cq_error() {
+                Some(e) => Err(e),
+                None => endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)),
+            };
+            if let Err(e) = polled {
+                core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
-            core.on_deadline(slots);
+            core.on_deadline();
             core.carry_out(endpoint);
             core.retry_pending(endpoint);
             core.publish(false);
@@ -385,8 +306,7 @@ impl Progress {
             let timeout = core.sleep_for();
             if let Err(e) = endpoint.wait_or(timeout, wake.as_fd(), &mut |c| core.on_completion(c))
             {
-                core.logger
-                    .error(format_args!("waiting on the completion queue: {e}"));
+                core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
                 break;
             }
         }
@@ -394,11 +314,17 @@ impl Progress {
         // the exclusion notice arrived during the wait) still goes out.
         core.carry_out(endpoint);
         core.publish(true);
-        core.shared.running.store(false, Ordering::Release);
+        if let Some(reason) = core.failed.take() {
+            End::Stopped(reason)
+        } else if core.engine.participation() == Participation::Excluded {
+            End::Excluded
+        } else {
+            End::Left
+        }
     }
 }
 
-impl Core {
+impl Core<'_> {
     fn now(&self) -> Time {
         Time::from_nanos(u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
@@ -424,6 +350,8 @@ impl Core {
                 }
                 Ok(Command::Leave) => self.begin_leave(),
                 Ok(Command::Stop) => self.stop = true,
+                #[cfg(any(test, feature = "fault-injection"))]
+                Ok(Command::Fault(fault)) => self.inject(fault),
                 Err(TryRecvError::Empty) => break,
                 // The Detector is gone without a word: leave cleanly.
                 Err(TryRecvError::Disconnected) => {
@@ -432,6 +360,29 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Carries out an injected fault (tests only): a panic here, on the
+    /// progress thread outside any callback, or a completion-queue error at
+    /// the next read.
+    #[cfg(any(test, feature = "fault-injection"))]
+    fn inject(&mut self, fault: super::Fault) {
+        match fault {
+            super::Fault::Panic => panic!("injected fault: a panic on the progress thread"),
+            super::Fault::CompletionQueueError => self.inject_cq_error = true,
+        }
+    }
+
+    /// The injected completion-queue error, once (never without the
+    /// `fault-injection` feature).
+    fn take_injected_cq_error(&mut self) -> Option<FabricError> {
+        #[cfg(any(test, feature = "fault-injection"))]
+        if std::mem::take(&mut self.inject_cq_error) {
+            return Some(FabricError::Invalid(
+                "injected fault: a completion-queue error".into(),
+            ));
+        }
+        None
     }
 
     fn begin_leave(&mut self) {
@@ -443,7 +394,7 @@ impl Core {
     }
 
     /// The Engine's deadline has come: read the watched slot, then tick.
-    fn on_deadline(&mut self, slots: &SlotRegion) {
+    fn on_deadline(&mut self) {
         let Some(deadline) = self.engine.next_deadline() else {
             return;
         };
@@ -452,8 +403,9 @@ impl Core {
             return;
         }
         self.counters.lateness.record(now - deadline);
+        let slots = self.slots.memory();
         self.engine
-            .handle_timeout(now, |slot| slots.memory().read(usize::from(slot)));
+            .handle_timeout(now, |slot| slots.read(usize::from(slot)));
     }
 
     fn on_completion(&mut self, completion: Completion<'_>) {
@@ -462,12 +414,7 @@ impl Core {
             // A late neighbour's link warm-up: not for the Engine.
             Completion::Received { bytes, .. } if bytes == WARM_UP => {}
             Completion::Received { bytes, source } => {
-                self.counters.messages_received += 1;
-                let from = source.and_then(|a| Rank::try_from(a.0).ok());
-                if let Err(e) = self.engine.handle(now, Input::Message { from, bytes }) {
-                    self.counters.messages_rejected += 1;
-                    self.logger.debug(format_args!("message dropped: {e}"));
-                }
+                self.on_message(source.and_then(|a| Rank::try_from(a.0).ok()), bytes);
             }
             Completion::Sent { token, .. } => {
                 self.counters.messages_sent += 1;
@@ -482,6 +429,16 @@ impl Core {
                 self.link_works(token);
             }
             Completion::Failed(error) => self.on_error_completion(now, error),
+        }
+    }
+
+    /// A message for the Engine, `from` the transport's sender if known.
+    fn on_message(&mut self, from: Option<Rank>, bytes: &[u8]) {
+        self.counters.messages_received += 1;
+        let now = self.now();
+        if let Err(e) = self.engine.handle(now, Input::Message { from, bytes }) {
+            self.counters.messages_rejected += 1;
+            self.logger.debug(format_args!("message dropped: {e}"));
         }
     }
 
@@ -575,7 +532,10 @@ impl Core {
                 Output::WriteHeartbeat { to, slot, value } => {
                     self.write_heartbeat(endpoint, to, slot, value);
                 }
-                Output::Send { to, bytes } => {
+                // Before the ObserveMe that names the slot goes out.
+                Output::ClearSlot { slot } => self.slots.memory().store(usize::from(slot), 0),
+                Output::Send { to, message } => {
+                    let bytes: Arc<[u8]> = message.to_vec().into();
                     if self.pending.iter().any(|(p, _)| *p == to) {
                         // Keep per-peer order behind the refused ones.
                         self.pending.push_back((to, bytes));
@@ -583,7 +543,7 @@ impl Core {
                         self.send(endpoint, to, bytes);
                     }
                 }
-                Output::Event(event) => self.deliver(event),
+                Output::Event(event) => self.delivery.protocol_event(event),
                 // Only in the simulator's modelled mode.
                 Output::HeartbeatStream { .. } => {}
             }
@@ -667,53 +627,6 @@ impl Core {
         self.carry_out(endpoint);
     }
 
-    fn deliver(&mut self, event: protocol::Event) {
-        match &event {
-            protocol::Event::Failed {
-                rank,
-                detector,
-                cause,
-                ..
-            } => {
-                self.shared.failed.insert(*rank);
-                self.logger.info(format_args!(
-                    "rank {rank} failed ({}, declared by rank {detector})",
-                    cause.as_str()
-                ));
-            }
-            protocol::Event::Left { rank } => {
-                self.shared.left.insert(*rank);
-            }
-            protocol::Event::SelfExcluded { by } => {
-                self.shared.excluded.store(true, Ordering::Release);
-                self.logger.warn(format_args!(
-                    "this rank was declared failed (told by rank {by}); it stops participating"
-                ));
-            }
-            protocol::Event::SlowEmitter { rank, stalled_for } => {
-                self.logger.info(format_args!(
-                    "emitter {rank} is slow: its slot stood still for {stalled_for:?}"
-                ));
-            }
-            protocol::Event::Payload { .. } => {}
-        }
-        let event = DetectorEvent {
-            at: self.started.elapsed(),
-            epoch: self.shared.failed.epoch(),
-            event,
-        };
-        if let Some(callback) = self.callback.as_mut() {
-            if catch_unwind(AssertUnwindSafe(|| callback(&event))).is_err() {
-                self.counters.callback_panics += 1;
-                self.logger
-                    .error(format_args!("the host's event callback panicked"));
-            }
-        }
-        if !self.shared.events.push(event) {
-            self.counters.events_dropped += 1;
-        }
-    }
-
     /// How long to sleep: until the Engine's deadline, the end of a leave,
     /// the next retry of refused sends, or the next publication.
     fn sleep_for(&self) -> Duration {
@@ -745,6 +658,7 @@ impl Core {
         snapshot.uptime_ms = self.started.elapsed().as_secs_f64() * 1e3;
         snapshot.epoch = self.shared.failed.epoch();
         self.counters.events_dropped = self.shared.events.dropped();
+        self.counters.callback_panics = self.delivery.callback_panics;
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
     }
@@ -753,7 +667,7 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::Encoder;
+    use crate::protocol::wire::{Encoder, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
     /// encoder must send whole) and the largest payload fit the buffers.
@@ -765,24 +679,12 @@ mod tests {
             // Alternate ranks: the densest list that is not a range.
             let failed: Vec<Rank> = (1..ranks).step_by(2).collect();
             let left: Vec<Rank> = (2..ranks).step_by(2).collect();
-            let notice = enc.notice(0, 0, &failed, &left);
-            assert!(
-                notice.len() <= size,
-                "N={ranks}: notice {} > {size}",
-                notice.len()
-            );
-            let sync = enc.sync_request(0, &failed, &left);
-            assert!(
-                sync.len() <= size,
-                "N={ranks}: sync {} > {size}",
-                sync.len()
-            );
-            let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]);
-            assert!(
-                payload.len() <= size,
-                "N={ranks}: payload {} > {size}",
-                payload.len()
-            );
+            let notice = enc.notice(0, 0, &failed, &left).len() + TAG_LEN;
+            assert!(notice <= size, "N={ranks}: notice {notice} > {size}");
+            let sync = enc.sync_request(0, &failed, &left).len() + TAG_LEN;
+            assert!(sync <= size, "N={ranks}: sync {sync} > {size}");
+            let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]).len() + TAG_LEN;
+            assert!(payload <= size, "N={ranks}: payload {payload} > {size}");
         }
     }
 }

@@ -1,13 +1,14 @@
 //! What the progress thread counts, as the host reads it.
 //!
 //! Owns: the runtime's own counters (posts, refusals, verdicts, wake-up
-//! lateness) and the snapshot type that joins them to the Engine's.
-//! Must not: be locked by the progress thread in a way that can wait: it
-//! publishes with `try_lock` and simply retries at the next publication.
+//! lateness, what the linking phase held and dropped) and the snapshot
+//! type that joins them to the Engine's. Must not: be locked by the
+//! progress thread in a way that can wait: it publishes with `try_lock` and
+//! simply retries at the next publication.
 
 use std::time::Duration;
 
-use crate::protocol::{self, Cause, Kind, RejectReason};
+use crate::protocol::{self, Cause};
 
 use super::placement::Placement;
 
@@ -76,12 +77,23 @@ pub struct RuntimeCounters {
     /// Messages sent / received over the fabric.
     pub messages_sent: u64,
     pub messages_received: u64,
-    /// Messages the Engine rejected (malformed, wrong key or version, bad rank).
+    /// Messages the Engine rejected (malformed, wrong key or version, bad
+    /// rank, bad tag, wrong source address, replayed; by reason in the
+    /// Engine's `rejected`).
     pub messages_rejected: u64,
     /// Events dropped because the host's queue was full.
     pub events_dropped: u64,
     /// Host callbacks that panicked (caught; the thread goes on).
     pub callback_panics: u64,
+    /// Messages received during the linking phase and handed to the Engine
+    /// once it started.
+    pub link_messages_held: u64,
+    /// Messages received during the linking phase that were dropped: no
+    /// protocol magic, or another job's key.
+    pub link_dropped_foreign: u64,
+    /// Messages received during the linking phase that were dropped because
+    /// the hold was full (256 messages or 2 MiB).
+    pub link_dropped_over_cap: u64,
     /// Wake-ups for a deadline and how late they ran.
     pub lateness: LatenessHistogram,
 }
@@ -115,6 +127,7 @@ fn serialize_engine_stats<S: serde::Serializer>(
     stats: &protocol::Stats,
     s: S,
 ) -> Result<S::Ok, S::Error> {
+    use crate::protocol::{Kind, RejectReason};
     use serde::ser::SerializeMap;
 
     /// Counters indexed like `names`, as a map name -> count.
@@ -148,8 +161,15 @@ fn serialize_engine_stats<S: serde::Serializer>(
     m.serialize_entry("departures_learned", &stats.departures_learned)?;
     m.serialize_entry("mendings", &stats.mendings)?;
     m.serialize_entry("sync_requests_sent", &stats.sync_requests_sent)?;
+    m.serialize_entry("sync_requests_refused", &stats.sync_requests_refused)?;
+    m.serialize_entry("sync_replies_truncated", &stats.sync_replies_truncated)?;
     m.serialize_entry("ranks_learned_by_sync", &stats.ranks_learned_by_sync)?;
     m.serialize_entry("exclusions_sent", &stats.exclusions_sent)?;
+    m.serialize_entry(
+        "exclusion_replies_suppressed",
+        &stats.exclusion_replies_suppressed,
+    )?;
+    m.serialize_entry("foreign_slot_values", &stats.foreign_slot_values)?;
     m.serialize_entry("slow_emitter_warnings", &stats.slow_emitter_warnings)?;
     m.serialize_entry("transport_errors", &stats.transport_errors)?;
     m.serialize_entry("transport_errors_ignored", &stats.transport_errors_ignored)?;
@@ -185,6 +205,11 @@ mod tests {
         let v = serde_json::to_value(&snap).unwrap();
         assert_eq!(v["engine"]["detections"]["inband"], 2);
         assert_eq!(v["engine"]["sent"]["notice"], 0);
+        // Every reason a message is dropped, by name.
+        for reason in crate::protocol::RejectReason::ALL {
+            assert_eq!(v["engine"]["rejected"][reason.as_str()], 0, "{reason:?}");
+        }
+        assert_eq!(v["engine"]["rejected"]["bad_mac"], 0);
         assert_eq!(v["runtime"]["lateness"]["total"], 0);
     }
 }

@@ -9,7 +9,12 @@
  * Part 2 runs a job of RANKS threads standing in for ranks, whose address
  * exchange is an allgather over a shared buffer (what MPI_Allgather does
  * for an MPI library): start, queries, a broadcast seen by the callback and
- * by the queue, a clean departure, finalize.
+ * by the queue (copied into the caller's buffer, or waiting for a large
+ * enough one), a clean departure, finalize.
+ * Part 3 runs another such job in which rank 0's callback blocks: its
+ * ffd_finalize() must wait for the callback to return, no callback may run
+ * after it (the callback's userdata is freed right after it returns, so
+ * valgrind would see a late call), and the others see a departure.
  *
  * Prints "ok <line>: <check>" per check and "not ok ..." with ffd's last
  * message on failure; ends with "capi_test: all N checks passed" (exit 0)
@@ -152,8 +157,12 @@ static void on_event(void *userdata, const ffd_event_t *ev) {
     }
 }
 
-/* Waits (bounded, on the event fd) for an event of `kind` about `rank`. */
-static int wait_event(const ffd_t *h, ffd_event_kind kind, uint32_t rank, ffd_event_t *out) {
+/* Waits (bounded, on the event fd) for an event of `kind` about `rank`,
+ * its payload copied into `buf` (`cap` bytes). Returns 0 when it came, 1
+ * when its payload needs a larger buffer (`out` describes it; it stays
+ * queued), -1 otherwise. */
+static int wait_event(const ffd_t *h, ffd_event_kind kind, uint32_t rank, ffd_event_t *out, void *buf,
+                      size_t cap) {
     long long deadline = now_ms() + WAIT_MS;
     int fd = ffd_event_fd(h);
     if (fd < 0)
@@ -161,11 +170,13 @@ static int wait_event(const ffd_t *h, ffd_event_kind kind, uint32_t rank, ffd_ev
     for (;;) {
         ffd_event_t ev;
         int rc;
-        while ((rc = ffd_next_event(h, &ev)) == FFD_OK) {
+        while ((rc = ffd_next_event(h, &ev, buf, cap)) == FFD_OK || rc == FFD_BUFFER_TOO_SMALL) {
             if (ev.kind == kind && ev.rank == rank) {
                 *out = ev;
-                return 0;
+                return rc == FFD_OK ? 0 : 1;
             }
+            if (rc == FFD_BUFFER_TOO_SMALL)
+                return -1;
         }
         if (rc != FFD_NO_EVENT)
             return -1;
@@ -177,7 +188,7 @@ static int wait_event(const ffd_t *h, ffd_event_kind kind, uint32_t rank, ffd_ev
     }
 }
 
-static ffd_config_t *job_config(rank_ctx_t *me) {
+static ffd_config_t *job_config(uint64_t timeout_ns, ffd_event_callback cb, void *userdata) {
     ffd_config_t *cfg = NULL;
     CHECK(ffd_config_new(&cfg) == FFD_OK && cfg != NULL);
     /* Loopback only; generous timings: valgrind slows every thread down. */
@@ -187,14 +198,14 @@ static ffd_config_t *job_config(rank_ctx_t *me) {
     CHECK(ffd_config_set(cfg, "FFD_LOG", "error") == FFD_OK);
     CHECK(ffd_config_set(cfg, "FFD_STARTUP_GRACE", "2s") == FFD_OK);
     CHECK(ffd_config_set_period_ns(cfg, 50 * 1000 * 1000) == FFD_OK);
-    CHECK(ffd_config_set_timeout_ns(cfg, 5ull * 1000 * 1000 * 1000) == FFD_OK);
-    CHECK(ffd_config_set_callback(cfg, on_event, me) == FFD_OK);
+    CHECK(ffd_config_set_timeout_ns(cfg, timeout_ns) == FFD_OK);
+    CHECK(ffd_config_set_callback(cfg, cb, userdata) == FFD_OK);
     return cfg;
 }
 
 static void *rank_main(void *arg) {
     rank_ctx_t *me = arg;
-    ffd_config_t *cfg = job_config(me);
+    ffd_config_t *cfg = job_config(5ull * 1000 * 1000 * 1000, on_event, me);
     ffd_oob_t oob = {.rank = me->rank, .size = RANKS, .allgather = shared_allgather, .userdata = me};
     ffd_t *h = NULL;
     int rc = ffd_init(&oob, cfg, &h);
@@ -219,7 +230,15 @@ static void *rank_main(void *arg) {
     CHECK(ffd_failed_ranks(h, NULL, 0, NULL) == FFD_ERR_NULL);
     CHECK(ffd_event_fd(h) >= 0);
     ffd_event_t ev;
-    CHECK(ffd_next_event(h, NULL) == FFD_ERR_NULL);
+    unsigned char buf[FFD_MAX_PAYLOAD];
+    CHECK(ffd_next_event(h, NULL, buf, sizeof buf) == FFD_ERR_NULL);
+    CHECK(ffd_next_event(h, &ev, NULL, 8) == FFD_ERR_NULL);
+    ffd_state_t state = {.state = FFD_STATE_STOPPED, .excluded_by = 7};
+    char reason[64] = "x";
+    n = 99;
+    CHECK(ffd_state(h, &state, reason, sizeof reason, &n) == FFD_OK && state.state == FFD_STATE_RUNNING &&
+          state.stop_cause == FFD_STOP_NONE && state.excluded_by == 0 && reason[0] == 0 && n == 0);
+    CHECK(ffd_state(h, NULL, NULL, 0, NULL) == FFD_ERR_NULL);
 
     /* Heartbeats flow: bounded wait for the first published counters. */
     ffd_stats_t st;
@@ -239,8 +258,13 @@ static void *rank_main(void *arg) {
         CHECK(ffd_broadcast(h, NULL, 3) == FFD_ERR_NULL);
         CHECK(ffd_broadcast(h, "hello", 5) == FFD_OK);
     } else {
-        CHECK(wait_event(h, FFD_EVENT_PAYLOAD, 0, &ev) == 0);
-        CHECK(ev.payload_len == 5 && ev.payload != NULL && memcmp(ev.payload, "hello", 5) == 0);
+        /* Too small a buffer: the event is described and stays queued. */
+        unsigned char small[2] = {7, 7};
+        CHECK(wait_event(h, FFD_EVENT_PAYLOAD, 0, &ev, small, sizeof small) == 1);
+        CHECK(ev.payload_len == 5 && ev.payload == NULL && small[0] == 7);
+        CHECK(ffd_next_event(h, &ev, NULL, 0) == FFD_BUFFER_TOO_SMALL && ev.payload_len == 5);
+        CHECK(ffd_next_event(h, &ev, buf, sizeof buf) == FFD_OK && ev.kind == FFD_EVENT_PAYLOAD);
+        CHECK(ev.payload_len == 5 && ev.payload == buf && memcmp(buf, "hello", 5) == 0);
         CHECK(ev.cause == FFD_CAUSE_NONE && ev.seq >= 1 && ev.epoch == 0);
         CHECK(atomic_load(&me->payloads) == 1 && me->payload_len == 5 &&
               memcmp(me->payload, "hello", 5) == 0);
@@ -251,7 +275,7 @@ static void *rank_main(void *arg) {
     if (me->rank == RANKS - 1) {
         CHECK(ffd_finalize(&h) == FFD_OK && h == NULL);
     } else {
-        CHECK(wait_event(h, FFD_EVENT_LEFT, RANKS - 1, &ev) == 0);
+        CHECK(wait_event(h, FFD_EVENT_LEFT, RANKS - 1, &ev, buf, sizeof buf) == 0);
         CHECK(ev.cause == FFD_CAUSE_NONE && ev.epoch == 0 && ev.payload == NULL);
         CHECK(atomic_load(&me->lefts) == 1);
         CHECK(ffd_is_alive(h, RANKS - 1) == 0);
@@ -271,12 +295,129 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
+/* Part 3: rank 0's callback blocks on the first payload until released. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int blocked, released, finalized;
+    int calls, calls_after_finalize;
+} stuck_t;
+
+static stuck_t *stuck; /* malloc'd; freed as soon as rank 0's ffd_finalize returned */
+
+static void on_event_stuck(void *userdata, const ffd_event_t *ev) {
+    stuck_t *s = userdata;
+    pthread_mutex_lock(&s->mu);
+    s->calls++;
+    if (s->finalized)
+        s->calls_after_finalize++;
+    if (ev->kind == FFD_EVENT_PAYLOAD && !s->blocked) {
+        s->blocked = 1;
+        pthread_cond_broadcast(&s->cv);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 3 * WAIT_MS / 1000; /* bounded: a failing test must not hang */
+        int rc = 0;
+        while (!s->released && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&s->cv, &s->mu, &until);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits (bounded by `ms`) until `*flag` is set; returns it. */
+static int stuck_wait(int *flag, long long ms) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&stuck->mu);
+    int rc = 0;
+    while (!*flag && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&stuck->cv, &stuck->mu, &until);
+    int set = *flag;
+    pthread_mutex_unlock(&stuck->mu);
+    return set;
+}
+
+static void *finalizer_main(void *arg) {
+    ffd_t **h = arg;
+    int rc = ffd_finalize(h);
+    pthread_mutex_lock(&stuck->mu);
+    stuck->finalized = rc == FFD_OK ? 1 : -1;
+    pthread_cond_broadcast(&stuck->cv);
+    pthread_mutex_unlock(&stuck->mu);
+    return NULL;
+}
+
+static void *rank_stuck_main(void *arg) {
+    rank_ctx_t *me = arg;
+    /* A timeout far above the stall: the others must see a departure. */
+    ffd_config_t *cfg = job_config(30ull * 1000 * 1000 * 1000, me->rank == 0 ? on_event_stuck : NULL,
+                                   me->rank == 0 ? stuck : NULL);
+    ffd_oob_t oob = {.rank = me->rank, .size = RANKS, .allgather = shared_allgather, .userdata = me};
+    ffd_t *h = NULL;
+    int rc = ffd_init(&oob, cfg, &h);
+    CHECK(rc == FFD_OK && h != NULL);
+    ffd_config_free(cfg);
+    if (rc != FFD_OK)
+        return NULL;
+    CHECK(barrier_wait(&barrier) == 0);
+    if (me->rank == 1)
+        CHECK(ffd_broadcast(h, "stick", 5) == FFD_OK);
+    if (me->rank == 0) {
+        CHECK(stuck_wait(&stuck->blocked, WAIT_MS));
+        pthread_mutex_lock(&stuck->mu);
+        int calls = stuck->calls; /* the blocked call is the last that may ever run */
+        pthread_mutex_unlock(&stuck->mu);
+        pthread_t finalizer;
+        CHECK(pthread_create(&finalizer, NULL, finalizer_main, &h) == 0);
+        CHECK(barrier_wait(&barrier) == 0); /* finalize has begun: rank 1 sends more */
+        /* Beyond the linger plus 2 s, the old bound: still waiting. */
+        CHECK(!stuck_wait(&stuck->finalized, 4000));
+        pthread_mutex_lock(&stuck->mu);
+        stuck->released = 1;
+        pthread_cond_broadcast(&stuck->cv);
+        pthread_mutex_unlock(&stuck->mu);
+        CHECK(stuck_wait(&stuck->finalized, WAIT_MS) && stuck->finalized == 1);
+        pthread_join(finalizer, NULL);
+        CHECK(h == NULL);
+        pthread_mutex_lock(&stuck->mu);
+        CHECK(stuck->calls == calls && stuck->calls_after_finalize == 0);
+        pthread_mutex_unlock(&stuck->mu);
+        /* No callback of rank 0 may touch it from now on (valgrind watches). */
+        pthread_mutex_destroy(&stuck->mu);
+        pthread_cond_destroy(&stuck->cv);
+        free(stuck);
+        stuck = NULL;
+        CHECK(barrier_wait(&barrier) == 0);
+        CHECK(barrier_wait(&barrier) == 0); /* the others checked each other */
+    } else {
+        CHECK(barrier_wait(&barrier) == 0);
+        if (me->rank == 1)
+            CHECK(ffd_broadcast(h, "later", 5) == FFD_OK);
+        CHECK(barrier_wait(&barrier) == 0);
+        ffd_event_t ev;
+        unsigned char buf[FFD_MAX_PAYLOAD];
+        CHECK(wait_event(h, FFD_EVENT_LEFT, 0, &ev, buf, sizeof buf) == 0);
+        uint64_t epoch = 99;
+        CHECK(ffd_epoch(h, &epoch) == FFD_OK && epoch == 0);
+        CHECK(ffd_is_alive(h, 0) == 0 && ffd_is_alive(h, 1) == 1 && ffd_is_alive(h, 2) == 1);
+        CHECK(barrier_wait(&barrier) == 0); /* nobody leaves before both checked */
+        CHECK(ffd_finalize(&h) == FFD_OK);
+    }
+    return NULL;
+}
+
 static void part1_arguments(void) {
     /* Codes and messages. */
     CHECK(strcmp(ffd_version(), FFD_VERSION) == 0);
-    const int codes[] = {FFD_OK, FFD_NO_EVENT, FFD_ERR_NULL, FFD_ERR_INVALID_ARGUMENT,
-                         FFD_ERR_CONFIG, FFD_ERR_BOOTSTRAP, FFD_ERR_FABRIC, FFD_ERR_SYSTEM,
-                         FFD_ERR_STOPPED, FFD_ERR_PAYLOAD_TOO_LARGE, FFD_ERR_PANIC};
+    const int codes[] = {FFD_OK, FFD_NO_EVENT, FFD_BUFFER_TOO_SMALL, FFD_STALE, FFD_ERR_NULL,
+                         FFD_ERR_INVALID_ARGUMENT, FFD_ERR_CONFIG, FFD_ERR_BOOTSTRAP, FFD_ERR_FABRIC,
+                         FFD_ERR_SYSTEM, FFD_ERR_STOPPED, FFD_ERR_PAYLOAD_TOO_LARGE, FFD_ERR_PANIC};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         CHECK(strcmp(ffd_strerror(codes[i]), "unknown ffd result code") != 0);
     CHECK(strcmp(ffd_strerror(12345), "unknown ffd result code") == 0);
@@ -367,7 +508,9 @@ static void part1_arguments(void) {
     CHECK(ffd_rank_size(NULL, &r, &r) == FFD_ERR_NULL);
     CHECK(ffd_epoch(NULL, &epoch) == FFD_ERR_NULL && epoch == 7);
     CHECK(ffd_failed_ranks(NULL, &r, 1, &n) == FFD_ERR_NULL);
-    CHECK(ffd_next_event(NULL, &ev) == FFD_ERR_NULL);
+    CHECK(ffd_next_event(NULL, &ev, NULL, 0) == FFD_ERR_NULL);
+    ffd_state_t state;
+    CHECK(ffd_state(NULL, &state, NULL, 0, NULL) == FFD_ERR_NULL);
     CHECK(ffd_event_fd(NULL) == FFD_ERR_NULL);
     CHECK(ffd_broadcast(NULL, "x", 1) == FFD_ERR_NULL);
     CHECK(ffd_stats(NULL, &st) == FFD_ERR_NULL);
@@ -378,19 +521,36 @@ static void part1_arguments(void) {
     CHECK(ffd_last_error_message(NULL, 0, &n) == FFD_OK && n > 0);
 }
 
-int main(void) {
-    part1_arguments();
-
+/* Runs `body` on RANKS threads standing in for ranks. */
+static int run_job(void *(*body)(void *)) {
     pthread_t threads[RANKS];
     for (int r = 0; r < RANKS; r++) {
         ctx[r].rank = r;
-        if (pthread_create(&threads[r], NULL, rank_main, &ctx[r]) != 0) {
+        if (pthread_create(&threads[r], NULL, body, &ctx[r]) != 0) {
             printf("not ok: pthread_create\n");
-            return 1;
+            return -1;
         }
     }
     for (int r = 0; r < RANKS; r++)
         pthread_join(threads[r], NULL);
+    return 0;
+}
+
+int main(void) {
+    part1_arguments();
+
+    if (run_job(rank_main) != 0)
+        return 1;
+    stuck = calloc(1, sizeof *stuck);
+    pthread_mutex_init(&stuck->mu, NULL);
+    pthread_cond_init(&stuck->cv, NULL);
+    if (run_job(rank_stuck_main) != 0)
+        return 1;
+    if (stuck != NULL) { /* rank 0 failed before freeing it */
+        pthread_mutex_destroy(&stuck->mu);
+        pthread_cond_destroy(&stuck->cv);
+        free(stuck);
+    }
     for (int r = 0; r < RANKS; r++)
         free(slots[r]);
 

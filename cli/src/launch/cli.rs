@@ -262,6 +262,13 @@ pub fn run_with(
     let _ = writeln!(out);
     let _ = write!(out, "{}", outcome.timeline.summary());
     let _ = out.flush();
+    if !outcome.rendezvous_dropped.is_empty() {
+        let _ = writeln!(
+            log,
+            "ffd run: the rendezvous dropped {} (strays, or processes without this job's secret)",
+            outcome.rendezvous_dropped
+        );
+    }
     let mut status = exit_status(&outcome);
     if let Some((path, mut file)) = json {
         let written = serde_json::to_writer_pretty(&mut file, &outcome.timeline.report())
@@ -279,6 +286,7 @@ pub fn run_with(
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::path::Path;
 
     #[derive(Parser)]
     struct Cli {
@@ -341,11 +349,12 @@ mod tests {
         assert_eq!(plan.schedule.faults().len(), 3);
         assert_eq!(plan.end(), Duration::from_millis(3500));
 
-        let env = plan.env_of(5, "127.0.0.1:4000");
+        let env = plan.env_of(5, "127.0.0.1:4000", Path::new("/run/ffd-x/secret"));
         let get = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         assert_eq!(get("FFD_BOOTSTRAP").as_deref(), Some("127.0.0.1:4000"));
         assert_eq!(get("FFD_RANK").as_deref(), Some("5"));
         assert_eq!(get("FFD_SIZE").as_deref(), Some("8"));
+        assert_eq!(get("FFD_SECRET_FILE").as_deref(), Some("/run/ffd-x/secret"));
         assert_eq!(get("FFD_HOSTNAME"), None);
     }
 
@@ -371,7 +380,7 @@ mod tests {
     fn hosts_are_faked_round_robin() {
         let plan = plan_of(&["-n", "5", "--hosts", "2"], &[]).unwrap();
         let host = |rank| {
-            plan.env_of(rank, "x")
+            plan.env_of(rank, "x", Path::new("s"))
                 .into_iter()
                 .find(|(k, _)| k == "FFD_HOSTNAME")
                 .map(|(_, v)| v)

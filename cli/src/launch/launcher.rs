@@ -1,15 +1,18 @@
-//! The launcher: serves the rendezvous, starts N agents, waits for them to
-//! be ready, injects the faults on time, shuts the job down and reaps it.
+//! The launcher: makes the job secret, serves the rendezvous, starts N
+//! agents, waits for them to be ready, injects the faults on time, shuts
+//! the job down and reaps it.
 //!
 //! Owns: the phases of a local job and their bounds. Must not: sleep in
 //! place of waiting (every wait is a `recv_timeout` on the one channel the
 //! watcher threads feed, up to the next fault or deadline), leave a process
-//! behind on any path (the [`Agent`] guards), or decide what the agents'
-//! lines mean (the [`Timeline`] does).
+//! behind on any path (the [`Agent`] guards) or the secret (the
+//! [`SecretDir`] guard, dropped after the agents are reaped), or decide
+//! what the agents' lines mean (the [`Timeline`] does).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{self, Write};
+use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,10 +20,13 @@ use nix::sys::signal::Signal;
 
 use super::agent_line::{AgentEvent, AgentLine, Stamp};
 use super::fault::{FaultKind, Schedule};
-use super::process::{Agent, AgentCommand, Msg, SignalCatcher, agent_exit};
+use super::process::{Agent, AgentCommand, Msg, agent_exit};
+use super::secret_dir::SecretDir;
+use super::signals::SignalCatcher;
 use super::startup::StartupProgress;
 use super::timeline::{AgentExit, Fact, RunInfo, Timeline};
-use ffd::bootstrap::tcp::{AbortReason, Rendezvous, RendezvousError, RendezvousHandle};
+use ffd::bootstrap::secret::JobSecret;
+use ffd::bootstrap::tcp::{AbortReason, DropCounts, Rendezvous, RendezvousError, RendezvousHandle};
 use ffd::config::{format_duration, var};
 use ffd::protocol::Rank;
 use ffd::protocol::ranks::format_ranks;
@@ -71,12 +77,17 @@ impl Plan {
         })
     }
 
-    /// The variables that make rank `rank` an agent of this job.
-    pub fn env_of(&self, rank: Rank, bootstrap: &str) -> Vec<(String, String)> {
+    /// The variables that make rank `rank` an agent of this job, whose
+    /// rendezvous is at `bootstrap` and secret in `secret_file`.
+    pub fn env_of(&self, rank: Rank, bootstrap: &str, secret_file: &Path) -> Vec<(String, String)> {
         let mut env = self.env.clone();
         env.push((var::BOOTSTRAP.into(), bootstrap.into()));
         env.push((var::RANK.into(), rank.to_string()));
         env.push((var::SIZE.into(), self.info.ranks.to_string()));
+        env.push((
+            var::SECRET_FILE.into(),
+            secret_file.to_string_lossy().into_owned(),
+        ));
         if let Some(hosts) = self.hosts.filter(|&h| h > 0) {
             env.push((var::HOSTNAME.into(), format!("node{}", rank % hosts)));
         }
@@ -114,6 +125,8 @@ pub struct Outcome {
     pub agents: Vec<AgentRecord>,
     /// From job start to the last agent reaped.
     pub ran_for: Duration,
+    /// Connections the rendezvous dropped without admitting them.
+    pub rendezvous_dropped: DropCounts,
 }
 
 /// Why a job did not start (every agent has been reaped by then).
@@ -121,6 +134,8 @@ pub struct Outcome {
 pub enum LaunchError {
     #[error("cannot serve the rendezvous on 127.0.0.1: {0}")]
     Rendezvous(io::Error),
+    #[error("cannot make the job secret: {0}")]
+    Secret(String),
     #[error("cannot start rank {rank} ({program}): {source}")]
     Spawn {
         rank: Rank,
@@ -228,13 +243,20 @@ impl Launcher {
     /// error (`[rank R] `) and the launcher's messages on `log`.
     pub fn run(self, out: &mut dyn Write, log: &mut dyn Write) -> Result<Outcome, LaunchError> {
         let _signals = if self.catch_signals {
-            Some(SignalCatcher::install(self.tx.clone()).map_err(LaunchError::Signals)?)
+            let tx = self.tx.clone();
+            let forward = move |signal| tx.send(Msg::Interrupted { signal }).is_ok();
+            Some(SignalCatcher::install(forward).map_err(LaunchError::Signals)?)
         } else {
             None
         };
         let n = self.plan.info.ranks;
+        // Declared before the rendezvous and the agents, so dropped after
+        // them: on any way out the secret goes last.
+        let secret = JobSecret::random().map_err(|e| LaunchError::Secret(e.to_string()))?;
+        let secret_dir = SecretDir::create(&secret, "ffd-run")
+            .map_err(|e| LaunchError::Secret(e.to_string()))?;
         let rendezvous = RendezvousGuard(Some(
-            Rendezvous::bind("127.0.0.1:0", n)
+            Rendezvous::bind("127.0.0.1:0", n, &secret)
                 .and_then(|r| r.timeout(self.ready_timeout).spawn())
                 .map_err(LaunchError::Rendezvous)?,
         ));
@@ -242,7 +264,8 @@ impl Launcher {
         if self.plan.verbose {
             let _ = writeln!(
                 log,
-                "ffd run: starting {n} agents, rendezvous on {bootstrap}"
+                "ffd run: starting {n} agents, rendezvous on {bootstrap}, secret in {}",
+                secret_dir.file().display()
             );
         }
         // Declared after the rendezvous: on any way out, the agents are
@@ -268,7 +291,7 @@ impl Launcher {
             let agent = Agent::spawn(
                 rank,
                 &self.command,
-                &self.plan.env_of(rank, &bootstrap),
+                &self.plan.env_of(rank, &bootstrap, secret_dir.file()),
                 &self.tx,
             )
             .map_err(|source| LaunchError::Spawn {
@@ -298,6 +321,7 @@ impl Launcher {
         let ending = self.run_faults(&mut job);
         self.shut_down(&mut job, ending);
         let ran_for = job.start.elapsed();
+        let rendezvous_dropped = rendezvous.dropped();
         drop(rendezvous);
         let agents = job
             .agents
@@ -322,6 +346,7 @@ impl Launcher {
             ending,
             agents,
             ran_for,
+            rendezvous_dropped,
         })
     }
 
@@ -433,6 +458,7 @@ impl Launcher {
                 Err(_) => break,
             }
         }
+        let dropped = rendezvous.dropped();
         let rendezvous_error = rendezvous.finish();
         let mut missing = Vec::new();
         let mut details = Vec::new();
@@ -464,8 +490,15 @@ impl Launcher {
         if !missing.is_empty() {
             let _ = write!(reason, "; not ready: {}", format_ranks(&missing));
         }
-        if let Some(e) = rendezvous_error {
-            let _ = write!(reason, "; {e}");
+        match rendezvous_error {
+            // Its text already counts what it dropped.
+            Some(e) => {
+                let _ = write!(reason, "; {e}");
+            }
+            None if !dropped.is_empty() => {
+                let _ = write!(reason, "; the rendezvous dropped {dropped}");
+            }
+            None => {}
         }
         LaunchError::NotReady {
             reason,
@@ -763,6 +796,13 @@ impl RendezvousGuard {
             || std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             RendezvousHandle::addr,
         )
+    }
+
+    /// Connections it has dropped so far.
+    fn dropped(&self) -> DropCounts {
+        self.0
+            .as_ref()
+            .map_or_else(DropCounts::default, RendezvousHandle::dropped)
     }
 
     /// Stops it; why it aborted the job, unless it was stopped by us.

@@ -9,9 +9,11 @@
 //! synthetic inputs.
 //!
 //! - [`cli`]: the options ([`cli::RunArgs`]) and [`cli::run`].
-//! - [`Launcher`]: serves the TCP rendezvous on `127.0.0.1:0`, spawns the
-//!   agents with `FFD_BOOTSTRAP`, `FFD_RANK`, `FFD_SIZE`, waits for every
-//!   `ready`, injects the [`fault::Schedule`], shuts down, reaps.
+//! - [`Launcher`]: makes the job secret ([`SecretDir`]), serves the TCP
+//!   rendezvous on `127.0.0.1:0`, spawns the agents with `FFD_BOOTSTRAP`,
+//!   `FFD_RANK`, `FFD_SIZE`, `FFD_SECRET_FILE`, waits for every `ready`,
+//!   injects the [`fault::Schedule`], shuts down, reaps, and removes the
+//!   secret.
 //! - [`Timeline`]: what the lines and the faults mean.
 //! - [`startup`]: the CPU budget warning before a run, the start-up's
 //!   progress while it happens, the agents' libfabric settings.
@@ -23,6 +25,8 @@ pub mod cli;
 pub mod fault;
 mod launcher;
 mod process;
+pub mod secret_dir;
+mod signals;
 pub mod startup;
 mod timeline;
 
@@ -32,4 +36,6 @@ pub use launcher::{
     Launcher, Outcome, Plan, default_ready_timeout,
 };
 pub use process::AgentCommand;
+pub use secret_dir::SecretDir;
+pub(crate) use signals::SignalCatcher;
 pub use timeline::{AgentExit, Fact, FailureReport, FalseReport, Report, RunInfo, Timeline};

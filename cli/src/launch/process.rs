@@ -13,16 +13,13 @@
 //! stdout reader (one [`Msg::Line`] per line), a stderr reader (one
 //! [`Msg::Stderr`] per line) and an exit watcher ([`Msg::Exited`]). All
 //! send into the launcher's one channel, so it waits on a single
-//! `recv_timeout`.
+//! `recv_timeout`. The launcher's own SIGINT/SIGTERM are `signals`'.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::thread;
 use std::time::Instant;
@@ -206,9 +203,9 @@ pub(crate) fn agent_exit(status: ExitStatus, forced: bool) -> AgentExit {
 
 /// Stack of the watcher threads: they hold a line buffer and little else,
 /// and a job has three per rank.
-const WATCHER_STACK: usize = 256 * 1024;
+pub(crate) const WATCHER_STACK: usize = 256 * 1024;
 
-fn spawn_thread(name: String, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
+pub(crate) fn spawn_thread(name: String, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
     thread::Builder::new()
         .name(name)
         .stack_size(WATCHER_STACK)
@@ -253,60 +250,6 @@ fn for_each_line(input: impl Read, mut each: impl FnMut(String) -> bool) {
         if !each(String::from_utf8_lossy(&buf).into_owned()) {
             return;
         }
-    }
-}
-
-/// SIGINT and SIGTERM, caught while it lives: each becomes a
-/// [`Msg::Interrupted`]. Dropping it unregisters the handlers and ends the
-/// thread that forwards them.
-pub(crate) struct SignalCatcher {
-    ids: Vec<signal_hook::SigId>,
-    wake: UnixStream,
-}
-
-impl SignalCatcher {
-    pub fn install(tx: Sender<Msg>) -> io::Result<SignalCatcher> {
-        let (read, write) = UnixStream::pair()?;
-        let last = Arc::new(AtomicUsize::new(0));
-        let mut caught = SignalCatcher {
-            ids: Vec::new(),
-            wake: read.try_clone()?,
-        };
-        for signal in [Signal::SIGINT, Signal::SIGTERM] {
-            let number = signal as i32;
-            // Registered first, so the flag is set before the wake-up is sent.
-            caught.ids.push(signal_hook::flag::register_usize(
-                number,
-                Arc::clone(&last),
-                number as usize,
-            )?);
-            caught.ids.push(signal_hook::low_level::pipe::register(
-                number,
-                write.try_clone()?,
-            )?);
-        }
-        spawn_thread("ffd-run-signals".into(), move || {
-            let mut read = read;
-            let mut byte = [0u8; 1];
-            // Ends at end of file: the catcher shut the socket down.
-            while let Ok(1) = read.read(&mut byte) {
-                let number = i32::try_from(last.load(Ordering::SeqCst)).unwrap_or(0);
-                let signal = Signal::try_from(number).unwrap_or(Signal::SIGINT);
-                if tx.send(Msg::Interrupted { signal }).is_err() {
-                    return;
-                }
-            }
-        })?;
-        Ok(caught)
-    }
-}
-
-impl Drop for SignalCatcher {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
-        }
-        let _ = self.wake.shutdown(std::net::Shutdown::Both);
     }
 }
 

@@ -11,15 +11,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::trust::link_key;
 use super::{Engine, Event, HandleError, NO_RANK, Output, Participation, Timer};
 use crate::config::{Rank, Time};
 use crate::overlay::{Links, MAX_LINKS};
-use crate::wire::{self, Kind, Notice};
+use crate::wire::{self, Kind, Notice, Sealed, TAG_LEN};
 
 /// One broadcast step in progress: its targets in send order, sent lazily
-/// so that a target learned failed meanwhile is skipped.
+/// (each copy sealed as it leaves) so that a target learned failed
+/// meanwhile is skipped.
 #[derive(Clone, Debug)]
 pub(super) struct Fanout {
+    /// The unsealed message, shared by the copies.
     bytes: Arc<[u8]>,
     kind: Kind,
     targets: Box<[Rank]>,
@@ -89,7 +92,8 @@ impl PayloadDedup {
 }
 
 impl Engine {
-    /// Queues a broadcast step of `bytes` rooted at `root`, skipping `skip`.
+    /// Queues a broadcast step of the unsealed `bytes` rooted at `root`,
+    /// skipping `skip`.
     pub(super) fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: [Rank; 2]) {
         let mut buf: Links = [0; MAX_LINKS];
         let my_pos = self.ring.position_of(self.me);
@@ -112,7 +116,8 @@ impl Engine {
     }
 
     /// The next copy of the oldest broadcast step in progress, skipping
-    /// targets known failed or left meanwhile; `None` when all are sent.
+    /// targets known failed or left meanwhile, sealed with the next
+    /// sequence number; `None` when all are sent.
     pub(super) fn poll_fanout(&mut self) -> Option<Output> {
         while let Some(f) = self.fanouts.front_mut() {
             while f.next < f.targets.len() {
@@ -122,11 +127,11 @@ impl Engine {
                     continue;
                 }
                 self.stats.sent[f.kind.index()] += 1;
-                self.stats.bytes_sent += f.bytes.len() as u64;
-                return Some(Output::Send {
-                    to,
-                    bytes: f.bytes.clone(),
-                });
+                self.stats.bytes_sent += (f.bytes.len() + TAG_LEN) as u64;
+                let link = link_key(&self.ring, self.my_pos, to);
+                let seq = self.links.next_out(link, self.ring.len());
+                let message = Sealed::new(f.bytes.clone(), seq, to, &self.keys);
+                return Some(Output::Send { to, message });
             }
             self.fanouts.pop_front();
         }
@@ -136,8 +141,8 @@ impl Engine {
     /// A notice (already trusted by `on_message`): learn what is new.
     /// Nothing new: a duplicate, counted and dropped (the common case at
     /// large N). New failures travel on at once, as received
-    /// (forward-once, `bytes` re-sent with this rank as sender); news of
-    /// leaves only waits for the next leave batch.
+    /// (forward-once, `bytes` re-sent with this rank as sender, each copy
+    /// sealed anew); news of leaves only waits for the next leave batch.
     pub(super) fn on_notice(&mut self, now: Time, sender: Rank, n: Notice<'_>, bytes: &[u8]) {
         let (nf, nl) = self.learn(n.failed, n.left, n.origin, n.hops.saturating_add(1));
         if nf.is_empty() && nl.is_empty() {

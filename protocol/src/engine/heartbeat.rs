@@ -17,7 +17,8 @@ pub(super) struct Beat {
     /// The observer's generation, from its `ObserveMe`.
     pub(super) generation: u32,
     pub(super) slot: u16,
-    pub(super) counter: u32,
+    /// The beat counter of [`slot_value`]: 1..=65535, then 1 again.
+    pub(super) counter: u16,
 }
 
 impl Engine {
@@ -32,7 +33,7 @@ impl Engine {
                     self.pending_write = Some((
                         o,
                         self.beat.slot,
-                        slot_value(self.my_digest32(), self.beat.counter),
+                        slot_value(self.beat.generation, self.my_digest32(), self.beat.counter),
                     ));
                     self.stats.heartbeats_written += 1;
                     self.timers.set(Timer::Beat, now + self.config.period);

@@ -5,22 +5,37 @@
 //! Owns: these types and their plain helpers. Must not: hold protocol
 //! state or make a protocol decision (that is the Engine's job).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Rank;
-use crate::wire::{Kind, RejectReason};
+use crate::wire::{Kind, RejectReason, Sealed};
 
-/// The heartbeat value an emitter writes: digest fold in the high half,
-/// beat counter in the low half. Counters start at 1, so a written slot is
-/// never 0 (the page starts zeroed).
-pub fn slot_value(digest: u32, counter: u32) -> u64 {
-    (u64::from(digest) << 32) | u64::from(counter)
+/// The heartbeat value an emitter writes into its observer's slot:
+///
+/// ```text
+/// bits 63..48  the observation generation (its low 16 bits), from ObserveMe
+/// bits 47..16  the digest fold of the emitter's failed ∪ left set
+/// bits 15..0   the beat counter, 1..=65535, changing every period
+/// ```
+///
+/// The counter is never 0, so a written slot is never 0 (the page starts
+/// zeroed, and a reassigned slot is cleared to 0). The observer counts a
+/// value as a heartbeat only when it carries the generation it named in
+/// `ObserveMe` ([`slot_generation`]): a leftover of an earlier generation
+/// in the same slot (512 mendings ago) or a replaced emitter's write is
+/// not one.
+pub fn slot_value(generation: u32, digest: u32, counter: u16) -> u64 {
+    (u64::from(generation as u16) << 48) | (u64::from(digest) << 16) | u64::from(counter)
 }
 
 /// The digest fold carried by a slot value.
 pub fn slot_digest(value: u64) -> u32 {
-    (value >> 32) as u32
+    (value >> 16) as u32
+}
+
+/// The generation (low 16 bits) carried by a slot value.
+pub fn slot_generation(value: u64) -> u16 {
+    (value >> 48) as u16
 }
 
 /// What a driver hands to [`Engine::handle`](super::Engine::handle). A
@@ -70,17 +85,26 @@ pub enum Output {
     /// Write `value` (8 bytes, aligned, one RDMA write) into slot `slot` of
     /// `to`'s slot page. ([`HeartbeatMode::Write`] only.)
     WriteHeartbeat { to: Rank, slot: u16, value: u64 },
-    /// From now on this rank's heartbeats go to `to` at `slot` with digest
-    /// fold `digest` (`to: None`: no more heartbeats).
-    /// ([`HeartbeatMode::Modelled`] only.)
+    /// From now on this rank's heartbeats go to `to` at `slot`, for the
+    /// observer's generation `generation`, with digest fold `digest` (`to:
+    /// None`: no more heartbeats). ([`HeartbeatMode::Modelled`] only.)
     HeartbeatStream {
         to: Option<Rank>,
         slot: u16,
+        generation: u32,
         digest: u32,
     },
-    /// Send an active message. The bytes are shared among the copies of one
+    /// Write 0 into slot `slot` of this rank's own slot page, now: the slot
+    /// was reassigned to a new generation (a mending), and nothing an
+    /// earlier writer left there may be read as the new emitter's beat.
+    /// Always comes before the `ObserveMe` that names the slot, so the
+    /// driver that carries outputs out in order clears it before the new
+    /// emitter can write.
+    ClearSlot { slot: u16 },
+    /// Send an active message: one sealed copy (its own sequence number and
+    /// tag), whose unsealed bytes are shared among the copies of one
     /// broadcast step.
-    Send { to: Rank, bytes: Arc<[u8]> },
+    Send { to: Rank, message: Sealed },
     /// Tell the host.
     Event(Event),
 }
@@ -199,7 +223,9 @@ pub struct Stats {
     pub self_lag_trips: u64,
     /// The latest any timer fired past its deadline, in ns.
     pub max_lateness_ns: u64,
-    /// Messages dropped at decoding, indexed by [`RejectReason::index`].
+    /// Messages dropped before any handler saw them (at decoding, the
+    /// tag, the source address, the replay window, or from self), indexed
+    /// by [`RejectReason::index`].
     pub rejected: [u64; RejectReason::COUNT],
     /// Messages from ranks in the failed set (answered with an exclusion).
     pub dropped_from_failed: u64,
@@ -215,9 +241,18 @@ pub struct Stats {
     pub observe_me_resent: u64,
     pub sync_requests_sent: u64,
     pub sync_requests_received: u64,
+    /// Sync requests not honoured: not from this rank's emitter or
+    /// observer, or a second one from that peer within a timeout.
+    pub sync_requests_refused: u64,
     pub sync_replies_sent: u64,
+    /// Sync replies cut to `max_sync_ranks` (the rest waits for the next
+    /// request).
+    pub sync_replies_truncated: u64,
     pub ranks_learned_by_sync: u64,
     pub exclusions_sent: u64,
+    /// Exclusion replies not sent: one went to that rank within a timeout,
+    /// or the bounded memory of recent replies was full.
+    pub exclusion_replies_suppressed: u64,
     pub slow_emitter_warnings: u64,
     pub transport_errors: u64,
     /// Transport errors that were not evidence (departed peer, non-ring
@@ -227,8 +262,6 @@ pub struct Stats {
     pub suspicions_cleared: u64,
     pub payloads_delivered: u64,
     pub payload_duplicates: u64,
-    /// Transport-claimed sender differed from the header's.
-    pub sender_mismatch: u64,
     /// Slot readings the Engine ignored: it no longer observes (this rank
     /// was excluded).
     pub stale_slot_reads: u64,
@@ -239,6 +272,9 @@ pub struct Stats {
     /// Mended emitters whose link was confirmed by a completed send (their
     /// timeout started then rather than at the mending).
     pub mend_links_confirmed: u64,
+    /// Slot readings that carried another generation than the one this
+    /// rank named in `ObserveMe`: not heartbeats.
+    pub foreign_slot_values: u64,
 }
 
 impl Stats {

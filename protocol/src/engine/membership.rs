@@ -10,8 +10,7 @@
 use std::sync::Arc;
 
 use super::{
-    Cause, Engine, Event, HandleError, HeartbeatMode, NO_RANK, Output, Participation, Timer,
-    TimerTable,
+    Cause, Engine, Event, HandleError, HeartbeatMode, NO_RANK, Participation, Timer, TimerTable,
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
@@ -62,12 +61,7 @@ impl Engine {
         });
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[rank], &[]).into();
         self.stats.exclusions_sent += 1;
-        self.stats.sent[Kind::Notice.index()] += 1;
-        self.stats.bytes_sent += m.len() as u64;
-        self.out.push_back(Output::Send {
-            to: rank,
-            bytes: m.clone(),
-        });
+        self.send_shared(rank, Kind::Notice, m.clone());
         self.fan_out(Kind::Notice, m, self.me, [rank, NO_RANK]);
         self.after_gone_changed(now);
     }
@@ -147,23 +141,13 @@ impl Engine {
     }
 
     /// Answers a message from a rank in the failed set with a notice naming
-    /// it (at most once per timeout per rank, 4 ranks remembered).
+    /// it: at most once per timeout per rank, with a bounded memory of the
+    /// ranks answered (`trust::ExclusionReplies`); the others are counted.
     pub(super) fn reply_exclusion(&mut self, now: Time, to: Rank) {
-        let timeout = self.config.timeout;
-        if self
-            .exclusion_replies
-            .iter()
-            .any(|&(r, t)| r == to && now - t < timeout)
-        {
+        if !self.exclusion_replies.admit(to, now, self.config.timeout) {
+            self.stats.exclusion_replies_suppressed += 1;
             return;
         }
-        let slot = self
-            .exclusion_replies
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, (_, t))| *t)
-            .map_or(0, |(i, _)| i);
-        self.exclusion_replies[slot] = (to, now);
         self.stats.exclusions_sent += 1;
         let m = self.encoder.notice(self.me, 0, &[to], &[]);
         self.send(to, Kind::Notice, m);
@@ -190,12 +174,7 @@ impl Engine {
         for n in neighbours {
             if n != NO_RANK && n != sent && !self.is_gone(n) {
                 sent = n;
-                self.stats.sent[Kind::Notice.index()] += 1;
-                self.stats.bytes_sent += m.len() as u64;
-                self.out.push_back(Output::Send {
-                    to: n,
-                    bytes: m.clone(),
-                });
+                self.send_shared(n, Kind::Notice, m.clone());
             }
         }
         self.fan_out(Kind::Notice, m, self.me, neighbours);

@@ -35,19 +35,35 @@
 //! and 3 follow every call of step 1. Spurious timeouts are harmless:
 //! timers whose deadline has not been reached are ignored.
 //!
+//! # Messages: sealed as they leave, checked as they arrive
+//!
+//! Every `Output::Send` is one copy for one receiver, sealed in
+//! [`Engine::poll_output`] with the next sequence number of that link and a
+//! tag over the receiver's rank and the message (`wire::Sealed`, keyed
+//! BLAKE3 with the job's message key from [`JobKeys`]). A received message
+//! passes `trust`: the codec checks the job key, then the tag, then the
+//! body; then the transport's source (when it gives one) must be the
+//! header's sender, and the sequence number must be new in that link's
+//! 64-wide window. Anything else is dropped and counted by reason.
+//!
 //! # Heartbeats, slots, digest, generation
 //!
 //! The emitter writes one aligned u64 into a slot of its observer's slot
-//! page (512 slots, 4 KiB): high 32 bits = the 32-bit fold of the digest of
-//! its failed ∪ left set (XOR of a mixed hash per rank), low 32 bits = a
-//! beat counter that changes every period ([`slot_value`]). The observer
-//! reads only the slot of the current *generation* (`generation mod 512`),
-//! which it names in `ObserveMe`; a replaced emitter writing to an old slot
-//! cannot keep it happy. An observer whose emitter's digest has differed
+//! page (512 slots, 4 KiB) ([`slot_value`]): the generation its observer
+//! named (16 bits), the 32-bit fold of the digest of its failed ∪ left set
+//! (XOR of a mixed hash per rank) and a beat counter that changes every
+//! period (16 bits, never 0). The observer reads only the slot of the
+//! current *generation* (`generation mod 512`), which it names in
+//! `ObserveMe`, and counts a value as a beat only if it carries that
+//! generation: a replaced emitter, or a leftover of the mending 512
+//! generations ago that used the same slot, cannot keep it happy. A
+//! mending emits [`Output::ClearSlot`] for the new slot before the
+//! `ObserveMe` that names it; the driver writes 0 there. An observer whose emitter's digest has differed
 //! from its own for `sync_after` sends a `SyncRequest` with its sets; the
 //! emitter merges them and replies with what the observer lacked; ranks
 //! learned this way are re-broadcast as notices. At most one sync request
-//! per timeout.
+//! per timeout; one is honoured only from the emitter or the observer, once
+//! per peer per timeout, and answered with at most `max_sync_ranks` ranks.
 //!
 //! With [`HeartbeatMode::Modelled`] (the simulator), the Engine does not
 //! schedule a per-period beat: it emits [`Output::HeartbeatStream`] when
@@ -61,6 +77,7 @@ mod heartbeat;
 mod io;
 mod membership;
 mod observation;
+mod trust;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -69,16 +86,17 @@ use super::config::{EngineConfig, EngineConfigError, Rank, Time};
 use super::overlay::Overlay;
 use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
-use super::wire::{self, Encoder, Kind, Message, RejectReason};
+use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
 use broadcast::{Fanout, PayloadDedup};
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
     Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_value,
+    TransportErrorKind, slot_digest, slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
+use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 
 /// "No rank" in fixed-size fields.
 const NO_RANK: Rank = Rank::MAX;
@@ -125,13 +143,16 @@ impl TimerTable {
 /// reads only the first 320 bytes, 5 cache lines (test
 /// `a_duplicate_notice_reads_only_the_first_five_cache_lines`; rustc's own
 /// field order spreads the same fields over 8), plus the failed set's
-/// heap once it holds more than 5 ranks. `benches/engine_hot_path.sh`
-/// measured a duplicate notice at 82–112 ns on a warm Engine (N = 2^10 …
-/// 2^20, 0–1000 other known failures), and at 0.3–0.7 µs on a cold one
-/// picked at random among 2^16 (N = 2^20, up to 100 known failures; 1.7–3.8
-/// µs with 1000, whose binary search misses too). On that shared 2-core
-/// machine the cold figures varied too much between runs to tell this
-/// layout from rustc's.
+/// heap once it holds more than 5 ranks, the sender's link state and its
+/// ring position. `benches/engine_hot_path.sh` measured a duplicate notice
+/// at 189–219 ns on a warm Engine (N = 2^10 … 2^20, 0–1000 other known
+/// failures), of which about 105 ns is checking its tag (86–115 ns before
+/// messages were authenticated), and a new notice at 1.4–5.8 µs, about
+/// 0.11 µs per forwarded copy for its seal. Before authentication, a cold
+/// Engine picked at random among 2^16 took 0.3–0.7 µs per duplicate
+/// notice (N = 2^20, up to 100 known failures; 1.7–3.8 µs with 1000, whose
+/// binary search misses too); on that shared 2-core machine the cold
+/// figures varied too much between runs to tell this layout from rustc's.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Engine {
@@ -140,15 +161,25 @@ pub struct Engine {
     /// Modelled mode: a `HeartbeatStream` is owed.
     stream_dirty: bool,
     me: Rank,
-    encoder: Encoder,
+    /// `me`'s position on the ring.
+    my_pos: u32,
     ring: Arc<Ring>,
+    /// The job key and the message key every tag is checked with (shared:
+    /// one copy for every Engine of a simulator).
+    keys: Arc<JobKeys>,
+    /// Sequence numbers per link: the next to send, the replay window of
+    /// those received (`trust`).
+    links: PeerLinks,
     failed: RankSet,
     left: RankSet,
-    timers: TimerTable,
     pending_write: Option<(Rank, u16, u64)>,
+    /// Outputs in order; a `Send` in here is not sealed yet (sequence
+    /// number 0, no tag): `poll_output` seals it.
     out: VecDeque<Output>,
     fanouts: VecDeque<Fanout>,
     stats: Stats,
+    timers: TimerTable,
+    encoder: Encoder,
     config: Arc<EngineConfig>,
     overlay: Overlay,
     watch: Watch,
@@ -161,22 +192,27 @@ pub struct Engine {
     dedup: PayloadDedup,
     /// Leaves learned from others, not yet forwarded (see `leave_batch`).
     pending_left: Vec<Rank>,
-    /// Recent exclusion replies (rank, when), for rate limiting.
-    exclusion_replies: [(Rank, Time); 4],
+    /// Recent exclusion replies, for rate limiting (bounded).
+    exclusion_replies: ExclusionReplies,
+    /// Recent sync requests honoured, per peer.
+    sync_limit: SyncLimit,
 }
 
 impl Engine {
     /// The Engine of rank `me` in a job on `ring` (N = `ring.len()`), with
-    /// the job key agreed at bootstrap, started at `now`. Heartbeats start at
-    /// once; nobody is declared before `now + startup_grace + timeout`.
-    /// Poll outputs after creating it.
+    /// the job's keys (the job key agreed at bootstrap and the message key
+    /// derived from the job's secret; a [`JobKeys`] or an `Arc` of one that
+    /// several Engines share), started at `now`. Heartbeats start at once;
+    /// nobody is declared before `now + startup_grace + timeout`. Poll
+    /// outputs after creating it.
     pub fn new(
         config: Arc<EngineConfig>,
         ring: Arc<Ring>,
         me: Rank,
-        job_key: u64,
+        keys: impl Into<Arc<JobKeys>>,
         now: Time,
     ) -> Result<Engine, EngineConfigError> {
+        let keys = keys.into();
         config.validate()?;
         let n = ring.len();
         if n == 0 {
@@ -197,7 +233,10 @@ impl Engine {
         }
         let mut engine = Engine {
             overlay: Overlay::new(config.bcast, n),
-            encoder: Encoder::new(job_key, me),
+            encoder: Encoder::new(keys.job_key(), me),
+            my_pos: ring.position_of(me),
+            keys,
+            links: PeerLinks::default(),
             me,
             participation: Participation::Active,
             mode: HeartbeatMode::Write,
@@ -235,7 +274,8 @@ impl Engine {
             next_payload_seq: 0,
             dedup: PayloadDedup::default(),
             pending_left: Vec::new(),
-            exclusion_replies: [(NO_RANK, Time::ZERO); 4],
+            exclusion_replies: ExclusionReplies::default(),
+            sync_limit: SyncLimit::default(),
             stats: Stats::default(),
             config,
             ring,
@@ -341,6 +381,11 @@ impl Engine {
     /// The next thing to do, or `None`. Drain after every `handle` and
     /// `handle_timeout` (and after `new`). The heartbeat write comes first
     /// and allocates nothing (`tests/engine_alloc.rs`).
+    ///
+    /// Every [`Output::Send`] is sealed here, as it leaves, for its
+    /// receiver: the next sequence number of that link and the tag, per
+    /// copy. Copies of a broadcast step leave lazily, so a copy never falls
+    /// behind later messages to the same peer.
     pub fn poll_output(&mut self) -> Option<Output> {
         if let Some((to, slot, value)) = self.pending_write.take() {
             return Some(Output::WriteHeartbeat { to, slot, value });
@@ -350,13 +395,25 @@ impl Engine {
             return Some(Output::HeartbeatStream {
                 to: self.beat.observer,
                 slot: self.beat.slot,
+                generation: self.beat.generation,
                 digest: fold_digest(self.digest()),
             });
         }
         if let Some(o) = self.out.pop_front() {
-            return Some(o);
+            return Some(match o {
+                Output::Send { to, message } => self.seal(to, message),
+                o => o,
+            });
         }
         self.poll_fanout()
+    }
+
+    /// Seals the queued (unsealed) `message` for `to`.
+    fn seal(&mut self, to: Rank, message: Sealed) -> Output {
+        let link = link_key(&self.ring, self.my_pos, to);
+        let seq = self.links.next_out(link, self.ring.len());
+        let message = message.sealed_as(seq, to, &self.keys);
+        Output::Send { to, message }
     }
 
     /// Hands an input to the Engine at time `now` (never earlier than a
@@ -390,7 +447,7 @@ impl Engine {
     /// In [`HeartbeatMode::Write`] an idle rank's step allocates nothing,
     /// and neither does draining its `WriteHeartbeat`
     /// (`tests/engine_alloc.rs`); `benches/engine_hot_path.sh` measured the
-    /// two at about 16 ns per step, 19 ns per heartbeat period, at every N
+    /// two at about 15 ns per step, 18 ns per heartbeat period, at every N
     /// (2^10 … 2^20) and known-failure count (0 … 1000).
     pub fn handle_timeout(&mut self, now: Time, read_slot: impl FnOnce(u16) -> u64) {
         if let Some(slot) = self.watched_slot() {
@@ -473,95 +530,24 @@ impl Engine {
         self.out.push_back(Output::Event(e));
     }
 
-    fn send(&mut self, to: Rank, kind: Kind, bytes: Vec<u8>) {
-        self.stats.sent[kind.index()] += 1;
-        self.stats.bytes_sent += bytes.len() as u64;
+    /// Queues `unsealed` for `to` (sealed by `poll_output`).
+    fn send(&mut self, to: Rank, kind: Kind, unsealed: Vec<u8>) {
+        self.send_shared(to, kind, unsealed.into());
+    }
+
+    /// Queues a copy of `unsealed`, shared with other copies, for `to`.
+    fn send_shared(&mut self, to: Rank, kind: Kind, unsealed: Arc<[u8]>) {
+        self.count_sent(kind, unsealed.len());
         self.out.push_back(Output::Send {
             to,
-            bytes: bytes.into(),
+            message: Sealed::unsealed(unsealed),
         });
     }
 
-    // ----- messages -----
-
-    /// Decodes a message, applies the trust checks every kind shares, and
-    /// hands it to the handler of its kind.
-    fn on_message(
-        &mut self,
-        now: Time,
-        from: Option<Rank>,
-        bytes: &[u8],
-    ) -> Result<(), HandleError> {
-        let (header, msg) = match wire::decode(bytes, self.encoder.job_key, self.ring.len()) {
-            Ok(d) => d,
-            Err(reason) => {
-                self.stats.rejected[reason.index()] += 1;
-                return Err(HandleError::Rejected(reason));
-            }
-        };
-        let sender = header.sender;
-        if sender == self.me {
-            self.stats.rejected[RejectReason::FromSelf.index()] += 1;
-            return Err(HandleError::Rejected(RejectReason::FromSelf));
-        }
-        if from.is_some_and(|f| f != sender) {
-            self.stats.sender_mismatch += 1;
-        }
-        self.stats.received[header.kind.index()] += 1;
-        if self.participation == Participation::Excluded {
-            return Ok(());
-        }
-        // Trust order: a rank in our failed set is answered with an
-        // exclusion and otherwise ignored; a notice whose origin is in our
-        // failed set is never trusted (not even about us); then, being named
-        // failed by anyone else means we are out: reports are final.
-        if self.failed.contains(sender) {
-            self.stats.dropped_from_failed += 1;
-            self.reply_exclusion(now, sender);
-            return Ok(());
-        }
-        if let Message::Notice(n) = &msg {
-            if self.failed.contains(n.origin) {
-                self.stats.dropped_untrusted_origin += 1;
-                return Ok(());
-            }
-        }
-        let names_me = match &msg {
-            Message::Notice(n) => n.failed.contains(self.me),
-            Message::SyncRequest { failed, .. } | Message::SyncReply { failed, .. } => {
-                failed.contains(self.me)
-            }
-            _ => false,
-        };
-        if names_me {
-            self.self_exclude(sender);
-            return Ok(());
-        }
-        match msg {
-            Message::Notice(notice) => self.on_notice(now, sender, notice, bytes),
-            Message::ObserveMe { generation, slot } => {
-                self.on_observe_me(now, sender, generation, slot)
-            }
-            Message::SyncRequest {
-                digest,
-                failed,
-                left,
-            } => self.on_sync_request(now, sender, digest, failed, left),
-            Message::SyncReply { failed, left } => self.on_sync_reply(now, sender, failed, left),
-            Message::Probe { nonce, about } => self.on_probe(now, sender, nonce, about),
-            Message::ProbeAck {
-                nonce,
-                about,
-                verdict,
-            } => self.on_probe_ack(now, nonce, about, verdict),
-            Message::Payload {
-                origin,
-                seq,
-                hops: _,
-                bytes: payload,
-            } => self.on_payload(sender, origin, seq, payload, bytes),
-        }
-        Ok(())
+    /// Counts a message of `kind` whose unsealed bytes are `len` long.
+    fn count_sent(&mut self, kind: Kind, len: usize) {
+        self.stats.sent[kind.index()] += 1;
+        self.stats.bytes_sent += (len + TAG_LEN) as u64;
     }
 }
 
@@ -570,11 +556,12 @@ mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
 
-    /// The fields a duplicate notice reads (decode, trust checks, `learn`,
-    /// the counters, and the `poll_output` that follows) lie in the
-    /// Engine's first 320 bytes: 5 cache lines (6 if the Engine is not
-    /// line-aligned). rustc's own field order (no `repr(C)`) spreads them
-    /// over 8. A field added in front of them, or a reorder, fails here.
+    /// The fields a duplicate notice reads (decode and its tag with the
+    /// keys, the replay window, trust checks, `learn`, the counters, and
+    /// the `poll_output` that follows) lie in the Engine's first 320
+    /// bytes: 5 cache lines (6 if the Engine is not line-aligned). rustc's
+    /// own field order (no `repr(C)`) spreads them over 8. A field added in
+    /// front of them, or a reorder, fails here.
     #[test]
     fn a_duplicate_notice_reads_only_the_first_five_cache_lines() {
         let stats = offset_of!(Engine, stats);
@@ -582,8 +569,10 @@ mod tests {
             ("participation", offset_of!(Engine, participation), 1),
             ("stream_dirty", offset_of!(Engine, stream_dirty), 1),
             ("me", offset_of!(Engine, me), size_of::<Rank>()),
-            ("encoder", offset_of!(Engine, encoder), size_of::<Encoder>()),
+            ("my_pos", offset_of!(Engine, my_pos), size_of::<u32>()),
             ("ring", offset_of!(Engine, ring), size_of::<Arc<Ring>>()),
+            ("keys", offset_of!(Engine, keys), size_of::<Arc<JobKeys>>()),
+            ("links", offset_of!(Engine, links), size_of::<PeerLinks>()),
             ("failed", offset_of!(Engine, failed), size_of::<RankSet>()),
             ("left", offset_of!(Engine, left), size_of::<RankSet>()),
             (

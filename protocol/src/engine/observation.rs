@@ -15,7 +15,10 @@
 
 use std::time::Duration;
 
-use super::{Cause, Engine, Event, NO_RANK, Participation, Timer, TransportErrorKind, slot_digest};
+use super::{
+    Cause, Engine, Event, NO_RANK, Output, Participation, Timer, TransportErrorKind, slot_digest,
+    slot_generation,
+};
 use crate::config::{InbandMode, Rank, Time};
 use crate::ranks::RankList;
 use crate::wire::{Kind, ProbeVerdict, SLOTS};
@@ -103,6 +106,17 @@ impl Engine {
             self.stats.stale_slot_reads += 1;
             return;
         }
+        // Only a value of the generation we named in ObserveMe is a beat of
+        // our emitter's. Another one (a leftover of the mending 512
+        // generations ago that shared this slot, a write of a replaced
+        // emitter) reads as no change at all: as 0 before the first beat,
+        // as the last beat after it.
+        let value = if value != 0 && slot_generation(value) != self.watch.generation as u16 {
+            self.stats.foreign_slot_values += 1;
+            self.watch.last_value.unwrap_or(0)
+        } else {
+            value
+        };
         match self.watch.last_value {
             Some(v) if v == value => self.watch.still_seen_at = Some(now),
             None if value == 0 => self.watch.last_value = Some(0),
@@ -248,7 +262,11 @@ impl Engine {
 
     /// A neighbour sends its failed and left sets (its digest differed
     /// from ours, or it woke from a stall): merge them, re-broadcast what
-    /// was new to us, and reply with what it lacked.
+    /// was new to us, and reply with what it lacked. Honoured only from our
+    /// current emitter or observer (the only ranks that ever ask us), at
+    /// most once per peer per timeout; the reply carries at most
+    /// `max_sync_ranks` ranks (the rest waits for its next request), so
+    /// the work one request draws is bounded.
     pub(super) fn on_sync_request(
         &mut self,
         now: Time,
@@ -257,6 +275,11 @@ impl Engine {
         failed: RankList<'_>,
         left: RankList<'_>,
     ) {
+        let neighbour = self.watch.emitter == Some(sender) || self.beat.observer == Some(sender);
+        if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
+            self.stats.sync_requests_refused += 1;
+            return;
+        }
         self.stats.sync_requests_received += 1;
         let (nf, nl) = self.learn(failed, left, sender, 1);
         self.rebroadcast_learned(&nf, &nl, sender);
@@ -264,15 +287,25 @@ impl Engine {
             let (mut theirs, mut diff_f, mut diff_l) = (failed.to_vec(), Vec::new(), Vec::new());
             theirs.extend(left.iter());
             theirs.sort_unstable();
-            for &r in self.failed.as_slice() {
-                if theirs.binary_search(&r).is_err() {
-                    diff_f.push(r);
+            let mut room = self.config.max_sync_ranks;
+            let mut cut = false;
+            for (mine, diff) in [
+                (self.failed.as_slice(), &mut diff_f),
+                (self.left.as_slice(), &mut diff_l),
+            ] {
+                for &r in mine {
+                    if theirs.binary_search(&r).is_err() {
+                        if room == 0 {
+                            cut = true;
+                            break;
+                        }
+                        room -= 1;
+                        diff.push(r);
+                    }
                 }
             }
-            for &r in self.left.as_slice() {
-                if theirs.binary_search(&r).is_err() {
-                    diff_l.push(r);
-                }
+            if cut {
+                self.stats.sync_replies_truncated += 1;
             }
             if !diff_f.is_empty() || !diff_l.is_empty() {
                 self.stats.sync_replies_sent += 1;
@@ -387,6 +420,11 @@ impl Engine {
         self.watch.hurry = false;
         self.watch.slow_warned_at = None;
         if let Some(e) = candidate {
+            // Cleared before the ObserveMe that names it leaves, so nothing
+            // written there earlier is read in this generation.
+            self.out.push_back(Output::ClearSlot {
+                slot: self.watch.slot,
+            });
             if self.participation == Participation::Active {
                 self.stats.mendings += 1;
                 let m = self

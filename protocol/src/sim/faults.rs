@@ -196,17 +196,11 @@ impl Simulator {
                     // The progress thread wakes: its timers are long overdue.
                     self.state[r as usize].deadline = Time::NEVER;
                     self.tick(r);
-                    for (from, bytes) in self.held.remove(&r).unwrap_or_default() {
+                    for (from, message) in self.held.remove(&r).unwrap_or_default() {
                         if self.state[r as usize].status != Status::Up {
                             break;
                         }
-                        let _ = self.engines[r as usize].handle(
-                            now,
-                            Input::Message {
-                                from: Some(from),
-                                bytes: &bytes,
-                            },
-                        );
+                        self.deliver(r, from, &message);
                         self.after_handle(r);
                     }
                     for (peer, kind) in self.held_errors.remove(&r).unwrap_or_default() {

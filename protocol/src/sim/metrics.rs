@@ -8,11 +8,9 @@
 //! test that ends a run early. Must not: change what a rank does (it only
 //! observes outputs), or iterate a hash map into a result.
 
-use std::sync::Arc;
-
 use super::report::{FailureReport, SimReport, Totals};
 use super::{EXCLUDED, FAULTY, Simulator, Status};
-use crate::wire::{self, Kind, Message};
+use crate::wire::{self, Kind, Message, Sealed};
 use crate::{Cause, Event, Rank, Time};
 
 /// Per injected failure.
@@ -41,27 +39,29 @@ pub(super) fn ms(t: Time) -> f64 {
 }
 
 impl Simulator {
-    /// Counts a notice copy against every injected failure it names.
-    pub(super) fn attribute_notice(&mut self, bytes: &Arc<[u8]>) {
+    /// Counts a notice copy against every injected failure it names. The
+    /// copies of one broadcast step share their bytes: one is decoded.
+    pub(super) fn attribute_notice(&mut self, to: Rank, message: &Sealed) {
         if self.tracks.is_empty() {
             return;
         }
-        let cached = matches!(&self.notice_cache, Some((b, _)) if Arc::ptr_eq(b, bytes));
+        let cached = matches!(&self.notice_cache, Some((m, _)) if m.same_message(message));
         if !cached {
             let mut named = Vec::new();
-            if let Ok((_, Message::Notice(n))) = wire::decode(bytes, self.job_key, self.n) {
+            let bytes = message.to_vec();
+            if let Ok((_, Message::Notice(n))) = wire::decode(&bytes, &self.keys, to, self.n) {
                 for r in n.failed.iter() {
                     if let Some(&i) = self.track_of.get(&r) {
                         named.push(i);
                     }
                 }
             }
-            self.notice_cache = Some((bytes.clone(), named));
+            self.notice_cache = Some((message.clone(), named));
         }
         if let Some((_, named)) = &self.notice_cache {
             for &i in named {
                 self.tracks[i].messages += 1;
-                self.tracks[i].bytes += bytes.len() as u64;
+                self.tracks[i].bytes += message.len() as u64;
             }
         }
     }

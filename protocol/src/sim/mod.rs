@@ -39,7 +39,7 @@ pub use network::{MessageMeta, NetModel, Rule, Verdict};
 pub use report::{FailureReport, KindTotals, SimReport, Totals};
 pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 
-use crate::wire::Kind;
+use crate::wire::{JobKeys, Kind, Sealed};
 use crate::{
     Engine, EngineConfig, EngineConfigError, Input, Output, Rank, Ring, Time, TransportErrorKind,
 };
@@ -134,7 +134,7 @@ enum What {
     Deliver {
         to: Rank,
         from: Rank,
-        bytes: Arc<[u8]>,
+        message: Sealed,
     },
     Error {
         to: Rank,
@@ -151,8 +151,12 @@ enum What {
     Close(Rank),
 }
 
-/// A message waiting for a stopped rank: (sender, bytes).
-type Held = (Rank, Arc<[u8]>);
+/// A message waiting for a stopped rank: (sender, message).
+type Held = (Rank, Sealed);
+
+/// The simulator's message key: one fixed key for every run (the tags are
+/// computed and checked as on a real fabric; nobody forges here).
+const SIM_MESSAGE_KEY: [u8; 32] = *b"ffd simulator message key, fixed";
 
 /// The simulator. Build with [`Simulator::new`], optionally set a rule,
 /// then [`Simulator::run`].
@@ -193,8 +197,11 @@ pub struct Simulator {
     dropped: u64,
     by_kind: [KindTotals; Kind::COUNT + 1],
     link_notices: BTreeMap<(Rank, Rank), u32>,
-    notice_cache: Option<(Arc<[u8]>, Vec<usize>)>,
-    job_key: u64,
+    /// The last notice attributed (a copy of it) and the tracks it names.
+    notice_cache: Option<(Sealed, Vec<usize>)>,
+    keys: Arc<JobKeys>,
+    /// The wire bytes of the message being delivered.
+    scratch: Vec<u8>,
 }
 
 impl Simulator {
@@ -226,10 +233,19 @@ impl Simulator {
 
         let actions = Self::resolve(&cfg, &ring, &mut fault_rng)?;
         let engine_cfg = Arc::new(engine_cfg);
-        let job_key = cfg.seed ^ 0x6666_6464_5349_4D00;
+        let keys = Arc::new(JobKeys::new(
+            cfg.seed ^ 0x6666_6464_5349_4D00,
+            SIM_MESSAGE_KEY,
+        ));
         let mut engines = Vec::with_capacity(n as usize);
         for r in 0..n {
-            let mut e = Engine::new(engine_cfg.clone(), ring.clone(), r, job_key, Time::ZERO)?;
+            let mut e = Engine::new(
+                engine_cfg.clone(),
+                ring.clone(),
+                r,
+                keys.clone(),
+                Time::ZERO,
+            )?;
             e.model_heartbeats();
             engines.push(e);
         }
@@ -272,7 +288,8 @@ impl Simulator {
             by_kind: Default::default(),
             link_notices: BTreeMap::new(),
             notice_cache: None,
-            job_key,
+            keys,
+            scratch: Vec::new(),
             cfg,
         })
     }
@@ -366,24 +383,17 @@ impl Simulator {
                 self.state[r as usize].deadline = Time::NEVER;
                 self.tick(r);
             }
-            What::Deliver { to, from, bytes } => {
+            What::Deliver { to, from, message } => {
                 if self.is_cut(from, to) {
                     self.dropped += 1;
                     return;
                 }
                 match self.state[to as usize].status {
                     Status::Up => {
-                        // Rejections are counted in the Engine's stats.
-                        let _ = self.engines[to as usize].handle(
-                            now,
-                            Input::Message {
-                                from: Some(from),
-                                bytes: &bytes,
-                            },
-                        );
+                        self.deliver(to, from, &message);
                         self.after_handle(to);
                     }
-                    Status::Hung => self.held.entry(to).or_default().push((from, bytes)),
+                    Status::Hung => self.held.entry(to).or_default().push((from, message)),
                     Status::Crashed | Status::Closed => {
                         self.bounce(from, to, TransportErrorKind::Send)
                     }
@@ -429,6 +439,20 @@ impl Simulator {
         }
     }
 
+    /// Hands `message`'s wire bytes to `to`'s Engine, from `from` as the
+    /// transport's source (rejections are counted in the Engine's stats).
+    pub(super) fn deliver(&mut self, to: Rank, from: Rank, message: &Sealed) {
+        self.scratch.clear();
+        message.write_to(&mut self.scratch);
+        let _ = self.engines[to as usize].handle(
+            self.now,
+            Input::Message {
+                from: Some(from),
+                bytes: &self.scratch,
+            },
+        );
+    }
+
     pub(super) fn tick(&mut self, r: Rank) {
         let now = self.now;
         let slots = &self.slots;
@@ -445,11 +469,18 @@ impl Simulator {
             };
             match out {
                 Output::WriteHeartbeat { .. } => {}
-                Output::HeartbeatStream { to, slot, digest } => {
+                Output::HeartbeatStream {
+                    to,
+                    slot,
+                    generation,
+                    digest,
+                } => {
                     let partition = &self.partition;
-                    let changed = self
-                        .slots
-                        .set_stream(r, to, slot, digest, now, |a, b| cut_by(partition, a, b));
+                    let changed =
+                        self.slots
+                            .set_stream(r, (to, slot, generation), digest, now, |a, b| {
+                                cut_by(partition, a, b)
+                            });
                     if let (true, Some(t)) = (changed, to) {
                         if matches!(
                             self.state[t as usize].status,
@@ -459,7 +490,8 @@ impl Simulator {
                         }
                     }
                 }
-                Output::Send { to, bytes } => self.send(r, to, bytes),
+                Output::ClearSlot { slot } => self.slots.clear(r, slot),
+                Output::Send { to, message } => self.send(r, to, message),
                 Output::Event(ev) => self.on_event(r, ev),
             }
         }

@@ -10,13 +10,12 @@
 //! Must not: decide what a rank does with a message (the Engine does), or
 //! draw randomness from any stream but the network's.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngCore;
 
 use super::{Simulator, Status, What};
-use crate::wire::{self, Kind};
+use crate::wire::{Kind, Sealed};
 use crate::{Rank, Time, TransportErrorKind};
 
 /// The modelled network.
@@ -56,7 +55,8 @@ pub struct MessageMeta<'a> {
     pub from: Rank,
     pub to: Rank,
     pub kind: Option<Kind>,
-    pub bytes: &'a [u8],
+    /// The sealed copy (its wire bytes: [`Sealed::to_vec`]).
+    pub message: &'a Sealed,
 }
 
 /// What a [`Rule`] does with a message.
@@ -92,13 +92,13 @@ impl Simulator {
         }
     }
 
-    pub(super) fn send(&mut self, from: Rank, to: Rank, bytes: Arc<[u8]>) {
-        let kind = wire::peek_kind(&bytes);
+    pub(super) fn send(&mut self, from: Rank, to: Rank, message: Sealed) {
+        let kind = message.kind();
         let k = &mut self.by_kind[kind.map_or(Kind::COUNT, Kind::index)];
         k.count += 1;
-        k.bytes += bytes.len() as u64;
+        k.bytes += message.len() as u64;
         if kind == Some(Kind::Notice) {
-            self.attribute_notice(&bytes);
+            self.attribute_notice(to, &message);
             if self.cfg.track_links {
                 *self.link_notices.entry((from, to)).or_default() += 1;
             }
@@ -121,7 +121,7 @@ impl Simulator {
                 from,
                 to,
                 kind,
-                bytes: &bytes,
+                message: &message,
             }) {
                 Verdict::Pass => {}
                 Verdict::Delay(d) => delay += d,
@@ -138,7 +138,7 @@ impl Simulator {
                 .push(self.now + delay, What::Sent { to: from, peer: to });
         }
         self.queue
-            .push(self.now + delay, What::Deliver { to, from, bytes });
+            .push(self.now + delay, What::Deliver { to, from, message });
     }
 
     /// How long a message from `a` to `b` waits for their link to come up

@@ -1,11 +1,13 @@
 //! The simulator's model of heartbeat slot memory.
 //!
 //! Heartbeats are not simulated write by write. Each emitter has a
-//! *stream* — (observer, slot, digest, since), announced by its Engine as
-//! `Output::HeartbeatStream` — and the value a slot holds at time t is a
-//! function of the stream writing it: `slot_value(digest, 1 + ⌊(t −
-//! since)/period⌋)`, frozen at the time its writer crashed or stopped, or
-//! at the time a partition cut it off. The slot is read only when the
+//! *stream* — (observer, slot, generation, digest, since), announced by its
+//! Engine as `Output::HeartbeatStream` — and the value a slot holds at time
+//! t is a function of the stream writing it: `slot_value(generation,
+//! digest, counter)` with the counter `1 + ⌊(t − since)/period⌋` (mod
+//! 65535, never 0), frozen at the time its writer crashed or stopped, or at
+//! the time a partition cut it off. An observer's `Output::ClearSlot`
+//! zeroes a slot no stream writes any more. The slot is read only when the
 //! observing Engine's deadline fires, exactly as the runtime reads slot
 //! memory. An idle rank therefore costs `checks_per_timeout` events per
 //! timeout, however short the period.
@@ -13,8 +15,9 @@
 //! Owns: stream table, slot cells, partition freezes. Must not: know about
 //! the protocol beyond `slot_value`.
 //!
-//! Memory: one 24-byte stream per rank, plus sparse cells only where the
-//! initial layout (rank r writes slot 0 of its ring successor) changed.
+//! Memory: one 32-byte stream per rank, plus sparse cells only where the
+//! initial layout (rank r writes slot 0 of its ring successor, generation
+//! 0) changed.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,6 +30,8 @@ const NONE: Rank = Rank::MAX;
 struct Stream {
     to: Rank,
     slot: u16,
+    /// The observer's generation the values carry (low 16 bits).
+    generation: u16,
     digest: u32,
     since: Time,
     /// The writer stopped writing (crash, hang, close): values freeze here.
@@ -67,13 +72,14 @@ impl RingPred {
 
 impl SlotModel {
     /// The initial layout at time 0: every rank writes slot 0 of its ring
-    /// successor, digest 0.
+    /// successor, generation 0, digest 0.
     pub fn new(ring: std::sync::Arc<Ring>, period: Duration) -> SlotModel {
         let n = ring.len();
         let streams = (0..n)
             .map(|r| Stream {
                 to: ring.successors(r).next().unwrap_or(NONE),
                 slot: 0,
+                generation: 0,
                 digest: 0,
                 since: Time::ZERO,
                 stopped_at: Time::NEVER,
@@ -96,7 +102,8 @@ impl SlotModel {
             return 0;
         }
         let beats = (t.as_nanos() - s.since.as_nanos()) / self.period_ns;
-        slot_value(s.digest, (beats as u32).wrapping_add(1).max(1))
+        let counter = (beats % u64::from(u16::MAX)) as u16 + 1;
+        slot_value(u32::from(s.generation), s.digest, counter)
     }
 
     /// The emitter currently writing (`observer`, `slot`), if any.
@@ -141,23 +148,26 @@ impl SlotModel {
         Time::from_nanos(s.since.as_nanos() + k * self.period_ns)
     }
 
-    /// `e` announced a stream at `now`. `cut(a, b)`: a partition separates
-    /// a and b. Returns true if the target changed.
+    /// `e` announced a stream at `now`: to (`observer`, `slot`) for the
+    /// observer's `generation`, with `digest`. `cut(a, b)`: a partition
+    /// separates a and b. Returns true if the target changed.
     pub fn set_stream(
         &mut self,
         e: Rank,
-        to: Option<Rank>,
-        slot: u16,
+        (to, slot, generation): (Option<Rank>, u16, u32),
         digest: u32,
         now: Time,
         cut: impl Fn(Rank, Rank) -> bool,
     ) -> bool {
         let to = to.unwrap_or(NONE);
+        let generation = generation as u16;
         let old = self.streams[e as usize];
         if (old.to, old.slot) == (to, slot) {
-            // A new digest from now on: the value changes at once (its high
-            // half), the beat grid stays.
-            self.streams[e as usize].digest = digest;
+            // A new digest (or generation) from now on: the value changes
+            // at once, the beat grid stays.
+            let s = &mut self.streams[e as usize];
+            s.digest = digest;
+            s.generation = generation;
             return false;
         }
         if old.to != NONE && self.writer_of(old.to, old.slot) == Some(e) {
@@ -167,6 +177,7 @@ impl SlotModel {
         self.streams[e as usize] = Stream {
             to,
             slot,
+            generation,
             digest,
             since: now,
             stopped_at: old.stopped_at,
@@ -181,6 +192,20 @@ impl SlotModel {
             }
         }
         true
+    }
+
+    /// `observer` writes 0 into its own slot `slot` (it reassigned the
+    /// slot). A stream still writing there overwrites it at its next beat
+    /// with values of its own generation, so only a cell no stream writes
+    /// changes: it holds 0 from now on (a local write lands whatever the
+    /// partition).
+    pub fn clear(&mut self, observer: Rank, slot: u16) {
+        if let Some(v) = self.blocked.get_mut(&(observer, slot)) {
+            *v = 0;
+        }
+        if self.writer_of(observer, slot).is_none() {
+            self.cells.insert((observer, slot), Cell::Frozen(0));
+        }
     }
 
     /// `e` stops writing at `t` (crash, hang, close).
@@ -264,18 +289,40 @@ mod tests {
         // A crash freezes it.
         m.stop(1, ms(20));
         assert_eq!(m.read(2, 0, ms(25)), m.read(2, 0, ms(500)));
-        // Rank 0 is asked by 2 to write its slot 1; rank 0's old slot (1,0) freezes.
+        // Rank 0 is asked by 2 to write its slot 1 (generation 1); rank 0's
+        // old slot (1,0) freezes.
         let before = m.read(1, 0, ms(30));
-        assert!(m.set_stream(0, Some(2), 1, 7, ms(30), no_cut));
+        assert!(m.set_stream(0, (Some(2), 1, 1), 7, ms(30), no_cut));
         assert_eq!(m.read(1, 0, ms(90)), before);
         assert_eq!(m.writer_of(2, 1), Some(0));
-        assert_eq!(m.read(2, 1, ms(30)), slot_value(7, 1));
-        assert_eq!(m.read(2, 1, ms(45)), slot_value(7, 2));
+        assert_eq!(m.read(2, 1, ms(30)), slot_value(1, 7, 1));
+        assert_eq!(m.read(2, 1, ms(45)), slot_value(1, 7, 2));
         // A digest change alone changes the value at once.
-        assert!(!m.set_stream(0, Some(2), 1, 8, ms(46), no_cut));
-        assert_eq!(m.read(2, 1, ms(46)), slot_value(8, 2));
+        assert!(!m.set_stream(0, (Some(2), 1, 1), 8, ms(46), no_cut));
+        assert_eq!(m.read(2, 1, ms(46)), slot_value(1, 8, 2));
         assert_eq!(m.next_write(0, ms(46)), ms(50));
         assert_eq!(m.writers_into(2), vec![(0, 1), (1, 0)]);
+    }
+
+    #[test]
+    fn a_cleared_slot_reads_zero_until_a_stream_writes_it() {
+        let ring = Arc::new(Ring::by_rank(4));
+        let mut m = SlotModel::new(ring, Duration::from_millis(10));
+        let no_cut = |_: Rank, _: Rank| false;
+        // Rank 1 crashes; rank 2 mends to rank 0 (generation 1, slot 1).
+        m.stop(1, ms(20));
+        let left = m.read(2, 0, ms(30));
+        assert_ne!(left, 0);
+        // 512 generations later slot 0 comes round again: cleared first,
+        // the dead writer's leftover is gone.
+        m.clear(2, 0);
+        assert_eq!(m.read(2, 0, ms(40)), left, "a stream still targets it");
+        assert!(m.set_stream(0, (Some(2), 1, 1), 0, ms(30), no_cut));
+        assert!(m.set_stream(1, (Some(3), 0, 0), 0, ms(30), no_cut));
+        m.clear(2, 0);
+        assert_eq!(m.read(2, 0, ms(40)), 0, "nobody writes it now");
+        assert!(m.set_stream(0, (Some(2), 0, 512), 0, ms(50), no_cut));
+        assert_eq!(m.read(2, 0, ms(50)), slot_value(512, 0, 1));
     }
 
     #[test]

@@ -1,20 +1,26 @@
 //! The TCP rendezvous: a server ([`Rendezvous`]) that the `ffd` launcher or
 //! `ffd rendezvous` runs for N ranks, and a client ([`TcpBootstrap`]) that
 //! each rank connects with (`FFD_BOOTSTRAP=host:port`, `FFD_RANK`,
-//! `FFD_SIZE`, `FFD_BOOTSTRAP_TIMEOUT`).
+//! `FFD_SIZE`, `FFD_SECRET_FILE`, `FFD_BOOTSTRAP_TIMEOUT`).
 //!
-//! Owns: the rendezvous protocol ([`wire`]) and its timeouts. Must not:
-//! block without a bound on the client side, or let one dead or wrong client
-//! leave the others waiting: the server aborts the job and tells every
-//! client why ([`AbortReason`]), and the client's error carries that text.
+//! Owns: the rendezvous protocol ([`wire`], [`auth`]) and its bounds. Must
+//! not: block without a bound, let anyone without the job secret claim a
+//! rank or see a record, let a stray or wrong connection abort the job
+//! (it is dropped and counted by [`DropReason`]), or let one dead or
+//! silent admitted rank leave the others waiting: the server aborts the
+//! job and tells every rank why ([`AbortReason`]), and the client's error
+//! carries that text.
 //!
 //! One connection carries any number of allgather rounds. The server relays:
 //! a round completes when every rank has contributed to it, and every rank
 //! then receives all contributions. The server exits when every rank has
-//! connected and then closed its connection.
+//! connected and then closed its connection. `docs/design.md` §9 says how
+//! the two ends authenticate each other and what is dropped.
 
 #![forbid(unsafe_code)]
 
+use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::{
@@ -23,24 +29,37 @@ use crate::config::{
 use crate::protocol::Rank;
 use crate::protocol::ranks::format_ranks;
 
+pub mod auth;
 mod client;
+mod coordinator;
+mod reader;
 mod server;
 pub mod wire;
 
 pub use client::TcpBootstrap;
-pub use server::{Rendezvous, RendezvousError, RendezvousHandle, ServeEvent, ServeReport};
+pub use server::{
+    DROP_EVENTS_PER_REASON, DropTally, Rendezvous, RendezvousError, RendezvousHandle,
+    RendezvousStopper, ServeEvent, ServeReport,
+};
 
 /// Default bound on the TCP bootstrap's waits (`FFD_BOOTSTRAP_TIMEOUT`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default bound on a connection's handshake (from accept to a HELLO that
+/// holds): the smaller of this and the rendezvous timeout.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default cap on connections not yet authenticated held at once: the
+/// larger of this and the job size. At the cap, the oldest is dropped
+/// ([`DropReason::Crowded`]).
+pub const DEFAULT_MAX_UNAUTHENTICATED: u32 = 64;
+
 /// What kind of abort a rendezvous sent; the number travels in ABORT frames.
+/// (Codes 1 to 4 were the refusals of version 1, which aborted the job;
+/// version 2 refuses a connection alone, see [`DropReason`].)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum AbortCode {
-    VersionMismatch = 1,
-    SizeMismatch = 2,
-    RankOutOfRange = 3,
-    DuplicateRank = 4,
     NotConnected = 5,
     RoundTimeout = 6,
     Disconnected = 7,
@@ -55,10 +74,6 @@ impl AbortCode {
     pub fn from_u16(code: u16) -> AbortCode {
         use AbortCode::*;
         [
-            VersionMismatch,
-            SizeMismatch,
-            RankOutOfRange,
-            DuplicateRank,
             NotConnected,
             RoundTimeout,
             Disconnected,
@@ -72,33 +87,147 @@ impl AbortCode {
     }
 }
 
-/// Why the rendezvous aborted the job. Its text is sent to every client.
+/// Why the rendezvous dropped a connection without admitting it. Never a
+/// reason to abort the job: one connection's claim cannot tell a stray
+/// from a misconfigured rank (see [`AbortReason::NotConnected`] for how a
+/// job that cannot complete still ends). The number travels as the code of
+/// DENIED and REFUSED frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+pub enum DropReason {
+    /// Not the rendezvous protocol: a first message that is not a HELLO,
+    /// malformed, or over the handshake cap.
+    Garbage = 1,
+    /// A HELLO of another protocol version (told so in a DENIED).
+    Version = 2,
+    /// A HELLO whose proof fails: no job secret, or another one (told so in
+    /// a DENIED).
+    BadProof = 3,
+    /// Sent nothing, or too little, within the handshake bound.
+    Silent = 4,
+    /// Closed before a whole HELLO.
+    ClosedEarly = 5,
+    /// The oldest unauthenticated connection when the cap on them was
+    /// reached.
+    Crowded = 6,
+    /// Authenticated, but started for another job size (told so in a
+    /// REFUSED).
+    WrongSize = 7,
+    /// Authenticated, but claimed a rank outside the job (REFUSED).
+    RankOutOfRange = 8,
+    /// Authenticated, but claimed a rank an authenticated client already
+    /// holds (REFUSED): a rank started twice, or a leftover of a job that
+    /// shared the secret file.
+    RankTaken = 9,
+}
+
+impl DropReason {
+    /// Every reason, in code order.
+    pub const ALL: [DropReason; 9] = [
+        DropReason::Garbage,
+        DropReason::Version,
+        DropReason::BadProof,
+        DropReason::Silent,
+        DropReason::ClosedEarly,
+        DropReason::Crowded,
+        DropReason::WrongSize,
+        DropReason::RankOutOfRange,
+        DropReason::RankTaken,
+    ];
+
+    /// The reason's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Garbage => "garbage",
+            DropReason::Version => "other version",
+            DropReason::BadProof => "bad proof",
+            DropReason::Silent => "silent",
+            DropReason::ClosedEarly => "closed early",
+            DropReason::Crowded => "crowded out",
+            DropReason::WrongSize => "wrong size",
+            DropReason::RankOutOfRange => "rank out of range",
+            DropReason::RankTaken => "rank taken",
+        }
+    }
+
+    /// Whether only a client holding the job secret can cause it.
+    pub fn is_authenticated(self) -> bool {
+        matches!(
+            self,
+            DropReason::WrongSize | DropReason::RankOutOfRange | DropReason::RankTaken
+        )
+    }
+
+    pub fn from_u16(code: u16) -> Option<DropReason> {
+        DropReason::ALL.into_iter().find(|r| *r as u16 == code)
+    }
+
+    fn index(self) -> usize {
+        self as usize - 1
+    }
+}
+
+/// Connections dropped, by [`DropReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts([u64; DropReason::ALL.len()]);
+
+impl DropCounts {
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.0[reason.index()]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    pub(crate) fn add_n(&mut self, reason: DropReason, n: u64) {
+        self.0[reason.index()] += n;
+    }
+
+    /// Each reason with a nonzero count.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL
+            .into_iter()
+            .map(|r| (r, self.get(r)))
+            .filter(|&(_, n)| n > 0)
+    }
+}
+
+/// `3 connections (1 bad proof, 2 silent)`.
+impl fmt::Display for DropCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total = self.total();
+        write!(f, "{total} connection{}", if total == 1 { "" } else { "s" })?;
+        for (i, (reason, n)) in self.iter().enumerate() {
+            let sep = if i == 0 { " (" } else { ", " };
+            write!(f, "{sep}{n} {}", reason.name())?;
+        }
+        if total > 0 {
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why the rendezvous aborted the job. Its text is sent to every admitted
+/// rank.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AbortReason {
-    #[error(
-        "rank {rank} speaks rendezvous protocol version {client}, the rendezvous speaks {server}"
-    )]
-    VersionMismatch {
-        rank: Rank,
-        client: u16,
-        server: u16,
-    },
-    #[error("rank {rank} was started for a job of {claimed} ranks, the rendezvous serves {size}")]
-    SizeMismatch { rank: Rank, claimed: u32, size: u32 },
-    #[error("a client claimed rank {rank}, but the job's ranks are 0 to {}", .size - 1)]
-    RankOutOfRange { rank: Rank, size: u32 },
-    #[error("two clients claimed rank {rank} (from {first} and {second})")]
-    DuplicateRank {
-        rank: Rank,
-        first: String,
-        second: String,
-    },
-    #[error("{} did not connect within {} ({connected} of {size} connected)", format_ranks(.missing), format_duration(*.after))]
+    /// Not every rank was admitted in time. `meanwhile` says what came
+    /// instead: a job that can never complete (every rank started with
+    /// another size, or another secret) ends here, with the refusals
+    /// named, rather than hanging.
+    #[error("{} did not connect within {} ({connected} of {size} connected){meanwhile}", format_ranks(.missing), format_duration(*.after))]
     NotConnected {
         missing: Vec<Rank>,
         connected: u32,
         size: u32,
         after: Duration,
+        meanwhile: Box<Meanwhile>,
     },
     #[error("{} did not contribute to round {round} within {}", format_ranks(.missing), format_duration(*.after))]
     RoundTimeout {
@@ -119,13 +248,31 @@ pub enum AbortReason {
     Stopped,
 }
 
+/// What a rendezvous dropped while it waited for its ranks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meanwhile {
+    pub dropped: DropCounts,
+    /// The last refusal of each authenticated kind, in words.
+    pub refusals: Vec<String>,
+}
+
+/// Nothing when nothing was dropped; else `; meanwhile it dropped …`.
+impl fmt::Display for Meanwhile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.dropped.is_empty() {
+            return Ok(());
+        }
+        write!(f, "; meanwhile it dropped {}", self.dropped)?;
+        if !self.refusals.is_empty() {
+            write!(f, ", last refused: {}", self.refusals.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
 impl AbortReason {
     pub fn code(&self) -> AbortCode {
         match self {
-            AbortReason::VersionMismatch { .. } => AbortCode::VersionMismatch,
-            AbortReason::SizeMismatch { .. } => AbortCode::SizeMismatch,
-            AbortReason::RankOutOfRange { .. } => AbortCode::RankOutOfRange,
-            AbortReason::DuplicateRank { .. } => AbortCode::DuplicateRank,
             AbortReason::NotConnected { .. } => AbortCode::NotConnected,
             AbortReason::RoundTimeout { .. } => AbortCode::RoundTimeout,
             AbortReason::Disconnected { .. } => AbortCode::Disconnected,
@@ -137,13 +284,15 @@ impl AbortReason {
 }
 
 /// The TCP bootstrap's settings, from `FFD_BOOTSTRAP`, `FFD_RANK`,
-/// `FFD_SIZE` and `FFD_BOOTSTRAP_TIMEOUT`.
+/// `FFD_SIZE`, `FFD_SECRET_FILE` and `FFD_BOOTSTRAP_TIMEOUT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpEnv {
     /// `host:port` of the rendezvous (resolved at each connection attempt).
     pub addr: String,
     pub rank: Rank,
     pub size: u32,
+    /// The job secret's file (read when connecting).
+    pub secret_file: PathBuf,
     pub timeout: Duration,
 }
 
@@ -181,11 +330,13 @@ impl TcpEnv {
                 format!("is not below FFD_SIZE=`{size}`"),
             ));
         }
+        let secret_file = PathBuf::from(required(var::SECRET_FILE)?);
         let timeout = timeout_from_env(env)?;
         Ok(TcpEnv {
             addr: addr.trim().to_owned(),
             rank,
             size,
+            secret_file,
             timeout,
         })
     }

@@ -1,35 +1,40 @@
-//! The rendezvous server: relays allgather rounds among N TCP clients.
+//! The rendezvous server's surface: binding, serving in place or on a
+//! thread, its events, its drop counters, and the accepting thread.
 //!
-//! Threads: one accepts connections, one per connection reads frames, and
-//! the coordinator (the caller of `serve`) owns all state, writes every
-//! reply, and enforces the deadlines. Readers and the acceptor only forward
-//! what they see over one channel, so the coordinator waits on a single
-//! `recv_timeout`.
+//! Owns: [`Rendezvous`] and [`RendezvousHandle`], the acceptor thread and
+//! the end of a serve (every connection shut, every thread joined). Must
+//! not: hold job state (the coordinator does), or leave a thread of its own
+//! behind when `serve` returns (the acceptor is woken by a connection of
+//! ours; if that connection cannot be made it is left blocked in
+//! `accept`, holding nothing but the listener).
 //!
-//! Deadlines: all N ranks must have said HELLO within the timeout of
-//! `serve` starting; once a round has a contribution (and everyone is
-//! connected) every rank must contribute within the timeout. Between rounds
-//! the server waits for its clients without a bound: a job may keep its
-//! connection for a final barrier. A client that goes away while a round
-//! needs it aborts the job at once.
+//! Threads: one accepts connections, one per connection reads frames (see
+//! `coordinator`), and the coordinator (the caller of `serve`) owns all
+//! state, writes every frame, and enforces the deadlines. Readers and the
+//! acceptor only forward what they see over one channel, so the
+//! coordinator waits on a single `recv_timeout`.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::wire::{self, Frame, WireError};
-use super::{AbortReason, DEFAULT_TIMEOUT};
-use crate::bootstrap::MAX_CONTRIBUTION;
+use super::auth::{Challenges, RendezvousKey};
+use super::coordinator::{Coordinator, Limits, Msg, Shared};
+use super::{
+    AbortReason, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_TIMEOUT,
+    DropCounts, DropReason,
+};
+use crate::bootstrap::secret::JobSecret;
 use crate::protocol::Rank;
 
 /// What the server has seen, for whoever runs it (the CLI prints these).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServeEvent {
-    /// A rank said hello.
+    /// A rank proved the job secret and was admitted.
     Connected { rank: Rank, peer: SocketAddr },
     /// Every rank has connected.
     AllConnected,
@@ -37,18 +42,29 @@ pub enum ServeEvent {
     RoundComplete { round: u32, bytes: usize },
     /// A rank closed its connection.
     Closed { rank: Rank },
-    /// A connection that does not speak the rendezvous protocol was dropped.
-    Stray { peer: SocketAddr, why: String },
+    /// A connection was dropped without being admitted (and counted). Only
+    /// the first [`DROP_EVENTS_PER_REASON`] of each reason are reported;
+    /// the counters ([`DropTally`]) count them all.
+    Dropped {
+        peer: SocketAddr,
+        reason: DropReason,
+        detail: String,
+    },
 }
+
+/// How many [`ServeEvent::Dropped`] of one reason a serve reports.
+pub const DROP_EVENTS_PER_REASON: u64 = 32;
 
 /// How a successful rendezvous went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServeReport {
     /// Rounds completed.
     pub rounds: u32,
+    /// Connections dropped without being admitted.
+    pub dropped: DropCounts,
 }
 
-/// Why `serve` failed. An abort was also sent to every connected client.
+/// Why `serve` failed. An abort was also sent to every admitted rank.
 #[derive(Debug, thiserror::Error)]
 pub enum RendezvousError {
     #[error("the rendezvous aborted the job: {0}")]
@@ -57,36 +73,74 @@ pub enum RendezvousError {
     Io(#[from] io::Error),
 }
 
-/// A bound rendezvous for `size` ranks; see [`Rendezvous::serve`].
+/// The drop counters of a serve, readable from any thread while it runs
+/// and after.
+#[derive(Clone, Debug, Default)]
+pub struct DropTally(Arc<[AtomicU64; DropReason::ALL.len()]>);
+
+impl DropTally {
+    /// The counts now.
+    pub fn get(&self) -> DropCounts {
+        let mut counts = DropCounts::default();
+        for reason in DropReason::ALL {
+            counts.add_n(reason, self.0[reason as usize - 1].load(Ordering::Relaxed));
+        }
+        counts
+    }
+
+    /// Counts one drop; returns how many of this reason there are now.
+    pub(super) fn add(&self, reason: DropReason) -> u64 {
+        self.0[reason as usize - 1].fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// Stops a serve from any thread ([`AbortReason::Stopped`] to every rank).
+#[derive(Clone, Debug)]
+pub struct RendezvousStopper(Sender<Msg>);
+
+impl RendezvousStopper {
+    pub fn stop(&self) {
+        let _ = self.0.send(Msg::Stop);
+    }
+}
+
+/// A bound rendezvous for `size` ranks that authenticates them with the
+/// job secret; see [`Rendezvous::serve`].
 pub struct Rendezvous {
     listener: TcpListener,
     size: u32,
+    key: RendezvousKey,
+    challenges: Challenges,
     timeout: Duration,
-}
-
-enum Msg {
-    Accepted(TcpStream, SocketAddr),
-    Frame(usize, Vec<u8>),
-    Gone(usize),
-    /// A frame over the size limit (its length) ended the connection.
-    Oversized(usize, u64),
-    Stop,
+    handshake_timeout: Option<Duration>,
+    max_unauthenticated: Option<u32>,
+    tally: DropTally,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
 }
 
 impl Rendezvous {
-    /// Listens on `addr` (port 0 picks a free port) for `size` ranks, with
-    /// the default timeout of 60 s.
-    pub fn bind(addr: impl ToSocketAddrs, size: u32) -> io::Result<Rendezvous> {
+    /// Listens on `addr` (port 0 picks a free port) for `size` ranks that
+    /// hold `secret`, with the default timeout of 60 s.
+    pub fn bind(addr: impl ToSocketAddrs, size: u32, secret: &JobSecret) -> io::Result<Rendezvous> {
         if size == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a rendezvous needs at least one rank",
             ));
         }
+        let (tx, rx) = channel();
         Ok(Rendezvous {
             listener: TcpListener::bind(addr)?,
             size,
+            key: RendezvousKey::new(secret),
+            challenges: Challenges::new()?,
             timeout: DEFAULT_TIMEOUT,
+            handshake_timeout: None,
+            max_unauthenticated: None,
+            tally: DropTally::default(),
+            tx,
+            rx,
         })
     }
 
@@ -96,9 +150,35 @@ impl Rendezvous {
         self
     }
 
+    /// Bounds each connection's handshake, from accept to a HELLO that
+    /// holds (default: the smaller of [`DEFAULT_HANDSHAKE_TIMEOUT`] and the
+    /// timeout).
+    pub fn handshake_timeout(mut self, bound: Duration) -> Rendezvous {
+        self.handshake_timeout = Some(bound);
+        self
+    }
+
+    /// Caps the connections held before they authenticate (default: the
+    /// larger of [`DEFAULT_MAX_UNAUTHENTICATED`] and the job size; at least
+    /// 1). At the cap, a new connection drops the oldest.
+    pub fn max_unauthenticated(mut self, cap: u32) -> Rendezvous {
+        self.max_unauthenticated = Some(cap.max(1));
+        self
+    }
+
     /// The address clients connect to (with the port chosen for port 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The drop counters of this rendezvous.
+    pub fn tally(&self) -> DropTally {
+        self.tally.clone()
+    }
+
+    /// A handle that stops this rendezvous once it serves.
+    pub fn stopper(&self) -> RendezvousStopper {
+        RendezvousStopper(self.tx.clone())
     }
 
     /// Serves until every rank has connected and closed (Ok), or aborts.
@@ -112,75 +192,81 @@ impl Rendezvous {
         self,
         on_event: impl FnMut(ServeEvent),
     ) -> Result<ServeReport, RendezvousError> {
-        let (tx, rx) = channel();
-        self.run(tx, rx, on_event)
+        self.run(on_event)
     }
 
     /// Serves on a new thread; the handle reports events and can stop it.
     pub fn spawn(self) -> io::Result<RendezvousHandle> {
         let addr = self.local_addr()?;
-        let (tx, rx) = channel();
         let (events_tx, events) = channel();
-        let stop = tx.clone();
+        let stopper = self.stopper();
+        let tally = self.tally();
         let thread = thread::Builder::new()
             .name("ffd-rendezvous".into())
             .spawn(move || {
-                self.run(tx, rx, move |e| {
+                self.run(move |e| {
                     let _ = events_tx.send(e);
                 })
             })?;
         Ok(RendezvousHandle {
             addr,
             events,
-            stop,
+            stopper,
+            tally,
             thread,
         })
     }
 
-    fn run(
-        self,
-        tx: Sender<Msg>,
-        rx: Receiver<Msg>,
-        on_event: impl FnMut(ServeEvent),
-    ) -> Result<ServeReport, RendezvousError> {
+    fn run(self, on_event: impl FnMut(ServeEvent)) -> Result<ServeReport, RendezvousError> {
         let local = self.listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let acceptor = {
-            let (listener, tx, stop) = (self.listener, tx.clone(), Arc::clone(&stop));
-            thread::Builder::new()
-                .name("ffd-rdv-accept".into())
-                .spawn(move || accept_loop(&listener, &tx, &stop))?
-        };
-        let mut c = Coordinator {
+        let limits = Limits {
             size: self.size,
             timeout: self.timeout,
-            tx,
-            on_event,
-            conns: Vec::new(),
-            readers: Vec::new(),
-            by_rank: vec![None; self.size as usize],
-            closed: vec![false; self.size as usize],
-            connected: 0,
-            connect_deadline: Instant::now() + self.timeout,
-            all_connected: false,
-            round: 1,
-            slots: vec![None; self.size as usize],
-            arrived: 0,
-            round_started: None,
+            handshake: self
+                .handshake_timeout
+                .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT.min(self.timeout)),
+            max_unauthenticated: self
+                .max_unauthenticated
+                .unwrap_or(DEFAULT_MAX_UNAUTHENTICATED.max(self.size)),
         };
-        let result = c.serve(&rx);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let acceptor = {
+            let accepting = Accepting {
+                tx: self.tx.clone(),
+                stop: Arc::clone(&stop),
+                queued: Arc::clone(&queued),
+                cap: limits.max_unauthenticated as usize,
+                tally: self.tally.clone(),
+            };
+            let listener = self.listener;
+            thread::Builder::new()
+                .name("ffd-rdv-accept".into())
+                .spawn(move || accepting.run(&listener))?
+        };
+        let shared = Shared {
+            tally: self.tally,
+            stop: Arc::clone(&stop),
+            queued,
+            tx: self.tx,
+        };
+        let mut c = Coordinator::new(
+            limits,
+            Arc::new(self.key),
+            self.challenges,
+            shared,
+            on_event,
+        );
+        let result = c.serve(&self.rx);
         if let Err(RendezvousError::Aborted(reason)) = &result {
             c.abort_all(reason);
         }
-        c.shut_down();
         stop.store(true, Ordering::SeqCst);
+        c.shut_down();
         // Wake the acceptor with a connection of our own; if that fails it
         // stays blocked in accept and is left behind rather than joined.
         if TcpStream::connect_timeout(&wake_addr(local), Duration::from_secs(1)).is_ok() {
             let _ = acceptor.join();
-        }
-        for reader in c.readers.drain(..) {
-            let _ = reader.join();
         }
         result
     }
@@ -190,7 +276,8 @@ impl Rendezvous {
 pub struct RendezvousHandle {
     addr: SocketAddr,
     events: Receiver<ServeEvent>,
-    stop: Sender<Msg>,
+    stopper: RendezvousStopper,
+    tally: DropTally,
     thread: JoinHandle<Result<ServeReport, RendezvousError>>,
 }
 
@@ -205,12 +292,17 @@ impl RendezvousHandle {
         &self.events
     }
 
+    /// Connections dropped so far, by reason.
+    pub fn dropped(&self) -> DropCounts {
+        self.tally.get()
+    }
+
     /// Waits up to `timeout` for every rank to connect; false if they did
     /// not (or the server ended first). Consumes the events it reads.
     pub fn wait_all_connected(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = std::time::Instant::now() + timeout;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.events.recv_timeout(left) {
                 Ok(ServeEvent::AllConnected) => return true,
                 Ok(_) => {}
@@ -219,9 +311,9 @@ impl RendezvousHandle {
         }
     }
 
-    /// Aborts the job ([`AbortReason::Stopped`] to every client).
+    /// Aborts the job ([`AbortReason::Stopped`] to every rank).
     pub fn stop(&self) {
-        let _ = self.stop.send(Msg::Stop);
+        self.stopper.stop();
     }
 
     /// Waits for the server to end and returns its result.
@@ -232,22 +324,42 @@ impl RendezvousHandle {
     }
 }
 
-fn accept_loop(listener: &TcpListener, tx: &Sender<Msg>, stop: &AtomicBool) {
-    // Ends when stopped (woken by a connection) or when the coordinator is gone.
-    loop {
-        let accepted = listener.accept();
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        match accepted {
-            Ok((stream, peer)) => {
-                if tx.send(Msg::Accepted(stream, peer)).is_err() {
-                    return;
-                }
+/// The accepting thread's share of the serve.
+struct Accepting {
+    tx: Sender<Msg>,
+    stop: Arc<AtomicBool>,
+    /// Connections sent to the coordinator and not yet taken up by it.
+    queued: Arc<AtomicUsize>,
+    /// At most this many queued: a flood faster than the coordinator is
+    /// dropped here, and its descriptors closed at once.
+    cap: usize,
+    tally: DropTally,
+}
+
+impl Accepting {
+    fn run(self, listener: &TcpListener) {
+        // Ends when stopped (woken by a connection) or when the coordinator
+        // is gone.
+        loop {
+            let accepted = listener.accept();
+            if self.stop.load(Ordering::SeqCst) {
+                return;
             }
-            // Out of descriptors or an aborted handshake: back off briefly
-            // rather than spin.
-            Err(_) => thread::sleep(Duration::from_millis(10)),
+            match accepted {
+                Ok((stream, _)) if self.queued.load(Ordering::SeqCst) >= self.cap => {
+                    drop(stream);
+                    self.tally.add(DropReason::Crowded);
+                }
+                Ok((stream, peer)) => {
+                    self.queued.fetch_add(1, Ordering::SeqCst);
+                    if self.tx.send(Msg::Accepted(stream, peer)).is_err() {
+                        return;
+                    }
+                }
+                // Out of descriptors or an aborted handshake: back off
+                // briefly rather than spin.
+                Err(_) => thread::sleep(Duration::from_millis(10)),
+            }
         }
     }
 }
@@ -263,379 +375,6 @@ fn wake_addr(local: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, local.port())
 }
 
-struct Conn {
-    stream: TcpStream,
-    peer: SocketAddr,
-    rank: Option<Rank>,
-    open: bool,
-}
-
-struct Coordinator<E> {
-    size: u32,
-    timeout: Duration,
-    tx: Sender<Msg>,
-    on_event: E,
-    conns: Vec<Conn>,
-    readers: Vec<JoinHandle<()>>,
-    by_rank: Vec<Option<usize>>,
-    /// Ranks whose connection has closed.
-    closed: Vec<bool>,
-    connected: u32,
-    connect_deadline: Instant,
-    all_connected: bool,
-    /// The round in progress or next, from 1.
-    round: u32,
-    slots: Vec<Option<Vec<u8>>>,
-    arrived: u32,
-    round_started: Option<Instant>,
-}
-
-type Step = Result<Option<ServeReport>, RendezvousError>;
-
-impl<E: FnMut(ServeEvent)> Coordinator<E> {
-    fn serve(&mut self, rx: &Receiver<Msg>) -> Result<ServeReport, RendezvousError> {
-        // Each pass handles one message or one expired deadline. Unbounded
-        // only between rounds with everyone connected (see the module doc).
-        loop {
-            let msg = match self.deadline() {
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    match rx.recv_timeout(left) {
-                        Ok(msg) => msg,
-                        Err(RecvTimeoutError::Timeout) => return Err(self.expired().into()),
-                        Err(RecvTimeoutError::Disconnected) => {
-                            return Err(io::Error::other("channel closed").into());
-                        }
-                    }
-                }
-                None => rx.recv().map_err(|_| io::Error::other("channel closed"))?,
-            };
-            if let Some(report) = self.handle(msg)? {
-                return Ok(report);
-            }
-        }
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        if !self.all_connected {
-            Some(self.connect_deadline)
-        } else {
-            self.round_started.map(|t| t + self.timeout)
-        }
-    }
-
-    fn expired(&self) -> AbortReason {
-        if !self.all_connected {
-            AbortReason::NotConnected {
-                missing: (0..self.size)
-                    .filter(|&r| self.by_rank[r as usize].is_none())
-                    .collect(),
-                connected: self.connected,
-                size: self.size,
-                after: self.timeout,
-            }
-        } else {
-            AbortReason::RoundTimeout {
-                round: self.round,
-                missing: (0..self.size)
-                    .filter(|&r| self.slots[r as usize].is_none())
-                    .collect(),
-                after: self.timeout,
-            }
-        }
-    }
-
-    fn handle(&mut self, msg: Msg) -> Step {
-        match msg {
-            Msg::Accepted(stream, peer) => {
-                self.accept(stream, peer);
-                Ok(None)
-            }
-            Msg::Frame(id, payload) => self.frame(id, &payload),
-            Msg::Gone(id) => self.gone(id),
-            Msg::Oversized(id, len) => match self.conns[id].rank {
-                // The frame holds the kind and round (5 bytes) before the data.
-                Some(rank) => Err(AbortReason::TooLarge {
-                    rank,
-                    len: len.saturating_sub(5),
-                }
-                .into()),
-                None => {
-                    self.drop_stray(id, format!("sent a message of {len} bytes"));
-                    Ok(None)
-                }
-            },
-            Msg::Stop => Err(AbortReason::Stopped.into()),
-        }
-    }
-
-    fn accept(&mut self, stream: TcpStream, peer: SocketAddr) {
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_write_timeout(Some(self.timeout));
-        let Ok(mut reading) = stream.try_clone() else {
-            return;
-        };
-        let id = self.conns.len();
-        let tx = self.tx.clone();
-        let spawned = thread::Builder::new()
-            .name("ffd-rdv-read".into())
-            .spawn(move || {
-                // Ends at end of stream or error, which shutting the socket
-                // down causes.
-                let max = 1 + 4 + MAX_CONTRIBUTION;
-                loop {
-                    match wire::read_frame(&mut reading, None, max) {
-                        Ok(payload) => {
-                            if tx.send(Msg::Frame(id, payload)).is_err() {
-                                return;
-                            }
-                        }
-                        Err(wire::ReadError::TooLarge(len)) => {
-                            let _ = tx.send(Msg::Oversized(id, len));
-                            return;
-                        }
-                        Err(_) => {
-                            let _ = tx.send(Msg::Gone(id));
-                            return;
-                        }
-                    }
-                }
-            });
-        if let Ok(handle) = spawned {
-            self.readers.push(handle);
-            self.conns.push(Conn {
-                stream,
-                peer,
-                rank: None,
-                open: true,
-            });
-        }
-    }
-
-    fn drop_stray(&mut self, id: usize, why: String) {
-        let conn = &mut self.conns[id];
-        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
-        conn.open = false;
-        let peer = conn.peer;
-        (self.on_event)(ServeEvent::Stray { peer, why });
-    }
-
-    fn frame(&mut self, id: usize, payload: &[u8]) -> Step {
-        if !self.conns[id].open {
-            return Ok(None);
-        }
-        let rank = self.conns[id].rank;
-        let frame = match (Frame::decode(payload), rank) {
-            (Ok(f), _) => f,
-            (Err(e), None) => {
-                self.drop_stray(id, e.to_string());
-                return Ok(None);
-            }
-            (Err(e), Some(rank)) => {
-                return Err(AbortReason::Protocol {
-                    rank,
-                    what: e.to_string(),
-                }
-                .into());
-            }
-        };
-        match (frame, rank) {
-            (
-                Frame::Hello {
-                    version,
-                    rank: claimed,
-                    size,
-                },
-                None,
-            ) => self.hello(id, version, claimed, size),
-            (Frame::Contribute { round, data }, Some(rank)) => self.contribute(rank, round, data),
-            (other, None) => {
-                self.drop_stray(id, format!("sent {} before HELLO", kind_name(&other)));
-                Ok(None)
-            }
-            (other, Some(rank)) => Err(AbortReason::Protocol {
-                rank,
-                what: format!("sent an unexpected {}", kind_name(&other)),
-            }
-            .into()),
-        }
-    }
-
-    fn hello(&mut self, id: usize, version: u16, rank: Rank, size: u32) -> Step {
-        if version != wire::VERSION {
-            return Err(AbortReason::VersionMismatch {
-                rank,
-                client: version,
-                server: wire::VERSION,
-            }
-            .into());
-        }
-        if size != self.size {
-            return Err(AbortReason::SizeMismatch {
-                rank,
-                claimed: size,
-                size: self.size,
-            }
-            .into());
-        }
-        if rank >= self.size {
-            return Err(AbortReason::RankOutOfRange {
-                rank,
-                size: self.size,
-            }
-            .into());
-        }
-        if let Some(first) = self.by_rank[rank as usize] {
-            return Err(AbortReason::DuplicateRank {
-                rank,
-                first: self.conns[first].peer.to_string(),
-                second: self.conns[id].peer.to_string(),
-            }
-            .into());
-        }
-        self.conns[id].rank = Some(rank);
-        self.by_rank[rank as usize] = Some(id);
-        self.connected += 1;
-        let welcome = Frame::Welcome {
-            version: wire::VERSION,
-            size: self.size,
-        };
-        if let Ok(bytes) = welcome.encode() {
-            // A failed write shows up as the reader's end of stream.
-            let _ = wire::write_bytes(&mut self.conns[id].stream, &bytes);
-        }
-        let peer = self.conns[id].peer;
-        (self.on_event)(ServeEvent::Connected { rank, peer });
-        if self.connected == self.size {
-            self.all_connected = true;
-            if self.arrived > 0 {
-                // The round's clock starts when its last member can join it.
-                self.round_started = Some(Instant::now());
-            }
-            (self.on_event)(ServeEvent::AllConnected);
-        }
-        Ok(None)
-    }
-
-    fn contribute(&mut self, rank: Rank, round: u32, data: Vec<u8>) -> Step {
-        if round != self.round {
-            return Err(AbortReason::Protocol {
-                rank,
-                what: format!("contributed to round {round} during round {}", self.round),
-            }
-            .into());
-        }
-        if self.slots[rank as usize].is_some() {
-            return Err(AbortReason::Protocol {
-                rank,
-                what: format!("contributed twice to round {round}"),
-            }
-            .into());
-        }
-        if data.len() > MAX_CONTRIBUTION {
-            return Err(AbortReason::TooLarge {
-                rank,
-                len: data.len() as u64,
-            }
-            .into());
-        }
-        if let Some(gone) = self.closed.iter().position(|&c| c) {
-            return Err(AbortReason::Disconnected {
-                rank: gone as Rank,
-                round,
-            }
-            .into());
-        }
-        self.slots[rank as usize] = Some(data);
-        self.arrived += 1;
-        if self.arrived == 1 && self.all_connected {
-            self.round_started = Some(Instant::now());
-        }
-        if self.arrived < self.size {
-            return Ok(None);
-        }
-        let data: Vec<Vec<u8>> = self
-            .slots
-            .iter_mut()
-            .map(|s| s.take().unwrap_or_default())
-            .collect();
-        let bytes_total = data.iter().map(Vec::len).sum();
-        let bytes = Frame::Result { round, data }
-            .encode()
-            .map_err(|e: WireError| AbortReason::Protocol {
-                rank,
-                what: e.to_string(),
-            })?;
-        for id in self.by_rank.iter().flatten() {
-            // A failed write shows up as that reader's end of stream.
-            let _ = wire::write_bytes(&mut self.conns[*id].stream, &bytes);
-        }
-        (self.on_event)(ServeEvent::RoundComplete {
-            round,
-            bytes: bytes_total,
-        });
-        self.round += 1;
-        self.arrived = 0;
-        self.round_started = None;
-        Ok(None)
-    }
-
-    fn gone(&mut self, id: usize) -> Step {
-        let conn = &mut self.conns[id];
-        if !conn.open {
-            return Ok(None);
-        }
-        conn.open = false;
-        let Some(rank) = conn.rank else {
-            return Ok(None);
-        };
-        self.closed[rank as usize] = true;
-        (self.on_event)(ServeEvent::Closed { rank });
-        if self.arrived > 0 {
-            return Err(AbortReason::Disconnected {
-                rank,
-                round: self.round,
-            }
-            .into());
-        }
-        if self.all_connected && self.closed.iter().all(|&c| c) {
-            return Ok(Some(ServeReport {
-                rounds: self.round - 1,
-            }));
-        }
-        Ok(None)
-    }
-
-    /// Tells every open connection why the job is aborted.
-    fn abort_all(&mut self, reason: &AbortReason) {
-        let frame = Frame::Abort {
-            code: reason.code() as u16,
-            message: reason.to_string(),
-        };
-        let Ok(bytes) = frame.encode() else { return };
-        for conn in self.conns.iter_mut().filter(|c| c.open) {
-            let _ = wire::write_bytes(&mut conn.stream, &bytes);
-        }
-    }
-
-    fn shut_down(&mut self) {
-        for conn in &mut self.conns {
-            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
-            conn.open = false;
-        }
-    }
-}
-
-fn kind_name(frame: &Frame) -> &'static str {
-    match frame {
-        Frame::Hello { .. } => "HELLO",
-        Frame::Welcome { .. } => "WELCOME",
-        Frame::Contribute { .. } => "CONTRIBUTE",
-        Frame::Result { .. } => "RESULT",
-        Frame::Abort { .. } => "ABORT",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -648,5 +387,18 @@ mod tests {
         assert_eq!(wake_addr(v6), "[::1]:5000".parse().unwrap());
         let lo: SocketAddr = "127.0.0.2:7".parse().unwrap();
         assert_eq!(wake_addr(lo), lo);
+    }
+
+    #[test]
+    fn the_tally_counts_by_reason() {
+        let tally = DropTally::default();
+        assert_eq!(tally.add(DropReason::Silent), 1);
+        assert_eq!(tally.add(DropReason::Silent), 2);
+        tally.add(DropReason::BadProof);
+        let counts = tally.get();
+        assert_eq!(counts.get(DropReason::Silent), 2);
+        assert_eq!(counts.total(), 3);
+        assert_eq!(counts.to_string(), "3 connections (1 bad proof, 2 silent)");
+        assert_eq!(DropCounts::default().to_string(), "0 connections");
     }
 }

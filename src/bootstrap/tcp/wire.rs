@@ -1,27 +1,62 @@
-//! The rendezvous wire format (public so that tests and other
+//! The rendezvous wire format, version 2 (public so that tests and other
 //! implementations can speak it).
+//!
+//! Owns: the frames, their encoding and decoding, and reading a frame
+//! within bounds (a deadline, a size cap). Must not: allocate by a length
+//! it has not checked against the cap, or trust a sealed frame's body
+//! before [`auth`](super::auth) has checked its tag.
 //!
 //! Every message is a frame: a `u32` little-endian payload length (at most
 //! the receiver's limit), then the payload, whose first byte is its kind.
 //! All integers are little-endian.
 //!
+//! Before authentication (plain, tiny: a receiver reads at most
+//! [`HANDSHAKE_MAX`] bytes):
+//!
 //! | kind | name | direction | body after the kind byte |
 //! |---|---|---|---|
-//! | 1 | HELLO | client → server | magic `FFDB`, version u16, rank u32, size u32 |
-//! | 2 | WELCOME | server → client | version u16, size u32 |
+//! | 6 | CHALLENGE | server → client, on accept | magic `FFDB`, version u16, server nonce (32) |
+//! | 1 | HELLO | client → server | magic `FFDB`, version u16, rank u32, size u32, client nonce (32), proof (32) |
+//! | 8 | DENIED | server → client | code u16, message (UTF-8, the rest): a HELLO of another version or with a proof that fails |
+//!
+//! After a HELLO whose proof holds, every frame is sealed: its payload ends
+//! with a 32-byte tag over the frame's position on the connection (see
+//! [`auth`](super::auth)).
+//!
+//! | kind | name | direction | body after the kind byte, before the tag |
+//! |---|---|---|---|
+//! | 2 | WELCOME | server → client | size u32 |
+//! | 7 | REFUSED | server → client | code u16, message (the rest): an authenticated client not admitted |
 //! | 3 | CONTRIBUTE | client → server | round u32 (from 1), the contribution |
 //! | 4 | RESULT | server → client | round u32, count u32, count × (len u32, bytes) |
-//! | 5 | ABORT | server → client | code u16, message (UTF-8, the rest) |
+//! | 5 | ABORT | server → client | code u16, message (the rest) |
 //!
-//! HELLO and ABORT keep this layout in every version, so that peers of
-//! different versions can still name each other and say why they part.
+//! CHALLENGE and HELLO begin with the magic and the version in every
+//! version, so that peers of different versions can name each other's.
+//! Codes of DENIED and REFUSED are [`DropReason`](super::DropReason)s, of
+//! ABORT [`AbortCode`](super::AbortCode)s.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// This build's rendezvous protocol version.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+
+/// Bytes in a nonce, and in a proof or a tag.
+pub const NONCE_LEN: usize = 32;
+
+/// The most a receiver reads of a frame before authentication (a HELLO is
+/// 79 bytes, a CHALLENGE 39); a DENIED may be longer, see [`REPLY_MAX`].
+pub const HANDSHAKE_MAX: usize = 256;
+
+/// The most a client reads of the reply to its HELLO (WELCOME, REFUSED,
+/// DENIED or ABORT, with their tag).
+pub const REPLY_MAX: usize = 4096;
+
+/// A HELLO's payload up to its proof: kind, magic, version, rank, size, nonce.
+pub const HELLO_FIELDS: usize = 1 + 4 + 2 + 4 + 4 + NONCE_LEN;
 
 const MAGIC: [u8; 4] = *b"FFDB";
 
@@ -30,15 +65,47 @@ const WELCOME: u8 = 2;
 const CONTRIBUTE: u8 = 3;
 const RESULT: u8 = 4;
 const ABORT: u8 = 5;
+const CHALLENGE: u8 = 6;
+const REFUSED: u8 = 7;
+const DENIED: u8 = 8;
 
-/// One rendezvous message.
+/// One rendezvous message (a sealed one without its tag).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
-    Hello { version: u16, rank: u32, size: u32 },
-    Welcome { version: u16, size: u32 },
-    Contribute { round: u32, data: Vec<u8> },
-    Result { round: u32, data: Vec<Vec<u8>> },
-    Abort { code: u16, message: String },
+    Challenge {
+        version: u16,
+        nonce: [u8; NONCE_LEN],
+    },
+    Hello {
+        version: u16,
+        rank: u32,
+        size: u32,
+        nonce: [u8; NONCE_LEN],
+        proof: [u8; NONCE_LEN],
+    },
+    Denied {
+        code: u16,
+        message: String,
+    },
+    Welcome {
+        size: u32,
+    },
+    Refused {
+        code: u16,
+        message: String,
+    },
+    Contribute {
+        round: u32,
+        data: Vec<u8>,
+    },
+    Result {
+        round: u32,
+        data: Vec<Vec<u8>>,
+    },
+    Abort {
+        code: u16,
+        message: String,
+    },
 }
 
 /// Why a payload is not a frame.
@@ -52,29 +119,71 @@ pub enum WireError {
     Truncated(&'static str),
     #[error("a {0} message has bytes after its end")]
     Trailing(&'static str),
-    #[error("a result is too large for one frame")]
+    #[error("a message is too large for one frame")]
     TooLarge,
 }
 
 impl Frame {
-    /// The frame's bytes, length prefix included.
-    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+    /// The frame's name on the wire, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Frame::Challenge { .. } => "CHALLENGE",
+            Frame::Hello { .. } => "HELLO",
+            Frame::Denied { .. } => "DENIED",
+            Frame::Welcome { .. } => "WELCOME",
+            Frame::Refused { .. } => "REFUSED",
+            Frame::Contribute { .. } => "CONTRIBUTE",
+            Frame::Result { .. } => "RESULT",
+            Frame::Abort { .. } => "ABORT",
+        }
+    }
+
+    /// Whether this kind travels sealed (after authentication).
+    pub fn is_sealed(&self) -> bool {
+        !matches!(
+            self,
+            Frame::Challenge { .. } | Frame::Hello { .. } | Frame::Denied { .. }
+        )
+    }
+
+    /// The payload: the kind byte and the body, without length or tag.
+    pub fn payload(&self) -> Result<Vec<u8>, WireError> {
         let mut p = Vec::new();
         match self {
+            Frame::Challenge { version, nonce } => {
+                p.push(CHALLENGE);
+                p.extend_from_slice(&MAGIC);
+                p.extend_from_slice(&version.to_le_bytes());
+                p.extend_from_slice(nonce);
+            }
             Frame::Hello {
                 version,
                 rank,
                 size,
+                nonce,
+                proof,
             } => {
                 p.push(HELLO);
                 p.extend_from_slice(&MAGIC);
                 p.extend_from_slice(&version.to_le_bytes());
                 p.extend_from_slice(&rank.to_le_bytes());
                 p.extend_from_slice(&size.to_le_bytes());
+                p.extend_from_slice(nonce);
+                p.extend_from_slice(proof);
             }
-            Frame::Welcome { version, size } => {
+            Frame::Denied { code, message }
+            | Frame::Refused { code, message }
+            | Frame::Abort { code, message } => {
+                p.push(match self {
+                    Frame::Denied { .. } => DENIED,
+                    Frame::Refused { .. } => REFUSED,
+                    _ => ABORT,
+                });
+                p.extend_from_slice(&code.to_le_bytes());
+                p.extend_from_slice(message.as_bytes());
+            }
+            Frame::Welcome { size } => {
                 p.push(WELCOME);
-                p.extend_from_slice(&version.to_le_bytes());
                 p.extend_from_slice(&size.to_le_bytes());
             }
             Frame::Contribute { round, data } => {
@@ -98,20 +207,17 @@ impl Frame {
                     p.extend_from_slice(d);
                 }
             }
-            Frame::Abort { code, message } => {
-                p.push(ABORT);
-                p.extend_from_slice(&code.to_le_bytes());
-                p.extend_from_slice(message.as_bytes());
-            }
         }
-        let len = u32::try_from(p.len()).map_err(|_| WireError::TooLarge)?;
-        let mut out = Vec::with_capacity(4 + p.len());
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&p);
-        Ok(out)
+        Ok(p)
     }
 
-    /// Reads a payload (without its length prefix) from untrusted bytes.
+    /// The frame's bytes as sent plain, length prefix included.
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        framed(&self.payload()?, &[])
+    }
+
+    /// Reads a payload (without its length prefix, and without the tag of
+    /// a sealed frame) from untrusted bytes.
     pub fn decode(payload: &[u8]) -> Result<Frame, WireError> {
         let (&kind, body) = payload.split_first().ok_or(WireError::Truncated("empty"))?;
         let mut r = Body {
@@ -119,23 +225,42 @@ impl Frame {
             name: "",
         };
         let frame = match kind {
+            CHALLENGE => {
+                r.name = "CHALLENGE";
+                r.magic()?;
+                Frame::Challenge {
+                    version: r.u16()?,
+                    nonce: r.nonce()?,
+                }
+            }
             HELLO => {
                 r.name = "HELLO";
-                if r.take(4)? != MAGIC {
-                    return Err(WireError::NotFfd);
-                }
+                r.magic()?;
                 Frame::Hello {
                     version: r.u16()?,
                     rank: r.u32()?,
                     size: r.u32()?,
+                    nonce: r.nonce()?,
+                    proof: r.nonce()?,
+                }
+            }
+            DENIED | REFUSED | ABORT => {
+                r.name = match kind {
+                    DENIED => "DENIED",
+                    REFUSED => "REFUSED",
+                    _ => "ABORT",
+                };
+                let code = r.u16()?;
+                let message = String::from_utf8_lossy(r.take(r.rest.len())?).into_owned();
+                match kind {
+                    DENIED => Frame::Denied { code, message },
+                    REFUSED => Frame::Refused { code, message },
+                    _ => Frame::Abort { code, message },
                 }
             }
             WELCOME => {
                 r.name = "WELCOME";
-                Frame::Welcome {
-                    version: r.u16()?,
-                    size: r.u32()?,
-                }
+                Frame::Welcome { size: r.u32()? }
             }
             CONTRIBUTE => {
                 r.name = "CONTRIBUTE";
@@ -159,12 +284,6 @@ impl Frame {
                 }
                 Frame::Result { round, data }
             }
-            ABORT => {
-                r.name = "ABORT";
-                let code = r.u16()?;
-                let message = String::from_utf8_lossy(r.take(r.rest.len())?).into_owned();
-                Frame::Abort { code, message }
-            }
             other => return Err(WireError::UnknownKind(other)),
         };
         if !r.rest.is_empty() {
@@ -172,6 +291,34 @@ impl Frame {
         }
         Ok(frame)
     }
+}
+
+/// The version a CHALLENGE or HELLO payload announces, read from the part
+/// every version shares (kind, magic, version), whatever follows.
+pub fn announced_version(payload: &[u8]) -> Result<u16, WireError> {
+    let (&kind, body) = payload.split_first().ok_or(WireError::Truncated("empty"))?;
+    let name = match kind {
+        HELLO => "HELLO",
+        CHALLENGE => "CHALLENGE",
+        other => return Err(WireError::UnknownKind(other)),
+    };
+    let mut r = Body { rest: body, name };
+    r.magic()?;
+    r.u16()
+}
+
+/// `payload` then `tag` behind a length prefix.
+pub(crate) fn framed(payload: &[u8], tag: &[u8]) -> Result<Vec<u8>, WireError> {
+    let len = payload
+        .len()
+        .checked_add(tag.len())
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or(WireError::TooLarge)?;
+    let mut out = Vec::with_capacity(4 + len as usize);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(payload);
+    out.extend_from_slice(tag);
+    Ok(out)
 }
 
 struct Body<'a> {
@@ -188,6 +335,13 @@ impl<'a> Body<'a> {
         self.rest = tail;
         Ok(head)
     }
+    fn magic(&mut self) -> Result<(), WireError> {
+        // Too short to hold the magic is as foreign as a wrong one.
+        match self.take(4) {
+            Ok(m) if m == MAGIC => Ok(()),
+            _ => Err(WireError::NotFfd),
+        }
+    }
     fn u16(&mut self) -> Result<u16, WireError> {
         let b = self.take(2)?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
@@ -195,6 +349,11 @@ impl<'a> Body<'a> {
     fn u32(&mut self) -> Result<u32, WireError> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn nonce(&mut self) -> Result<[u8; NONCE_LEN], WireError> {
+        let mut out = [0; NONCE_LEN];
+        out.copy_from_slice(self.take(NONCE_LEN)?);
+        Ok(out)
     }
 }
 
@@ -209,53 +368,98 @@ pub enum ReadError {
     Truncated,
     #[error("a message of {0} bytes is over the limit")]
     TooLarge(u64),
+    #[error("the reader was stopped")]
+    Stopped,
     #[error(transparent)]
     Io(#[from] io::Error),
 }
 
-/// Reads one frame's payload, waiting until `deadline` (`None`: no bound, for
-/// the server's readers, which are unblocked by shutting the socket down).
+/// How long, and how much, [`read_frame_within`] reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds<'a> {
+    /// The frame's first byte must arrive by then. `None`: wait for it,
+    /// waking every [`STOP_POLL`] to look at `stop`.
+    pub start_by: Option<Instant>,
+    /// Once the first byte is in, the rest must follow within this.
+    pub finish_within: Option<Duration>,
+    /// The largest payload accepted.
+    pub max: usize,
+    /// Set when the reader must give up ([`ReadError::Stopped`]).
+    pub stop: Option<&'a AtomicBool>,
+}
+
+/// How often a read with no deadline wakes to look at its stop flag.
+pub const STOP_POLL: Duration = Duration::from_millis(500);
+
+/// Reads one frame's payload, waiting until `deadline` (`None`: no bound).
 pub fn read_frame(
     stream: &mut TcpStream,
     deadline: Option<Instant>,
     max: usize,
 ) -> Result<Vec<u8>, ReadError> {
+    read_frame_within(
+        stream,
+        &Bounds {
+            start_by: deadline,
+            finish_within: None,
+            max,
+            stop: None,
+        },
+    )
+}
+
+/// Reads one frame's payload within `bounds`. Nothing is allocated for a
+/// length over `bounds.max`.
+pub fn read_frame_within(stream: &mut TcpStream, bounds: &Bounds) -> Result<Vec<u8>, ReadError> {
     let mut len = [0u8; 4];
-    read_full(stream, &mut len, deadline, true)?;
+    let mut deadline = bounds.start_by;
+    read_full(stream, &mut len, &mut deadline, bounds, true)?;
     let len = u32::from_le_bytes(len);
-    if len as usize > max {
+    if len as usize > bounds.max {
         return Err(ReadError::TooLarge(u64::from(len)));
     }
     let mut payload = vec![0; len as usize];
-    read_full(stream, &mut payload, deadline, false)?;
+    read_full(stream, &mut payload, &mut deadline, bounds, false)?;
     Ok(payload)
 }
 
+/// Fills `buf`. At a frame boundary the wait for the first byte is bounded
+/// by `deadline`; once a byte is in, `deadline` tightens to
+/// `bounds.finish_within` from then.
 fn read_full(
     stream: &mut TcpStream,
     buf: &mut [u8],
-    deadline: Option<Instant>,
+    deadline: &mut Option<Instant>,
+    bounds: &Bounds,
     at_boundary: bool,
 ) -> Result<(), ReadError> {
     let mut filled = 0;
     // Each pass reads at least one byte, or returns, or lets time run
-    // towards the deadline (a timed-out read).
+    // towards the deadline (a timed-out read), or looks at the stop flag.
     while filled < buf.len() {
-        let timeout = match deadline {
-            None => None,
+        let timeout = match *deadline {
+            None => STOP_POLL,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(ReadError::Timeout);
                 }
-                Some(left)
+                left
             }
         };
-        stream.set_read_timeout(timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
         match stream.read(&mut buf[filled..]) {
             Ok(0) if filled == 0 && at_boundary => return Err(ReadError::Closed),
             Ok(0) => return Err(ReadError::Truncated),
-            Ok(n) => filled += n,
+            Ok(n) => {
+                if filled == 0 && at_boundary {
+                    if let Some(within) = bounds.finish_within {
+                        let by = Instant::now() + within;
+                        *deadline = Some(deadline.map_or(by, |d| d.min(by)));
+                    }
+                }
+                filled += n;
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -264,6 +468,9 @@ fn read_full(
                         | io::ErrorKind::Interrupted
                 ) => {}
             Err(e) => return Err(ReadError::Io(e)),
+        }
+        if bounds.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+            return Err(ReadError::Stopped);
         }
     }
     Ok(())
@@ -282,14 +489,25 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let frames = [
+            Frame::Challenge {
+                version: 2,
+                nonce: [7; 32],
+            },
             Frame::Hello {
-                version: 1,
+                version: 2,
                 rank: 3,
                 size: 8,
+                nonce: [1; 32],
+                proof: [2; 32],
             },
-            Frame::Welcome {
-                version: 1,
-                size: 8,
+            Frame::Denied {
+                code: 3,
+                message: "no proof".into(),
+            },
+            Frame::Welcome { size: 8 },
+            Frame::Refused {
+                code: 9,
+                message: "rank 2 is taken".into(),
             },
             Frame::Contribute {
                 round: 2,
@@ -305,7 +523,7 @@ mod tests {
             },
             Frame::Abort {
                 code: 4,
-                message: "two clients claimed rank 2".into(),
+                message: "rank 2 disconnected".into(),
             },
         ];
         for f in frames {
@@ -324,12 +542,36 @@ mod tests {
     }
 
     #[test]
+    fn handshake_frames_fit_the_handshake_cap() {
+        let hello = Frame::Hello {
+            version: VERSION,
+            rank: 0,
+            size: 1,
+            nonce: [0; 32],
+            proof: [0; 32],
+        };
+        let payload = hello.payload().unwrap();
+        assert_eq!(payload.len(), HELLO_FIELDS + NONCE_LEN);
+        assert!(payload.len() <= HANDSHAKE_MAX);
+        assert_eq!(announced_version(&payload), Ok(VERSION));
+        // A version-1 HELLO: magic, version 1, rank, size; no nonce.
+        let v1 = [1, b'F', b'F', b'D', b'B', 1, 0, 0, 0, 0, 0, 2, 0, 0, 0];
+        assert_eq!(announced_version(&v1), Ok(1));
+    }
+
+    #[test]
     fn garbage_is_rejected() {
         assert_eq!(Frame::decode(&[]), Err(WireError::Truncated("empty")));
         assert_eq!(Frame::decode(&[9]), Err(WireError::UnknownKind(9)));
         assert_eq!(Frame::decode(b"\x01GET / HTTP/1.1"), Err(WireError::NotFfd));
+        assert_eq!(Frame::decode(b"\x01GE"), Err(WireError::NotFfd));
+        assert_eq!(announced_version(b"\x01GET /"), Err(WireError::NotFfd));
         assert_eq!(
-            Frame::decode(&[2, 1, 0, 8, 0, 0, 0, 0]),
+            announced_version(b"\x03abc"),
+            Err(WireError::UnknownKind(3))
+        );
+        assert_eq!(
+            Frame::decode(&[2, 8, 0, 0, 0, 0]),
             Err(WireError::Trailing("WELCOME"))
         );
         // A count that promises more entries than bytes allocates nothing.

@@ -11,9 +11,10 @@
 
 use std::collections::BTreeMap;
 
-use super::record::{PeerRecord, RecordError};
+use super::record::{FINGERPRINT_LEN, PeerRecord, RecordError, SecretClaim};
+use crate::bootstrap::secret::JobSecret;
 use crate::bootstrap::{Bootstrap, BootstrapError};
-use crate::config::format_duration;
+use crate::config::{format_duration, var};
 use crate::protocol::Rank;
 
 /// Every rank's record, and what rank 0 decided for the job.
@@ -26,6 +27,10 @@ pub struct JobView {
     pub job_key: u64,
     /// Rank 0's ring seed, for the `shuffle` order.
     pub ring_seed: u64,
+    /// The job's secret as rank 0 drew it, when no rank holds one of its
+    /// own; `None` when every rank holds the same one (checked by
+    /// fingerprint).
+    pub drawn_secret: Option<JobSecret>,
     /// `records[r]` is rank r's.
     pub records: Vec<PeerRecord>,
 }
@@ -94,11 +99,25 @@ pub enum ExchangeError {
     NoAddress { rank: Rank },
     #[error("rank 0 contributed no job key")]
     NoJobKey,
+    #[error(
+        "rank {rank} holds {theirs}, this rank holds {ours}: every rank must be given the same \
+         job secret ({} or the launcher's) or none",
+        var::SECRET_FILE
+    )]
+    SecretMismatch {
+        rank: Rank,
+        theirs: String,
+        ours: String,
+    },
+    #[error("no rank holds a job secret and rank 0 contributed none")]
+    NoSecret,
 }
 
 /// Runs the address exchange: contributes `mine`, and checks that every
 /// rank runs the same protocol version, job size, provider and agreed
-/// settings, that no rank is claimed twice, and that rank 0 sent a job key.
+/// settings, that no rank is claimed twice, that every rank holds the same
+/// job secret (by fingerprint) or none, and that rank 0 sent a job key and,
+/// when nobody holds a secret, the one it drew.
 pub fn exchange<B: Bootstrap + ?Sized>(
     bootstrap: &mut B,
     mine: &PeerRecord,
@@ -166,13 +185,37 @@ pub fn exchange<B: Bootstrap + ?Sized>(
     if rank0.job_key == 0 {
         return Err(ExchangeError::NoJobKey);
     }
+    let drawn_secret = match (&mine.secret, &rank0.secret) {
+        (SecretClaim::Held { .. }, _) => None,
+        (_, SecretClaim::Drawn(secret)) => Some(secret.clone()),
+        _ => return Err(ExchangeError::NoSecret),
+    };
     Ok(JobView {
         rank: me,
         size,
         job_key: rank0.job_key,
         ring_seed: rank0.ring_seed,
+        drawn_secret,
         records,
     })
+}
+
+/// How a secret claim reads in an error: which secret, never the secret.
+fn describe_secret(claim: &SecretClaim) -> Option<[u8; FINGERPRINT_LEN]> {
+    match claim {
+        SecretClaim::Held { fingerprint } => Some(*fingerprint),
+        SecretClaim::None | SecretClaim::Drawn(_) => None,
+    }
+}
+
+fn held_text(fingerprint: Option<[u8; FINGERPRINT_LEN]>) -> String {
+    match fingerprint {
+        Some(f) => format!(
+            "a job secret with fingerprint {}",
+            f.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+        None => "no job secret of its own".to_owned(),
+    }
 }
 
 fn check_agreement(mine: &PeerRecord, r: &PeerRecord) -> Result<(), ExchangeError> {
@@ -196,6 +239,14 @@ fn check_agreement(mine: &PeerRecord, r: &PeerRecord) -> Result<(), ExchangeErro
             rank,
             theirs: r.provider.clone(),
             ours: mine.provider.clone(),
+        });
+    }
+    let (theirs, ours) = (describe_secret(&r.secret), describe_secret(&mine.secret));
+    if theirs != ours {
+        return Err(ExchangeError::SecretMismatch {
+            rank,
+            theirs: held_text(theirs),
+            ours: held_text(ours),
         });
     }
     let (a, b) = (&r.settings, &mine.settings);

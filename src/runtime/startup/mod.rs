@@ -11,39 +11,42 @@
 //! without a bound of its own (a host's collective is the host's business).
 //!
 //! The steps, each a function below, in the order `start` runs them:
-//! `open_fabric`, `exchange_records`, `insert_peers`, `agree_engine`,
-//! `choose_placement`, `seed_engine`, `plan_links`, `publish_state`,
+//! `open_fabric`, `exchange_records` (with this rank's claim on the job's
+//! secret, `keys`), `insert_peers`, `agree_engine`, `choose_placement`,
+//! `seed_engine` (the message key), `plan_links`, `publish_state`,
 //! `wake_socket`, `spawn_progress`, `await_links`.
 
 #![forbid(unsafe_code)]
 
 mod exchange;
+pub mod keys;
 mod record;
 
 pub use exchange::{ExchangeError, JobView, exchange};
 pub use record::{
-    AgreedSettings, PeerRecord, RECORD_VERSION, RecordError, host_id, local_hostname,
-    random_job_key,
+    AgreedSettings, FINGERPRINT_LEN, PeerRecord, RECORD_VERSION, RecordError, SecretClaim, host_id,
+    local_hostname, random_job_key,
 };
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
-use crate::config::{Config, ProgressMode};
+use crate::bootstrap::secret::JobSecret;
+use crate::config::{Config, Env, ProgressMode};
 use crate::fabric::{
-    AddressVector, Domain, Endpoint, EndpointConfig, Info, RemoteRegion, SlotPage,
+    AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
 };
 use crate::protocol::{self, EngineConfig, Rank, Ring};
 
+use super::link::LinkProgress;
 use super::log::Logger;
 use super::placement::{self, Placement};
-use super::progress::{self, EngineSeed, LinkProgress};
+use super::progress::{self, EngineSeed};
 use super::{
     Callback, Detector, EventQueue, FailedBits, PublishedState, SlotRegion, StartError,
     StatsSnapshot, linger,
@@ -65,9 +68,10 @@ pub(super) fn start(
     };
     let engine_config = config.engine_config();
 
+    check_fabric_version(&logger)?;
     let fabric = open_fabric(config, size)?;
     phases.done("fabric open");
-    let view = exchange_records(config, bootstrap, &fabric, &engine_config)?;
+    let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
     phases.done("address exchange");
     let peers = insert_peers(&fabric, &view)?;
     let (engine_config, ring) = agree_engine(engine_config, &view);
@@ -81,7 +85,7 @@ pub(super) fn start(
 
     // Time zero of the detector's clock and of its events.
     let started = Instant::now();
-    let seed = seed_engine(engine_config, ring, &view)?;
+    let seed = seed_engine(engine_config, ring, &view, &secret)?;
     let max_payload = seed.config.max_payload;
     let links = plan_links(&seed, size, &peers);
     let published = publish_state(config, me, size, &placement, &provider, &domain)?;
@@ -166,6 +170,18 @@ struct OwnFabric {
 /// Opens the provider and domain `config` names, an address vector for
 /// `size` ranks, an endpoint whose buffers fit every message of a job of
 /// that size, and registers the one-page slot region peers write into.
+/// One libfabric per process: the host's (an MPI library's own build, say)
+/// may not be the one ffd was built against. An older one is refused,
+/// naming both versions; a newer one is logged.
+fn check_fabric_version(logger: &Logger) -> Result<(), StartError> {
+    let versions = FabricVersions::of_this_process();
+    versions.check()?;
+    if versions.loaded != versions.built {
+        logger.info(format_args!("{versions}"));
+    }
+    Ok(())
+}
+
 fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
     let info = Info::query(config.provider(), config.domain())?;
     let domain = Domain::open_info(&info)?;
@@ -192,19 +208,28 @@ fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
 }
 
 /// Builds this rank's [`PeerRecord`] (host name, provider, fabric address,
-/// slot region, agreed settings, and on rank 0 a fresh job key) and runs
-/// the [`exchange`] through `bootstrap`: every rank's record, checked to
-/// agree with ours.
+/// slot region, agreed settings, its claim on the job's secret, and on rank
+/// 0 a fresh job key) and runs the [`exchange`] through `bootstrap`: every
+/// rank's record, checked to agree with ours. Returns the view and the
+/// job's secret (this rank's own, or the one rank 0 drew).
 fn exchange_records(
     config: &Config,
     bootstrap: &mut dyn Bootstrap,
     fabric: &OwnFabric,
     engine_config: &EngineConfig,
-) -> Result<JobView, StartError> {
+) -> Result<(JobView, JobSecret), StartError> {
     let (me, size) = (bootstrap.rank(), bootstrap.size());
+    let secret = keys::held_secret(bootstrap, &Env::process())
+        .and_then(|held| keys::claim(me, held.as_ref()).map(|claim| (held, claim)));
+    let (held, claim) = match secret {
+        Ok(secret) => secret,
+        Err(e) => return Err(abandon_exchange(bootstrap, e.into())),
+    };
     let hostname = match config.hostname() {
         Some(h) => h.to_owned(),
-        None => local_hostname().map_err(StartError::Hostname)?,
+        None => {
+            local_hostname().map_err(|e| abandon_exchange(bootstrap, StartError::Hostname(e)))?
+        }
     };
     let remote = fabric.slots.remote();
     let mut record = PeerRecord::new(me, size, hostname, engine_config);
@@ -212,13 +237,34 @@ fn exchange_records(
     record.fabric_addr = fabric.endpoint.name().to_vec();
     record.slot_addr = remote.addr;
     record.slot_key = remote.key;
+    record.secret = claim;
     if me == 0 {
-        record.job_key = random_job_key().map_err(|source| StartError::Io {
-            what: "job key",
-            source,
+        record.job_key = random_job_key().map_err(|source| {
+            abandon_exchange(
+                bootstrap,
+                StartError::Io {
+                    what: "job key",
+                    source,
+                },
+            )
         })?;
     }
-    Ok(exchange(bootstrap, &record)?)
+    let view = exchange(bootstrap, &record)?;
+    let secret = match (held, &view.drawn_secret) {
+        (Some(held), _) => held,
+        (None, Some(drawn)) => drawn.clone(),
+        // The exchange checked that rank 0 drew one when nobody holds one.
+        (None, None) => return Err(ExchangeError::NoSecret.into()),
+    };
+    Ok((view, secret))
+}
+
+/// This rank cannot make its record: it still takes part in the exchange
+/// with an empty contribution, so that the other ranks fail on it (naming
+/// this rank) rather than wait for it, and returns `error`.
+fn abandon_exchange(bootstrap: &mut dyn Bootstrap, error: StartError) -> StartError {
+    let _ = bootstrap.allgather(&[]);
+    error
 }
 
 /// Inserts every rank's fabric address into the address vector, in rank
@@ -274,12 +320,14 @@ fn choose_placement(config: &Config, info: &Info) -> Result<Placement, StartErro
 }
 
 /// What the progress thread builds the Engine from once every rank is
-/// linked. The settings are checked now, while errors can still be
-/// returned to the host.
+/// linked: the settings (checked now, while errors can still be returned
+/// to the host), the ring, and the job's keys (the message key derived
+/// from `secret` and the job key).
 fn seed_engine(
     engine_config: EngineConfig,
     ring: Arc<Ring>,
     view: &JobView,
+    secret: &JobSecret,
 ) -> Result<EngineSeed, StartError> {
     let config = Arc::new(engine_config);
     config.validate()?;
@@ -287,7 +335,7 @@ fn seed_engine(
         config,
         ring,
         me: view.rank,
-        job_key: view.job_key,
+        keys: keys::job_keys(secret, view.job_key),
     })
 }
 
@@ -333,8 +381,7 @@ fn publish_state(
         me,
         failed: FailedBits::new(size),
         left: FailedBits::new(size),
-        excluded: AtomicBool::new(false),
-        running: AtomicBool::new(true),
+        life: Default::default(),
         events,
         stats: Mutex::new(StatsSnapshot {
             placement: Some(placement.clone()),
@@ -342,6 +389,7 @@ fn publish_state(
             domain: domain.to_owned(),
             ..StatsSnapshot::default()
         }),
+        logger: Logger::new(config.log(), me),
     }))
 }
 

@@ -6,7 +6,7 @@
 //! each other (that is `exchange`'s job), or carry the bytes anywhere (the
 //! [`Bootstrap`](crate::bootstrap::Bootstrap) transport does).
 //!
-//! Format, little-endian, version [`RECORD_VERSION`] = 1:
+//! Format, little-endian, version [`RECORD_VERSION`] = 2:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -25,12 +25,21 @@
 //! | 72 | 1 | inband: 0 declare, 1 suspect, 2 off |
 //! | 73 | 1 | bcast: 0 bmg, 1 chord |
 //! | 74 | 1 | ring: 0 topology, 1 shuffle, 2 rank |
-//! | 75 | 1 | reserved, 0 |
-//! | 76 | 1+n | hostname, UTF-8, n ≤ 255 |
+//! | 75 | 1 | secret claim: 0 none, 1 drawn (rank 0's secret follows), 2 held (its fingerprint follows) |
+//! | 76 | 32 | the drawn secret; or the 8-byte fingerprint, then 24 zeros; or 32 zeros |
+//! | 108 | 1+n | hostname, UTF-8, n ≤ 255 |
 //! | | 1+n | provider name, UTF-8, n ≤ 255 |
 //! | | 2+n | fabric address, n ≤ 4096 |
 //!
 //! Nothing may follow the fabric address.
+//!
+//! Version 2 turned the reserved byte at 75 into the secret claim and added
+//! the 32 bytes after it ([`SecretClaim`], `docs/design.md` §5.3). A rank
+//! that holds the job's secret (from its bootstrap or `FFD_SECRET_FILE`)
+//! sends only a fingerprint of it, so that ranks holding different secrets
+//! fail at start naming each other; when no rank holds one, rank 0 draws
+//! the secret and sends it here, over the bootstrap, which is then the
+//! host's own channel (its allgather, or PMIx).
 //!
 //! The protocol version is the one constant the message codec stamps on
 //! every protocol message ([`wire::VERSION`]); the record keeps it in a
@@ -41,14 +50,17 @@
 
 use std::time::Duration;
 
+use crate::bootstrap::secret::{JobSecret, SECRET_LEN};
 use crate::protocol::wire;
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};
 
 /// The version of the record format above.
-pub const RECORD_VERSION: u16 = 1;
+pub const RECORD_VERSION: u16 = 2;
 
 const MAGIC: [u8; 4] = *b"FFDR";
-const FIXED_LEN: usize = 76;
+const FIXED_LEN: usize = 108;
+/// Bytes of a secret's fingerprint in a record.
+pub const FINGERPRINT_LEN: usize = 8;
 const MAX_NAME: usize = 255;
 /// Longest fabric address accepted (libfabric's are tens of bytes).
 pub const MAX_FABRIC_ADDR: usize = 4096;
@@ -72,6 +84,58 @@ impl AgreedSettings {
             inband: engine.inband,
             bcast: engine.bcast,
             ring: engine.ring,
+        }
+    }
+}
+
+/// What a rank's record says about the job's secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SecretClaim {
+    /// This rank holds no secret of its own: rank 0 draws the job's.
+    #[default]
+    None,
+    /// Rank 0 drew the job's secret and hands it to the others through the
+    /// bootstrap (the host's own channel).
+    Drawn(JobSecret),
+    /// This rank holds a secret (its bootstrap's or `FFD_SECRET_FILE`'s);
+    /// only this fingerprint of it travels.
+    Held { fingerprint: [u8; FINGERPRINT_LEN] },
+}
+
+impl SecretClaim {
+    fn code(&self) -> u8 {
+        match self {
+            SecretClaim::None => 0,
+            SecretClaim::Drawn(_) => 1,
+            SecretClaim::Held { .. } => 2,
+        }
+    }
+
+    fn material(&self) -> [u8; SECRET_LEN] {
+        let mut out = [0u8; SECRET_LEN];
+        match self {
+            SecretClaim::None => {}
+            SecretClaim::Drawn(secret) => out = *secret.as_bytes(),
+            SecretClaim::Held { fingerprint } => {
+                out[..FINGERPRINT_LEN].copy_from_slice(fingerprint)
+            }
+        }
+        out
+    }
+
+    fn decode(code: u8, material: [u8; SECRET_LEN]) -> Result<SecretClaim, RecordError> {
+        match code {
+            0 => Ok(SecretClaim::None),
+            1 => Ok(SecretClaim::Drawn(JobSecret::from_bytes(material))),
+            2 => {
+                let mut fingerprint = [0u8; FINGERPRINT_LEN];
+                fingerprint.copy_from_slice(&material[..FINGERPRINT_LEN]);
+                Ok(SecretClaim::Held { fingerprint })
+            }
+            code => Err(RecordError::UnknownCode {
+                field: "secret claim",
+                code,
+            }),
         }
     }
 }
@@ -102,6 +166,9 @@ pub struct PeerRecord {
     /// The ring seed this rank proposes; rank 0's is used.
     pub ring_seed: u64,
     pub settings: AgreedSettings,
+    /// The job's secret as this rank knows it (never the secret itself,
+    /// except rank 0's drawn one).
+    pub secret: SecretClaim,
 }
 
 impl PeerRecord {
@@ -128,6 +195,7 @@ impl PeerRecord {
             job_key: 0,
             ring_seed: engine.ring_seed,
             settings: AgreedSettings::of(engine),
+            secret: SecretClaim::None,
         }
     }
 
@@ -167,7 +235,8 @@ impl PeerRecord {
         out.push(inband_code(self.settings.inband));
         out.push(bcast_code(self.settings.bcast));
         out.push(ring_code(self.settings.ring));
-        out.push(0);
+        out.push(self.secret.code());
+        out.extend_from_slice(&self.secret.material());
         for text in [&self.hostname, &self.provider] {
             out.push(text.len() as u8); // checked above: ≤ 255
             out.extend_from_slice(text.as_bytes());
@@ -203,7 +272,8 @@ impl PeerRecord {
         let inband = decode_code("inband", r.u8()?, &INBAND)?;
         let bcast = decode_code("bcast", r.u8()?, &BCAST)?;
         let ring = decode_code("ring", r.u8()?, &RING)?;
-        let _reserved = r.u8()?;
+        let claim = r.u8()?;
+        let secret = SecretClaim::decode(claim, r.array()?)?;
         let hostname = r.text("hostname")?;
         let provider = r.text("provider")?;
         let addr_len = usize::from(r.u16()?);
@@ -239,6 +309,7 @@ impl PeerRecord {
                 bcast,
                 ring,
             },
+            secret,
         })
     }
 }
@@ -397,6 +468,9 @@ mod tests {
         r.settings.ring = RingKind::Shuffle;
         r.settings.inband = InbandMode::Off;
         r.settings.bcast = BcastKind::Chord;
+        r.secret = SecretClaim::Held {
+            fingerprint: [1, 2, 3, 4, 5, 6, 7, 8],
+        };
         r
     }
 
@@ -407,6 +481,29 @@ mod tests {
         assert_eq!(&bytes[..4], b"FFDR");
         assert_eq!(bytes.len(), FIXED_LEN + 1 + 6 + 1 + 11 + 2 + 5);
         assert_eq!(PeerRecord::decode(&bytes), Ok(r));
+    }
+
+    #[test]
+    fn every_secret_claim_round_trips_and_only_rank_0s_drawn_one_is_secret() {
+        for claim in [
+            SecretClaim::None,
+            SecretClaim::Drawn(JobSecret::from_bytes([9; SECRET_LEN])),
+            SecretClaim::Held {
+                fingerprint: [7; FINGERPRINT_LEN],
+            },
+        ] {
+            let mut r = sample();
+            r.secret = claim.clone();
+            let bytes = r.encode().unwrap();
+            assert_eq!(bytes.len(), FIXED_LEN + 1 + 6 + 1 + 11 + 2 + 5);
+            assert_eq!(PeerRecord::decode(&bytes).unwrap().secret, claim);
+            let held = matches!(claim, SecretClaim::Held { .. });
+            assert_eq!(bytes[76..84] == [7; 8], held, "a fingerprint travels");
+            let drawn = matches!(claim, SecretClaim::Drawn(_));
+            assert_eq!(bytes[84..108] == [9; 24], drawn, "a drawn secret travels");
+        }
+        let drawn = SecretClaim::Drawn(JobSecret::from_bytes([9; SECRET_LEN]));
+        assert!(!format!("{drawn:?}").contains('9'), "Debug hides a secret");
     }
 
     #[test]
@@ -437,11 +534,20 @@ mod tests {
     #[test]
     fn bad_fields_are_named() {
         let bytes = sample().encode().unwrap();
-        let mut v2 = bytes.clone();
-        v2[4] = 2;
+        let mut v1 = bytes.clone();
+        v1[4] = 1;
         assert_eq!(
-            PeerRecord::decode(&v2).unwrap_err().to_string(),
-            "is of record version 2, this rank reads version 1"
+            PeerRecord::decode(&v1).unwrap_err().to_string(),
+            "is of record version 1, this rank reads version 2"
+        );
+        let mut claim = bytes.clone();
+        claim[75] = 3;
+        assert_eq!(
+            PeerRecord::decode(&claim),
+            Err(RecordError::UnknownCode {
+                field: "secret claim",
+                code: 3
+            })
         );
         let mut code = bytes.clone();
         code[74] = 7;
@@ -459,8 +565,8 @@ mod tests {
             Err(RecordError::NotUtf8 { field: "hostname" })
         );
         assert_eq!(
-            PeerRecord::decode(&bytes[..80]).unwrap_err().to_string(),
-            "is truncated: 80 bytes, the hostname needs 3 more"
+            PeerRecord::decode(&bytes[..112]).unwrap_err().to_string(),
+            "is truncated: 112 bytes, the hostname needs 3 more"
         );
     }
 

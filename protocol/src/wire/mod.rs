@@ -1,35 +1,53 @@
-//! The wire format of ffd's active messages: a fixed header, then a body per
-//! kind. Little-endian throughout.
+//! The wire format of ffd's active messages (version 2): a fixed header, a
+//! body per kind, and a tag. Little-endian throughout.
 //!
 //! ```text
 //! offset size field
 //!      0    4 magic "FFDP"
-//!      4    1 protocol version (1)
+//!      4    1 protocol version (2)
 //!      5    1 kind
 //!      6    2 flags (0; reserved)
 //!      8    8 job key (agreed at bootstrap)
 //!     16    4 sender rank
 //!     20    4 sender incarnation (0; reserved for a later rejoin mode)
-//!     24    4 body length
-//!     28    … body
+//!     24    8 sequence number (per link, sender → receiver: from 1,
+//!               strictly increasing)
+//!     32    4 body length
+//!     36    … body
+//!   end-16   16 tag: keyed BLAKE3 of the receiver's rank and every byte
+//!               before it (`seal`)
 //! ```
 //!
 //! Owns: encoding and validating decoding. Must not: panic, or trust any
-//! byte before validation. Every rejection has a [`RejectReason`]. A later
-//! rejoin mode can give incarnations meaning (and a flag bit) without
-//! changing the header; version-1 decoders reject a nonzero incarnation.
+//! byte before validation. Every rejection has a [`RejectReason`]. Decoding
+//! checks, in order, the cheap filters (length, magic, version, job key),
+//! then the tag (constant-time), and only then reads the rest of the header
+//! and the body: no byte after the job key is believed before the tag
+//! holds. Whether a sequence number is fresh is the Engine's question (it
+//! keeps a window per sender). A later rejoin mode can give incarnations
+//! meaning (and a flag bit) without changing the header; version-2
+//! decoders reject a nonzero incarnation.
+
+mod seal;
 
 use super::config::Rank;
 use super::ranks::{ListError, RankList, encode_rank_list};
 
+pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
+
 pub const MAGIC: [u8; 4] = *b"FFDP";
-pub const VERSION: u8 = 1;
-pub const HEADER_LEN: usize = 28;
+pub const VERSION: u8 = 2;
+/// Bytes before the body.
+pub const HEADER_LEN: usize = 36;
+/// The shortest message: a header, an empty body, a tag.
+pub const MIN_LEN: usize = HEADER_LEN + TAG_LEN;
 /// Heartbeat slots in an observer's slot page: 512 × 8 bytes = 4 KiB.
 pub const SLOTS: u16 = 512;
 
 const OFF_KIND: usize = 5;
 const OFF_SENDER: usize = 16;
+const OFF_SEQ: usize = 24;
+const OFF_BODY_LEN: usize = 32;
 /// Offset of `hops` in a Notice (after `origin`).
 const OFF_NOTICE_HOPS: usize = HEADER_LEN + 4;
 /// Offset of `hops` in a Payload (after `origin` and `seq`).
@@ -108,6 +126,17 @@ counted_enum!(
         TrailingBytes = 10 => "trailing_bytes",
         /// A message claiming to come from the receiver itself.
         FromSelf = 11 => "from_self",
+        /// The tag does not authenticate the message: not sealed with this
+        /// job's message key for this rank (a forgery, another job, a copy
+        /// meant for another rank, or corruption).
+        BadMac = 12 => "bad_mac",
+        /// The transport's source address names another rank than the
+        /// header's sender (providers that report sources only).
+        SourceMismatch = 13 => "source_mismatch",
+        /// A sequence number already seen from that sender, or older than
+        /// its window (64 behind the newest): a replayed (or duplicated)
+        /// message.
+        Replayed = 14 => "replayed",
     }
 );
 
@@ -146,9 +175,12 @@ impl ProbeVerdict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub kind: Kind,
-    /// Authoritative sender (validated < N).
+    /// Authoritative sender (validated < N, authenticated by the tag).
     pub sender: Rank,
     pub incarnation: u32,
+    /// The sequence number on the link from the sender to this rank (≥ 1);
+    /// freshness is the receiver's question.
+    pub seq: u64,
     pub body_len: u32,
 }
 
@@ -251,10 +283,16 @@ pub fn peek_kind(bytes: &[u8]) -> Option<Kind> {
     Kind::from_u8(*bytes.get(OFF_KIND)?)
 }
 
-/// Decodes and validates `bytes` for a job with key `job_key` and `n`
-/// ranks. Never panics; every failure names its reason.
-pub fn decode(bytes: &[u8], job_key: u64, n: u32) -> Result<(Header, Message<'_>), RejectReason> {
-    if bytes.len() < HEADER_LEN {
+/// Decodes and validates `bytes`, received by rank `me` of a job with keys
+/// `keys` and `n` ranks: the cheap filters, then the tag (sealed for `me`),
+/// then the rest. Never panics; every failure names its reason.
+pub fn decode<'a>(
+    bytes: &'a [u8],
+    keys: &JobKeys,
+    me: Rank,
+    n: u32,
+) -> Result<(Header, Message<'a>), RejectReason> {
+    if bytes.len() < MIN_LEN {
         return Err(RejectReason::Truncated);
     }
     let mut r = Reader { bytes, at: 0 };
@@ -266,9 +304,15 @@ pub fn decode(bytes: &[u8], job_key: u64, n: u32) -> Result<(Header, Message<'_>
     }
     let kind_byte = r.u8()?;
     let flags = r.u16()?;
-    if r.u64()? != job_key {
+    if r.u64()? != keys.job_key() {
         return Err(RejectReason::WrongJobKey);
     }
+    if !keys.verify(bytes, me) {
+        return Err(RejectReason::BadMac);
+    }
+    // Authenticated: everything before the tag is the sender's.
+    let signed = &bytes[..bytes.len() - TAG_LEN];
+    r.bytes = signed;
     let kind = Kind::from_u8(kind_byte).ok_or(RejectReason::UnknownKind)?;
     if flags != 0 {
         return Err(RejectReason::ReservedBits);
@@ -278,8 +322,13 @@ pub fn decode(bytes: &[u8], job_key: u64, n: u32) -> Result<(Header, Message<'_>
     if incarnation != 0 {
         return Err(RejectReason::UnsupportedIncarnation);
     }
+    let seq = r.u64()?;
+    if seq == 0 {
+        // Sequence numbers start at 1; 0 marks an unsealed message.
+        return Err(RejectReason::Malformed);
+    }
     let body_len = r.u32()?;
-    match (bytes.len() - HEADER_LEN).cmp(&(body_len as usize)) {
+    match (signed.len() - HEADER_LEN).cmp(&(body_len as usize)) {
         std::cmp::Ordering::Less => return Err(RejectReason::Truncated),
         std::cmp::Ordering::Greater => return Err(RejectReason::TrailingBytes),
         std::cmp::Ordering::Equal => {}
@@ -341,8 +390,8 @@ pub fn decode(bytes: &[u8], job_key: u64, n: u32) -> Result<(Header, Message<'_>
             let seq = r.u64()?;
             let hops = r.u16()?;
             r.zero16()?;
-            let rest = &bytes[r.at..];
-            r.at = bytes.len();
+            let rest = &signed[r.at..];
+            r.at = signed.len();
             Message::Payload {
                 origin,
                 seq,
@@ -351,7 +400,7 @@ pub fn decode(bytes: &[u8], job_key: u64, n: u32) -> Result<(Header, Message<'_>
             }
         }
     };
-    if r.at != bytes.len() {
+    if r.at != signed.len() {
         return Err(RejectReason::TrailingBytes);
     }
     Ok((
@@ -359,13 +408,16 @@ pub fn decode(bytes: &[u8], job_key: u64, n: u32) -> Result<(Header, Message<'_>
             kind,
             sender,
             incarnation,
+            seq,
             body_len,
         },
         message,
     ))
 }
 
-/// Builds messages from one sender of one job.
+/// Builds the unsealed messages of one sender of one job (sequence number
+/// 0, no tag): the Engine seals each copy for its receiver as it leaves
+/// ([`Sealed`]); others seal with [`seal`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Encoder {
     pub job_key: u64,
@@ -386,13 +438,14 @@ impl Encoder {
         out.extend_from_slice(&self.job_key.to_le_bytes());
         out.extend_from_slice(&self.sender.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes()); // sequence number, written when sealed
         out.extend_from_slice(&0u32.to_le_bytes()); // body length, patched in `finish`
         out
     }
 
     fn finish(mut out: Vec<u8>) -> Vec<u8> {
         let body = (out.len() - HEADER_LEN) as u32;
-        out[24..28].copy_from_slice(&body.to_le_bytes());
+        out[OFF_BODY_LEN..OFF_BODY_LEN + 4].copy_from_slice(&body.to_le_bytes());
         out
     }
 
@@ -456,18 +509,23 @@ impl Encoder {
     }
 }
 
-/// A copy of a validated Notice or Payload message with the sender replaced
-/// and the hop count incremented: forwarding costs one copy, no re-encoding.
-/// Returns `None` for other kinds or bytes too short to hold the hop field.
+/// The unsealed copy of a received (validated) Notice or Payload message
+/// with the sender replaced and the hop count incremented, its sequence
+/// number cleared and its tag removed: forwarding costs one copy, no
+/// re-encoding, and the forwarder seals each copy with its own sequence
+/// number and tag. Returns `None` for other kinds or bytes too short to
+/// hold a header, the hop field and a tag.
 pub fn forwarded(bytes: &[u8], new_sender: Rank) -> Option<Vec<u8>> {
     let off = match peek_kind(bytes)? {
         Kind::Notice => OFF_NOTICE_HOPS,
         Kind::Payload => OFF_PAYLOAD_HOPS,
         _ => return None,
     };
-    let hops = u16::from_le_bytes(bytes.get(off..off + 2)?.try_into().ok()?);
-    let mut out = bytes.to_vec();
+    let signed = bytes.get(..bytes.len().checked_sub(TAG_LEN)?)?;
+    let hops = u16::from_le_bytes(signed.get(off..off + 2)?.try_into().ok()?);
+    let mut out = signed.to_vec();
     out[OFF_SENDER..OFF_SENDER + 4].copy_from_slice(&new_sender.to_le_bytes());
+    out[OFF_SEQ..OFF_SEQ + 8].copy_from_slice(&0u64.to_le_bytes());
     out[off..off + 2].copy_from_slice(&hops.saturating_add(1).to_le_bytes());
     Some(out)
 }
@@ -478,34 +536,61 @@ mod tests {
 
     const KEY: u64 = 0x5EED_F00D_0000_0001;
 
+    fn keys() -> JobKeys {
+        JobKeys::new(KEY, [7; 32])
+    }
+
     #[test]
     fn header_layout_is_fixed() {
-        let m = Encoder::new(KEY, 3).observe_me(9, 4);
+        let m = seal(&Encoder::new(KEY, 3).observe_me(9, 4), 5, 6, &keys());
         assert_eq!(&m[0..4], b"FFDP");
         assert_eq!(m[4], VERSION);
         assert_eq!(m[5], Kind::ObserveMe as u8);
         assert_eq!(u64::from_le_bytes(m[8..16].try_into().unwrap()), KEY);
         assert_eq!(u32::from_le_bytes(m[16..20].try_into().unwrap()), 3);
+        assert_eq!(u64::from_le_bytes(m[24..32].try_into().unwrap()), 5);
         assert_eq!(
-            u32::from_le_bytes(m[24..28].try_into().unwrap()) as usize,
-            m.len() - HEADER_LEN
+            u32::from_le_bytes(m[32..36].try_into().unwrap()) as usize,
+            m.len() - HEADER_LEN - TAG_LEN
         );
         assert_eq!(peek_kind(&m), Some(Kind::ObserveMe));
+        let (h, _) = decode(&m, &keys(), 6, 10).unwrap();
+        assert_eq!((h.sender, h.seq), (3, 5));
     }
 
     #[test]
-    fn forwarding_patches_sender_and_hops() {
-        let m = Encoder::new(KEY, 1).notice(1, 4, &[7], &[]);
+    fn a_sealed_copy_is_what_seal_makes() {
+        let unsealed = Encoder::new(KEY, 1).notice(1, 0, &[7], &[]);
+        let copy = Sealed::new(unsealed.clone().into(), 9, 2, &keys());
+        assert_eq!(copy.to_vec(), seal(&unsealed, 9, 2, &keys()));
+        assert_eq!(copy.len(), unsealed.len() + TAG_LEN);
+        assert_eq!((copy.kind(), copy.seq()), (Some(Kind::Notice), 9));
+    }
+
+    #[test]
+    fn forwarding_patches_sender_and_hops_and_needs_a_new_seal() {
+        let m = seal(&Encoder::new(KEY, 1).notice(1, 4, &[7], &[]), 3, 2, &keys());
         let f = forwarded(&m, 2).expect("a notice");
-        let (h, msg) = decode(&f, KEY, 10).unwrap();
-        assert_eq!(h.sender, 2);
+        assert_eq!(f.len(), m.len() - TAG_LEN, "the tag is dropped");
+        assert!(
+            decode(&f, &keys(), 5, 10).is_err(),
+            "an unsealed copy is no message"
+        );
+        let f = seal(&f, 1, 5, &keys());
+        let (h, msg) = decode(&f, &keys(), 5, 10).unwrap();
+        assert_eq!((h.sender, h.seq), (2, 1));
         let Message::Notice(n) = msg else {
             panic!("not a notice")
         };
         assert_eq!((n.origin, n.hops, n.failed.to_vec()), (1, 5, vec![7]));
-        let p = Encoder::new(KEY, 1).payload(1, 77, 0, b"revoke");
-        let fp = forwarded(&p, 3).unwrap();
-        let (_, msg) = decode(&fp, KEY, 10).unwrap();
+        let p = seal(
+            &Encoder::new(KEY, 1).payload(1, 77, 0, b"revoke"),
+            4,
+            3,
+            &keys(),
+        );
+        let fp = seal(&forwarded(&p, 3).unwrap(), 8, 4, &keys());
+        let (_, msg) = decode(&fp, &keys(), 4, 10).unwrap();
         assert_eq!(
             msg,
             Message::Payload {
@@ -515,19 +600,47 @@ mod tests {
                 bytes: b"revoke"
             }
         );
-        assert_eq!(forwarded(&Encoder::new(KEY, 1).probe(1, 2), 3), None);
+        let probe = seal(&Encoder::new(KEY, 1).probe(1, 2), 1, 3, &keys());
+        assert_eq!(forwarded(&probe, 3), None);
     }
 
     #[test]
     fn slot_beyond_the_page_is_rejected() {
-        let m = Encoder::new(KEY, 1).observe_me(1, SLOTS);
-        assert_eq!(decode(&m, KEY, 4), Err(RejectReason::RankOutOfRange));
+        let m = seal(&Encoder::new(KEY, 1).observe_me(1, SLOTS), 1, 0, &keys());
+        assert_eq!(decode(&m, &keys(), 0, 4), Err(RejectReason::RankOutOfRange));
     }
 
     #[test]
     fn bad_probe_verdict_is_malformed() {
         let mut m = Encoder::new(KEY, 1).probe_ack(1, 2, ProbeVerdict::Alive);
         *m.last_mut().unwrap() = 9;
-        assert_eq!(decode(&m, KEY, 4), Err(RejectReason::Malformed));
+        let m = seal(&m, 1, 0, &keys());
+        assert_eq!(decode(&m, &keys(), 0, 4), Err(RejectReason::Malformed));
+    }
+
+    #[test]
+    fn the_tag_is_checked_before_the_body_and_after_the_job_key() {
+        let good = seal(&Encoder::new(KEY, 1).probe(1, 2), 1, 3, &keys());
+        assert!(decode(&good, &keys(), 3, 4).is_ok());
+        // Another secret: the job key matches, the tag does not.
+        let other = JobKeys::new(KEY, [8; 32]);
+        assert_eq!(decode(&good, &other, 3, 4), Err(RejectReason::BadMac));
+        // Another receiver: a copy is good only where it was sent.
+        assert_eq!(decode(&good, &keys(), 2, 4), Err(RejectReason::BadMac));
+        // Another job: the cheap filter answers first.
+        let stranger = JobKeys::new(KEY + 1, [7; 32]);
+        assert_eq!(
+            decode(&good, &stranger, 3, 4),
+            Err(RejectReason::WrongJobKey)
+        );
+        // A header the tag does not cover (sender out of range, bad kind)
+        // is a bad tag, not a parse error: nothing is read before it holds.
+        let mut forged = good.clone();
+        forged[16..20].copy_from_slice(&99u32.to_le_bytes());
+        forged[5] = 0x7f;
+        assert_eq!(decode(&forged, &keys(), 3, 4), Err(RejectReason::BadMac));
+        // An unsealed message (sequence number 0) sealed anyway.
+        let zero = seal(&Encoder::new(KEY, 1).probe(1, 2), 0, 3, &keys());
+        assert_eq!(decode(&zero, &keys(), 3, 4), Err(RejectReason::Malformed));
     }
 }

@@ -1,0 +1,545 @@
+//! Fault-tolerant agreement: every surviving participant decides the same
+//! value, however many participants fail during the agreement. After ERA
+//! (Herault et al., SC'15) and Open MPI's `coll/ftagree`, shaped sans-IO.
+//!
+//! Owns: one agreement instance's state machine (contributions, the
+//! aggregation up a tree, the decision down it, re-rooting around
+//! failures). Must not: decide who failed (the failure detector does; an
+//! instance only reads the failed set it is given), read a clock, or do IO.
+//! Messages leave as [`Out`] values; a driver (the Engine) encodes them.
+//!
+//! # The value
+//! A participant contributes `flags` and the failed set it knows; values
+//! merge by AND of flags and union of failed sets (idempotent and
+//! commutative, so a value merged twice, or by two paths, changes nothing).
+//!
+//! # The tree
+//! The binomial tree over ranks rooted at the lowest rank not known failed:
+//! with `rel = (rank − root) mod N`, the parent of `rel` clears its highest
+//! set bit, and its children are `rel + 2^k` for every `2^k > rel`. A rank's
+//! *effective* parent is its nearest ancestor not known failed; its
+//! effective children are its nearest descendants not known failed (a
+//! failed child's children are adopted). Ranks learn failures at different
+//! times, so their trees may disagree for a while: an `Up` names the root it
+//! was sent for, and is kept by whoever receives it until that rank's own
+//! tree counts it.
+//!
+//! # The protocol
+//! - **Up**: a participant that has contributed and has an `Up` (for its
+//!   current root) from every effective child sends the merged value of its
+//!   subtree, with its own current failed set, to its effective parent. If
+//!   its parent or the root changes, it sends again to the new parent.
+//! - **Decide**: the root, complete in the same sense, decides the merged
+//!   value (or a decision carried up by an `Up`, see below) and sends
+//!   `Down(root, decision)` to its effective children, who decide and pass
+//!   it on. A rank that gains a child after deciding (a failure made it
+//!   adopt one) sends it the decision; an `Up` reaching a decided rank is
+//!   answered with the decision.
+//! - **Root failure**: the lowest live rank becomes root and the tree is
+//!   re-formed. A rank that had decided carries its decision in every later
+//!   `Up`; a root whose aggregate carries a decision re-sends that decision
+//!   instead of deciding anew.
+//! - **Stale decisions**: a `Down` whose root this rank knows to have
+//!   failed is ignored. So a rank decides the old root's value only before
+//!   it learns of that root's failure, and its `Up` to the new root (sent
+//!   after it learned) carries the decision; the new root waits for every
+//!   live rank's subtree, so it re-sends that decision. A rank that ignored
+//!   a stale `Down` is undecided in its `Up`s and takes the new root's
+//!   decision, which is the same. Every surviving participant therefore
+//!   decides one value.
+//!
+//! Liveness rests on the failure detector: a participant that is neither
+//! failed nor contributing holds its parent back (an agreement waits for
+//! every live participant, as `MPIX_Comm_agree` does), and a failed one is
+//! eventually known failed everywhere and adopted around.
+//!
+//! Cost: N − 1 `Up`s and N − 1 `Down`s without failures; 2·⌈log2 N⌉ hops.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::Rank;
+
+/// A contribution, a subtree's aggregate, or a decision: the AND of the
+/// participants' flags and the union of their failed sets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Value {
+    pub flags: u64,
+    /// Ascending, no duplicates.
+    pub failed: Vec<Rank>,
+}
+
+impl Value {
+    /// A participant's contribution (`failed` ascending).
+    pub fn new(flags: u64, failed: &[Rank]) -> Value {
+        debug_assert!(failed.windows(2).all(|w| w[0] < w[1]));
+        Value {
+            flags,
+            failed: failed.to_vec(),
+        }
+    }
+
+    /// The neutral value: all flags set, nobody failed.
+    pub fn neutral() -> Value {
+        Value {
+            flags: u64::MAX,
+            failed: Vec::new(),
+        }
+    }
+
+    /// AND of flags, union of failed sets.
+    pub fn merge(&mut self, other: &Value) {
+        self.flags &= other.flags;
+        self.merge_failed(&other.failed);
+    }
+
+    fn merge_failed(&mut self, other: &[Rank]) {
+        if other.iter().all(|r| self.failed.binary_search(r).is_ok()) {
+            return;
+        }
+        let mut merged = Vec::with_capacity(self.failed.len() + other.len());
+        let (mut i, mut j) = (0, 0);
+        while i < self.failed.len() || j < other.len() {
+            let next = match (self.failed.get(i), other.get(j)) {
+                (Some(&a), Some(&b)) if a == b => {
+                    i += 1;
+                    j += 1;
+                    a
+                }
+                (Some(&a), Some(&b)) if a < b => {
+                    i += 1;
+                    a
+                }
+                (Some(_), Some(&b)) => {
+                    j += 1;
+                    b
+                }
+                (Some(&a), None) => {
+                    i += 1;
+                    a
+                }
+                (None, Some(&b)) => {
+                    j += 1;
+                    b
+                }
+                (None, None) => unreachable!("loop condition"),
+            };
+            merged.push(next);
+        }
+        self.failed = merged;
+    }
+}
+
+/// What the failure detector knows, as an instance reads it.
+pub trait FailedSet {
+    fn is_failed(&self, rank: Rank) -> bool;
+    /// The failed ranks, ascending.
+    fn ranks(&self) -> &[Rank];
+}
+
+impl FailedSet for crate::RankSet {
+    fn is_failed(&self, rank: Rank) -> bool {
+        self.contains(rank)
+    }
+    fn ranks(&self) -> &[Rank] {
+        self.as_slice()
+    }
+}
+
+/// A message an instance asks its driver to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// The sender's subtree aggregate, for the tree rooted at `root`.
+    /// `decided`: a decision the sender already holds (it dominates).
+    Up {
+        root: Rank,
+        value: Value,
+        decided: Option<Value>,
+    },
+    /// The decision, as decided or re-sent by `root`.
+    Down { root: Rank, decision: Value },
+}
+
+/// `(to, message)` pairs for the driver.
+pub type Out = Vec<(Rank, Msg)>;
+
+/// Counters of one instance, for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstanceStats {
+    pub ups_sent: u32,
+    pub downs_sent: u32,
+    pub stale_downs: u32,
+    /// Times this rank re-formed its tree (a parent, child or root failed).
+    pub reformed: u32,
+}
+
+/// One agreement instance at one rank.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    me: Rank,
+    n: u32,
+    contributed: bool,
+    /// Own contribution merged with every `Up` received so far.
+    acc: Value,
+    /// A decision heard in an `Up` (a rank that decided under a failed root).
+    carried: Option<Value>,
+    decided: Option<Value>,
+    /// The root whose `Down` this rank's decision came with (itself when
+    /// it decided as root, or re-sends as root).
+    decided_under: Rank,
+    /// The root this rank's tree has now.
+    root: Rank,
+    /// Who sent an `Up`, and for which root (the latest; roots only move
+    /// up, as the lowest live rank does).
+    ups: BTreeMap<Rank, Rank>,
+    /// Where and for which root the last `Up` went.
+    sent_up: Option<(Rank, Rank)>,
+    /// (child, root) pairs the decision was sent to.
+    told: BTreeSet<(Rank, Rank)>,
+    stats: InstanceStats,
+}
+
+impl Instance {
+    /// An instance at rank `me` of a job of `n` ranks, not yet contributed.
+    pub fn new(me: Rank, n: u32, failed: &impl FailedSet) -> Instance {
+        assert!(me < n, "rank {me} outside a job of {n}");
+        Instance {
+            me,
+            n,
+            contributed: false,
+            acc: Value::neutral(),
+            carried: None,
+            decided: None,
+            decided_under: me,
+            root: lowest_live(n, failed).unwrap_or(me),
+            ups: BTreeMap::new(),
+            sent_up: None,
+            told: BTreeSet::new(),
+            stats: InstanceStats::default(),
+        }
+    }
+
+    pub fn has_contributed(&self) -> bool {
+        self.contributed
+    }
+
+    /// The decision, once made.
+    pub fn decision(&self) -> Option<&Value> {
+        self.decided.as_ref()
+    }
+
+    pub fn stats(&self) -> InstanceStats {
+        self.stats
+    }
+
+    /// The root of this rank's tree now.
+    pub fn root(&self) -> Rank {
+        self.root
+    }
+
+    /// This rank's contribution. A second call is ignored.
+    pub fn contribute(&mut self, value: &Value, failed: &impl FailedSet, out: &mut Out) {
+        if self.contributed {
+            return;
+        }
+        self.contributed = true;
+        self.acc.merge(value);
+        self.progress(failed, out);
+    }
+
+    /// An `Up` from `from`.
+    pub fn on_up(
+        &mut self,
+        from: Rank,
+        root: Rank,
+        value: &Value,
+        decided: Option<&Value>,
+        failed: &impl FailedSet,
+        out: &mut Out,
+    ) {
+        if from >= self.n || from == self.me {
+            return;
+        }
+        self.acc.merge(value);
+        if let (None, Some(d)) = (&self.carried, decided) {
+            self.carried = Some(d.clone());
+        }
+        let latest = self.ups.entry(from).or_insert(root);
+        *latest = (*latest).max(root);
+        if let Some(d) = &self.decided {
+            // A child that has not heard: tell it, under the root this
+            // rank's decision stands for.
+            if !failed.is_failed(from) && self.told.insert((from, self.decided_under)) {
+                out.push((
+                    from,
+                    Msg::Down {
+                        root: self.decided_under,
+                        decision: d.clone(),
+                    },
+                ));
+                self.stats.downs_sent += 1;
+            }
+            return;
+        }
+        self.progress(failed, out);
+    }
+
+    /// A `Down` from `from`, decided or re-sent by `root`.
+    pub fn on_down(
+        &mut self,
+        _from: Rank,
+        root: Rank,
+        decision: &Value,
+        failed: &impl FailedSet,
+        out: &mut Out,
+    ) {
+        if failed.is_failed(root) {
+            // Decided by a root this rank knows failed: if a live rank
+            // holds that decision, the new root re-sends it (module docs).
+            self.stats.stale_downs += 1;
+            return;
+        }
+        match &self.decided {
+            None => {
+                self.decided = Some(decision.clone());
+                self.decided_under = root;
+                self.after_decision(failed, out);
+            }
+            // A newer root re-sends the decision: pass it on under that
+            // root, to children that may have refused the older one.
+            Some(_) if root > self.decided_under => {
+                self.decided_under = root;
+                self.tell_children(failed, out);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The failed set grew: re-form the tree, send again where the parent
+    /// or root changed, adopt children, and go on if that completed a wait.
+    pub fn on_failures(&mut self, failed: &impl FailedSet, out: &mut Out) {
+        self.stats.reformed += 1;
+        if self.decided.is_some() {
+            if let Some(root) = lowest_live(self.n, failed) {
+                self.root = root;
+            }
+            self.after_decision(failed, out);
+        } else {
+            self.progress(failed, out);
+        }
+    }
+
+    /// Sends up (or decides, at the root) when complete.
+    fn progress(&mut self, failed: &impl FailedSet, out: &mut Out) {
+        if let Some(root) = lowest_live(self.n, failed) {
+            self.root = root;
+        }
+        if !self.contributed || self.decided.is_some() {
+            return;
+        }
+        let children = effective_children(self.me, self.root, self.n, failed);
+        let complete = children
+            .iter()
+            .all(|c| self.ups.get(c).is_some_and(|&r| r >= self.root));
+        if !complete {
+            return;
+        }
+        if self.me == self.root {
+            let decision = match &self.carried {
+                Some(d) => d.clone(),
+                None => {
+                    let mut d = self.acc.clone();
+                    d.merge_failed(failed.ranks());
+                    d
+                }
+            };
+            self.decided = Some(decision);
+            self.decided_under = self.me;
+            self.tell_children(failed, out);
+            return;
+        }
+        self.send_up(failed, out);
+    }
+
+    /// After deciding, or when the tree changed after deciding: the root
+    /// tells its children under its own name; anyone else carries the
+    /// decision up to the current root, so that a new root re-sends it.
+    fn after_decision(&mut self, failed: &impl FailedSet, out: &mut Out) {
+        if self.me == self.root && self.decided_under != self.me {
+            self.decided_under = self.me;
+        }
+        self.tell_children(failed, out);
+        if self.me != self.root {
+            self.send_up(failed, out);
+        }
+    }
+
+    /// An `Up` for the current root to the effective parent, once per
+    /// (parent, root); a decided rank's carries its decision.
+    fn send_up(&mut self, failed: &impl FailedSet, out: &mut Out) {
+        let Some(parent) = effective_parent(self.me, self.root, self.n, failed) else {
+            return;
+        };
+        if self.sent_up == Some((parent, self.root)) {
+            return;
+        }
+        let mut value = self.acc.clone();
+        value.merge_failed(failed.ranks());
+        let decided = self.decided.clone().or_else(|| self.carried.clone());
+        out.push((
+            parent,
+            Msg::Up {
+                root: self.root,
+                value,
+                decided,
+            },
+        ));
+        self.stats.ups_sent += 1;
+        self.sent_up = Some((parent, self.root));
+    }
+
+    fn tell_children(&mut self, failed: &impl FailedSet, out: &mut Out) {
+        let Some(d) = &self.decided else {
+            return;
+        };
+        let under = self.decided_under;
+        for c in effective_children(self.me, self.root, self.n, failed) {
+            if self.told.insert((c, under)) {
+                out.push((
+                    c,
+                    Msg::Down {
+                        root: under,
+                        decision: d.clone(),
+                    },
+                ));
+                self.stats.downs_sent += 1;
+            }
+        }
+    }
+}
+
+/// The lowest rank not known failed (`None`: everybody failed).
+pub fn lowest_live(n: u32, failed: &impl FailedSet) -> Option<Rank> {
+    let mut candidate: Rank = 0;
+    for &f in failed.ranks() {
+        if f > candidate {
+            break;
+        }
+        if f == candidate {
+            candidate += 1;
+        }
+    }
+    (candidate < n).then_some(candidate)
+}
+
+fn rel(rank: Rank, root: Rank, n: u32) -> u32 {
+    ((u64::from(rank) + u64::from(n) - u64::from(root)) % u64::from(n)) as u32
+}
+
+fn abs(rel: u32, root: Rank, n: u32) -> Rank {
+    ((u64::from(rel) + u64::from(root)) % u64::from(n)) as Rank
+}
+
+/// The structural parent of `rel` (its highest set bit cleared).
+fn parent_rel(rel: u32) -> Option<u32> {
+    (rel != 0).then(|| rel & !(1 << (31 - rel.leading_zeros())))
+}
+
+/// The structural children of `rel`: `rel + 2^k` for every `2^k > rel`.
+fn children_rel(rel: u32, n: u32) -> impl Iterator<Item = u32> {
+    let first = if rel == 0 {
+        0
+    } else {
+        32 - rel.leading_zeros()
+    };
+    (first..32)
+        .map(move |k| u64::from(rel) + (1u64 << k))
+        .take_while(move |&c| c < u64::from(n))
+        .map(|c| c as u32)
+}
+
+/// `me`'s nearest ancestor not known failed, in the tree rooted at `root`.
+pub fn effective_parent(me: Rank, root: Rank, n: u32, failed: &impl FailedSet) -> Option<Rank> {
+    let mut r = rel(me, root, n);
+    while let Some(p) = parent_rel(r) {
+        let rank = abs(p, root, n);
+        if !failed.is_failed(rank) {
+            return Some(rank);
+        }
+        r = p;
+    }
+    None
+}
+
+/// `me`'s nearest descendants not known failed, in the tree rooted at `root`.
+pub fn effective_children(me: Rank, root: Rank, n: u32, failed: &impl FailedSet) -> Vec<Rank> {
+    let mut out = Vec::new();
+    let mut stack: Vec<u32> = children_rel(rel(me, root, n), n).collect();
+    while let Some(c) = stack.pop() {
+        let rank = abs(c, root, n);
+        if failed.is_failed(rank) {
+            stack.extend(children_rel(c, n));
+        } else {
+            out.push(rank);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RankSet;
+
+    fn set(ranks: &[Rank]) -> RankSet {
+        let mut s = RankSet::new();
+        for &r in ranks {
+            s.insert(r);
+        }
+        s
+    }
+
+    #[test]
+    fn the_binomial_tree_covers_every_rank_once() {
+        for n in [1u32, 2, 3, 5, 8, 13, 64, 100] {
+            for root in [0, n / 2, n - 1] {
+                let none = set(&[]);
+                let mut seen = vec![0u32; n as usize];
+                for r in 0..n {
+                    for c in effective_children(r, root, n, &none) {
+                        seen[c as usize] += 1;
+                        assert_eq!(effective_parent(c, root, n, &none), Some(r));
+                    }
+                }
+                seen[root as usize] += 1;
+                assert!(seen.iter().all(|&s| s == 1), "n={n} root={root} {seen:?}");
+                assert_eq!(effective_parent(root, root, n, &none), None);
+            }
+        }
+    }
+
+    #[test]
+    fn failed_ranks_are_adopted_around() {
+        let n = 16;
+        let failed = set(&[2, 4]);
+        // Root 0 has children 1, 2, 4, 8; 2's children 6 and 10 and 4's
+        // child 12 come up to 0. 3 and 5 stay with 1.
+        assert_eq!(effective_children(0, 0, n, &failed), vec![1, 6, 8, 10, 12]);
+        assert_eq!(effective_parent(6, 0, n, &failed), Some(0));
+        assert_eq!(effective_parent(12, 0, n, &failed), Some(0));
+        assert_eq!(effective_parent(7, 0, n, &failed), Some(3));
+        assert_eq!(effective_children(1, 0, n, &failed), vec![3, 5, 9]);
+        assert_eq!(lowest_live(n, &set(&[0, 1, 3])), Some(2));
+        assert_eq!(lowest_live(2, &set(&[0, 1])), None);
+    }
+
+    #[test]
+    fn values_merge_by_and_and_union() {
+        let mut a = Value::new(0b1110, &[1, 5]);
+        a.merge(&Value::new(0b0111, &[2, 5, 9]));
+        assert_eq!(a, Value::new(0b0110, &[1, 2, 5, 9]));
+        let before = a.clone();
+        a.merge(&before);
+        assert_eq!(a, before, "idempotent");
+    }
+}
