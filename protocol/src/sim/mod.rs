@@ -144,6 +144,11 @@ enum What {
         peer: Rank,
         kind: TransportErrorKind,
     },
+    /// `to`'s send to `peer` completed (`Input::Sent`).
+    Sent {
+        to: Rank,
+        peer: Rank,
+    },
     Action(u32),
     Leave(Rank),
     Close(Rank),
@@ -171,6 +176,9 @@ pub struct Simulator {
     held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind)>>,
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
+    /// Links set up during the run (with `NetModel::connect`), by
+    /// (lower rank, higher rank): when each is up.
+    links_up: BTreeMap<(Rank, Rank), Time>,
     net_rng: Pcg64,
     leave_rng: Pcg64,
     rule: Option<Rule>,
@@ -263,6 +271,7 @@ impl Simulator {
             held: BTreeMap::new(),
             held_errors: BTreeMap::new(),
             partition: None,
+            links_up: BTreeMap::new(),
             net_rng,
             leave_rng,
             rule: None,
@@ -404,6 +413,14 @@ impl Simulator {
                 Status::Hung => self.held_errors.entry(to).or_default().push((peer, kind)),
                 _ => {}
             },
+            What::Sent { to, peer } => {
+                // A stopped sender reads the completion when it resumes;
+                // by then its first beat says as much.
+                if self.state[to as usize].status == Status::Up {
+                    let _ = self.engines[to as usize].handle(now, Input::Sent { to: peer });
+                    self.after_handle(to);
+                }
+            }
             What::Action(i) => {
                 let action = self.actions[i as usize].1.clone();
                 self.apply(action);
