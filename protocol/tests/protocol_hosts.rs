@@ -435,3 +435,30 @@ fn host_groups_must_describe_the_ring() {
     .unwrap_err();
     assert_eq!(err.to_string(), "the host groups name 3 ranks, the ring 4");
 }
+
+#[test]
+fn an_excluded_rank_raises_nothing_from_its_counter_or_host_checks() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    // Rank 4 hangs, is declared by its local observer, then runs again:
+    // the first notice it finds excludes it.
+    c.status[4] = Status::Hung;
+    c.run_for(ms(300));
+    assert!(c.all_know(4));
+    c.status[4] = Status::Up;
+    c.run_for(ms(300));
+    let excluded_at = c
+        .events
+        .iter()
+        .find_map(|(by, t, e)| (*by == 4 && matches!(e, Event::SelfExcluded { .. })).then_some(*t))
+        .expect("rank 4 learned it was excluded");
+    // Its emitter's counter kept moving, its own timers were due: nothing
+    // more came from it.
+    let after: Vec<&Event> = c
+        .events
+        .iter()
+        .filter(|(by, t, _)| *by == 4 && *t > excluded_at)
+        .map(|(_, _, e)| e)
+        .collect();
+    assert!(after.is_empty(), "{after:?}");
+}

@@ -62,10 +62,11 @@ impl Engine {
         self.local.emitter
     }
 
-    /// How long a counter or slot may stand still before its owner is
-    /// declared.
+    /// How long the local emitter's counter may stand still before it is
+    /// declared: the timeout, stretched by the local health multiplier as
+    /// the fabric slot's is (`health`).
     pub(super) fn local_limit(&self) -> Duration {
-        self.config.timeout
+        self.health.stretch(self.config.timeout)
     }
 
     /// The emitter this rank should observe over the fabric: its nearest
@@ -143,6 +144,9 @@ impl Engine {
         let (Some(emitter), Some(beat)) = (self.local.emitter, reading) else {
             return;
         };
+        if self.participation == Participation::Excluded {
+            return;
+        }
         if self.local.seen_at.is_some_and(|t| beat.at <= t) {
             self.local.digest = beat.digest;
             return;
@@ -365,6 +369,9 @@ impl Engine {
         evidence: Evidence,
     ) {
         debug_assert_ne!(Basis::of(cause, evidence), Basis::Proof);
+        if self.participation != Participation::Active {
+            return;
+        }
         let whole_host = match (&self.hosts, ranks) {
             (Some(h), [first, _, ..]) => {
                 let host = h.host_of(*first);
