@@ -12,7 +12,9 @@
 //!
 //! The steps, each a function below, in the order `start` runs them:
 //! `open_fabric`, `exchange_records` (with this rank's claim on the job's
-//! secret, `keys`), `insert_peers`, `agree_engine`, `choose_placement`,
+//! secret, `keys`), `insert_peers`, `agree_engine` (with the host groups
+//! unless `FFD_LOCAL=off`, then `local::plan`: the host's counter segment
+//! and the pidfds), `choose_placement`,
 //! `seed_engine` (the message key), `plan_links`, `publish_state`,
 //! `wake_socket`, `spawn_progress`, `await_links`.
 
