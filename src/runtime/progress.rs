@@ -32,6 +32,7 @@ use crate::protocol::{
     TransportErrorKind,
 };
 
+use super::AgreeError;
 use super::delivery::Delivery;
 use super::link::{self, Linked, WARM_UP};
 use super::log::Logger;
@@ -71,6 +72,9 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub(super) enum Command {
     Broadcast(Vec<u8>),
+    /// Start this rank's next user agreement (its request waits first in
+    /// the book's `sent` list).
+    Agree(u64),
     /// Announce a clean leave, linger, then stop.
     Leave,
     /// Stop now (after a leave that did not finish in time).
@@ -181,6 +185,11 @@ pub(super) fn run(mut parts: Parts) {
     // unwinding: the fabric resources are closed before the host hears.
     let end = catch_unwind(AssertUnwindSafe(|| drive(parts, &mut delivery)))
         .unwrap_or_else(|payload| End::Stopped(StopReason::panic(payload.as_ref())));
+    let why = match &end {
+        End::Left => AgreeError::Left,
+        End::Excluded => AgreeError::Excluded,
+        End::Stopped(reason) => AgreeError::Stopped(reason.to_string()),
+    };
     match end {
         End::Left => {
             shared.life.left();
@@ -189,6 +198,8 @@ pub(super) fn run(mut parts: Parts) {
         End::Excluded => {}
         End::Stopped(reason) => delivery.stopped(reason),
     }
+    // Nothing answers agreements any more: every open one ends here.
+    shared.agreements.close(why);
     shared.life.thread_ended();
 }
 
@@ -347,6 +358,17 @@ impl Core<'_> {
                     if let Err(e) = self.engine.handle(now, Input::Broadcast(&bytes)) {
                         self.logger.warn(format_args!("broadcast refused: {e}"));
                     }
+                }
+                Ok(Command::Agree(flags)) => {
+                    let now = self.now();
+                    let seq = match self.engine.handle(now, Input::Agree { flags }) {
+                        Ok(()) => Ok(self.engine.agreements_called()),
+                        Err(_) if self.engine.participation() == Participation::Excluded => {
+                            Err(AgreeError::Excluded)
+                        }
+                        Err(_) => Err(AgreeError::Left),
+                    };
+                    self.shared.agreements.numbered(seq);
                 }
                 Ok(Command::Leave) => self.begin_leave(),
                 Ok(Command::Stop) => self.stop = true,
@@ -528,7 +550,12 @@ impl Core<'_> {
                         self.send(endpoint, to, bytes);
                     }
                 }
-                Output::Event(event) => self.delivery.protocol_event(event),
+                // An agreement's result reaches its request before the
+                // host hears of it.
+                Output::Event(event) => {
+                    self.shared.agreements.on_event(&event);
+                    self.delivery.protocol_event(event);
+                }
                 // Only in the simulator's modelled mode.
                 Output::HeartbeatStream { .. } => {}
             }

@@ -4,8 +4,8 @@
 //! [`SimReport`] at the end of a run.
 //!
 //! Owns: [`Track`] (one per injected failure), the attribution of notice
-//! copies to failures, the reading of host events, and the completion
-//! test that ends a run early. Must not: change what a rank does (it only
+//! copies to failures, the reading of host events (agreements and views go
+//! to `agreements`), and the completion test that ends a run early. Must not: change what a rank does (it only
 //! observes outputs), or iterate a hash map into a result.
 
 use super::report::{FailureReport, SimReport, Totals};
@@ -135,6 +135,14 @@ impl Simulator {
             Event::Left { .. } => self.left_events += 1,
             Event::SlowEmitter { .. } => self.slow_warnings += 1,
             Event::Payload { .. } => self.payloads += 1,
+            Event::ViewChange { id, failed, .. } => self.on_view(reporter, id, failed),
+            Event::Agreed {
+                seq,
+                flags,
+                view,
+                hops,
+            } => self.on_agreed(reporter, seq, flags, view, hops),
+            Event::AgreeAborted { seq, .. } => self.on_agree_aborted(seq),
         }
     }
 
@@ -150,8 +158,10 @@ impl Simulator {
             .count() as u64
     }
 
+    /// Every live rank knows every injected failure, has the results of
+    /// its agreements and a view naming every rank it knows gone.
     pub(super) fn complete(&self) -> bool {
-        self.tracks.iter().all(|t| self.missed(t) == 0)
+        self.tracks.iter().all(|t| self.missed(t) == 0) && self.agreements_settled()
     }
 
     pub(super) fn report(&self, end: Time) -> SimReport {
@@ -207,6 +217,7 @@ impl Simulator {
                 slow_emitter_warnings: self.slow_warnings,
                 payloads_delivered: self.payloads,
                 dropped_by_network: self.dropped,
+                never_left: self.never_left,
                 max_notices_per_link: self
                     .cfg
                     .track_links
@@ -218,6 +229,9 @@ impl Simulator {
                 peak_rss_mb: 0.0,
             },
             false_report_samples: self.false_samples.clone(),
+            payloads: Vec::new(),
+            agreements: self.agreement_reports(),
+            views: self.view_reports(),
         }
     }
 }

@@ -1,11 +1,22 @@
-//! The simulator's network model: link latency and jitter, partitions,
-//! the per-message rule hook, and the error completions that a send or
-//! write towards a dead process brings back (in-band evidence).
+//! The simulator's network model: per-sender send times, link latency and
+//! jitter, per-link FIFO delivery, partitions, the per-message rule hook,
+//! and the error completions that a send or write towards a dead process
+//! brings back (in-band evidence).
 //!
 //! Owns: [`NetModel`], the [`Rule`] hook and its [`Verdict`]s, the
 //! partition cut, and the scheduling of deliveries and bounced errors.
 //! Must not: decide what a rank does with a message (the Engine does), or
 //! draw randomness from any stream but the network's.
+//!
+//! # Send times and order
+//! A rank's copies leave one after another, one every `send_cost` (its
+//! NIC, or the progress thread posting them): a fan-out of k copies takes
+//! k · `send_cost`, and a copy due to leave after its sender crashed (or
+//! closed its endpoint) never leaves. Delivery on each link (sender →
+//! receiver) is FIFO, as on a connection: a copy is never delivered before
+//! an earlier copy of the same link (jitter or a rule's delay on one copy
+//! holds back the later ones of that link). With `send_cost` 0 and no
+//! jitter, times are those of a network without either.
 
 use std::time::Duration;
 
@@ -25,6 +36,14 @@ pub struct NetModel {
     /// When a write or send towards a dead process errors (in-band
     /// evidence), this long after it was issued; `None`: never.
     pub inband_latency: Option<Duration>,
+    /// Time between two copies leaving one rank (module docs).
+    pub send_cost: Duration,
+}
+
+impl NetModel {
+    /// The default `send_cost`: about what posting one send costs a
+    /// progress thread on `tcp;ofi_rxm`.
+    pub const DEFAULT_SEND_COST: Duration = Duration::from_micros(1);
 }
 
 impl Default for NetModel {
@@ -33,6 +52,7 @@ impl Default for NetModel {
             latency: Duration::from_micros(2),
             jitter: Duration::from_nanos(500),
             inband_latency: Some(Duration::from_millis(3)),
+            send_cost: Self::DEFAULT_SEND_COST,
         }
     }
 }
@@ -113,8 +133,43 @@ impl Simulator {
                 }
             }
         }
-        self.queue
-            .push(self.now + delay, What::Deliver { to, from, message });
+        let departs = self.state[from as usize].nic_free.max(self.now);
+        self.state[from as usize].nic_free = departs + self.cfg.net.send_cost;
+        let at = self.fifo(from, to, departs + delay);
+        self.queue.push(
+            at,
+            What::Deliver {
+                to,
+                from,
+                departs,
+                message,
+            },
+        );
+    }
+
+    /// The delivery time of a copy on link `from` → `to` due at `at`: no
+    /// earlier than the copy before it on that link. Only links with a copy
+    /// in flight are remembered (a few per sender).
+    fn fifo(&mut self, from: Rank, to: Rank, at: Time) -> Time {
+        let now = self.now;
+        let in_flight = &mut self.in_flight[from as usize];
+        in_flight.retain(|&(_, t)| t > now);
+        match in_flight.iter_mut().find(|(r, _)| *r == to) {
+            Some((_, last)) => {
+                *last = (*last).max(at);
+                *last
+            }
+            None => {
+                in_flight.push((to, at));
+                at
+            }
+        }
+    }
+
+    /// Whether a copy that `from` sent to leave at `departs` left: not if
+    /// its sender crashed or closed before.
+    pub(super) fn left_sender(&self, from: Rank, departs: Time) -> bool {
+        departs <= self.state[from as usize].down_at
     }
 
     /// A send or write towards a dead process: its error completion comes
