@@ -965,7 +965,8 @@ ffd_result ffd_iagree(const ffd_t *h, uint64_t flags, ffd_agree_req_t **req);
  * small for the set, FFD_BUFFER_TOO_SMALL: the outputs but `failed` are
  * written (`*count` is the size needed) and the request keeps its result,
  * so call again with a larger buffer. `h` is the detector it was started
- * on (checked for NULL only).
+ * on, or NULL (the request stands alone: it may be tested after
+ * ffd_finalize(); `h` is never read).
  *
  * @param[out] done receives 1 or 0 on success; the others as ffd_agree().
  * @return FFD_OK; FFD_BUFFER_TOO_SMALL; FFD_ERR_NULL; FFD_ERR_STOPPED
@@ -973,16 +974,17 @@ ffd_result ffd_iagree(const ffd_t *h, uint64_t flags, ffd_agree_req_t **req);
  * left or was excluded, or its detector stopped (it is over: free it).
  *
  * # Safety
- * `h` and `req` are NULL or live; `done`, `out_flags`, `view_id`, `count`
- * are NULL or valid for a write; `failed` is NULL or valid for `cap`
- * uint32_t writes.
+ * `req` is NULL or live; `done`, `out_flags`, `view_id`, `count` are NULL
+ * or valid for a write; `failed` is NULL or valid for `cap` uint32_t
+ * writes.
  */
 ffd_result ffd_agree_test(const ffd_t *h, const ffd_agree_req_t *req, int *done, uint64_t *out_flags, uint64_t *view_id, uint32_t *failed, size_t cap, size_t *count);
 
 /**
  * Waits until agreement `req` ends (**no time limit**, as ffd_agree()),
- * then writes its outputs as ffd_agree_test() does once done. Must not be
- * called from the event callback (FFD_ERR_INVALID_ARGUMENT).
+ * then writes its outputs as ffd_agree_test() does once done (`h` as
+ * there: never read, may be NULL). Must not be called from the event
+ * callback (FFD_ERR_INVALID_ARGUMENT).
  *
  * @return as ffd_agree_test() once done.
  *

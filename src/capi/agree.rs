@@ -181,7 +181,8 @@ unsafe fn request<'a>(req: *const ffd_agree_req_t) -> Result<&'a ffd_agree_req_t
 /// small for the set, FFD_BUFFER_TOO_SMALL: the outputs but `failed` are
 /// written (`*count` is the size needed) and the request keeps its result,
 /// so call again with a larger buffer. `h` is the detector it was started
-/// on (checked for NULL only).
+/// on, or NULL (the request stands alone: it may be tested after
+/// ffd_finalize(); `h` is never read).
 ///
 /// @param[out] done receives 1 or 0 on success; the others as ffd_agree().
 /// @return FFD_OK; FFD_BUFFER_TOO_SMALL; FFD_ERR_NULL; FFD_ERR_STOPPED
@@ -189,9 +190,9 @@ unsafe fn request<'a>(req: *const ffd_agree_req_t) -> Result<&'a ffd_agree_req_t
 /// left or was excluded, or its detector stopped (it is over: free it).
 ///
 /// # Safety
-/// `h` and `req` are NULL or live; `done`, `out_flags`, `view_id`, `count`
-/// are NULL or valid for a write; `failed` is NULL or valid for `cap`
-/// uint32_t writes.
+/// `req` is NULL or live; `done`, `out_flags`, `view_id`, `count` are NULL
+/// or valid for a write; `failed` is NULL or valid for `cap` uint32_t
+/// writes.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ffd_agree_test(
@@ -204,9 +205,10 @@ pub unsafe extern "C" fn ffd_agree_test(
     cap: usize,
     count: *mut usize,
 ) -> ffd_result {
+    let _ = h;
     boundary("ffd_agree_test", || {
         // SAFETY: NULL or live (contract).
-        let (_, req) = unsafe { (handle(h)?, request(req)?) };
+        let req = unsafe { request(req) }?;
         if done.is_null() {
             return Err(Error::null("done"));
         }
@@ -231,8 +233,9 @@ pub unsafe extern "C" fn ffd_agree_test(
 }
 
 /// Waits until agreement `req` ends (**no time limit**, as ffd_agree()),
-/// then writes its outputs as ffd_agree_test() does once done. Must not be
-/// called from the event callback (FFD_ERR_INVALID_ARGUMENT).
+/// then writes its outputs as ffd_agree_test() does once done (`h` as
+/// there: never read, may be NULL). Must not be called from the event
+/// callback (FFD_ERR_INVALID_ARGUMENT).
 ///
 /// @return as ffd_agree_test() once done.
 ///
@@ -248,9 +251,10 @@ pub unsafe extern "C" fn ffd_agree_wait(
     cap: usize,
     count: *mut usize,
 ) -> ffd_result {
+    let _ = h;
     boundary("ffd_agree_wait", || {
         // SAFETY: NULL or live (contract).
-        let (_, req) = unsafe { (handle(h)?, request(req)?) };
+        let req = unsafe { request(req) }?;
         let out = Outputs {
             flags: out_flags,
             view_id,
