@@ -1,4 +1,5 @@
-//! The embedding case end to end: `examples/c/mpi_detect.c`, built with
+//! The embedding case end to end: `examples/c/mpi_detect.c` and
+//! `examples/c/mpi_agree.c` (the second section below), built with
 //! `mpicc` against `ffd.pc`, runs as a 6-rank Open MPI job
 //! (`mpirun --enable-recovery`); rank 3 raises SIGKILL at a time all ranks
 //! agreed on, and every survivor's ffd must report it within timeout + 1 s,
@@ -44,6 +45,45 @@ fn example() -> &'static PathBuf {
     EXE.get_or_init(|| compile_c("mpicc", "examples/c/mpi_detect.c", "ffd", "mpi_detect"))
 }
 
+fn agree_example() -> &'static PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| compile_c("mpicc", "examples/c/mpi_agree.c", "ffd", "mpi_agree"))
+}
+
+/// `mpirun` for a 6-rank job of `exe` on loopback, with its own session
+/// directory.
+fn mpirun(exe: &PathBuf, session: &SessionDir) -> std::process::Command {
+    let mut cmd = clean_command("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--enable-recovery",
+    ])
+    .args(["--bind-to", "none"])
+    .args(["--mca", "orte_tmpdir_base"])
+    .arg(&session.0)
+    .args(["--mca", "btl", "self,vader"])
+    .args(["--mca", "oob_tcp_if_include", "lo"])
+    .args([
+        "-x",
+        "FFD_DOMAIN",
+        "-x",
+        "FFD_CORE",
+        "-x",
+        "FFD_PERIOD",
+        "-x",
+        "FFD_TIMEOUT",
+    ])
+    .args(["-np", &RANKS.to_string()])
+    .arg(exe)
+    .args(["--victim", &VICTIM.to_string()])
+    .env("FFD_DOMAIN", "lo")
+    .env("FFD_CORE", "none")
+    .env("FFD_PERIOD", PERIOD)
+    .env("FFD_TIMEOUT", format!("{TIMEOUT_MS}ms"));
+    cmd
+}
+
 /// A directory of our own for one mpirun's session files, removed on drop:
 /// concurrent mpiruns race to create the default `/tmp/ompi.<host>.<uid>`.
 struct SessionDir(PathBuf);
@@ -73,37 +113,9 @@ struct Report {
 /// Runs the job and checks everything about it; returns the reports.
 fn job(args: &[&str], oob: &str) -> BTreeMap<u32, Report> {
     let _serial = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let exe = example();
     let session = SessionDir::new(oob);
-    let mut cmd = clean_command("mpirun");
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--enable-recovery",
-    ])
-    .args(["--bind-to", "none"])
-    .args(["--mca", "orte_tmpdir_base"])
-    .arg(&session.0)
-    .args(["--mca", "btl", "self,vader"])
-    .args(["--mca", "oob_tcp_if_include", "lo"])
-    .args([
-        "-x",
-        "FFD_DOMAIN",
-        "-x",
-        "FFD_CORE",
-        "-x",
-        "FFD_PERIOD",
-        "-x",
-        "FFD_TIMEOUT",
-    ])
-    .args(["-np", &RANKS.to_string()])
-    .arg(exe)
-    .args(["--victim", &VICTIM.to_string()])
-    .args(args)
-    .env("FFD_DOMAIN", "lo")
-    .env("FFD_CORE", "none")
-    .env("FFD_PERIOD", PERIOD)
-    .env("FFD_TIMEOUT", format!("{TIMEOUT_MS}ms"));
+    let mut cmd = mpirun(example(), &session);
+    cmd.args(args);
     let start = Instant::now();
     let out = Child::start(cmd, "mpirun mpi_detect").finish(JOB_BOUND);
     let text = out.text();
@@ -219,4 +231,95 @@ fn every_survivor_of_an_mpi_job_learns_of_a_killed_rank_through_mpi_allgather() 
 fn every_survivor_of_an_mpi_job_learns_of_a_killed_rank_through_pmix() {
     let reports = job(&["--pmix"], "pmix");
     eprintln!("PMIx bootstrap: {}", summary(&reports));
+}
+
+/// `examples/c/mpi_agree.c`: six ranks sum with `MPI_Iallreduce` in a
+/// loop; rank 3 raises SIGKILL; each survivor leaves the loop once ffd
+/// reports the failure, calls `ffd_agree`, and prints the decision and then
+/// the view naming the victim. Every survivor must print the same
+/// decision: the flags with exactly the survivors' bits cleared (rank r
+/// clears bit r), and the failed set `[3]`; and the same view.
+#[test]
+fn the_survivors_of_a_kill_agree_on_the_failed_set_through_ffd_agree() {
+    let _serial = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let session = SessionDir::new("agree");
+    let cmd = mpirun(agree_example(), &session);
+    let start = Instant::now();
+    let out = Child::start(cmd, "mpirun mpi_agree").finish(JOB_BOUND);
+    let text = out.text();
+    eprintln!("agree job: {:?}\n{}", start.elapsed(), out.stdout);
+    let survivors: Vec<u32> = (0..RANKS).filter(|&r| r != VICTIM).collect();
+    let mut up = Vec::new();
+    let mut left_loop = Vec::new();
+    let mut agreed: BTreeMap<u32, String> = BTreeMap::new();
+    let mut views: BTreeMap<u32, String> = BTreeMap::new();
+    let mut finalized = Vec::new();
+    let mut killed = false;
+    for line in out.stdout.lines() {
+        let (rank, rest) = line
+            .strip_prefix("rank ")
+            .and_then(|l| l.split_once(": "))
+            .unwrap_or_else(|| panic!("unexpected line `{line}`\n{text}"));
+        let rank: u32 = rank.parse().unwrap_or_else(|_| panic!("`{line}`"));
+        if rest == format!("ffd up, {RANKS} ranks") {
+            up.push(rank);
+        } else if rest.starts_with("raising SIGKILL after ") {
+            assert_eq!(rank, VICTIM, "`{line}`");
+            killed = true;
+        } else if rest.starts_with("left the allreduce loop after ") {
+            assert!(
+                rest.ends_with(&format!("rank {VICTIM} failed (epoch 1)")),
+                "`{line}`\n{text}"
+            );
+            left_loop.push(rank);
+        } else if let Some(decision) = rest.strip_prefix("agreed: ") {
+            assert!(
+                agreed.insert(rank, decision.to_owned()).is_none(),
+                "`{line}`"
+            );
+        } else if rest.starts_with("view ") {
+            assert!(views.insert(rank, rest.to_owned()).is_none(), "`{line}`");
+        } else if rest == "finalized ffd (success), exiting" {
+            finalized.push(rank);
+        } else {
+            panic!("unexpected line `{line}`\n{text}");
+        }
+    }
+    up.sort_unstable();
+    left_loop.sort_unstable();
+    finalized.sort_unstable();
+    assert_eq!(up, (0..RANKS).collect::<Vec<_>>(), "{text}");
+    assert!(killed, "the victim raised SIGKILL\n{text}");
+    assert_eq!(left_loop, survivors, "{text}");
+    assert_eq!(
+        agreed.keys().copied().collect::<Vec<_>>(),
+        survivors,
+        "{text}"
+    );
+    // Every survivor the same decision: the flags of the survivors' AND
+    // (each cleared its own bit; the victim's stays set) and [3].
+    let cleared = survivors.iter().fold(0u64, |a, &r| a | (1 << r));
+    let flags = format!("flags {:#x}", !cleared);
+    let first = agreed.values().next().unwrap().clone();
+    assert!(
+        first.starts_with(&flags) && first.ends_with(&format!("failed [{VICTIM}]")),
+        "`{first}`, want {flags} and failed [{VICTIM}]\n{text}"
+    );
+    for (rank, decision) in &agreed {
+        assert_eq!(*decision, first, "rank {rank} decided otherwise\n{text}");
+    }
+    assert_eq!(
+        views.keys().copied().collect::<Vec<_>>(),
+        survivors,
+        "{text}"
+    );
+    for (rank, view) in &views {
+        assert_eq!(
+            *view,
+            format!("view 1: failed [{VICTIM}]"),
+            "rank {rank}\n{text}"
+        );
+    }
+    assert_eq!(finalized, survivors, "{text}");
+    assert_eq!(out.status.code(), Some(0), "mpirun's exit status\n{text}");
 }
