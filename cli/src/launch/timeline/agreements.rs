@@ -12,7 +12,8 @@
 //! Lines shown without `--verbose`: the first raise of each view and each
 //! decision, every raise that differs from the first (a disagreement, which
 //! must never happen), the moment every live rank has it, and every
-//! agreement that ended undecided. Latency of an agreement: from the last
+//! agreement that ended undecided. Once the shutdown began, views (the
+//! departures of the shutdown) are shown only if they disagree. Latency of an agreement: from the last
 //! rank's `agree` line (the last participant joined) to the last decision.
 
 use std::collections::BTreeMap;
@@ -139,6 +140,7 @@ impl Timeline {
     ) {
         match event {
             AgentEvent::View { id, failed, hops } => {
+                let quiet = self.shutdown_at.is_some();
                 let v = self.views.entry(*id).or_default();
                 let first = v.sets.is_empty();
                 match v.sets.iter_mut().find(|(set, _)| set == failed) {
@@ -155,7 +157,7 @@ impl Timeline {
                         } else {
                             format!("rank {rank} raised view {id}: {}{hops}", ranks_text(failed))
                         };
-                        say(true, text);
+                        say(differs || !quiet, text);
                         return self.announce_views(say);
                     }
                 }
@@ -231,6 +233,9 @@ impl Timeline {
                 continue;
             }
             v.announced = true;
+            if v.sets.len() == 1 && self.shutdown_at.is_some() {
+                continue;
+            }
             let times = v.sets.iter().flat_map(|(_, by)| by.iter().map(|(_, t)| *t));
             let (first, last) = times.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
                 (a.min(t), b.max(t))
@@ -448,6 +453,24 @@ mod tests {
             tl.summary()
                 .contains("view 1: rank 3 out (raised by 3 ranks, identical)\n")
         );
+    }
+
+    #[test]
+    fn views_of_the_shutdown_are_quiet_unless_they_disagree() {
+        let mut tl = Timeline::new(info(3), false);
+        tl.shutdown_started(1000.0);
+        let mut facts = tl.agent_line(1001.0, 0, &view(1, &[2]));
+        facts.extend(tl.agent_line(1002.0, 1, &view(1, &[2])));
+        assert!(facts.is_empty(), "{facts:?}");
+        let facts = tl.agent_line(1003.0, 2, &view(1, &[0, 2]));
+        assert_eq!(
+            texts(&facts),
+            [
+                "rank 2 raised view 1 with another failed set: ranks 0, 2 out -- views disagree",
+                "all 3 live ranks raised view 1 NOT identically (2.0 ms after the first)",
+            ]
+        );
+        assert_eq!(tl.report().views[0].raised_by, [0, 1, 2]);
     }
 
     #[test]
