@@ -49,7 +49,8 @@ pub const MAX_APP_PAYLOAD: usize = 8 * 1024;
 /// Send and receive buffers for a job of `ranks`: (count, bytes each).
 /// A message is bounded by its rank lists, each at most a bitmap of
 /// `ranks` bits (the encoder picks the smallest of deltas, ranges and
-/// bitmap; a notice or sync carries a failed and a left list), or by a
+/// bitmap; a notice or sync carries a failed and a left list, an
+/// agreement's Up a value's and a decision's failed lists), or by a
 /// payload of [`MAX_APP_PAYLOAD`]; every message of the protocol fits.
 pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
     let lists = 2 * (ranks as usize).div_ceil(8) + 1024;
@@ -679,7 +680,8 @@ impl Core<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::{Encoder, TAG_LEN};
+    use crate::protocol::agreement::Value;
+    use crate::protocol::wire::{AgreementId, Encoder, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
     /// encoder must send whole) and the largest payload fit the buffers.
@@ -697,6 +699,15 @@ mod tests {
             assert!(sync <= size, "N={ranks}: sync {sync} > {size}");
             let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]).len() + TAG_LEN;
             assert!(payload <= size, "N={ranks}: payload {payload} > {size}");
+            // An agreement's Up: its value and a decision, each a failed
+            // list as dense as can be.
+            let value = Value::new(u64::MAX, &failed).with_view(u64::MAX);
+            let decided = Value::new(0, &left).with_view(1);
+            let id = AgreementId::User(u64::MAX);
+            let up = enc.agree_up(id, u16::MAX, 0, &value, Some(&decided)).len() + TAG_LEN;
+            assert!(up <= size, "N={ranks}: agree_up {up} > {size}");
+            let down = enc.agree_down(id, u16::MAX, 0, &value).len() + TAG_LEN;
+            assert!(down <= size, "N={ranks}: agree_down {down} > {size}");
         }
     }
 }
