@@ -44,7 +44,7 @@
 //! one); a decision's `hops` is that count at the deciding rank:
 //! 2·⌈log2 N⌉ without failures.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{AgreeAbort, Cause, Engine, Event, HandleError, Participation, Timer, View};
@@ -67,6 +67,46 @@ struct Slot {
     hops: u16,
 }
 
+/// A few instances by number, ascending: a short vector (a `BTreeMap`
+/// would allocate a node for 11 instances in each of a simulator's
+/// million Engines).
+#[derive(Clone, Debug, Default)]
+struct Slots(Vec<(u64, Slot)>);
+
+impl Slots {
+    fn get(&self, key: &u64) -> Option<&Slot> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, s)| s)
+    }
+
+    fn get_mut(&mut self, key: &u64) -> Option<&mut Slot> {
+        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, s)| s)
+    }
+
+    fn contains_key(&self, key: &u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Adds `slot` as `key` unless there is one.
+    fn insert(&mut self, key: u64, slot: Slot) {
+        if !self.contains_key(&key) {
+            let at = self.0.partition_point(|(k, _)| *k < key);
+            self.0.insert(at, (key, slot));
+        }
+    }
+
+    fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        self.0.retain(|(k, _)| keep(*k));
+    }
+
+    fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(|(k, _)| *k)
+    }
+
+    fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+}
+
 /// The Engine's views and agreements. Made at first use, so an Engine
 /// that never sees a failure or an agreement carries one pointer.
 #[derive(Clone, Debug, Default)]
@@ -74,8 +114,8 @@ pub(super) struct Views {
     /// The current view's id and the size of its set.
     view: u64,
     view_len: usize,
-    views: BTreeMap<u64, Slot>,
-    users: BTreeMap<u64, Slot>,
+    views: Slots,
+    users: Slots,
     /// `Input::Agree` calls accepted (the latest one's sequence number).
     called: u64,
     /// User instances this rank contributed to (the latest one's number).
@@ -248,10 +288,10 @@ impl Engine {
             AgreementId::View(k) => (&mut v.views, k),
             AgreementId::User(s) => (&mut v.users, s),
         };
-        map.entry(key).or_insert_with(|| Slot {
-            inst: Instance::new(me, n, set),
-            hops: 0,
-        });
+        if !map.contains_key(&key) {
+            let inst = Instance::new(me, n, set);
+            map.insert(key, Slot { inst, hops: 0 });
+        }
         self.with_slot(id, 0, |slot, set, out| {
             slot.inst.contribute(&value, set, out);
         });
@@ -295,8 +335,8 @@ impl Engine {
             v.sweeping = false;
             let keep_views = v.view.saturating_sub(KEEP_DECIDED);
             let keep_users = v.raised.saturating_sub(KEEP_DECIDED);
-            v.views.retain(|&k, _| k > keep_views);
-            v.users.retain(|&s, _| s > keep_users);
+            v.views.retain(|k| k > keep_views);
+            v.users.retain(|s| s > keep_users);
         }
     }
 
@@ -393,8 +433,8 @@ impl Engine {
         let ids: Vec<AgreementId> = v
             .views
             .keys()
-            .map(|&k| AgreementId::View(k))
-            .chain(v.users.keys().map(|&s| AgreementId::User(s)))
+            .map(AgreementId::View)
+            .chain(v.users.keys().map(AgreementId::User))
             .collect();
         for id in ids {
             self.with_slot(id, 0, |slot, set, out| slot.inst.on_failures(set, out));

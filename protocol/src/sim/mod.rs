@@ -409,6 +409,7 @@ impl Simulator {
                 departs,
                 message,
             } => {
+                self.delivered(from, to);
                 if !self.left_sender(from, departs) {
                     self.never_left += 1;
                     return;

@@ -148,9 +148,15 @@ impl Simulator {
     }
 
     /// The delivery time of a copy on link `from` → `to` due at `at`: no
-    /// earlier than the copy before it on that link. Only links with a copy
-    /// in flight are remembered (a few per sender).
+    /// earlier than the copy before it on that link. Without jitter or a
+    /// rule every copy takes the same time and a sender's copies leave in
+    /// order, so the order holds by itself and nothing is remembered;
+    /// otherwise only links with a copy in flight are (a few per sender,
+    /// each forgotten when its last copy arrives, `delivered`).
     fn fifo(&mut self, from: Rank, to: Rank, at: Time) -> Time {
+        if self.cfg.net.jitter.is_zero() && self.rule.is_none() {
+            return at;
+        }
         let now = self.now;
         let in_flight = &mut self.in_flight[from as usize];
         in_flight.retain(|&(_, t)| t > now);
@@ -162,6 +168,22 @@ impl Simulator {
             None => {
                 in_flight.push((to, at));
                 at
+            }
+        }
+    }
+
+    /// A copy on `from` → `to` arrives now: if it was the last one in
+    /// flight on that link, the link is forgotten (and the sender's list
+    /// freed once empty), so memory follows the copies in flight.
+    pub(super) fn delivered(&mut self, from: Rank, to: Rank) {
+        let now = self.now;
+        let Some(in_flight) = self.in_flight.get_mut(from as usize) else {
+            return;
+        };
+        if let Some(i) = in_flight.iter().position(|&(r, t)| r == to && t <= now) {
+            in_flight.swap_remove(i);
+            if in_flight.is_empty() {
+                *in_flight = Vec::new();
             }
         }
     }
