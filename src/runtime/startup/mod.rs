@@ -39,7 +39,7 @@ use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
 use crate::config::{Config, Env, ProgressMode};
 use crate::fabric::{
-    AddressVector, Domain, Endpoint, EndpointConfig, Info, RemoteRegion, SlotPage,
+    AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
 };
 use crate::protocol::{self, EngineConfig, Rank, Ring};
 
@@ -67,6 +67,7 @@ pub(super) fn start(
     };
     let engine_config = config.engine_config();
 
+    check_fabric_version(&logger)?;
     let fabric = open_fabric(config, size)?;
     phases.done("fabric open");
     let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
@@ -160,6 +161,18 @@ struct OwnFabric {
 /// Opens the provider and domain `config` names, an address vector for
 /// `size` ranks, an endpoint whose buffers fit every message of a job of
 /// that size, and registers the one-page slot region peers write into.
+/// One libfabric per process: the host's (an MPI library's own build, say)
+/// may not be the one ffd was built against. An older one is refused,
+/// naming both versions; a newer one is logged.
+fn check_fabric_version(logger: &Logger) -> Result<(), StartError> {
+    let versions = FabricVersions::of_this_process();
+    versions.check()?;
+    if versions.loaded != versions.built {
+        logger.info(format_args!("{versions}"));
+    }
+    Ok(())
+}
+
 fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
     let info = Info::query(config.provider(), config.domain())?;
     let domain = Domain::open_info(&info)?;
