@@ -126,8 +126,18 @@ impl Net {
     /// notice in its name (the only link whose sequence numbers the test
     /// owns).
     fn notice(&mut self, dead: Rank, to: Rank) {
+        self.hand_notice(dead, to, &[dead], &[]);
+    }
+
+    /// Tells rank `to` that `gone` (a rank that never sends) left, by its
+    /// leave notice.
+    fn leave_notice(&mut self, gone: Rank, to: Rank) {
+        self.hand_notice(gone, to, &[], &[gone]);
+    }
+
+    fn hand_notice(&mut self, dead: Rank, to: Rank, failed: &[Rank], left: &[Rank]) {
         assert!(!self.alive[dead as usize]);
-        let m = Encoder::new(KEY, dead).notice(dead, 0, &[dead], &[]);
+        let m = Encoder::new(KEY, dead).notice(dead, 0, failed, left);
         let bytes = wire::seal(&m, 1, to, &keys());
         let input = Input::Message {
             from: Some(dead),
@@ -254,7 +264,8 @@ fn a_failure_becomes_a_view_after_the_batching_window_and_its_failed_event() {
 #[test]
 fn ranks_of_a_decision_unknown_here_are_learned_first() {
     // Tree rooted at 0: 0 -> {1, 2}, 1 -> {3}. Only rank 1 knows that its
-    // child 3 failed; 0 and 2 learn it from the decision.
+    // child 3 failed; its notices are lost, so 0 and 2 wait a timeout for
+    // them, then learn it from the decision.
     let n = 4;
     let mut net = Net::new(n);
     net.alive[3] = false;
@@ -262,6 +273,14 @@ fn ranks_of_a_decision_unknown_here_are_learned_first() {
     net.notice(3, 1);
     for r in 0..3 {
         net.handle(r, Input::Agree { flags: u64::MAX }).unwrap();
+    }
+    assert_eq!(net.agreed(1).len(), 1, "rank 1 knew every rank named");
+    for r in [0, 2] {
+        assert!(net.agreed(r).is_empty(), "rank {r} waits for 3's notice");
+    }
+    // The timeout is 100 ms; the start-up grace (1 s) declares nobody.
+    for t in (10..=110).step_by(10) {
+        net.advance_to(Time::ZERO + ms(t));
     }
     for r in [0, 2] {
         let ev = &net.events[r as usize];
@@ -284,6 +303,36 @@ fn ranks_of_a_decision_unknown_here_are_learned_first() {
         assert!(net.engines[r as usize].is_failed(3));
     }
     for r in 0..3 {
+        assert_eq!(net.agreed(r)[0].2.failed, [3], "rank {r}");
+    }
+}
+
+#[test]
+fn a_departure_named_by_a_decision_is_a_leave_once_its_notice_comes() {
+    // As above, but rank 3 left: rank 1 has its leave notice, 0 and 2 get
+    // theirs after the decision. They raise Left, not Failed, then the
+    // decision, which names 3 (a rank that did not take part).
+    let n = 4;
+    let mut net = Net::new(n);
+    net.alive[3] = false;
+    net.drop_notices = true;
+    net.leave_notice(3, 1);
+    for r in 0..3 {
+        net.handle(r, Input::Agree { flags: u64::MAX }).unwrap();
+    }
+    for r in [0, 2] {
+        assert!(net.agreed(r).is_empty(), "rank {r} waits for 3's notice");
+        net.leave_notice(3, r);
+    }
+    for r in 0..3 {
+        let ev = &net.events[r as usize];
+        assert!(
+            !ev.iter().any(|e| matches!(e, Event::Failed { .. })),
+            "rank {r}: {ev:?}"
+        );
+        let left_at = ev.iter().position(|e| matches!(e, Event::Left { rank: 3 }));
+        let agreed_at = ev.iter().position(|e| matches!(e, Event::Agreed { .. }));
+        assert!(left_at.is_some() && left_at < agreed_at, "rank {r}: {ev:?}");
         assert_eq!(net.agreed(r)[0].2.failed, [3], "rank {r}");
     }
 }

@@ -86,9 +86,11 @@ impl Outputs {
 /// Every surviving rank gets the same `*out_flags` (the AND of every
 /// participant's `flags`), `*view_id` and failed set: every rank that did
 /// not take part and every failure any participant knew when it joined
-/// (ranks in it that this rank did not know failed are learned first, as
-/// FFD_EVENT_FAILED). `*view_id` is the newest view (FFD_EVENT_VIEW) any
-/// participant had raised; the set holds that view's ranks.
+/// (ranks in it that this rank did not know gone are learned first, as
+/// FFD_EVENT_LEFT or FFD_EVENT_FAILED once their notices come, as
+/// FFD_EVENT_FAILED if none came within a timeout). `*view_id` is the
+/// newest view (FFD_EVENT_VIEW) any participant had raised; the set
+/// holds that view's ranks.
 ///
 /// The set's ranks go to `failed` (increasing), its size to `*count`. A
 /// buffer of the job size always fits; a smaller one gets the first `cap`

@@ -248,7 +248,8 @@ impl Detector {
     /// on a view: blocks until decided, **however long that takes** (see
     /// the module docs: a collective, like `MPIX_Comm_agree`). Every
     /// surviving rank gets the same [`Agreement`]. Ranks in its failed set
-    /// this rank did not know failed are learned first (`Failed` events).
+    /// this rank did not know gone are learned first (`Left` or `Failed`
+    /// events, once their notices come; `Failed` after a timeout without).
     pub fn agree(&self, flags: u64) -> Result<Agreement, AgreeError> {
         self.iagree(flags)?.wait()
     }

@@ -15,7 +15,9 @@
 //! its current view `k` does not name contributes its gone set to the
 //! agreement `View(k+1)` after a batching window (half a period, so that
 //! failures found together make one view); a rank that receives any message
-//! of `View(k+1)` contributes at once. The decision is view `k+1`. Every
+//! of `View(k+1)` contributes at once. The decision is view `k+1`, raised
+//! once every rank it names is known gone here (their notices are on their
+//! way; after a timeout the rest are learned as failed, see `hold`). Every
 //! participant contributes only after raising view `k`, and learns every
 //! rank of a decision before raising it, so its gone set holds every view
 //! it raised: views only grow, and "the gone set holds more than view `k`"
@@ -65,6 +67,14 @@ pub(super) const AHEAD: u64 = 2;
 struct Slot {
     inst: Instance,
     hops: u16,
+}
+
+impl Slot {
+    /// The decision, its root and hops, once decided here.
+    fn decided(&self) -> Option<(Value, Rank, u16)> {
+        let d = self.inst.decision()?;
+        Some((d.clone(), self.inst.root(), self.hops))
+    }
 }
 
 /// A few instances by number, ascending: a short vector (a `BTreeMap`
@@ -127,6 +137,9 @@ pub(super) struct Views {
     /// failed ∪ left, kept only while some rank left (otherwise the failed
     /// set is the gone set).
     gone: Option<RankSet>,
+    /// Since when the next view's (`.0`) or the next user result's (`.1`)
+    /// decision has waited for ranks it names to be known gone here.
+    held: (Option<Time>, Option<Time>),
     /// |failed| + |left| when the instances were last told.
     told: usize,
     sweeping: bool,
@@ -357,18 +370,19 @@ impl Engine {
         }
         let v = self.views.as_deref_mut().expect("checked above");
         let next_view = v.view + 1;
-        if let Some(slot) = v.views.get(&next_view) {
-            if let Some(d) = slot.inst.decision() {
-                let (d, root, hops) = (d.clone(), slot.inst.root(), slot.hops);
+        if let Some(d) = v.views.get(&next_view).and_then(|s| s.decided()) {
+            if !self.hold(now, &d.0.failed, false) {
+                let (d, root, hops) = d;
                 self.raise_view(now, next_view, d, root, hops);
                 return true;
             }
         }
+        let v = self.views.as_deref_mut().expect("checked above");
         if v.raised < v.started {
-            if let Some(slot) = v.users.get(&(v.raised + 1)) {
-                if let Some(d) = slot.inst.decision() {
-                    let (seq, d, root, hops) =
-                        (v.raised + 1, d.clone(), slot.inst.root(), slot.hops);
+            let seq = v.raised + 1;
+            if let Some(d) = v.users.get(&seq).and_then(|s| s.decided()) {
+                if !self.hold(now, &d.0.failed, true) {
+                    let (d, root, hops) = d;
                     self.raise_agreed(now, seq, d, root, hops);
                     return true;
                 }
@@ -439,6 +453,36 @@ impl Engine {
         for id in ids {
             self.with_slot(id, 0, |slot, set, out| slot.inst.on_failures(set, out));
         }
+    }
+
+    /// Whether a decision naming `failed` waits before it is raised: while
+    /// it names ranks this rank does not know gone (nor itself), for at
+    /// most a timeout. A decision names only ranks some participant knew
+    /// gone, failed or left, and their notices are on their way here: a
+    /// departure learned from the decision itself would be misreported as
+    /// a failure. After the timeout the rest are learned as failed
+    /// (`learn_decided`). `user`: the next user result, else the next view.
+    fn hold(&mut self, now: Time, failed: &[Rank], user: bool) -> bool {
+        let known = |r: &Rank| *r == self.me || self.failed.contains(*r) || self.left.contains(*r);
+        let waiting = !failed.iter().all(known) && failed.binary_search(&self.me).is_err();
+        let deadline = self.config.timeout;
+        let Some(v) = self.views.as_deref_mut() else {
+            return false;
+        };
+        let since = if user { &mut v.held.1 } else { &mut v.held.0 };
+        if !waiting {
+            *since = None;
+            return false;
+        }
+        let until = *since.get_or_insert(now) + deadline;
+        if now >= until {
+            *since = None;
+            return false;
+        }
+        if self.timers.get(Timer::ViewBatch) > until {
+            self.timers.set(Timer::ViewBatch, until);
+        }
+        true
     }
 
     /// Learns the ranks of a decision this rank did not know gone (as
