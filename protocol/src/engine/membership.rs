@@ -140,8 +140,10 @@ impl Engine {
         self.suspect = None;
         self.beat.observer = None;
         self.stream_dirty = self.mode == HeartbeatMode::Modelled;
-        self.push_event(Event::SelfExcluded { by });
+        // Pending agreements end first, so SelfExcluded is the Engine's
+        // last output.
         self.abort_agreements(AgreeAbort::Excluded);
+        self.push_event(Event::SelfExcluded { by });
     }
 
     /// Answers a message from a rank in the failed set with a notice naming
