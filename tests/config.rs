@@ -410,6 +410,21 @@ fn startup_grace_and_hostname() {
 }
 
 #[test]
+fn health_max_is_a_small_positive_integer() {
+    assert_eq!(Config::default().engine_config().health_max, 4);
+    let cfg = from(&[("FFD_HEALTH_MAX", "1")]).unwrap();
+    assert_eq!(cfg.engine_config().health_max, 1);
+    for bad in ["0", "17"] {
+        assert_eq!(
+            err(&[("FFD_HEALTH_MAX", bad)]),
+            format!(
+                "FFD_HEALTH_MAX=`{bad}` is out of range; accepted: an integer from 1 to 16, e.g. `4`"
+            )
+        );
+    }
+}
+
+#[test]
 fn code_settings_are_taken_and_marked_as_code() {
     let cfg = Config::builder()
         .provider("shm")
@@ -427,6 +442,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .event_queue(16)
         .eagain_limit(ms(5))
         .startup_grace(ms(200))
+        .health_max(2)
         .hostname("a")
         .build()
         .unwrap();
@@ -453,6 +469,7 @@ fn code_settings_are_taken_and_marked_as_code() {
             7
         )
     );
+    assert_eq!(engine.health_max, 2);
     assert_eq!(
         Config::builder()
             .period(Duration::ZERO)

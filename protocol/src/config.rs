@@ -187,6 +187,15 @@ pub struct EngineConfig {
     /// Payload de-duplication remembers this many origins (least recently
     /// used evicted), each with a 64-sequence window: bounded state.
     pub payload_dedup_origins: usize,
+    /// Local health awareness (Lifeguard): the largest factor by which a
+    /// rank that sees its own wake-ups running late stretches the timeouts
+    /// it judges others by (1 to [`Self::MAX_HEALTH`]; 1 never stretches).
+    /// Default [`Self::DEFAULT_HEALTH_MAX`]. See `docs/design.md` §4.3.
+    pub health_max: u32,
+    /// A wake-up of this rank's timers later than this raises its local
+    /// health multiplier by one. Default: one check interval
+    /// (`timeout / checks_per_timeout`).
+    pub late_wakeup: Option<Duration>,
     /// Most ranks one `SyncReply` carries (failed ones first). A larger
     /// difference goes in parts, one per request (the requester asks again
     /// a timeout later while its digest still differs), so the work one
@@ -212,6 +221,8 @@ impl Default for EngineConfig {
             leave_batch: None,
             max_payload: 64 * 1024,
             payload_dedup_origins: 1024,
+            health_max: Self::DEFAULT_HEALTH_MAX,
+            late_wakeup: None,
             max_sync_ranks: 1024,
         }
     }
@@ -226,6 +237,8 @@ pub enum EngineConfigError {
     TimeoutNotAbovePeriod { period: Duration, timeout: Duration },
     #[error("checks_per_timeout must be at least 1")]
     ZeroChecks,
+    #[error("health_max ({value}) must be between 1 and {max}")]
+    HealthMax { value: u32, max: u32 },
     #[error("the ring is empty")]
     EmptyRing,
     #[error("rank {rank} is outside the job of {size} ranks")]
@@ -243,6 +256,11 @@ impl EngineConfig {
     /// for the connection set-up of a real fabric, which takes tens of ms on
     /// `tcp;ofi_rxm` and more on a loaded machine.
     pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(1);
+    /// The local health multiplier's ceiling unless set (`FFD_HEALTH_MAX`'s
+    /// default): a rank that sees itself late waits up to 4 timeouts.
+    pub const DEFAULT_HEALTH_MAX: u32 = 4;
+    /// The largest accepted `health_max`.
+    pub const MAX_HEALTH: u32 = 16;
 
     /// The one rule between the two timings: the timeout must exceed the
     /// period, or an emitter could be declared failed between two of its
@@ -266,6 +284,12 @@ impl EngineConfig {
         if self.checks_per_timeout == 0 {
             return Err(EngineConfigError::ZeroChecks);
         }
+        if !(1..=Self::MAX_HEALTH).contains(&self.health_max) {
+            return Err(EngineConfigError::HealthMax {
+                value: self.health_max,
+                max: Self::MAX_HEALTH,
+            });
+        }
         Ok(())
     }
 
@@ -280,6 +304,17 @@ impl EngineConfig {
 
     pub fn startup_grace(&self) -> Duration {
         self.startup_grace.unwrap_or(Self::DEFAULT_STARTUP_GRACE)
+    }
+
+    /// How long a link may take to come up before silence on it counts:
+    /// an emitter at start, or one just mended to, has this plus a timeout
+    /// until its link is confirmed. The start-up grace.
+    pub fn link_grace(&self) -> Duration {
+        self.startup_grace()
+    }
+
+    pub fn late_wakeup(&self) -> Duration {
+        self.late_wakeup.unwrap_or_else(|| self.check_interval())
     }
 
     pub fn lag_guard(&self) -> Duration {
@@ -349,5 +384,14 @@ mod tests {
         c.timeout = Duration::from_secs(1);
         c.checks_per_timeout = 0;
         assert_eq!(c.validate(), Err(EngineConfigError::ZeroChecks));
+        c.checks_per_timeout = 4;
+        assert_eq!(c.late_wakeup(), Duration::from_millis(250));
+        for bad in [0, EngineConfig::MAX_HEALTH + 1] {
+            c.health_max = bad;
+            assert!(matches!(
+                c.validate(),
+                Err(EngineConfigError::HealthMax { value, .. }) if value == bad
+            ));
+        }
     }
 }

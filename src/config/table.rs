@@ -211,6 +211,24 @@ settings_table! {
             show: |d| format_duration(*d),
             set(grace: Duration) => grace,
         }
+        /// Local health awareness (`docs/design.md` §4.3).
+        health_max: usize => usize {
+            var: HEALTH_MAX = "FFD_HEALTH_MAX",
+            accepted: "an integer from 1 to 16, e.g. `4`",
+            help: "The most timeouts a rank whose own wake-ups run late waits before \
+                   declaring its emitter (local health awareness; 1: never stretch)",
+            default: EngineConfig::DEFAULT_HEALTH_MAX as usize,
+            parse: parse_integer,
+            check: |&n| {
+                if (1..=EngineConfig::MAX_HEALTH as usize).contains(&n) {
+                    Ok(())
+                } else {
+                    Err("is out of range".to_owned())
+                }
+            },
+            show: ToString::to_string,
+            set(health_max: usize) => health_max,
+        }
         /// `None` means this machine's hostname (tests set one to fake several nodes).
         hostname: Option<String> => Option<&str> {
             var: HOSTNAME = "FFD_HOSTNAME",
@@ -313,6 +331,14 @@ mod tests {
         assert_eq!(
             setting::EVENT_QUEUE.accepted,
             format!("an integer from 1 to {MAX_EVENT_QUEUE}, e.g. `1024`")
+        );
+        assert_eq!(
+            setting::HEALTH_MAX.accepted,
+            format!(
+                "an integer from 1 to {}, e.g. `{}`",
+                EngineConfig::MAX_HEALTH,
+                EngineConfig::DEFAULT_HEALTH_MAX
+            )
         );
         assert_eq!(
             setting::PROGRESS.accepted,

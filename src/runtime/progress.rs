@@ -442,6 +442,10 @@ impl Core<'_> {
             Completion::Sent { token, .. } => {
                 self.counters.messages_sent += 1;
                 self.link_works(token);
+                // The Engine times a just-mended emitter from its link-up.
+                if let Ok(to) = Rank::try_from(token) {
+                    let _ = self.engine.handle(now, Input::Sent { to });
+                }
             }
             Completion::Written { token } => {
                 self.counters.heartbeats_completed += 1;
@@ -516,11 +520,7 @@ impl Core<'_> {
         self.counters.posts_refused += 1;
         let now = Instant::now();
         let since = *self.refused_since.entry(peer).or_insert(now);
-        let bound = if self.connected.contains(&peer) {
-            self.eagain_limit
-        } else {
-            self.eagain_limit.max(self.connect_grace)
-        };
+        let bound = self.refusal_bound(peer);
         if now.duration_since(since) > bound {
             self.counters.unreachable_verdicts += 1;
             self.logger.info(format_args!(
@@ -531,6 +531,21 @@ impl Core<'_> {
             let t = self.now();
             self.transport_error(t, peer, TransportErrorKind::Unreachable);
         }
+    }
+
+    /// How long a run of refused posts to `peer` may last before it is a
+    /// verdict: `FFD_EAGAIN_LIMIT`, or start-up grace + timeout on a link
+    /// that never carried anything (connection set-up), stretched like the
+    /// Engine's own timeouts while this rank's wake-ups run late (its
+    /// local health, `docs/design.md` §4.3): a refusal run is timing
+    /// evidence too, and a starved rank drains its queues late.
+    fn refusal_bound(&self, peer: Rank) -> Duration {
+        let bound = if self.connected.contains(&peer) {
+            self.eagain_limit
+        } else {
+            self.eagain_limit.max(self.connect_grace)
+        };
+        bound.saturating_mul(self.engine.local_health())
     }
 
     /// Carries out everything the Engine asked for.

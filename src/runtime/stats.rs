@@ -145,6 +145,9 @@ fn serialize_engine_stats<S: serde::Serializer>(
     m.serialize_entry("heartbeats_written", &stats.heartbeats_written)?;
     m.serialize_entry("slot_checks", &stats.slot_checks)?;
     m.serialize_entry("self_lag_trips", &stats.self_lag_trips)?;
+    m.serialize_entry("health_rises", &stats.health_rises)?;
+    m.serialize_entry("health_peak", &stats.health_peak)?;
+    m.serialize_entry("mend_links_confirmed", &stats.mend_links_confirmed)?;
     m.serialize_entry("max_lateness_ns", &stats.max_lateness_ns)?;
     m.serialize_entry("sent", &Named(&kinds, &stats.sent))?;
     m.serialize_entry("received", &Named(&kinds, &stats.received))?;

@@ -52,6 +52,11 @@ pub enum Input<'a> {
         peer: Rank,
         kind: TransportErrorKind,
     },
+    /// A message to `to` left this process: the transport completed its
+    /// send, so the link to `to` is up. The Engine reads only the ones
+    /// about an emitter it just mended to (its clock starts then, see
+    /// `docs/design.md` §4.4); drivers may report every completed send.
+    Sent { to: Rank },
     /// Reliably broadcast an application payload to all live ranks.
     Broadcast(&'a [u8]),
     /// This rank is shutting down cleanly: tell the others, who mend around
@@ -319,6 +324,13 @@ pub struct Stats {
     /// Slot readings the Engine ignored: it no longer observes (this rank
     /// was excluded).
     pub stale_slot_reads: u64,
+    /// Late wake-ups that raised the local health multiplier.
+    pub health_rises: u64,
+    /// The highest local health multiplier reached (0: it never rose above 1).
+    pub health_peak: u64,
+    /// Mended emitters whose link was confirmed by a completed send (their
+    /// timeout started then rather than at the mending).
+    pub mend_links_confirmed: u64,
     /// Slot readings that carried another generation than the one this
     /// rank named in `ObserveMe`: not heartbeats.
     pub foreign_slot_values: u64,

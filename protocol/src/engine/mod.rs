@@ -5,9 +5,10 @@
 //! outputs (`poll_output`, `next_deadline`). The protocol itself lives in
 //! the submodules, one concern each: `io` (the types crossing the
 //! boundary), `heartbeat` (this rank as an emitter), `observation`
-//! (watching the emitter), `membership` (the failed and left sets),
-//! `broadcast` (fan-out of notices and payloads) and `views` (view changes
-//! and user agreements). Must not: read a clock,
+//! (watching the emitter), `health` (how far this rank trusts its own
+//! timing), `membership` (the failed and left sets), `broadcast` (fan-out
+//! of notices and payloads) and `views` (view changes and user
+//! agreements). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -72,6 +73,7 @@
 //! wakes `checks_per_timeout` times per timeout and no more.
 
 mod broadcast;
+mod health;
 mod heartbeat;
 mod io;
 mod membership;
@@ -89,6 +91,7 @@ use super::ring::Ring;
 use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
 use broadcast::{Fanout, PayloadDedup};
+use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
     AgreeAbort, Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
@@ -195,6 +198,7 @@ pub struct Engine {
     config: Arc<EngineConfig>,
     overlay: Overlay,
     watch: Watch,
+    health: Health,
     beat: Beat,
     suspect: Option<Suspect>,
     witness: Option<Witness>,
@@ -263,11 +267,13 @@ impl Engine {
                 changed_at: grace_end,
                 still_seen_at: None,
                 awaiting_first: false,
+                awaiting_link: false,
                 mismatch_since: None,
                 sync_not_before: Time::ZERO,
                 slow_warned_at: None,
                 hurry: false,
             },
+            health: Health::default(),
             beat: Beat {
                 observer,
                 generation: 0,
@@ -371,6 +377,13 @@ impl Engine {
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
+    /// The local health multiplier, 1 ..= `health_max`: how many timeouts
+    /// this rank currently waits before declaring its emitter, because its
+    /// own wake-ups ran late (`docs/design.md` §4.3). Drivers stretch their
+    /// own timing verdicts (a run of refused posts) by the same factor.
+    pub fn local_health(&self) -> u32 {
+        self.health.multiplier()
+    }
 
     /// When [`Engine::handle_timeout`] must next be called, `None` if never
     /// (e.g. excluded, or alone). Re-read after every `handle`,
@@ -431,6 +444,10 @@ impl Engine {
                 self.on_transport_error(now, peer, kind);
                 Ok(())
             }
+            Input::Sent { to } => {
+                self.on_sent(now, to);
+                Ok(())
+            }
             Input::Broadcast(bytes) => self.on_broadcast(bytes),
             Input::Leave => self.on_leave(),
             Input::Agree { flags } => self.on_agree(now, flags),
@@ -475,6 +492,7 @@ impl Engine {
         };
         let lateness = now - earliest_due;
         self.stats.max_lateness_ns = self.stats.max_lateness_ns.max(lateness.as_nanos() as u64);
+        self.note_wakeup(now, lateness);
         let lagging = lateness > self.config.lag_guard();
         if lagging {
             self.on_self_lag(now);
@@ -487,8 +505,7 @@ impl Engine {
             self.timers.stop(Timer::Suspect);
             if let Some(s) = self.suspect {
                 if lagging {
-                    self.timers
-                        .set(Timer::Suspect, now + self.config.suspect_timeout());
+                    self.timers.set(Timer::Suspect, now + self.suspect_limit());
                 } else {
                     self.suspect = None;
                     self.declare(now, s.rank, Cause::InBand);
@@ -510,6 +527,23 @@ impl Engine {
     }
 
     // ----- helpers -----
+
+    /// Local health: a late wake-up raises the multiplier, on-time running
+    /// lowers it. (The check timer needs no rescheduling: a check that
+    /// finds the stretched timeout not yet up schedules the next one, and
+    /// one after a fall comes within a check interval.)
+    fn note_wakeup(&mut self, now: Time, lateness: std::time::Duration) {
+        match self.health.on_wakeup(now, lateness, &self.config) {
+            HealthChange::Rose => {
+                self.stats.health_rises += 1;
+                self.stats.health_peak = self
+                    .stats
+                    .health_peak
+                    .max(u64::from(self.health.multiplier()));
+            }
+            HealthChange::Fell | HealthChange::Unchanged => {}
+        }
+    }
 
     fn my_digest32(&self) -> u32 {
         fold_digest(self.digest())

@@ -1,10 +1,14 @@
 //! Watching the emitter: this rank as an observer.
 //!
 //! Owns: the reading of the watched slot, the periodic checks and the
-//! timeout, the self-lag guard, slow-emitter warnings, the digest sync
+//! timeout (stretched by the local health multiplier, `health`), the
+//! self-lag guard, slow-emitter warnings, the digest sync
 //! (`SyncRequest`/`SyncReply`), in-band evidence (transport errors, the
 //! suspect and its probes, `Probe`/`ProbeAck`) and mending to a new
-//! emitter. Must not: change the failed or left sets except through
+//! emitter, whose clock starts when its link is confirmed. These are the
+//! rules of watching a neighbour, whatever the watching topology: they
+//! hold for the per-process ring and are meant for any other watcher set
+//! built on the Engine. Must not: change the failed or left sets except through
 //! `membership` (`declare`, `learn`), allocate while reading a slot or
 //! checking an idle emitter, or send anything but to ring neighbours and
 //! probe witnesses.
@@ -34,6 +38,10 @@ pub(super) struct Watch {
     pub(super) still_seen_at: Option<Time>,
     /// Mended and no beat seen yet: resend `ObserveMe` at each check.
     pub(super) awaiting_first: bool,
+    /// Mended and the link to the new emitter not yet confirmed (no send
+    /// to it completed, no beat seen): `changed_at` lies a link grace in
+    /// the future until then.
+    pub(super) awaiting_link: bool,
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
@@ -57,6 +65,23 @@ pub(super) struct Suspect {
 }
 
 impl Engine {
+    /// How long the emitter's slot may stand still before it is declared,
+    /// and the cause it is declared with: the timeout, or the suspect
+    /// timeout after in-band evidence (`FFD_INBAND=suspect`); both
+    /// stretched by the local health multiplier.
+    pub(super) fn stillness_limit(&self) -> (Duration, Cause) {
+        if self.watch.hurry {
+            (self.suspect_limit(), Cause::InBand)
+        } else {
+            (self.health.stretch(self.config.timeout), Cause::Timeout)
+        }
+    }
+
+    /// The suspect timeout, stretched by the local health multiplier.
+    pub(super) fn suspect_limit(&self) -> Duration {
+        self.health.stretch(self.config.suspect_timeout())
+    }
+
     /// Schedules the next slot check: one check interval away, or sooner if
     /// the emitter's time is up before that.
     pub(super) fn schedule_check(&mut self, now: Time) {
@@ -64,11 +89,7 @@ impl Engine {
             self.timers.stop(Timer::Check);
             return;
         }
-        let limit = if self.watch.hurry {
-            self.config.suspect_timeout()
-        } else {
-            self.config.timeout
-        };
+        let (limit, _) = self.stillness_limit();
         let expiry = self.watch.changed_at + limit;
         let next = (now + self.config.check_interval())
             .min(expiry)
@@ -140,9 +161,28 @@ impl Engine {
                 self.watch.changed_at = now;
                 self.watch.still_seen_at = None;
                 self.watch.awaiting_first = false;
+                self.watch.awaiting_link = false;
                 self.watch.hurry = false;
             }
         }
+    }
+
+    /// A send to `to` completed. If `to` is the emitter this rank just
+    /// mended to and its link was not yet confirmed, its timeout starts
+    /// now: a connection set-up slower than the timeout (as on
+    /// `tcp;ofi_rxm` under load) is not the new emitter's silence. This is
+    /// the mend rate limit: having declared one emitter, a rank gives the
+    /// next a full timeout from the moment it is linked, so one late rank
+    /// cannot drag its cold neighbours after it.
+    pub(super) fn on_sent(&mut self, now: Time, to: Rank) {
+        if !self.watch.awaiting_link || self.watch.emitter != Some(to) {
+            return;
+        }
+        self.stats.mend_links_confirmed += 1;
+        self.watch.awaiting_link = false;
+        self.watch.changed_at = now;
+        self.watch.still_seen_at = None;
+        self.schedule_check(now);
     }
 
     /// This thread woke late by more than the lag guard: its own stall is not
@@ -180,11 +220,7 @@ impl Engine {
             return;
         };
         if !lagging {
-            let (limit, cause) = if self.watch.hurry {
-                (self.config.suspect_timeout(), Cause::InBand)
-            } else {
-                (self.config.timeout, Cause::Timeout)
-            };
+            let (limit, cause) = self.stillness_limit();
             if now >= self.watch.changed_at && now - self.watch.changed_at >= limit {
                 self.declare(now, emitter, cause);
                 return;
@@ -311,8 +347,8 @@ impl Engine {
             // written after this probe arrived (its error may be
             // milliseconds old, our last beat older). Silence past
             // the suspect timeout is reported at once.
-            let stale = now >= self.watch.changed_at
-                && now - self.watch.changed_at >= self.config.suspect_timeout();
+            let stale =
+                now >= self.watch.changed_at && now - self.watch.changed_at >= self.suspect_limit();
             if stale && self.watch.last_value.is_some() {
                 ProbeVerdict::Silent
             } else {
@@ -364,7 +400,10 @@ impl Engine {
     }
 
     /// The emitter is gone: observe the nearest predecessor not known
-    /// failed or left, in a fresh slot, with a grace of one timeout. With
+    /// failed or left, in a fresh slot. Its timeout starts when its link is
+    /// confirmed (a send to it completes, see [`Engine::on_sent`], or its
+    /// first beat lands), at the latest a link grace from now: on a warm
+    /// link that is at once, and the new emitter has one timeout. With
     /// nobody left, there is no emitter (and no error).
     pub(super) fn mend(&mut self, now: Time) {
         let candidate = self.ring.predecessors(self.me).find(|&r| !self.is_gone(r));
@@ -373,9 +412,10 @@ impl Engine {
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
         self.watch.emitter = candidate;
         self.watch.last_value = None;
-        self.watch.changed_at = now;
+        self.watch.changed_at = now + self.config.link_grace();
         self.watch.still_seen_at = None;
         self.watch.awaiting_first = true;
+        self.watch.awaiting_link = true;
         self.watch.mismatch_since = None;
         self.watch.hurry = false;
         self.watch.slow_warned_at = None;
@@ -452,7 +492,6 @@ impl Engine {
         if let Some(w) = witness.filter(|&w| w != self.me) {
             self.send(w, Kind::Probe, m);
         }
-        self.timers
-            .set(Timer::Suspect, now + self.config.suspect_timeout());
+        self.timers.set(Timer::Suspect, now + self.suspect_limit());
     }
 }

@@ -153,6 +153,11 @@ enum What {
         peer: Rank,
         kind: TransportErrorKind,
     },
+    /// `to`'s send to `peer` completed (`Input::Sent`).
+    Sent {
+        to: Rank,
+        peer: Rank,
+    },
     Action(u32),
     Leave(Rank),
     Close(Rank),
@@ -185,6 +190,9 @@ pub struct Simulator {
     in_flight: Vec<Vec<(Rank, Time)>>,
     /// Copies that never left: their sender crashed before their turn.
     never_left: u64,
+    /// Links set up during the run (with `NetModel::connect`), by
+    /// (lower rank, higher rank): when each is up.
+    links_up: BTreeMap<(Rank, Rank), Time>,
     net_rng: Pcg64,
     leave_rng: Pcg64,
     rule: Option<Rule>,
@@ -285,6 +293,7 @@ impl Simulator {
             partition: None,
             in_flight: vec![Vec::new(); n as usize],
             never_left: 0,
+            links_up: BTreeMap::new(),
             net_rng,
             leave_rng,
             rule: None,
@@ -438,6 +447,14 @@ impl Simulator {
                 Status::Hung => self.held_errors.entry(to).or_default().push((peer, kind)),
                 _ => {}
             },
+            What::Sent { to, peer } => {
+                // A stopped sender reads the completion when it resumes;
+                // by then its first beat says as much.
+                if self.state[to as usize].status == Status::Up {
+                    let _ = self.engines[to as usize].handle(now, Input::Sent { to: peer });
+                    self.after_handle(to);
+                }
+            }
             What::Action(i) => {
                 let action = self.actions[i as usize].1.clone();
                 self.apply(action);

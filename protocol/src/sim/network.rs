@@ -1,10 +1,13 @@
 //! The simulator's network model: per-sender send times, link latency and
-//! jitter, per-link FIFO delivery, partitions, the per-message rule hook,
-//! and the error completions that a send or write towards a dead process
-//! brings back (in-band evidence).
+//! jitter, per-link FIFO delivery, connection set-up on a link's first
+//! use, partitions, the per-message rule hook, the error completions that
+//! a send or write towards a dead process brings back (in-band evidence),
+//! and the send completions of `ObserveMe` (the only ones the Engine
+//! reads).
 //!
 //! Owns: [`NetModel`], the [`Rule`] hook and its [`Verdict`]s, the
-//! partition cut, and the scheduling of deliveries and bounced errors.
+//! partition cut, the links set up during the run, and the scheduling of
+//! deliveries, send completions and bounced errors.
 //! Must not: decide what a rank does with a message (the Engine does), or
 //! draw randomness from any stream but the network's.
 //!
@@ -36,6 +39,13 @@ pub struct NetModel {
     /// When a write or send towards a dead process errors (in-band
     /// evidence), this long after it was issued; `None`: never.
     pub inband_latency: Option<Duration>,
+    /// Connection set-up, as on `tcp;ofi_rxm`: the first message on a link
+    /// that is not up waits this long for it (both ends must be running;
+    /// a cold link to a rank that is not never comes up, and what is sent
+    /// on it is lost). The links the runtime's link phase sets up before
+    /// anyone judges — ring neighbours and broadcast overlay links — are
+    /// up from the start. `None` (default): every link is up from the start.
+    pub connect: Option<Duration>,
     /// Time between two copies leaving one rank (module docs).
     pub send_cost: Duration,
 }
@@ -53,6 +63,7 @@ impl Default for NetModel {
             jitter: Duration::from_nanos(500),
             inband_latency: Some(Duration::from_millis(3)),
             send_cost: Self::DEFAULT_SEND_COST,
+            connect: None,
         }
     }
 }
@@ -117,6 +128,13 @@ impl Simulator {
             return;
         }
         let mut delay = self.cfg.net.latency + self.jitter();
+        match self.link_ready_in(from, to) {
+            Some(wait) => delay += wait,
+            None => {
+                self.dropped += 1;
+                return;
+            }
+        }
         if let Some(rule) = self.rule.as_mut() {
             match rule(&MessageMeta {
                 at: self.now,
@@ -136,6 +154,11 @@ impl Simulator {
         let departs = self.state[from as usize].nic_free.max(self.now);
         self.state[from as usize].nic_free = departs + self.cfg.net.send_cost;
         let at = self.fifo(from, to, departs + delay);
+        if kind == Some(Kind::ObserveMe) {
+            // Transmit complete once it is on an up link, whatever the
+            // receiver's state (as a TCP send to a freshly dead peer).
+            self.queue.push(at, What::Sent { to: from, peer: to });
+        }
         self.queue.push(
             at,
             What::Deliver {
@@ -148,13 +171,14 @@ impl Simulator {
     }
 
     /// The delivery time of a copy on link `from` → `to` due at `at`: no
-    /// earlier than the copy before it on that link. Without jitter or a
-    /// rule every copy takes the same time and a sender's copies leave in
-    /// order, so the order holds by itself and nothing is remembered;
-    /// otherwise only links with a copy in flight are (a few per sender,
-    /// each forgotten when its last copy arrives, `delivered`).
+    /// earlier than the copy before it on that link. Without jitter, a
+    /// rule or connection set-up every copy takes the same time and a
+    /// sender's copies leave in order, so the order holds by itself and
+    /// nothing is remembered; otherwise only links with a copy in flight
+    /// are (a few per sender, each forgotten when its last copy arrives,
+    /// `delivered`).
     fn fifo(&mut self, from: Rank, to: Rank, at: Time) -> Time {
-        if self.cfg.net.jitter.is_zero() && self.rule.is_none() {
+        if self.cfg.net.jitter.is_zero() && self.rule.is_none() && self.cfg.net.connect.is_none() {
             return at;
         }
         let now = self.now;
@@ -192,6 +216,41 @@ impl Simulator {
     /// its sender crashed or closed before.
     pub(super) fn left_sender(&self, from: Rank, departs: Time) -> bool {
         departs <= self.state[from as usize].down_at
+    }
+
+    /// How long a message from `a` to `b` waits for their link to come up
+    /// (zero when it is up), or `None` when it never will (`b` is not
+    /// running). Only with [`NetModel::connect`].
+    fn link_ready_in(&mut self, a: Rank, b: Rank) -> Option<Duration> {
+        let Some(connect) = self.cfg.net.connect else {
+            return Some(Duration::ZERO);
+        };
+        if self.warm_from_start(a, b) {
+            return Some(Duration::ZERO);
+        }
+        let key = (a.min(b), a.max(b));
+        if let Some(&up) = self.links_up.get(&key) {
+            return Some(up.saturating_since(self.now));
+        }
+        if self.state[b as usize].status != Status::Up {
+            return None;
+        }
+        self.links_up.insert(key, self.now + connect);
+        Some(connect)
+    }
+
+    /// Ring neighbours and broadcast overlay links: the runtime's link
+    /// phase sets them up before anyone judges.
+    fn warm_from_start(&self, a: Rank, b: Rank) -> bool {
+        let ring = &self.ring;
+        let (pa, pb) = (ring.position_of(a), ring.position_of(b));
+        let n = ring.len();
+        if (pa + 1) % n == pb || (pb + 1) % n == pa {
+            return true;
+        }
+        crate::overlay::Overlay::new(self.cfg.engine.bcast, n)
+            .neighbours(pa)
+            .contains(&pb)
     }
 
     /// A send or write towards a dead process: its error completion comes

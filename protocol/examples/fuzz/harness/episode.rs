@@ -89,6 +89,11 @@ pub const ACTIONS: &[Action] = &[
         run: |ep, dice| ep.transport_error(dice),
     },
     Action {
+        name: "sent",
+        weight: 10,
+        run: |ep, dice| ep.sent(dice),
+    },
+    Action {
         name: "broadcast",
         weight: 30,
         run: |ep, dice| ep.broadcast(dice),
@@ -163,6 +168,8 @@ fn config(dice: &mut Dice) -> EngineConfig {
         max_payload: dice.pick(&[0, 64, 1024, 1024, 65_536]),
         payload_dedup_origins: dice.pick(&[1, 2, 1024, 1024]),
         max_sync_ranks: dice.pick(&[0, 1, 2, 1024, 1024]),
+        health_max: dice.pick(&[1, EngineConfig::DEFAULT_HEALTH_MAX, EngineConfig::MAX_HEALTH]),
+        late_wakeup: fraction(dice),
     }
 }
 
@@ -680,6 +687,19 @@ impl Episode<'_> {
             InputKind::TransportError,
             Input::TransportError { peer, kind },
         );
+    }
+
+    /// A send completion (a link confirmed), as the runtime reports it.
+    fn sent(&mut self, dice: &mut Dice) {
+        let Some(r) = self.target(dice) else {
+            return;
+        };
+        let view = self.view(r);
+        let to = match dice.below(3) {
+            0 => view.emitter.unwrap_or(0),
+            _ => generate::rank(dice, &view),
+        };
+        let _ = self.engine_call(r, InputKind::Sent, Input::Sent { to });
     }
 
     fn broadcast(&mut self, dice: &mut Dice) {
