@@ -221,7 +221,13 @@ fn on_time_wakeups_bring_the_timeout_back() {
     }
     assert!(now >= at(1000), "back to 1 at {now}");
     // Then a silent emitter is declared one timeout after its last beat.
-    let (t, _) = run(&mut e, slot_value(0, 0, value), Duration::ZERO, now + ms(1000)).unwrap();
+    let (t, _) = run(
+        &mut e,
+        slot_value(0, 0, value),
+        Duration::ZERO,
+        now + ms(1000),
+    )
+    .unwrap();
     assert!(t <= now + ms(125), "declared at {t}, last beat {now}");
 }
 

@@ -168,7 +168,11 @@ fn config(dice: &mut Dice) -> EngineConfig {
         max_payload: dice.pick(&[0, 64, 1024, 1024, 65_536]),
         payload_dedup_origins: dice.pick(&[1, 2, 1024, 1024]),
         max_sync_ranks: dice.pick(&[0, 1, 2, 1024, 1024]),
-        health_max: dice.pick(&[1, EngineConfig::DEFAULT_HEALTH_MAX, EngineConfig::MAX_HEALTH]),
+        health_max: dice.pick(&[
+            1,
+            EngineConfig::DEFAULT_HEALTH_MAX,
+            EngineConfig::MAX_HEALTH,
+        ]),
         late_wakeup: fraction(dice),
     }
 }
