@@ -50,6 +50,7 @@ fn defaults_are_documented_values() {
     assert_eq!(cfg.progress(), ProgressMode::Sleep);
     assert_eq!(cfg.log(), LogLevel::Warn);
     assert_eq!(cfg.event_queue(), 1024);
+    assert!(cfg.deliver_own());
     assert_eq!(cfg.eagain_limit(), ms(30));
     assert_eq!(cfg.startup_grace(), Duration::from_secs(1));
     assert_eq!(cfg.hostname(), None);
@@ -342,6 +343,23 @@ fn core_progress_log() {
 }
 
 #[test]
+fn deliver_own() {
+    assert!(!from(&[("FFD_DELIVER_OWN", "no")]).unwrap().deliver_own());
+    let cfg = from(&[("FFD_DELIVER_OWN", "Yes")]).unwrap();
+    assert!(cfg.deliver_own() && cfg.engine_config().deliver_own);
+    assert!(
+        !from(&[("FFD_DELIVER_OWN", "no")])
+            .unwrap()
+            .engine_config()
+            .deliver_own
+    );
+    assert_eq!(
+        err(&[("FFD_DELIVER_OWN", "1")]),
+        "FFD_DELIVER_OWN=`1` is not recognised; accepted: yes|no"
+    );
+}
+
+#[test]
 fn event_queue() {
     assert_eq!(from(&[("FFD_EVENT_QUEUE", "1")]).unwrap().event_queue(), 1);
     assert_eq!(
@@ -440,6 +458,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .progress(ProgressMode::Spin)
         .log(LogLevel::Debug)
         .event_queue(16)
+        .deliver_own(false)
         .eagain_limit(ms(5))
         .startup_grace(ms(200))
         .health_max(2)
@@ -458,7 +477,8 @@ fn code_settings_are_taken_and_marked_as_code() {
             engine.inband,
             engine.bcast,
             engine.ring,
-            engine.ring_seed
+            engine.ring_seed,
+            engine.deliver_own
         ),
         (
             ms(2),
@@ -466,7 +486,8 @@ fn code_settings_are_taken_and_marked_as_code() {
             InbandMode::Off,
             BcastKind::Chord,
             RingKind::Rank,
-            7
+            7,
+            false
         )
     );
     assert_eq!(engine.health_max, 2);

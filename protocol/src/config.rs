@@ -184,9 +184,19 @@ pub struct EngineConfig {
     pub leave_batch: Option<Duration>,
     /// Largest application payload `Input::Broadcast` accepts, in bytes.
     pub max_payload: usize,
-    /// Payload de-duplication remembers this many origins (least recently
-    /// used evicted), each with a 64-sequence window: bounded state.
-    pub payload_dedup_origins: usize,
+    /// Whether a rank's own payloads are delivered to it too (as
+    /// `Event::Payload`, when it broadcasts them). Default: yes.
+    pub deliver_own: bool,
+    /// Payloads of one origin held at most while the gap before them is
+    /// open (they arrived ahead of an earlier one of the same origin). One
+    /// more is dropped and counted (`payloads_hold_overflow`; the lowest
+    /// are kept): the sync repair brings it again. Default 64.
+    pub payload_hold: usize,
+    /// The last W payloads of each origin every rank keeps, to answer the
+    /// sync requests of ranks that missed them (0: no payload repair). A
+    /// rank more than W payloads of one origin behind its neighbours cannot
+    /// be repaired by them (`payloads_beyond_retention`). Default 64.
+    pub payload_retention: usize,
     /// Local health awareness (Lifeguard): the largest factor by which a
     /// rank that sees its own wake-ups running late stretches the timeouts
     /// it judges others by (1 to [`Self::MAX_HEALTH`]; 1 never stretches).
@@ -200,7 +210,14 @@ pub struct EngineConfig {
     /// difference goes in parts, one per request (the requester asks again
     /// a timeout later while its digest still differs), so the work one
     /// request draws is bounded: 1024 ranks are at most ~5 KiB of lists.
+    /// Also the most payload marks one `SyncRequest` carries (and never
+    /// more than `wire::MAX_MARKS`; a rank that knows more origins covers
+    /// them in turns).
     pub max_sync_ranks: usize,
+    /// The payloads one sync request draws, in bytes (at least one
+    /// payload, however large): the rest waits for the next request.
+    /// Default 64 KiB.
+    pub max_sync_payload_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -220,10 +237,13 @@ impl Default for EngineConfig {
             sync_after: None,
             leave_batch: None,
             max_payload: 64 * 1024,
-            payload_dedup_origins: 1024,
+            deliver_own: true,
+            payload_hold: 64,
+            payload_retention: 64,
             health_max: Self::DEFAULT_HEALTH_MAX,
             late_wakeup: None,
             max_sync_ranks: 1024,
+            max_sync_payload_bytes: 64 * 1024,
         }
     }
 }

@@ -485,7 +485,12 @@ fn payloads_reach_every_live_rank_once() {
             2,
         ));
         assert_complete(&r, "payload");
-        assert_eq!(r.totals.payloads_delivered, 2 * u64::from(n - 2), "n={n}");
+        // Every live rank, the origin included (it delivers its own).
+        assert_eq!(r.totals.payloads_delivered, 2 * u64::from(n - 1), "n={n}");
+        assert_eq!(r.payloads.len(), 2, "n={n}");
+        for p in &r.payloads {
+            assert_eq!(p.delivered_by_live, n - 1, "n={n}: {p:?}");
+        }
     }
 }
 

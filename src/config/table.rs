@@ -18,6 +18,7 @@ use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
 use super::values::{
     CoreChoice, DURATION_FORM, EagainLimit, LogLevel, ProgressMode, any, check_provider,
     check_token, duration, flag, format_duration, normalise_domain, parse_integer, positive, word,
+    yes_no,
 };
 use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
@@ -180,6 +181,18 @@ settings_table! {
             },
             show: ToString::to_string,
             set(capacity: usize) => capacity,
+        }
+        /// Whether this rank's own broadcasts come back to it as payload
+        /// events (`EngineConfig::deliver_own`).
+        deliver_own: bool => bool {
+            var: DELIVER_OWN = "FFD_DELIVER_OWN",
+            accepted: "yes|no",
+            help: "Whether this rank's own broadcasts are delivered to it too, as payload events",
+            default: EngineConfig::default().deliver_own,
+            parse: yes_no,
+            check: any,
+            show: |own| if *own { "yes" } else { "no" }.to_owned(),
+            set(deliver_own: bool) => deliver_own,
         }
         // Its accessor, `Config::eagain_limit`, resolves `auto` and `timeout`.
         eagain_limit: EagainLimit {

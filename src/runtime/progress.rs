@@ -29,7 +29,7 @@ use crate::fabric::{
 };
 use crate::protocol::{
     Engine, EngineConfig, Input, JobKeys, Output, Participation, Rank, Ring, Time,
-    TransportErrorKind,
+    TransportErrorKind, wire,
 };
 
 use super::AgreeError;
@@ -50,10 +50,11 @@ pub const MAX_APP_PAYLOAD: usize = 8 * 1024;
 /// A message is bounded by its rank lists, each at most a bitmap of
 /// `ranks` bits (the encoder picks the smallest of deltas, ranges and
 /// bitmap; a notice or sync carries a failed and a left list, an
-/// agreement's Up a value's and a decision's failed lists), or by a
-/// payload of [`MAX_APP_PAYLOAD`]; every message of the protocol fits.
+/// agreement's Up a value's and a decision's failed lists) and a sync
+/// request's payload marks ([`wire::MAX_MARKS_LEN`]), or by a payload of
+/// [`MAX_APP_PAYLOAD`]; every message of the protocol fits.
 pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
-    let lists = 2 * (ranks as usize).div_ceil(8) + 1024;
+    let lists = 2 * (ranks as usize).div_ceil(8) + wire::MAX_MARKS_LEN + 1024;
     let size = lists
         .max(MAX_APP_PAYLOAD + 1024)
         .max(16 * 1024)
@@ -696,10 +697,12 @@ impl Core<'_> {
 mod tests {
     use super::*;
     use crate::protocol::agreement::Value;
-    use crate::protocol::wire::{AgreementId, Encoder, TAG_LEN};
+    use crate::protocol::wire::{AgreementId, Encoder, MAX_MARKS, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
-    /// encoder must send whole) and the largest payload fit the buffers.
+    /// encoder must send whole), the worst sync request (those lists and
+    /// the most, longest payload marks) and the largest payload fit the
+    /// buffers.
     #[test]
     fn every_message_fits_the_buffers() {
         for ranks in [2u32, 1000, 65_536, 1 << 20] {
@@ -710,7 +713,15 @@ mod tests {
             let left: Vec<Rank> = (2..ranks).step_by(2).collect();
             let notice = enc.notice(0, 0, &failed, &left).len() + TAG_LEN;
             assert!(notice <= size, "N={ranks}: notice {notice} > {size}");
-            let sync = enc.sync_request(0, &failed, &left).len() + TAG_LEN;
+            // The most marks, each as long as a mark gets.
+            let marks: Vec<(Rank, u64)> = (0..MAX_MARKS as Rank)
+                .map(|i| (i * (ranks / MAX_MARKS as Rank).max(1), u64::MAX))
+                .filter(|&(o, _)| o < ranks)
+                .collect();
+            let sync = enc
+                .sync_request_with_marks(0, &failed, &left, 0, ranks, &marks)
+                .len()
+                + TAG_LEN;
             assert!(sync <= size, "N={ranks}: sync {sync} > {size}");
             let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]).len() + TAG_LEN;
             assert!(payload <= size, "N={ranks}: payload {payload} > {size}");

@@ -7,8 +7,9 @@
 //! boundary), `heartbeat` (this rank as an emitter), `observation`
 //! (watching the emitter), `health` (how far this rank trusts its own
 //! timing), `membership` (the failed and left sets), `broadcast` (fan-out
-//! of notices and payloads) and `views` (view changes and user
-//! agreements). Must not: read a clock,
+//! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
+//! delivery of application payloads and their repair) and `views` (view
+//! changes and user agreements). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -51,18 +52,20 @@
 //!
 //! The emitter writes one aligned u64 into a slot of its observer's slot
 //! page (512 slots, 4 KiB) ([`slot_value`]): the generation its observer
-//! named (16 bits), the 32-bit fold of the digest of its failed ∪ left set
-//! (XOR of a mixed hash per rank) and a beat counter that changes every
-//! period (16 bits, never 0). The observer reads only the slot of the
+//! named (16 bits), the 32-bit fold of its digest (XOR of a mixed hash per
+//! rank of its failed ∪ left set and per origin of its payload high-water
+//! marks) and a beat counter that changes every period (16 bits, never
+//! 0). The observer reads only the slot of the
 //! current *generation* (`generation mod 512`), which it names in
 //! `ObserveMe`, and counts a value as a beat only if it carries that
 //! generation: a replaced emitter, or a leftover of the mending 512
 //! generations ago that used the same slot, cannot keep it happy. A
 //! mending emits [`Output::ClearSlot`] for the new slot before the
 //! `ObserveMe` that names it; the driver writes 0 there. An observer whose emitter's digest has differed
-//! from its own for `sync_after` sends a `SyncRequest` with its sets; the
-//! emitter merges them and replies with what the observer lacked; ranks
-//! learned this way are re-broadcast as notices. At most one sync request
+//! from its own for `sync_after` sends a `SyncRequest` with its sets and
+//! its payload marks; the emitter merges the sets and replies with what
+//! the observer lacked, ranks and payloads; ranks learned this way are
+//! re-broadcast as notices, payloads forwarded as any other. At most one sync request
 //! per timeout; one is honoured only from the emitter or the observer, once
 //! per peer per timeout, and answered with at most `max_sync_ranks` ranks.
 //!
@@ -78,6 +81,7 @@ mod heartbeat;
 mod io;
 mod membership;
 mod observation;
+mod payloads;
 mod trust;
 mod views;
 
@@ -90,7 +94,7 @@ use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
 use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
-use broadcast::{Fanout, PayloadDedup};
+use broadcast::Fanout;
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
@@ -98,6 +102,7 @@ pub use io::{
     TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
+use payloads::Payloads;
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 use views::Views;
 
@@ -203,8 +208,8 @@ pub struct Engine {
     suspect: Option<Suspect>,
     witness: Option<Witness>,
     nonce: u32,
-    next_payload_seq: u64,
-    dedup: PayloadDedup,
+    /// Application payloads: per-origin marks, held and kept payloads.
+    payloads: Payloads,
     /// Leaves learned from others, not yet forwarded (see `leave_batch`).
     pending_left: Vec<Rank>,
     /// Recent exclusion replies, for rate limiting (bounded).
@@ -288,8 +293,7 @@ impl Engine {
             pending_write: None,
             out: VecDeque::new(),
             fanouts: VecDeque::new(),
-            next_payload_seq: 0,
-            dedup: PayloadDedup::default(),
+            payloads: Payloads::default(),
             pending_left: Vec::new(),
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
@@ -370,9 +374,20 @@ impl Engine {
     pub fn is_gone(&self, rank: Rank) -> bool {
         self.failed.contains(rank) || self.left.contains(rank)
     }
-    /// Digest of the failed ∪ left set.
+    /// Digest of the failed ∪ left set and of the payload high-water
+    /// marks (its 32-bit fold travels in the heartbeat slot).
     pub fn digest(&self) -> u64 {
-        self.failed.digest() ^ self.left.digest()
+        self.failed.digest() ^ self.left.digest() ^ self.payloads.digest()
+    }
+    /// The high-water mark of `origin`'s payloads here: every payload of
+    /// it up to this sequence number was delivered (or, for this rank's
+    /// own, broadcast), none after it.
+    pub fn payload_mark(&self, origin: Rank) -> u64 {
+        self.payloads.mark(origin)
+    }
+    /// Payloads of `origin` held here until the gap before them closes.
+    pub fn payloads_held(&self, origin: Rank) -> usize {
+        self.payloads.held(origin)
     }
     pub fn stats(&self) -> &Stats {
         &self.stats

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::config::{InbandMode, Rank, Time};
 use crate::ranks::RankList;
-use crate::wire::{Kind, ProbeVerdict, SLOTS};
+use crate::wire::{Kind, MAX_MARKS, Marks, ProbeVerdict, SLOTS};
 
 /// This rank's observation of its emitter.
 #[derive(Clone, Debug)]
@@ -254,19 +254,28 @@ impl Engine {
 
     pub(super) fn send_sync_request(&mut self, peer: Rank) {
         self.stats.sync_requests_sent += 1;
-        let m =
-            self.encoder
-                .sync_request(self.digest(), self.failed.as_slice(), self.left.as_slice());
+        let cap = self.config.max_sync_ranks.min(MAX_MARKS);
+        let (from, to, marks) = self.payloads.next_marks(cap, self.ring.len());
+        let m = self.encoder.sync_request_with_marks(
+            self.digest(),
+            self.failed.as_slice(),
+            self.left.as_slice(),
+            from,
+            to,
+            &marks,
+        );
         self.send(peer, Kind::SyncRequest, m);
     }
 
-    /// A neighbour sends its failed and left sets (its digest differed
-    /// from ours, or it woke from a stall): merge them, re-broadcast what
-    /// was new to us, and reply with what it lacked. Honoured only from our
-    /// current emitter or observer (the only ranks that ever ask us), at
-    /// most once per peer per timeout; the reply carries at most
-    /// `max_sync_ranks` ranks (the rest waits for its next request), so
-    /// the work one request draws is bounded.
+    /// A neighbour sends its failed and left sets and its payload marks
+    /// (its digest differed from ours, or it woke from a stall): merge the
+    /// sets, re-broadcast what was new to us, and reply with what it
+    /// lacked: ranks in a `SyncReply`, payloads as `Payload` messages
+    /// (`payloads::repair_payloads`). Honoured only from our current
+    /// emitter or observer (the only ranks that ever ask us), at most once
+    /// per peer per timeout; the reply carries at most `max_sync_ranks`
+    /// ranks and `max_sync_payload_bytes` of payloads (the rest waits for
+    /// its next request), so the work one request draws is bounded.
     pub(super) fn on_sync_request(
         &mut self,
         now: Time,
@@ -274,6 +283,7 @@ impl Engine {
         digest: u64,
         failed: RankList<'_>,
         left: RankList<'_>,
+        marks: Marks<'_>,
     ) {
         let neighbour = self.watch.emitter == Some(sender) || self.beat.observer == Some(sender);
         if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
@@ -312,6 +322,7 @@ impl Engine {
                 let m = self.encoder.sync_reply(&diff_f, &diff_l);
                 self.send(sender, Kind::SyncReply, m);
             }
+            self.repair_payloads(sender, marks);
         }
         if !nf.is_empty() || !nl.is_empty() {
             self.after_gone_changed(now);

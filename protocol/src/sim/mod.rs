@@ -7,8 +7,9 @@
 //! `network` (send times, per-link latency, jitter and FIFO order,
 //! partitions, a per-message rule hook), `faults` (the fault schedule and
 //! its effects), [`slots`] (the slot-memory model), `metrics` (what is
-//! measured, and the report), `agreements` (what is recorded of
-//! agreements and views) and [`spec`] (parsing `--fail`). Must not: read a clock (wall time and
+//! measured, and the report), `payload_log` (who delivered which payload,
+//! in which order), `agreements` (what is recorded of agreements and
+//! views) and [`spec`] (parsing `--fail`). Must not: read a clock (wall time and
 //! memory are measured by the driver), or iterate a hash map into a
 //! result.
 //!
@@ -25,6 +26,7 @@ mod agreements;
 mod faults;
 mod metrics;
 mod network;
+mod payload_log;
 mod report;
 pub mod slots;
 pub mod spec;
@@ -52,6 +54,7 @@ use agreements::{AgreeTrack, ViewTrack};
 use faults::{Action, host_of};
 use metrics::Track;
 use network::cut_by;
+use payload_log::PayloadLog;
 use slots::SlotModel;
 
 /// A simulation: the job, its settings, the faults.
@@ -211,6 +214,7 @@ pub struct Simulator {
     left_events: u64,
     slow_warnings: u64,
     payloads: u64,
+    payload_log: PayloadLog,
     dropped: u64,
     by_kind: [KindTotals; Kind::COUNT + 1],
     link_notices: BTreeMap<(Rank, Rank), u32>,
@@ -310,6 +314,7 @@ impl Simulator {
             left_events: 0,
             slow_warnings: 0,
             payloads: 0,
+            payload_log: PayloadLog::default(),
             dropped: 0,
             by_kind: Default::default(),
             link_notices: BTreeMap::new(),

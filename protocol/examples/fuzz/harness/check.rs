@@ -138,9 +138,10 @@ pub struct EngineCheck {
     left_job: bool,
     /// The last sequence number sent to each receiver.
     out_seq: BTreeMap<Rank, u64>,
-    /// Payloads delivered; `None` when de-duplication may forget origins
-    /// (fewer remembered than ranks), so a second delivery is allowed.
-    payloads: Option<BTreeSet<(Rank, u64)>>,
+    /// The last payload sequence number delivered of each origin: each is
+    /// delivered once and in the origin's order (per-origin high-water
+    /// marks never forget an origin).
+    payloads: BTreeMap<Rank, u64>,
     /// (sender, seq) of accepted messages.
     accepted_seqs: BTreeSet<(Rank, u64)>,
     /// The id of the last view raised; the user agreements called and
@@ -165,7 +166,7 @@ impl EngineCheck {
             excluded: false,
             left_job: false,
             out_seq: BTreeMap::new(),
-            payloads: (engine.config().payload_dedup_origins >= n as usize).then(BTreeSet::new),
+            payloads: BTreeMap::new(),
             accepted_seqs: BTreeSet::new(),
             view: 0,
             agree_calls: 0,
@@ -457,11 +458,13 @@ impl EngineCheck {
                 self.excluded = true;
             }
             Event::Payload { origin, seq, .. } => {
-                if let Some(seen) = &mut self.payloads {
-                    if !seen.insert((*origin, *seq)) {
-                        v.record(Violation::PayloadTwice, || format!("rank {me}: {e:?}"));
-                    }
+                let last = self.payloads.entry(*origin).or_insert(0);
+                if *seq <= *last {
+                    v.record(Violation::PayloadTwice, || {
+                        format!("rank {me}: {e:?} after seq {last}")
+                    });
                 }
+                *last = (*last).max(*seq);
             }
             Event::SlowEmitter { .. } => {}
             Event::ViewChange { id, failed, .. } => {
@@ -535,7 +538,15 @@ pub fn reencode(job_key: u64, sender: Rank, message: &Message<'_>) -> Option<Vec
             digest,
             failed,
             left,
-        } => enc.sync_request(digest, &failed.to_vec(), &left.to_vec()),
+            marks,
+        } => enc.sync_request_with_marks(
+            digest,
+            &failed.to_vec(),
+            &left.to_vec(),
+            marks.from,
+            marks.to,
+            &marks.iter().collect::<Vec<_>>(),
+        ),
         Message::SyncReply { failed, left } => enc.sync_reply(&failed.to_vec(), &left.to_vec()),
         Message::Probe { nonce, about } => enc.probe(nonce, about),
         Message::ProbeAck {

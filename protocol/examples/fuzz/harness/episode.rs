@@ -166,7 +166,10 @@ fn config(dice: &mut Dice) -> EngineConfig {
         sync_after: fraction(dice),
         leave_batch: fraction(dice),
         max_payload: dice.pick(&[0, 64, 1024, 1024, 65_536]),
-        payload_dedup_origins: dice.pick(&[1, 2, 1024, 1024]),
+        deliver_own: dice.chance(80),
+        payload_hold: dice.pick(&[0, 1, 2, 64, 64]),
+        payload_retention: dice.pick(&[0, 1, 2, 64, 64]),
+        max_sync_payload_bytes: dice.pick(&[0, 100, 64 * 1024]),
         max_sync_ranks: dice.pick(&[0, 1, 2, 1024, 1024]),
         health_max: dice.pick(&[
             1,

@@ -259,7 +259,23 @@ fn sync_request(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
     };
     let failed = ranks(dice, view);
     let left = ranks(dice, view);
-    enc.sync_request(digest, &failed, &left)
+    if dice.chance(50) {
+        return enc.sync_request(digest, &failed, &left);
+    }
+    // Payload high-water marks for the origins `from..to`: ascending
+    // origins inside the range, marks from 1 (some far ahead).
+    let from = dice.below32(view.n);
+    let to = from + dice.below32(view.n - from + 1);
+    let mut marks = Vec::new();
+    let mut origin = from;
+    while origin < to && marks.len() < 64 {
+        if dice.chance(40) {
+            let mark = dice.pick(&[1, 2, 3, 64, 65, u64::MAX]);
+            marks.push((origin, mark));
+        }
+        origin += 1 + dice.below32(4);
+    }
+    enc.sync_request_with_marks(digest, &failed, &left, from, to, &marks)
 }
 
 fn sync_reply(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
