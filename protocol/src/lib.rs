@@ -28,8 +28,8 @@ pub use config::{
     BcastKind, EngineConfig, EngineConfigError, InbandMode, ParseSettingError, Rank, RingKind, Time,
 };
 pub use engine::{
-    Cause, Engine, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_generation, slot_value,
+    AgreeAbort, Cause, Engine, Event, HandleError, HeartbeatMode, Input, Output, Participation,
+    Stats, TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 pub use overlay::Overlay;
 pub use ranks::{RankList, RankSet};

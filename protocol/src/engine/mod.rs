@@ -7,8 +7,9 @@
 //! boundary), `heartbeat` (this rank as an emitter), `observation`
 //! (watching the emitter), `health` (how far this rank trusts its own
 //! timing), `membership` (the failed and left sets), `broadcast` (fan-out
-//! of notices and payloads) and `payloads` (all-or-none, per-origin FIFO
-//! delivery of application payloads and their repair). Must not: read a clock,
+//! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
+//! delivery of application payloads and their repair) and `views` (view
+//! changes and user agreements). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -82,6 +83,7 @@ mod membership;
 mod observation;
 mod payloads;
 mod trust;
+mod views;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -96,12 +98,13 @@ use broadcast::Fanout;
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
-    Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_generation, slot_value,
+    AgreeAbort, Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
+    TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
+use views::Views;
 
 /// "No rank" in fixed-size fields.
 const NO_RANK: Rank = Rank::MAX;
@@ -116,14 +119,26 @@ enum Timer {
     Suspect = 2,
     /// Forward the leaves learned in this window.
     LeaveBatch = 3,
+    /// Join the next view change with the failures learned in this window.
+    ViewBatch = 4,
 }
 
-const TIMERS: [Timer; 4] = [Timer::Beat, Timer::Check, Timer::Suspect, Timer::LeaveBatch];
+const TIMERS: [Timer; 5] = [
+    Timer::Beat,
+    Timer::Check,
+    Timer::Suspect,
+    Timer::LeaveBatch,
+    Timer::ViewBatch,
+];
 
 /// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer
 /// whose deadline has moved is simply not due: no cancel API.
 #[derive(Clone, Copy, Debug)]
-struct TimerTable([Time; 4]);
+struct TimerTable([Time; TIMERS.len()]);
+
+impl TimerTable {
+    const NONE: TimerTable = TimerTable([Time::NEVER; TIMERS.len()]);
+}
 
 impl TimerTable {
     fn get(&self, t: Timer) -> Time {
@@ -201,6 +216,8 @@ pub struct Engine {
     exclusion_replies: ExclusionReplies,
     /// Recent sync requests honoured, per peer.
     sync_limit: SyncLimit,
+    /// Views and agreements (`views`), made at their first use.
+    views: Option<Box<Views>>,
 }
 
 impl Engine {
@@ -229,7 +246,7 @@ impl Engine {
         let emitter = ring.predecessors(me).next();
         let observer = ring.successors(me).next();
         let grace_end = now + config.startup_grace();
-        let mut timers = TimerTable([Time::NEVER; 4]);
+        let mut timers = TimerTable::NONE;
         if emitter.is_some() {
             // Check from the start: an emitter never heard from has until
             // grace_end + timeout (changed_at below), but one whose beats
@@ -280,6 +297,7 @@ impl Engine {
             pending_left: Vec::new(),
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
+            views: None,
             stats: Stats::default(),
             config,
             ring,
@@ -447,6 +465,7 @@ impl Engine {
             }
             Input::Broadcast(bytes) => self.on_broadcast(bytes),
             Input::Leave => self.on_leave(),
+            Input::Agree { flags } => self.on_agree(now, flags),
         }
     }
 
@@ -515,6 +534,10 @@ impl Engine {
         if self.timers.get(Timer::LeaveBatch) <= now {
             self.timers.stop(Timer::LeaveBatch);
             self.forward_leaves();
+        }
+        if self.timers.get(Timer::ViewBatch) <= now {
+            self.timers.stop(Timer::ViewBatch);
+            self.on_view_batch(now);
         }
     }
 

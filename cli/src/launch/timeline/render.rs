@@ -198,6 +198,8 @@ impl Timeline {
             stats: (0..self.info.ranks)
                 .filter_map(|r| Some((r, self.ranks[r as usize].stats.clone()?)))
                 .collect(),
+            views: self.view_entries(),
+            agreements: self.agreement_entries(),
         }
     }
 
@@ -309,6 +311,7 @@ impl Timeline {
         if self.slow_warnings > 0 {
             let _ = writeln!(out, "slow-emitter warnings: {}", self.slow_warnings);
         }
+        self.agreement_summary(&mut out);
         out
     }
 }
@@ -405,6 +408,7 @@ self-excluded: none
         assert_eq!(
             keys(&json),
             [
+                "agreements",
                 "failures",
                 "false_reports",
                 "left",
@@ -413,7 +417,8 @@ self-excluded: none
                 "ranks",
                 "self_excluded",
                 "stats",
-                "timeout_ms"
+                "timeout_ms",
+                "views"
             ]
         );
         // The failure-report schema `ffd sim` writes too, less what only
