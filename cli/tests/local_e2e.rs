@@ -1,5 +1,5 @@
 //! Node-local watching through the real launcher and agents
-//! (`docs/design.md` §4.9): `ffd run` over `tcp;ofi_rxm` on loopback,
+//! (`docs/design.md` §4.10): `ffd run` over `tcp;ofi_rxm` on loopback,
 //! period 10 ms, timeout 100 ms, `FFD_LOCAL=auto` unless a test says
 //! otherwise. A kill is seen through a pidfd (cause `exited`), a hang
 //! through the shared-memory counters, a dead leader is replaced, a whole

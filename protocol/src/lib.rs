@@ -29,8 +29,9 @@ pub use config::{
     BcastKind, EngineConfig, EngineConfigError, InbandMode, ParseSettingError, Rank, RingKind, Time,
 };
 pub use engine::{
-    Basis, Cause, Engine, Event, Evidence, HandleError, HeartbeatMode, Input, LocalBeat, Output,
-    Participation, Stats, TransportErrorKind, slot_digest, slot_generation, slot_value,
+    AgreeAbort, Basis, Cause, Engine, Event, Evidence, HandleError, HeartbeatMode, Input,
+    LocalBeat, Output, Participation, Stats, TransportErrorKind, View, slot_digest,
+    slot_generation, slot_value,
 };
 pub use hosts::Hosts;
 pub use overlay::Overlay;

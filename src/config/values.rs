@@ -92,7 +92,7 @@ pub enum ProgressMode {
 worded!(ProgressMode { Sleep => "sleep", Spin => "spin" });
 
 /// Whether ranks of one host watch each other locally and share one fabric
-/// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.9).
+/// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LocalMode {
     /// Host groups: same-host ranks watch each other (pidfd for exits,

@@ -82,6 +82,28 @@ impl Delivery {
                     "host {host} failed: ranks {ranks:?}, declared by this rank"
                 ));
             }
+            protocol::Event::ViewChange { id, failed, .. } => {
+                self.logger.info(format_args!(
+                    "view {id}: {} out ({})",
+                    failed.len(),
+                    crate::protocol::ranks::format_ranks(failed)
+                ));
+            }
+            protocol::Event::Agreed {
+                seq, flags, view, ..
+            } => {
+                self.logger.debug(format_args!(
+                    "agreement {seq} decided: flags {flags:#x}, view {} with {} out",
+                    view.id,
+                    view.failed.len()
+                ));
+            }
+            protocol::Event::AgreeAborted { seq, reason } => {
+                self.logger.info(format_args!(
+                    "agreement {seq} ends undecided: this rank {}",
+                    reason.as_str()
+                ));
+            }
             protocol::Event::Payload { .. } => {}
         }
         self.hand_over(Event::Protocol(event));

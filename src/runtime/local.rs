@@ -1,4 +1,4 @@
-//! Same-host watching in the runtime (`docs/design.md` §4.9): which local
+//! Same-host watching in the runtime (`docs/design.md` §4.10): which local
 //! ranks this rank can watch through a pidfd and why not the others, the
 //! host's counter segment, and the progress thread's part in it (bump its
 //! own counter at every wake-up, read its local emitter's, hand exits to

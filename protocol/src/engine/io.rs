@@ -74,6 +74,13 @@ pub enum Input<'a> {
     /// Engine for a couple of periods (it keeps heartbeating and forwarding)
     /// before closing the endpoint.
     Leave,
+    /// Start (or queue) this rank's next user agreement with `flags`: a
+    /// collective, every live rank must make the same calls in the same
+    /// order. Its sequence number is
+    /// [`Engine::agreements_called`](super::Engine::agreements_called)
+    /// right after; its result comes as [`Event::Agreed`] (or
+    /// [`Event::AgreeAborted`]). Non-blocking.
+    Agree { flags: u64 },
 }
 
 /// Which transport operation failed.
@@ -120,7 +127,7 @@ pub enum Output {
 }
 
 /// What a driver saw of one local rank's counter in shared memory
-/// (`docs/design.md` §4.9): when that rank's progress thread last woke, in
+/// (`docs/design.md` §4.10): when that rank's progress thread last woke, in
 /// this Engine's time, and the digest fold of its failed ∪ left set then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalBeat {
@@ -186,7 +193,7 @@ pub enum Evidence {
 }
 
 /// Whether a declaration rests on proof of death or on silence
-/// (`docs/design.md` §4.9): a rank cut off looks silent but may be alive;
+/// (`docs/design.md` §4.10): a rank cut off looks silent but may be alive;
 /// an exit, or a refusal from the peer's own kernel, is proof.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Basis {
@@ -219,6 +226,32 @@ impl Basis {
     }
 }
 
+/// A view: its id (0: nobody gone; each view change adds one) and the
+/// ranks out of it (failed or left), ascending.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct View {
+    pub id: u64,
+    pub failed: Vec<Rank>,
+}
+
+/// Why a user agreement of this rank ends without a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AgreeAbort {
+    /// This rank left (`Input::Leave`) before it was decided here.
+    Left,
+    /// This rank was excluded (declared failed by others).
+    Excluded,
+}
+
+impl AgreeAbort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgreeAbort::Left => "left",
+            AgreeAbort::Excluded => "excluded",
+        }
+    }
+}
+
 /// Events for the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -237,7 +270,7 @@ pub enum Event {
     /// Every rank of host `host` (an index of
     /// [`Hosts`](crate::Hosts), numbered by lowest rank) failed together:
     /// this rank declared them in one notice after none of them answered
-    /// (`docs/design.md` §4.9). Follows their `Failed` events.
+    /// (`docs/design.md` §4.10). Follows their `Failed` events.
     HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` left cleanly.
     Left { rank: Rank },
@@ -256,6 +289,32 @@ pub enum Event {
         seq: u64,
         bytes: Vec<u8>,
     },
+    /// View `id` was decided: the ranks out of the job are `failed` (failed
+    /// or left, ascending). Every live rank raises the same views in the
+    /// same order (ids 1, 2, 3, …), each after the `Failed`/`Left` events
+    /// of the ranks it names (`docs/design.md` §4.9). `hops`: the longest
+    /// chain of agreement messages behind this rank's decision.
+    ViewChange {
+        id: u64,
+        failed: Vec<Rank>,
+        hops: u16,
+    },
+    /// This rank's user agreement `seq` (the `seq`-th `Input::Agree`) was
+    /// decided: `flags` is the AND of the participants' flags, and `view`
+    /// the decided view: `view.failed` holds every rank that did not take
+    /// part and every failure any participant knew when it joined, and
+    /// `view.id` is the newest view any participant had raised (the set
+    /// holds that view's). Every surviving participant gets the same.
+    /// `hops`: the longest chain of agreement messages behind it.
+    Agreed {
+        seq: u64,
+        flags: u64,
+        view: View,
+        hops: u16,
+    },
+    /// This rank's user agreement `seq` ends without a decision here:
+    /// this rank left or was excluded first.
+    AgreeAborted { seq: u64, reason: AgreeAbort },
 }
 
 /// Errors of [`Engine::handle`](super::Engine::handle). None of them changes
@@ -397,6 +456,13 @@ pub struct Stats {
     /// Times this rank became its host's leader after the one before it
     /// failed or left.
     pub leader_takeovers: u64,
+    /// View changes raised (`Event::ViewChange`).
+    pub views_raised: u64,
+    /// User agreements decided here (`Event::Agreed`).
+    pub agreements_decided: u64,
+    /// Agreement messages dropped: for an instance this rank no longer
+    /// keeps or is too far ahead of, or received after this rank left.
+    pub agreement_messages_dropped: u64,
 }
 
 impl Stats {

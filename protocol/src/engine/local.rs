@@ -1,5 +1,5 @@
 //! Host groups in the Engine: local watching and the fabric ring of hosts
-//! (`docs/design.md` §4.9).
+//! (`docs/design.md` §4.10).
 //!
 //! Owns: this rank's local watch (its nearest live same-host predecessor's
 //! counter in shared memory, judged by the rules of the fabric slot: the

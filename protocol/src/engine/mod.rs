@@ -7,8 +7,9 @@
 //! boundary), `heartbeat` (this rank as an emitter), `observation`
 //! (watching the emitter), `health` (how far this rank trusts its own
 //! timing), `membership` (the failed and left sets), `broadcast` (fan-out
-//! of notices and payloads) and `payloads` (all-or-none, per-origin FIFO
-//! delivery of application payloads and their repair). Must not: read a clock,
+//! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
+//! delivery of application payloads and their repair) and `views` (view
+//! changes and user agreements). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -83,6 +84,7 @@ mod membership;
 mod observation;
 mod payloads;
 mod trust;
+mod views;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -98,13 +100,15 @@ use broadcast::Fanout;
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
-    Basis, Cause, Event, Evidence, HandleError, HeartbeatMode, Input, LocalBeat, Output,
-    Participation, Stats, TransportErrorKind, slot_digest, slot_generation, slot_value,
+    AgreeAbort, Basis, Cause, Event, Evidence, HandleError, HeartbeatMode, Input, LocalBeat,
+    Output, Participation, Stats, TransportErrorKind, View, slot_digest, slot_generation,
+    slot_value,
 };
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
+use views::Views;
 
 /// "No rank" in fixed-size fields.
 const NO_RANK: Rank = Rank::MAX;
@@ -119,17 +123,20 @@ enum Timer {
     Suspect = 2,
     /// Forward the leaves learned in this window.
     LeaveBatch = 3,
+    /// Join the next view change with the failures learned in this window.
+    ViewBatch = 4,
     /// Next check of the local emitter's counter (host groups).
-    LocalCheck = 4,
+    LocalCheck = 5,
     /// A silent leader's host had its time to answer (host groups).
-    HostCheck = 5,
+    HostCheck = 6,
 }
 
-const TIMERS: [Timer; 6] = [
+const TIMERS: [Timer; 7] = [
     Timer::Beat,
     Timer::Check,
     Timer::Suspect,
     Timer::LeaveBatch,
+    Timer::ViewBatch,
     Timer::LocalCheck,
     Timer::HostCheck,
 ];
@@ -138,6 +145,10 @@ const TIMERS: [Timer; 6] = [
 /// whose deadline has moved is simply not due: no cancel API.
 #[derive(Clone, Copy, Debug)]
 struct TimerTable([Time; TIMERS.len()]);
+
+impl TimerTable {
+    const NONE: TimerTable = TimerTable([Time::NEVER; TIMERS.len()]);
+}
 
 impl TimerTable {
     fn get(&self, t: Timer) -> Time {
@@ -215,6 +226,8 @@ pub struct Engine {
     exclusion_replies: ExclusionReplies,
     /// Recent sync requests honoured, per peer.
     sync_limit: SyncLimit,
+    /// Views and agreements (`views`), made at their first use.
+    views: Option<Box<Views>>,
     /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
     hosts: Option<Arc<Hosts>>,
     /// The local emitter's counter (host groups).
@@ -242,7 +255,7 @@ impl Engine {
         Engine::build(config, ring, None, me, keys.into(), now)
     }
 
-    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.9):
+    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.10):
     /// same-host ranks watch each other (exits through
     /// [`Input::Exited`], hangs through the counters the driver reads for
     /// [`Engine::handle_timeout_with`]), and only each host's leader (its
@@ -299,7 +312,7 @@ impl Engine {
             Some(h) => (None, None, h.local_emitter(me, none), false),
         };
         let grace_end = now + config.startup_grace();
-        let mut timers = TimerTable([Time::NEVER; TIMERS.len()]);
+        let mut timers = TimerTable::NONE;
         if local_emitter.is_some() {
             timers.set(
                 Timer::LocalCheck,
@@ -356,6 +369,7 @@ impl Engine {
             pending_left: Vec::new(),
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
+            views: None,
             stats: Stats::default(),
             config,
             ring,
@@ -543,6 +557,7 @@ impl Engine {
             }
             Input::Broadcast(bytes) => self.on_broadcast(bytes),
             Input::Leave => self.on_leave(),
+            Input::Agree { flags } => self.on_agree(now, flags),
         }
     }
 
@@ -630,6 +645,10 @@ impl Engine {
         if self.timers.get(Timer::LeaveBatch) <= now {
             self.timers.stop(Timer::LeaveBatch);
             self.forward_leaves();
+        }
+        if self.timers.get(Timer::ViewBatch) <= now {
+            self.timers.stop(Timer::ViewBatch);
+            self.on_view_batch(now);
         }
         if self.timers.get(Timer::LocalCheck) <= now {
             self.timers.stop(Timer::LocalCheck);

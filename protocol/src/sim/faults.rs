@@ -12,7 +12,7 @@ use std::time::Duration;
 use rand::RngCore;
 use rand_pcg::Pcg64;
 
-use super::{SimConfig, SimError, SimFaultKind, Simulator, Status, What};
+use super::{EXCLUDED, LEFT, SimConfig, SimError, SimFaultKind, Simulator, Status, What};
 use crate::{Input, Rank, Ring, Time, TransportErrorKind};
 
 /// Largest job `leave:all` is simulated for (see `resolve`).
@@ -35,6 +35,7 @@ pub(super) enum Action {
         rank: Rank,
         peer: Rank,
     },
+    Agree,
 }
 
 pub(super) fn host_of(r: Rank, hosts: u32, n: u32) -> u32 {
@@ -141,6 +142,7 @@ impl Simulator {
                     rank: rank(*r)?,
                     peer: rank(*peer)?,
                 },
+                SimFaultKind::Agree => Action::Agree,
             };
             out.push((at, action));
         }
@@ -153,6 +155,7 @@ impl Simulator {
         }
         let now = self.now;
         self.state[r as usize].status = Status::Crashed;
+        self.state[r as usize].down_at = now;
         self.slots.stop(r, now);
         self.held.remove(&r);
         self.held_errors.remove(&r);
@@ -265,6 +268,18 @@ impl Simulator {
                         self.payload_log.broadcast(r, seq, now, self.n);
                     }
                     self.after_handle(r);
+                }
+            }
+            Action::Agree => {
+                self.agree_calls += 1;
+                self.agreement_started(self.agree_calls);
+                for r in 0..self.n {
+                    let st = self.state[r as usize];
+                    if st.status == Status::Up && st.flags & (EXCLUDED | LEFT) == 0 {
+                        let flags = !(1u64 << (r % 64));
+                        let _ = self.engines[r as usize].handle(now, Input::Agree { flags });
+                        self.after_handle(r);
+                    }
                 }
             }
             Action::LeaveAll => {

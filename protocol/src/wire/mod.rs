@@ -28,12 +28,14 @@
 //! meaning (and a flag bit) without changing the header; version-2
 //! decoders reject a nonzero incarnation.
 
+mod agree;
 mod marks;
 mod seal;
 
 use super::config::Rank;
 use super::ranks::{ListError, RankList, encode_rank_list};
 
+pub use agree::{AgreeDown, AgreeUp, AgreementId, WireValue};
 pub use marks::{MAX_MARKS, MAX_MARKS_LEN, Marks};
 pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
 
@@ -98,6 +100,10 @@ counted_enum!(
         ProbeAck = 6 => "probe_ack",
         /// Application payload broadcast.
         Payload = 7 => "payload",
+        /// Agreement: a subtree's aggregate on its way to the root (`agree.rs`).
+        AgreeUp = 12 => "agree_up",
+        /// Agreement: the decision on its way down from the root.
+        AgreeDown = 13 => "agree_down",
     }
 );
 
@@ -235,6 +241,8 @@ pub enum Message<'a> {
         hops: u16,
         bytes: &'a [u8],
     },
+    AgreeUp(AgreeUp<'a>),
+    AgreeDown(AgreeDown<'a>),
 }
 
 struct Reader<'a> {
@@ -409,6 +417,8 @@ pub fn decode<'a>(
                 bytes: rest,
             }
         }
+        Kind::AgreeUp => Message::AgreeUp(agree::decode_up(&mut r, n)?),
+        Kind::AgreeDown => Message::AgreeDown(agree::decode_down(&mut r, n)?),
     };
     if r.at != signed.len() {
         return Err(RejectReason::TrailingBytes);

@@ -1,4 +1,4 @@
-//! Same-host watching's system edge (`docs/design.md` §4.9): process
+//! Same-host watching's system edge (`docs/design.md` §4.10): process
 //! file descriptors (pidfd) that turn another process's exit into a
 //! readable fd, an epoll set that joins them to the progress thread's
 //! wake socket, the per-host shared-memory segment of wake-up counters,
