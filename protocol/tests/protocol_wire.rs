@@ -4,7 +4,7 @@
 
 use ffd_protocol::RejectReason;
 use ffd_protocol::wire::{
-    self, Encoder, HEADER_LEN, JobKeys, Kind, Message, ProbeVerdict, SLOTS, TAG_LEN,
+    self, Encoder, HEADER_LEN, JobKeys, Kind, Message, OutcomeVerdict, ProbeVerdict, SLOTS, TAG_LEN,
 };
 use proptest::prelude::*;
 
@@ -58,7 +58,7 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
     let sender = 0..N;
     (
         sender,
-        0u8..7,
+        0u8..11,
         any::<u32>(),
         any::<u64>(),
         sorted_ranks(),
@@ -74,7 +74,17 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
                 3 => e.sync_reply(&a, &b),
                 4 => e.probe(x, (y % u64::from(N)) as u32),
                 5 => e.probe_ack(x, (y % u64::from(N)) as u32, ProbeVerdict::Silent),
-                _ => e.payload(x % N, y, 3, &bytes),
+                6 => e.payload(x % N, y, 3, &bytes),
+                7 => e.suspect(x % N, y as u32, (y % u64::from(N)) as u32, 2),
+                8 => e.vote(x % N, y as u32, 1, (y % 4) as u16),
+                9 => e.refute(x % N, y as u32),
+                _ => e.outcome(
+                    x % N,
+                    y as u32,
+                    (y % u64::from(N)) as u32,
+                    1,
+                    OutcomeVerdict::NoQuorum,
+                ),
             };
             seal(&m, 1 + y % 1_000_000)
         })
@@ -205,7 +215,7 @@ proptest! {
         let mut k = unsealed(&m);
         k[5] = 0;
         prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
-        k[5] = 8 + (flip % 200);
+        k[5] = 16 + (flip % 200); // kinds 1–15 are taken or reserved (docs/design.md §5)
         prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
         prop_assert_eq!(decode(&field(6..8), &keys(), N).err(), Some(RejectReason::ReservedBits));
         let mut s = unsealed(&m);
@@ -228,6 +238,8 @@ proptest! {
             Message::Probe { about, .. } | Message::ProbeAck { about, .. } => Some(about.max(sender)),
             Message::Payload { origin, .. } => Some(origin.max(sender)),
             Message::ObserveMe { .. } => Some(sender),
+            Message::Suspect { accuser, suspect, .. } | Message::Outcome { accuser, suspect, .. } => Some(accuser.max(suspect).max(sender)),
+            Message::Vote { accuser, .. } | Message::Refute { accuser, .. } => Some(accuser.max(sender)),
         };
         if let Some(max) = max_named {
             prop_assert_eq!(decode(&m, &keys(), max).err(), Some(RejectReason::RankOutOfRange));

@@ -32,6 +32,7 @@
 
 mod delivery;
 pub mod events;
+pub mod evidence;
 pub mod failed_bits;
 mod link;
 mod log;

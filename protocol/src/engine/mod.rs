@@ -5,8 +5,9 @@
 //! outputs (`poll_output`, `next_deadline`). The protocol itself lives in
 //! the submodules, one concern each: `io` (the types crossing the
 //! boundary), `heartbeat` (this rank as an emitter), `observation`
-//! (watching the emitter), `membership` (the failed and left sets) and
-//! `broadcast` (fan-out of notices and payloads). Must not: read a clock,
+//! (watching the emitter), `membership` (the failed and left sets),
+//! `broadcast` (fan-out of notices and payloads) and `quorum` (the primary
+//! partition: silence confirmed by a majority). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -75,6 +76,7 @@ mod heartbeat;
 mod io;
 mod membership;
 mod observation;
+mod quorum;
 mod trust;
 
 use std::collections::VecDeque;
@@ -89,8 +91,9 @@ use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 use broadcast::{Fanout, PayloadDedup};
 use heartbeat::Beat;
 pub use io::{
-    Cause, Event, HandleError, HeartbeatMode, Input, Output, Participation, Stats,
-    TransportErrorKind, slot_digest, slot_generation, slot_value,
+    Cause, Confirmation, Event, Evidence, Exclusion, FabricSaid, FailureDetail, HandleError,
+    HeartbeatMode, Input, Output, Participation, Stats, TransportErrorKind, slot_digest,
+    slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
@@ -108,14 +111,26 @@ enum Timer {
     Suspect = 2,
     /// Forward the leaves learned in this window.
     LeaveBatch = 3,
+    /// Accusations and ballots (`quorum`): new rounds, give-ups, votes.
+    Quorum = 4,
 }
 
-const TIMERS: [Timer; 4] = [Timer::Beat, Timer::Check, Timer::Suspect, Timer::LeaveBatch];
+const TIMERS: [Timer; 5] = [
+    Timer::Beat,
+    Timer::Check,
+    Timer::Suspect,
+    Timer::LeaveBatch,
+    Timer::Quorum,
+];
 
 /// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer
 /// whose deadline has moved is simply not due: no cancel API.
 #[derive(Clone, Copy, Debug)]
-struct TimerTable([Time; 4]);
+struct TimerTable([Time; TIMERS.len()]);
+
+impl TimerTable {
+    const NONE: TimerTable = TimerTable([Time::NEVER; TIMERS.len()]);
+}
 
 impl TimerTable {
     fn get(&self, t: Timer) -> Time {
@@ -192,6 +207,8 @@ pub struct Engine {
     exclusion_replies: ExclusionReplies,
     /// Recent sync requests honoured, per peer.
     sync_limit: SyncLimit,
+    /// Accusations and ballots (`quorum`), made at their first use.
+    quorum: Option<Box<quorum::Quorum>>,
 }
 
 impl Engine {
@@ -220,7 +237,7 @@ impl Engine {
         let emitter = ring.predecessors(me).next();
         let observer = ring.successors(me).next();
         let grace_end = now + config.startup_grace();
-        let mut timers = TimerTable([Time::NEVER; 4]);
+        let mut timers = TimerTable::NONE;
         if emitter.is_some() {
             // Check from the start: an emitter never heard from has until
             // grace_end + timeout (changed_at below), but one whose beats
@@ -270,6 +287,7 @@ impl Engine {
             pending_left: Vec::new(),
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
+            quorum: None,
             stats: Stats::default(),
             config,
             ring,
@@ -409,8 +427,13 @@ impl Engine {
     pub fn handle(&mut self, now: Time, input: Input<'_>) -> Result<(), HandleError> {
         match input {
             Input::Message { from, bytes } => self.on_message(now, from, bytes),
-            Input::TransportError { peer, kind } => {
-                self.on_transport_error(now, peer, kind);
+            Input::TransportError {
+                peer,
+                kind,
+                evidence,
+                said,
+            } => {
+                self.on_transport_error(now, peer, kind, evidence, said);
                 Ok(())
             }
             Input::Broadcast(bytes) => self.on_broadcast(bytes),
@@ -424,7 +447,7 @@ impl Engine {
     /// (`0..512`) of this rank's slot page that it watches
     /// ([`Engine::watched_slot`]), and takes the value as this round's
     /// reading; then it runs every timer that is due (heartbeat write, slot
-    /// check, suspect, leave batch). Then drain [`Engine::poll_output`] and
+    /// check, suspect, leave batch, quorum). Then drain [`Engine::poll_output`] and
     /// re-read [`Engine::next_deadline`].
     ///
     /// In [`HeartbeatMode::Write`] an idle rank's step allocates nothing,
@@ -472,7 +495,7 @@ impl Engine {
                         .set(Timer::Suspect, now + self.config.suspect_timeout());
                 } else {
                     self.suspect = None;
-                    self.declare(now, s.rank, Cause::InBand);
+                    self.on_silence(now, s.rank, Cause::InBand, s.said);
                 }
             }
         }
@@ -483,6 +506,10 @@ impl Engine {
         if self.timers.get(Timer::LeaveBatch) <= now {
             self.timers.stop(Timer::LeaveBatch);
             self.forward_leaves();
+        }
+        if self.timers.get(Timer::Quorum) <= now {
+            self.timers.stop(Timer::Quorum);
+            self.quorum_tick(now, lagging);
         }
     }
 
@@ -557,9 +584,9 @@ mod tests {
                 size_of::<VecDeque<Fanout>>(),
             ),
             (
-                "stats.received",
-                stats + offset_of!(Stats, received),
-                size_of::<[u64; Kind::COUNT]>(),
+                "stats.received[notice]",
+                stats + offset_of!(Stats, received) + 8 * Kind::Notice.index(),
+                size_of::<u64>(),
             ),
             (
                 "stats.duplicate_notices",

@@ -13,7 +13,7 @@ use rand::RngCore;
 
 use super::{Simulator, Status, What};
 use crate::wire::{Kind, Sealed};
-use crate::{Rank, Time, TransportErrorKind};
+use crate::{Evidence, Rank, Time, TransportErrorKind};
 
 /// The modelled network.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,7 +118,8 @@ impl Simulator {
     }
 
     /// A send or write towards a dead process: its error completion comes
-    /// back to the sender after the in-band latency.
+    /// back to the sender after the in-band latency, as proof (the dead
+    /// process's kernel answers).
     pub(super) fn bounce(&mut self, sender: Rank, dead: Rank, kind: TransportErrorKind) {
         if let Some(d) = self.cfg.net.inband_latency {
             if matches!(
@@ -131,6 +132,7 @@ impl Simulator {
                         to: sender,
                         peer: dead,
                         kind,
+                        evidence: Evidence::Proof,
                     },
                 );
             }
