@@ -67,4 +67,22 @@ fn main() {
     if std::env::var_os("FFD_WRITE_HEADER").is_some_and(|v| v == "1") {
         bindings.write_to_file(dir.join("include/ffd.h"));
     }
+
+    // libffd.so's SONAME, which C programs record and the loader looks for:
+    // libffd.so.<major> (ci/install adds the versioned file and the links;
+    // ci/pkgconfig the libffd.so.<major> link in the build tree).
+    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets it");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libffd.so.{major}");
+
+    // Built against another libfabric (sys/build.rs reads the same two
+    // variables): libffd.so loads that one, by a RUNPATH, and no other.
+    println!("cargo:rerun-if-env-changed=LIBFABRIC_INCLUDE_DIR");
+    println!("cargo:rerun-if-env-changed=LIBFABRIC_LIB_DIR");
+    if let (Some(_), Some(lib)) = (
+        std::env::var_os("LIBFABRIC_INCLUDE_DIR"),
+        std::env::var_os("LIBFABRIC_LIB_DIR"),
+    ) {
+        let lib = std::fs::canonicalize(&lib).unwrap_or_else(|_| PathBuf::from(lib));
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,{}", lib.display());
+    }
 }

@@ -284,7 +284,11 @@ fn the_four_single_message_attacks_are_dropped() {
     // as failed: it used to make the receiver declare them and re-broadcast.
     let live: Vec<Rank> = (0..N).filter(|&r| r != ME).collect();
     let sync = Encoder::new(JOB_KEY, 3).sync_request(0, &live, &[]);
-    let v1_sync = v1_message(Kind::SyncRequest, 3, &sync[HEADER_LEN..]);
+    // Version 1's body: the digest and the two lists (no payload marks).
+    let mut v1_body = 0u64.to_le_bytes().to_vec();
+    ffd::protocol::ranks::encode_rank_list(&live, &mut v1_body);
+    ffd::protocol::ranks::encode_rank_list(&[], &mut v1_body);
+    let v1_sync = v1_message(Kind::SyncRequest, 3, &v1_body);
     assert!(
         v1_sync.len() <= 43,
         "a request as small as the issue's 43 bytes"

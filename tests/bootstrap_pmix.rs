@@ -9,6 +9,8 @@
 
 #![cfg(feature = "pmix")]
 
+mod prereq;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -239,6 +241,12 @@ fn mpirun(session: &SessionDir, extra: &[&str], args: &[&str], timeout: &str) ->
 
 #[test]
 fn every_rank_gathers_every_contribution_under_mpirun() {
+    if !prereq::available(
+        "every_rank_gathers_every_contribution_under_mpirun",
+        &[prereq::mpirun()],
+    ) {
+        return;
+    }
     let start = Instant::now();
     // --nested: round 0 runs on a second PmixBootstrap that is finalized
     // before round 1 runs on the first, so round 1 also checks that
@@ -291,6 +299,12 @@ fn every_rank_gathers_every_contribution_under_mpirun() {
 
 #[test]
 fn a_rank_that_never_reaches_the_fence_times_the_round_out() {
+    if !prereq::available(
+        "a_rank_that_never_reaches_the_fence_times_the_round_out",
+        &[prereq::mpirun()],
+    ) {
+        return;
+    }
     let start = Instant::now();
     let absent = RANKS - 1;
     // The absent rank reads its standard input (mpirun --stdin) until we

@@ -12,6 +12,8 @@
 
 mod capi_support;
 
+use capi_support::prereq;
+
 use std::time::Duration;
 
 use capi_support::{Output, clean_command, compile_c, repo, run};
@@ -32,7 +34,7 @@ fn the_committed_header_is_the_one_the_build_generates() {
             .position(|(g, c)| g != c)
             .unwrap_or_else(|| generated.lines().count().min(committed.lines().count()));
         panic!(
-            "include/ffd.h differs from what build.rs generates from src/capi/mod.rs \
+            "include/ffd.h differs from what build.rs generates from src/capi/ \
              (first at line {}: generated `{}`, committed `{}`); \
              run `FFD_WRITE_HEADER=1 cargo build` and commit include/ffd.h",
             first + 1,
@@ -77,6 +79,12 @@ fn run_c_test_under_valgrind(package: &str, name: &str) -> Output {
 
 #[test]
 fn the_c_test_passes_against_the_shared_library_under_valgrind() {
+    if !capi_support::prereq::available(
+        "the_c_test_passes_against_the_shared_library_under_valgrind",
+        &[prereq::c_toolchain(), prereq::command("valgrind")],
+    ) {
+        return;
+    }
     let out = run_c_test_under_valgrind("ffd", "capi_test_shared");
     // It really used libffd.so: the executable does not contain the API.
     let exe = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi/capi_test_shared");
@@ -90,6 +98,12 @@ fn the_c_test_passes_against_the_shared_library_under_valgrind() {
 
 #[test]
 fn the_c_test_passes_against_the_static_library_under_valgrind() {
+    if !capi_support::prereq::available(
+        "the_c_test_passes_against_the_static_library_under_valgrind",
+        &[prereq::c_toolchain(), prereq::command("valgrind")],
+    ) {
+        return;
+    }
     let out = run_c_test_under_valgrind("ffd-static", "capi_test_static");
     let exe = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi/capi_test_static");
     let ldd = run(
@@ -111,6 +125,12 @@ fn the_c_test_passes_against_the_static_library_under_valgrind() {
 
 #[test]
 fn the_header_compiles_as_pedantic_c99_and_as_cpp() {
+    if !capi_support::prereq::available(
+        "the_header_compiles_as_pedantic_c99_and_as_cpp",
+        &[prereq::command("cc"), prereq::command("c++")],
+    ) {
+        return;
+    }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let source = dir.join("header_only.c");

@@ -50,6 +50,7 @@ fn defaults_are_documented_values() {
     assert_eq!(cfg.progress(), ProgressMode::Sleep);
     assert_eq!(cfg.log(), LogLevel::Warn);
     assert_eq!(cfg.event_queue(), 1024);
+    assert!(cfg.deliver_own());
     assert_eq!(cfg.eagain_limit(), ms(30));
     assert_eq!(cfg.startup_grace(), Duration::from_secs(1));
     assert_eq!(cfg.hostname(), None);
@@ -342,6 +343,23 @@ fn core_progress_log() {
 }
 
 #[test]
+fn deliver_own() {
+    assert!(!from(&[("FFD_DELIVER_OWN", "no")]).unwrap().deliver_own());
+    let cfg = from(&[("FFD_DELIVER_OWN", "Yes")]).unwrap();
+    assert!(cfg.deliver_own() && cfg.engine_config().deliver_own);
+    assert!(
+        !from(&[("FFD_DELIVER_OWN", "no")])
+            .unwrap()
+            .engine_config()
+            .deliver_own
+    );
+    assert_eq!(
+        err(&[("FFD_DELIVER_OWN", "1")]),
+        "FFD_DELIVER_OWN=`1` is not recognised; accepted: yes|no"
+    );
+}
+
+#[test]
 fn event_queue() {
     assert_eq!(from(&[("FFD_EVENT_QUEUE", "1")]).unwrap().event_queue(), 1);
     assert_eq!(
@@ -410,6 +428,21 @@ fn startup_grace_and_hostname() {
 }
 
 #[test]
+fn health_max_is_a_small_positive_integer() {
+    assert_eq!(Config::default().engine_config().health_max, 4);
+    let cfg = from(&[("FFD_HEALTH_MAX", "1")]).unwrap();
+    assert_eq!(cfg.engine_config().health_max, 1);
+    for bad in ["0", "17"] {
+        assert_eq!(
+            err(&[("FFD_HEALTH_MAX", bad)]),
+            format!(
+                "FFD_HEALTH_MAX=`{bad}` is out of range; accepted: an integer from 1 to 16, e.g. `4`"
+            )
+        );
+    }
+}
+
+#[test]
 fn code_settings_are_taken_and_marked_as_code() {
     let cfg = Config::builder()
         .provider("shm")
@@ -425,8 +458,10 @@ fn code_settings_are_taken_and_marked_as_code() {
         .progress(ProgressMode::Spin)
         .log(LogLevel::Debug)
         .event_queue(16)
+        .deliver_own(false)
         .eagain_limit(ms(5))
         .startup_grace(ms(200))
+        .health_max(2)
         .hostname("a")
         .build()
         .unwrap();
@@ -442,7 +477,8 @@ fn code_settings_are_taken_and_marked_as_code() {
             engine.inband,
             engine.bcast,
             engine.ring,
-            engine.ring_seed
+            engine.ring_seed,
+            engine.deliver_own
         ),
         (
             ms(2),
@@ -450,9 +486,11 @@ fn code_settings_are_taken_and_marked_as_code() {
             InbandMode::Off,
             BcastKind::Chord,
             RingKind::Rank,
-            7
+            7,
+            false
         )
     );
+    assert_eq!(engine.health_max, 2);
     assert_eq!(
         Config::builder()
             .period(Duration::ZERO)

@@ -177,11 +177,11 @@ fn all_ranks_shutting_down_at_once_report_no_failure() {
 }
 
 #[test]
-fn an_application_broadcast_reaches_every_other_rank_once() {
+fn an_application_broadcast_reaches_every_rank_once_its_origin_too() {
     let config = config();
     let detectors = start_group(5, &config);
     detectors[1].broadcast(b"revoke 7").expect("broadcast");
-    for d in detectors.iter().filter(|d| d.rank() != 1) {
+    for d in detectors.iter() {
         let got = wait_for_event(
             d,
             Duration::from_secs(3),
@@ -194,7 +194,8 @@ fn an_application_broadcast_reaches_every_other_rank_once() {
         });
         assert!(again.is_none(), "rank {} got it twice", d.rank());
     }
-    // The largest payload the detector accepts arrives whole; one more byte
+    // The largest payload the detector accepts arrives whole (at its
+    // origin too); one more byte
     // is refused at once.
     let largest = vec![b'x'; 8 * 1024];
     detectors[2].broadcast(&largest).expect("8 KiB payload");
@@ -204,6 +205,12 @@ fn an_application_broadcast_reaches_every_other_rank_once() {
         |e| matches!(e.protocol(), Some(Event::Payload { origin: 2, bytes, .. }) if bytes.len() == largest.len()),
     );
     assert!(got.is_some(), "rank 0 missed the 8 KiB payload");
+    let own = wait_for_event(
+        &detectors[2],
+        Duration::from_secs(3),
+        |e| matches!(e.protocol(), Some(Event::Payload { origin: 2, seq: 1, bytes }) if bytes.len() == largest.len()),
+    );
+    assert!(own.is_some(), "rank 2 did not deliver its own payload");
     let err = detectors[0]
         .broadcast(&vec![0u8; 8 * 1024 + 1])
         .unwrap_err();

@@ -73,6 +73,11 @@ pub struct SimArgs {
     /// How long a write or send to a dead process takes to error, or `off`.
     #[arg(long, value_name = "D|off", default_value = "3ms", value_parser = parse_inband_latency)]
     pub inband_latency: InbandLatency,
+    /// Connection set-up on a link's first use, as on tcp;ofi_rxm under
+    /// load (ring and overlay links are up from the start); with it, the
+    /// start-up grace is the runtime's [default: links are up at once].
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub connect: Option<Duration>,
     /// Virtual run length [default: until every failure is known everywhere, at least a timeout after the last fault].
     #[arg(long, value_name = "D", value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -116,14 +121,19 @@ impl SimArgs {
             bcast: self.bcast,
             ring: self.ring,
             // The simulated links come up at once: a grace of one timeout
-            // (not the runtime's default, made for connection set-up).
-            startup_grace: Some(self.timeout),
+            // (not the runtime's default, made for connection set-up),
+            // unless connection set-up is modelled.
+            startup_grace: Some(match self.connect {
+                Some(_) => EngineConfig::DEFAULT_STARTUP_GRACE,
+                None => self.timeout,
+            }),
             ..EngineConfig::default()
         };
         cfg.net = NetModel {
             latency: self.latency,
             jitter: self.jitter,
             inband_latency: self.inband_latency.0,
+            connect: self.connect,
         };
         cfg.faults = self.fail.clone();
         cfg.seed = self.seed;

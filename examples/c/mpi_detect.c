@@ -4,10 +4,18 @@
  * Every rank starts ffd with MPI_Allgather over MPI_COMM_WORLD as the
  * out-of-band collective (or, with --pmix, with no collective at all: ffd
  * then uses the launcher's PMIx server), registers an event callback, and
- * agrees with the others on a kill time. At that time the victim rank
- * (3 unless --victim says otherwise) raises SIGKILL. Every survivor waits
- * on ffd's event fd until ffd reports the victim, prints what it learned
- * and how long after the kill, prints its counters, finalizes ffd and exits.
+ * agrees with the others on a kill time. Then every rank loops in
+ * MPI_Allreduce over MPI_COMM_WORLD, and at that time the victim rank (3
+ * unless --victim says otherwise) raises SIGKILL in the middle of a round.
+ *
+ * The allreduce is MPI_Iallreduce completed by polling MPI_Test, with a
+ * 1 ms sleep on ffd's event fd between polls: a rank stuck in a blocking
+ * MPI_Allreduce with a dead peer may never return (without ULFM, nothing in
+ * MPI tells it), whereas this loop, like an MPI library's progress engine,
+ * looks at what ffd's callback recorded and leaves the collective as soon as
+ * ffd reports a failure. The survivors then go on without MPI: each waits
+ * for ffd's report of the victim, prints what it learned and how long after
+ * the kill, prints its counters, finalizes ffd and exits.
  *
  * Build and run (the README, "Embedding ffd in an MPI or OpenSHMEM library"):
  *
@@ -18,24 +26,29 @@
  *          -x FFD_DOMAIN=lo -x FFD_CORE=none ./mpi_detect
  *
  * --enable-recovery keeps Open MPI from killing the whole job when the victim
- * dies. The survivors then skip MPI_Finalize (they _exit after ffd_finalize):
- * with Open MPI 4.1.4, MPI_Finalize with a dead peer hung in about one run in
- * six here, and ffd's job is done by then. --mpi-finalize calls it anyway.
+ * dies (MPICH: mpiexec -disable-auto-cleanup, see tests/capi_mpich.rs). The
+ * survivors skip MPI_Finalize (they _exit after ffd_finalize): their last
+ * allreduce never completes, and with Open MPI 4.1.4 MPI_Finalize with a dead
+ * peer hung in about one run in six here. --mpi-finalize calls it anyway.
  *
  * Options: --pmix, --victim R, --kill-after MS (default 1500: after every
  * rank's start-up grace), --wait MS (bound on the wait for the report,
  * default 10000), --mpi-finalize.
  *
- * Lines (one printf each; the test of tests/capi_mpi.rs reads them):
+ * Lines (one printf each; tests/capi_support/mpi.rs reads them):
  *   rank R: ffd up, N ranks, oob mpi|pmix
- *   rank V: raising SIGKILL (L ms after the planned time)
+ *   rank R: libfabric PATH                     (each libfabric.so loaded in the process)
+ *   rank V: raising SIGKILL in MPI_Allreduce round K (L ms after the planned time)
+ *   rank R: left MPI_Allreduce after K rounds: ffd reported a failure (T ms after the kill)
+ *   rank R: left MPI_Allreduce after K rounds: MPI_Test returned: TEXT
  *   rank R: rank V failed: cause C, declared by rank D, H hops, epoch E, T ms after the kill
  *   rank R: ffd stopped: <why>   (only if ffd's own thread died; exits 1)
  *   rank R: stats: ...
- *   rank R: finalized ffd, exiting
+ *   rank R: finalized ffd (success), exiting
  */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <link.h>
 #include <mpi.h>
 #include <poll.h>
 #include <signal.h>
@@ -64,15 +77,29 @@ static int mpi_allgather(void *userdata, const void *mine, size_t len, void *all
 }
 
 /* When each rank's failure reached this process (CLOCK_REALTIME ns, 0 if
- * not yet), written by the callback on ffd's progress thread. */
+ * not yet), and the first failure of all, written by the callback on ffd's
+ * progress thread. */
 static _Atomic int64_t *learned_at;
+static _Atomic int64_t first_failure_at;
 static int job_size;
 
 /* The event callback: runs on ffd's progress thread, so it only records. */
 static void on_event(void *userdata, const ffd_event_t *ev) {
     (void)userdata;
-    if (ev->kind == FFD_EVENT_FAILED && ev->rank < (uint32_t)job_size)
-        atomic_store(&learned_at[ev->rank], realtime_ns());
+    if (ev->kind == FFD_EVENT_FAILED && ev->rank < (uint32_t)job_size) {
+        int64_t now = realtime_ns();
+        atomic_store(&learned_at[ev->rank], now);
+        int64_t none = 0;
+        atomic_compare_exchange_strong(&first_failure_at, &none, now);
+    }
+}
+
+/* Prints every libfabric.so of the process: one, shared by MPI and ffd. */
+static int print_libfabric(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    if (info->dlpi_name && strstr(info->dlpi_name, "/libfabric.so"))
+        printf("rank %d: libfabric %s\n", *(const int *)data, info->dlpi_name);
+    return 0;
 }
 
 static const char *cause_name(ffd_cause c) {
@@ -142,25 +169,63 @@ int main(int argc, char **argv) {
     printf("rank %d: ffd up, %d ranks, oob %s\n", rank, size, use_pmix ? "pmix" : "mpi");
     fflush(stdout);
 
+    dl_iterate_phdr(print_libfabric, &rank);
+    fflush(stdout);
+
     /* Everybody up: agree on the kill time. */
     int64_t kill_at = realtime_ns() + (int64_t)kill_after_ms * 1000000;
     MPI_Bcast(&kill_at, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    /* Every rank: MPI_Allreduce rounds until ffd reports a failure (or the
+     * deadline passes); the victim dies in one of them. */
+    int fd = ffd_event_fd(ffd);
+    struct pollfd ffd_fd = {.fd = fd, .events = POLLIN};
+    int64_t deadline = kill_at + (int64_t)wait_ms * 1000000;
+    long rounds = 0;
+    int mpi_rc = MPI_SUCCESS, status = 0;
+    while (atomic_load(&first_failure_at) == 0 && mpi_rc == MPI_SUCCESS && realtime_ns() < deadline) {
+        long one = 1, sum = 0;
+        MPI_Request req;
+        int done = 0;
+        mpi_rc = MPI_Iallreduce(&one, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD, &req);
+        while (mpi_rc == MPI_SUCCESS && !done) {
+            if (rank == victim && realtime_ns() >= kill_at) {
+                printf("rank %d: raising SIGKILL in MPI_Allreduce round %ld (%.1f ms after the planned time)\n",
+                       rank, rounds + 1, (realtime_ns() - kill_at) / 1e6);
+                fflush(stdout);
+                raise(SIGKILL);
+            }
+            /* ffd said a rank died: stop calling collectives on this
+             * communicator (the pending request is abandoned). */
+            if (atomic_load(&first_failure_at) != 0 || realtime_ns() >= deadline)
+                break;
+            mpi_rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (mpi_rc == MPI_SUCCESS && !done)
+                poll(&ffd_fd, 1, 1);
+        }
+        if (done) {
+            rounds++;
+            if (sum != size) {
+                printf("rank %d: MPI_Allreduce round %ld summed %ld, not %d\n", rank, rounds, sum, size);
+                status = 1;
+            }
+        }
+    }
+    if (mpi_rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(mpi_rc, text, &len);
+        printf("rank %d: left MPI_Allreduce after %ld rounds: MPI_Test returned: %s\n", rank, rounds, text);
+    } else if (atomic_load(&first_failure_at) != 0) {
+        printf("rank %d: left MPI_Allreduce after %ld rounds: ffd reported a failure (%.1f ms after the kill)\n",
+               rank, rounds, (atomic_load(&first_failure_at) - kill_at) / 1e6);
+    }
+    fflush(stdout);
     /* No MPI call from here on (but the optional MPI_Finalize). */
 
-    if (rank == victim) {
-        struct timespec at = {.tv_sec = kill_at / 1000000000, .tv_nsec = kill_at % 1000000000};
-        while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, NULL) != 0)
-            ;
-        printf("rank %d: raising SIGKILL (%.1f ms after the planned time)\n", rank,
-               (realtime_ns() - kill_at) / 1e6);
-        fflush(stdout);
-        raise(SIGKILL);
-    }
-
-    /* Survivors: sleep on ffd's event fd until it reports the victim. */
-    int fd = ffd_event_fd(ffd);
-    int64_t deadline = kill_at + (int64_t)wait_ms * 1000000;
-    int reported = 0, status = 0;
+    /* Survivors go on: wait on ffd's event fd until it reports the victim. */
+    int reported = 0;
     static unsigned char payload[FFD_MAX_PAYLOAD]; /* any event's payload fits */
     while (!reported) {
         ffd_event_t ev;
@@ -193,8 +258,7 @@ int main(int argc, char **argv) {
             status = 1;
             break;
         }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        poll(&p, 1, left_ms > 1000 ? 1000 : (int)left_ms);
+        poll(&ffd_fd, 1, left_ms > 1000 ? 1000 : (int)left_ms);
     }
 
     /* The counters are published every 50 ms: wait (bounded) until they

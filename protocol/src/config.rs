@@ -203,14 +203,40 @@ pub struct EngineConfig {
     pub leave_batch: Option<Duration>,
     /// Largest application payload `Input::Broadcast` accepts, in bytes.
     pub max_payload: usize,
-    /// Payload de-duplication remembers this many origins (least recently
-    /// used evicted), each with a 64-sequence window: bounded state.
-    pub payload_dedup_origins: usize,
+    /// Whether a rank's own payloads are delivered to it too (as
+    /// `Event::Payload`, when it broadcasts them). Default: yes.
+    pub deliver_own: bool,
+    /// Payloads of one origin held at most while the gap before them is
+    /// open (they arrived ahead of an earlier one of the same origin). One
+    /// more is dropped and counted (`payloads_hold_overflow`; the lowest
+    /// are kept): the sync repair brings it again. Default 64.
+    pub payload_hold: usize,
+    /// The last W payloads of each origin every rank keeps, to answer the
+    /// sync requests of ranks that missed them (0: no payload repair). A
+    /// rank more than W payloads of one origin behind its neighbours cannot
+    /// be repaired by them (`payloads_beyond_retention`). Default 64.
+    pub payload_retention: usize,
+    /// Local health awareness (Lifeguard): the largest factor by which a
+    /// rank that sees its own wake-ups running late stretches the timeouts
+    /// it judges others by (1 to [`Self::MAX_HEALTH`]; 1 never stretches).
+    /// Default [`Self::DEFAULT_HEALTH_MAX`]. See `docs/design.md` §4.3.
+    pub health_max: u32,
+    /// A wake-up of this rank's timers later than this raises its local
+    /// health multiplier by one. Default: one check interval
+    /// (`timeout / checks_per_timeout`).
+    pub late_wakeup: Option<Duration>,
     /// Most ranks one `SyncReply` carries (failed ones first). A larger
     /// difference goes in parts, one per request (the requester asks again
     /// a timeout later while its digest still differs), so the work one
     /// request draws is bounded: 1024 ranks are at most ~5 KiB of lists.
+    /// Also the most payload marks one `SyncRequest` carries (and never
+    /// more than `wire::MAX_MARKS`; a rank that knows more origins covers
+    /// them in turns).
     pub max_sync_ranks: usize,
+    /// The payloads one sync request draws, in bytes (at least one
+    /// payload, however large): the rest waits for the next request.
+    /// Default 64 KiB.
+    pub max_sync_payload_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -231,8 +257,13 @@ impl Default for EngineConfig {
             sync_after: None,
             leave_batch: None,
             max_payload: 64 * 1024,
-            payload_dedup_origins: 1024,
+            deliver_own: true,
+            payload_hold: 64,
+            payload_retention: 64,
+            health_max: Self::DEFAULT_HEALTH_MAX,
+            late_wakeup: None,
             max_sync_ranks: 1024,
+            max_sync_payload_bytes: 64 * 1024,
         }
     }
 }
@@ -246,6 +277,8 @@ pub enum EngineConfigError {
     TimeoutNotAbovePeriod { period: Duration, timeout: Duration },
     #[error("checks_per_timeout must be at least 1")]
     ZeroChecks,
+    #[error("health_max ({value}) must be between 1 and {max}")]
+    HealthMax { value: u32, max: u32 },
     #[error("the ring is empty")]
     EmptyRing,
     #[error("rank {rank} is outside the job of {size} ranks")]
@@ -263,6 +296,11 @@ impl EngineConfig {
     /// for the connection set-up of a real fabric, which takes tens of ms on
     /// `tcp;ofi_rxm` and more on a loaded machine.
     pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(1);
+    /// The local health multiplier's ceiling unless set (`FFD_HEALTH_MAX`'s
+    /// default): a rank that sees itself late waits up to 4 timeouts.
+    pub const DEFAULT_HEALTH_MAX: u32 = 4;
+    /// The largest accepted `health_max`.
+    pub const MAX_HEALTH: u32 = 16;
 
     /// The one rule between the two timings: the timeout must exceed the
     /// period, or an emitter could be declared failed between two of its
@@ -286,6 +324,12 @@ impl EngineConfig {
         if self.checks_per_timeout == 0 {
             return Err(EngineConfigError::ZeroChecks);
         }
+        if !(1..=Self::MAX_HEALTH).contains(&self.health_max) {
+            return Err(EngineConfigError::HealthMax {
+                value: self.health_max,
+                max: Self::MAX_HEALTH,
+            });
+        }
         Ok(())
     }
 
@@ -300,6 +344,17 @@ impl EngineConfig {
 
     pub fn startup_grace(&self) -> Duration {
         self.startup_grace.unwrap_or(Self::DEFAULT_STARTUP_GRACE)
+    }
+
+    /// How long a link may take to come up before silence on it counts:
+    /// an emitter at start, or one just mended to, has this plus a timeout
+    /// until its link is confirmed. The start-up grace.
+    pub fn link_grace(&self) -> Duration {
+        self.startup_grace()
+    }
+
+    pub fn late_wakeup(&self) -> Duration {
+        self.late_wakeup.unwrap_or_else(|| self.check_interval())
     }
 
     pub fn lag_guard(&self) -> Duration {
@@ -403,5 +458,14 @@ mod tests {
         c.timeout = Duration::from_secs(1);
         c.checks_per_timeout = 0;
         assert_eq!(c.validate(), Err(EngineConfigError::ZeroChecks));
+        c.checks_per_timeout = 4;
+        assert_eq!(c.late_wakeup(), Duration::from_millis(250));
+        for bad in [0, EngineConfig::MAX_HEALTH + 1] {
+            c.health_max = bad;
+            assert!(matches!(
+                c.validate(),
+                Err(EngineConfigError::HealthMax { value, .. }) if value == bad
+            ));
+        }
     }
 }

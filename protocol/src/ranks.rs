@@ -233,16 +233,23 @@ pub fn encode_rank_list(sorted: &[Rank], out: &mut Vec<u8>) {
     }
     let mut nruns = 0u32;
     let mut ranges = 0usize;
-    let mut end = 0u32;
+    // A run may end at `Rank::MAX`: the position after it needs 33 bits.
+    let mut end = 0u64;
     for (start, len) in runs(sorted) {
         nruns += 1;
-        ranges += varint_len(start - end) + varint_len(len - 1);
-        end = start + len;
+        ranges += varint_len((u64::from(start) - end) as u32) + varint_len(len - 1);
+        end = u64::from(start) + u64::from(len);
     }
     ranges += varint_len(nruns);
     let base = sorted[0];
-    let nbits = sorted[sorted.len() - 1] - base + 1;
-    let bitmap = varint_len(base) + varint_len(nbits) + (nbits as usize).div_ceil(8);
+    // A bitmap spans at most u32::MAX bits (its count is a u32 on the wire).
+    let span = u64::from(sorted[sorted.len() - 1]) - u64::from(base) + 1;
+    let nbits = u32::try_from(span).unwrap_or(u32::MAX);
+    let bitmap = if span > u64::from(u32::MAX) {
+        usize::MAX
+    } else {
+        varint_len(base) + varint_len(nbits) + (nbits as usize).div_ceil(8)
+    };
 
     if sparse <= ranges && sparse <= bitmap {
         out.push(TAG_SPARSE);
@@ -261,11 +268,11 @@ pub fn encode_rank_list(sorted: &[Rank], out: &mut Vec<u8>) {
     } else if ranges <= bitmap {
         out.push(TAG_RANGES);
         put_varint(out, nruns);
-        let mut end = 0u32;
+        let mut end = 0u64;
         for (start, len) in runs(sorted) {
-            put_varint(out, start - end);
+            put_varint(out, (u64::from(start) - end) as u32);
             put_varint(out, len - 1);
-            end = start + len;
+            end = u64::from(start) + u64::from(len);
         }
     } else {
         out.push(TAG_BITMAP);
@@ -660,5 +667,27 @@ mod tests {
             format_ranks(&many),
             "ranks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 15 more"
         );
+    }
+
+    #[test]
+    fn lists_reaching_the_largest_rank_encode_without_overflow() {
+        // Found by the fuzz harness: 0 and Rank::MAX made the bitmap's
+        // span and a run's end overflow. No job has that rank, but the
+        // encoder must not panic on any strictly increasing list.
+        for list in [
+            vec![0, Rank::MAX],
+            vec![Rank::MAX - 2, Rank::MAX - 1, Rank::MAX],
+            vec![0, 1, 2, Rank::MAX],
+        ] {
+            let mut out = Vec::new();
+            encode_rank_list(&list, &mut out);
+            let mut at = 0;
+            // Rank::MAX is outside every job: decoding says so, it does not panic.
+            assert_eq!(
+                RankList::decode(&out, &mut at, Rank::MAX).err(),
+                Some(ListError::RankOutOfRange),
+                "{list:?}"
+            );
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Engine behaviour, one input at a time: heartbeats, timeout detection,
 //! mending (skips, wrap-around, all-but-one), ObserveMe staleness,
-//! forward-once, exclusion, lag guard, in-band modes, sync, leave, payloads.
+//! forward-once, exclusion, lag guard, in-band modes, sync, leave.
+//! Payloads have their own file, `protocol_payloads.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -966,89 +967,6 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
     )
     .unwrap();
     assert!(drain(&mut obs).is_empty());
-}
-
-#[test]
-fn payloads_are_delivered_once_and_forwarded_once() {
-    let n = 16;
-    let mut origin = engine(n, 0);
-    drain(&mut origin);
-    origin.handle(at(1), Input::Broadcast(b"revoke")).unwrap();
-    let outs = drain(&mut origin);
-    let targets = sent_to(&outs, n, Kind::Payload);
-    assert_eq!(targets, vec![8, 4, 2, 1, 12, 14, 15]);
-    let Output::Send { to: 8, message } = &outs[0] else {
-        panic!()
-    };
-    let bytes = &message.to_vec();
-    let mut r = engine(n, 8);
-    drain(&mut r);
-    let outs = deliver(&mut r, at(2), bytes);
-    assert_eq!(
-        events(&outs),
-        vec![Event::Payload {
-            origin: 0,
-            seq: 1,
-            bytes: b"revoke".to_vec()
-        }]
-    );
-    assert!(!sent_to(&outs, n, Kind::Payload).is_empty());
-    // The same payload by another path: rank 4 forwards its copy.
-    let via_4 = msg(wire::forwarded(bytes, 4).expect("a payload"));
-    assert!(
-        deliver(&mut r, at(3), &via_4).is_empty(),
-        "duplicate dropped"
-    );
-    assert_eq!(r.stats().payload_duplicates, 1);
-    // The very same bytes again are a replay, dropped before the payload
-    // is looked at.
-    assert_eq!(
-        r.handle(at(3), Input::Message { from: None, bytes }),
-        Err(HandleError::Rejected(RejectReason::Replayed))
-    );
-    assert_eq!(r.stats().payload_duplicates, 1);
-    let big = vec![0u8; 70_000];
-    assert_eq!(
-        origin.handle(at(4), Input::Broadcast(&big)),
-        Err(HandleError::PayloadTooLarge {
-            len: 70_000,
-            max: 65_536
-        })
-    );
-}
-
-#[test]
-fn payload_dedup_state_is_bounded() {
-    let n = 4096;
-    let cfg = EngineConfig {
-        payload_dedup_origins: 8,
-        ..config()
-    };
-    let mut r = engine_with(cfg, n, 0);
-    drain(&mut r);
-    for origin in 1..200u32 {
-        let m = msg(Encoder::new(KEY, origin).payload(origin, 1, 0, b"p"));
-        assert_eq!(events(&deliver(&mut r, at(1), &m)).len(), 1);
-    }
-    // Recent origins are still de-duplicated.
-    let m = msg(Encoder::new(KEY, 199).payload(199, 1, 0, b"p"));
-    assert!(events(&deliver(&mut r, at(2), &m)).is_empty());
-    // Sequences far behind an origin's newest are refused as too old.
-    for seq in 2..=70u64 {
-        deliver(
-            &mut r,
-            at(3),
-            &msg(Encoder::new(KEY, 199).payload(199, seq, 0, b"p")),
-        );
-    }
-    assert!(
-        events(&deliver(
-            &mut r,
-            at(4),
-            &msg(Encoder::new(KEY, 199).payload(199, 3, 0, b"p"))
-        ))
-        .is_empty()
-    );
 }
 
 #[test]

@@ -266,6 +266,13 @@ fn mended(mendings: u32) -> (Engine, Vec<Output>) {
         last = deliver(&mut e, at(1), 10, &m);
     }
     assert_eq!(e.generation(), mendings);
+    // The last ObserveMe's send completed at once: the new emitter's
+    // timeout runs from now (docs/design.md §4.4, the mend clock).
+    if let Some(emitter) = e.emitter() {
+        e.handle(at(1), Input::Sent { to: emitter })
+            .expect("a send completion");
+        assert!(drain(&mut e).is_empty());
+    }
     (e, last)
 }
 

@@ -70,7 +70,12 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
             let m = match k {
                 0 => e.notice(x % N, (y % 60000) as u16, &a, &b),
                 1 => e.observe_me(x, (y % u64::from(SLOTS)) as u16),
-                2 => e.sync_request(y, &a, &b),
+                2 => {
+                    // Marks for the ranks of `b`, covering up to the last.
+                    let marks: Vec<(u32, u64)> = b.iter().map(|&r| (r, y | 1)).collect();
+                    let to = b.last().map_or(0, |&r| r + 1);
+                    e.sync_request_with_marks(y, &a, &[], 0, to, &marks)
+                }
                 3 => e.sync_reply(&a, &b),
                 4 => e.probe(x, (y % u64::from(N)) as u32),
                 5 => e.probe_ack(x, (y % u64::from(N)) as u32, ProbeVerdict::Silent),
@@ -112,8 +117,16 @@ proptest! {
         let m = seal(&e.observe_me(a, slot), 1);
         prop_assert_eq!(decode(&m, &keys(), N).unwrap().1, Message::ObserveMe { generation: a, slot });
         let m = seal(&e.sync_request(b, &failed, &[]), 2);
-        let Message::SyncRequest { digest, failed: f, left } = decode(&m, &keys(), N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
+        let Message::SyncRequest { digest, failed: f, left, marks } = decode(&m, &keys(), N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
         prop_assert_eq!((digest, f.to_vec(), left.len()), (b, failed.clone(), 0));
+        prop_assert_eq!((marks.from, marks.to, marks.len()), (0, 0, 0), "asks for no payloads");
+        let from = failed.first().copied().unwrap_or(about);
+        let marked: Vec<(u32, u64)> = failed.iter().map(|&r| (r, b.max(1) ^ u64::from(r))).filter(|m| m.1 > 0).collect();
+        let m = seal(&e.sync_request_with_marks(b, &[], &failed, from, N, &marked), 7);
+        let Message::SyncRequest { failed: f, left, marks, .. } = decode(&m, &keys(), N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
+        prop_assert_eq!((f.len(), left.to_vec()), (0, failed.clone()));
+        prop_assert_eq!((marks.from, marks.to), (from, N));
+        prop_assert_eq!(marks.iter().collect::<Vec<_>>(), marked);
         let m = seal(&e.sync_reply(&[], &failed), 3);
         let Message::SyncReply { failed: f, left } = decode(&m, &keys(), N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
         prop_assert_eq!((f.len(), left.to_vec()), (0, failed));
@@ -234,7 +247,8 @@ proptest! {
         let sender = u32::from_le_bytes(m[16..20].try_into().unwrap());
         let max_named = match msg {
             Message::Notice(n) => n.failed.iter().chain(n.left.iter()).chain([n.origin, sender]).max(),
-            Message::SyncRequest { failed, left, .. } | Message::SyncReply { failed, left } => failed.iter().chain(left.iter()).chain([sender]).max(),
+            Message::SyncRequest { failed, left, marks, .. } => failed.iter().chain(left.iter()).chain(marks.to.checked_sub(1)).chain([sender]).max(),
+            Message::SyncReply { failed, left } => failed.iter().chain(left.iter()).chain([sender]).max(),
             Message::Probe { about, .. } | Message::ProbeAck { about, .. } => Some(about.max(sender)),
             Message::Payload { origin, .. } => Some(origin.max(sender)),
             Message::ObserveMe { .. } => Some(sender),

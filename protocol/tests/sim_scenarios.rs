@@ -348,6 +348,67 @@ fn a_resumed_rank_learns_its_exclusion_from_its_standing_check() {
     assert!(sim.engine(victim).stats().sync_requests_sent >= 1);
 }
 
+/// Links that take longer than a timeout to set up, as `tcp;ofi_rxm` on a
+/// busy host (hundreds of ms): only ring and overlay links are up from the
+/// start, and the runtime's start-up grace applies.
+fn cold_links(n: u32, faults: &[&str], seed: u64) -> SimConfig {
+    let mut cfg = config(n, faults, seed);
+    cfg.engine.ring = ffd_protocol::RingKind::Rank;
+    cfg.engine.startup_grace = None;
+    cfg.net.connect = Some(ms(300));
+    cfg
+}
+
+/// The N = 128 cascade in miniature: 11 declares its hung emitters 10 and
+/// 9, and mends to 8 (ring distance 3, not an overlay link), whose link
+/// takes 300 ms to come up. Judged from the mending, 8 would be declared
+/// after 100 ms, excluded, and the next one with it; judged from the moment
+/// the link is up, it is not. One late rank costs only itself.
+#[test]
+fn a_mend_over_a_cold_link_gives_the_new_emitter_a_timeout_from_link_up() {
+    for seed in 1..=3 {
+        let mut sim =
+            Simulator::new(cold_links(64, &["hang:10@300ms", "hang:9@300ms"], seed)).unwrap();
+        let r = sim.run();
+        let what = format!("seed={seed}");
+        assert_complete(&r, &what);
+        assert_eq!(r.failures.len(), 2, "{what}");
+        assert!(r.totals.self_excluded.is_empty(), "{what}: {r}");
+        assert_eq!(sim.engine(11).emitter(), Some(8), "{what}");
+        assert!(
+            sim.engine(11).stats().mend_links_confirmed >= 2,
+            "{what}: the mendings were timed from their link-up"
+        );
+    }
+}
+
+/// The bound that mend rate limit costs: a new emitter that is itself hung
+/// behind a cold link (its link never comes up) is declared a link grace
+/// plus a timeout after the mending.
+#[test]
+fn a_hung_emitter_behind_a_cold_link_is_declared_after_the_link_grace() {
+    let r = run(cold_links(
+        64,
+        &["hang:10@300ms", "hang:9@300ms", "hang:8@300ms"],
+        1,
+    ));
+    assert_complete(&r, "three hung");
+    assert_eq!(r.failures.len(), 3);
+    let of = |rank| r.failures.iter().find(|f| f.rank == rank).unwrap();
+    // 10 and 9 one timeout apart (9 is 11's overlay neighbour: a warm
+    // link), then 8 a link grace (1 s) and a timeout later.
+    let (t10, t9, t8) = (
+        of(10).detected_at_ms.unwrap(),
+        of(9).detected_at_ms.unwrap(),
+        of(8).detected_at_ms.unwrap(),
+    );
+    assert!(t10 <= 300.0 + 125.1 && t9 <= t10 + 125.1, "{r}");
+    assert!(
+        (t9 + 1100.0..=t9 + 1100.0 + 25.1).contains(&t8),
+        "8 declared at {t8}, 9 at {t9}\n{r}"
+    );
+}
+
 #[test]
 fn a_partitioned_rank_is_declared_and_excluded_after_healing() {
     for n in [7u32, 64, 1000] {
@@ -460,7 +521,12 @@ fn payloads_reach_every_live_rank_once() {
             2,
         ));
         assert_complete(&r, "payload");
-        assert_eq!(r.totals.payloads_delivered, 2 * u64::from(n - 2), "n={n}");
+        // Every live rank, the origin included (it delivers its own).
+        assert_eq!(r.totals.payloads_delivered, 2 * u64::from(n - 1), "n={n}");
+        assert_eq!(r.payloads.len(), 2, "n={n}");
+        for p in &r.payloads {
+            assert_eq!(p.delivered_by_live, n - 1, "n={n}: {p:?}");
+        }
     }
 }
 

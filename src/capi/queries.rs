@@ -350,8 +350,12 @@ pub unsafe extern "C" fn ffd_event_fd(h: *const ffd_t) -> c_int {
 
 /// Reliably broadcasts `len` bytes to every live rank over the same
 /// fault-tolerant overlay as failure notices (e.g. a "revoke" order); they
-/// receive FFD_EVENT_PAYLOAD (this rank does not). Returns at once: the
-/// bytes are copied. `bytes` may be NULL when `len` is 0. Any thread.
+/// receive FFD_EVENT_PAYLOAD, and so does this rank (its own event comes
+/// first, before any copy leaves) unless FFD_DELIVER_OWN=no. All or none:
+/// if any live rank gets it, every live rank does, even if this rank dies
+/// while sending it. Each rank gets one origin's payloads once each, in
+/// the order they were broadcast. Returns at once: the bytes are copied.
+/// `bytes` may be NULL when `len` is 0. Any thread.
 ///
 /// @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
 /// gives the limit, FFD_MAX_PAYLOAD); FFD_ERR_STOPPED once this rank has

@@ -580,7 +580,7 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
         slots: Mutex::new(vec![Vec::new(); N]),
     });
     let seen: Arc<Vec<Seen>> = Arc::new((0..N).map(|_| Seen::default()).collect());
-    // After start-up every rank waits here; then rank 0 broadcasts.
+    // After start-up every rank waits here; then ranks 0 and 1 broadcast.
     let started = Arc::new(Barrier::new(N));
     let threads: Vec<_> = (0..N)
         .map(|rank| {
@@ -588,6 +588,12 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                 (Arc::clone(&group), Arc::clone(&seen), Arc::clone(&started));
             thread::spawn(move || {
                 let cfg = loopback_config();
+                if rank == 1 {
+                    let (name, no) = (c("FFD_DELIVER_OWN"), c("no"));
+                    // SAFETY: a live config and NUL-terminated strings.
+                    let rc = unsafe { ffd_config_set(cfg, name.as_ptr(), no.as_ptr()) };
+                    assert_eq!(rc, FFD_OK);
+                }
                 let mine = &seen[rank];
                 // SAFETY: a live config; `mine` outlives the detector.
                 let rc = unsafe {
@@ -618,6 +624,9 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                 assert_eq!((r, size), (rank as u32, N as u32));
                 started.wait();
 
+                // Rank 0 broadcasts: every rank gets it, rank 0 too. Rank 1,
+                // which set FFD_DELIVER_OWN=no, broadcasts as well: the
+                // others get it, rank 1 does not.
                 if rank == 0 {
                     let too_big = vec![0u8; 1 << 20];
                     // SAFETY: a live handle and a readable buffer.
@@ -629,16 +638,42 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                         assert_eq!(ffd_broadcast(h, ptr::null(), 5), FFD_ERR_NULL);
                         assert_eq!(ffd_broadcast(h, b"revoke".as_ptr().cast(), 6), FFD_OK);
                     }
-                } else {
-                    let (ev, bytes) = wait_event(h, Duration::from_secs(10), |e| {
-                        e.kind == ffd_event_kind::FFD_EVENT_PAYLOAD
-                    })
-                    .unwrap_or_else(|| panic!("rank {rank}: no payload"));
-                    assert_eq!((ev.rank, ev.payload_len), (0, 6));
-                    assert_eq!(bytes, b"revoke");
-                    assert_eq!(*mine.payloads.lock().unwrap(), [(0, b"revoke".to_vec())]);
-                    assert_eq!(mine.finalize_in_callback.load(Ordering::Relaxed), 1);
+                } else if rank == 1 {
+                    // SAFETY: a live handle and a readable buffer.
+                    let rc = unsafe { ffd_broadcast(h, b"quiet".as_ptr().cast(), 5) };
+                    assert_eq!(rc, FFD_OK);
                 }
+                let mut want = vec![(0, b"revoke".to_vec())];
+                if rank != 1 {
+                    want.push((1, b"quiet".to_vec()));
+                }
+                let payload = |e: &ffd_event_t| e.kind == ffd_event_kind::FFD_EVENT_PAYLOAD;
+                let mut got: Vec<(u32, Vec<u8>)> = (0..want.len())
+                    .map(|_| {
+                        let (ev, bytes) = wait_event(h, Duration::from_secs(10), payload)
+                            .unwrap_or_else(|| panic!("rank {rank}: a payload missing"));
+                        assert_eq!(ev.payload_len, bytes.len());
+                        (ev.rank, bytes)
+                    })
+                    .collect();
+                got.sort();
+                assert_eq!(got, want, "rank {rank}");
+                // Once the others have rank 1's payload, its own event would
+                // have been queued before its copies left: there is none.
+                started.wait();
+                if rank == 1 {
+                    assert!(
+                        wait_event(h, Duration::ZERO, payload).is_none(),
+                        "rank 1 delivered its own payload"
+                    );
+                }
+                let mut called = mine.payloads.lock().unwrap().clone();
+                called.sort();
+                assert_eq!(called, want, "rank {rank}: the callback saw them too");
+                assert_eq!(
+                    mine.finalize_in_callback.load(Ordering::Relaxed),
+                    want.len()
+                );
                 let (mut epoch, mut n) = (9, 9);
                 let mut buf = [u32::MAX; 4];
                 // SAFETY: a live handle and valid outputs.

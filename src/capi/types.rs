@@ -91,8 +91,11 @@ pub enum ffd_event_kind {
     /// `rank`, this rank's emitter, was silent for `stalled_ns` and then
     /// heartbeated again: a slow but live process. A warning, never a failure.
     FFD_EVENT_SLOW_EMITTER = 4,
-    /// An application payload sent with ffd_broadcast() by `rank`, sequence
-    /// number `seq`, bytes at `payload` (`payload_len` of them).
+    /// An application payload sent with ffd_broadcast() by `rank` (this
+    /// rank's own too, unless FFD_DELIVER_OWN=no), sequence number `seq`
+    /// (1, 2, ... per origin, delivered in that order, each once), bytes at
+    /// `payload` (`payload_len` of them). If any live rank gets it, every
+    /// live rank does, even when its origin died while sending it.
     FFD_EVENT_PAYLOAD = 5,
     /// The detector stopped on an error or a panic (`stop_cause` says
     /// which; ffd_state() gives the text): the last event. Nothing watches

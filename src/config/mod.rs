@@ -157,6 +157,9 @@ impl Config {
             ring: self.ring(),
             ring_seed: self.ring_seed().unwrap_or(0),
             startup_grace: Some(self.startup_grace()),
+            deliver_own: self.deliver_own(),
+            // Range-checked (1 to 16) when the setting was read.
+            health_max: u32::try_from(self.health_max()).unwrap_or(u32::MAX),
             // Fields added to the engine later keep their defaults.
             ..EngineConfig::default()
         }

@@ -18,6 +18,7 @@ use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
 use super::values::{
     CoreChoice, DURATION_FORM, EagainLimit, LogLevel, ProgressMode, any, check_provider,
     check_token, duration, flag, format_duration, normalise_domain, parse_integer, positive, word,
+    yes_no,
 };
 use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
@@ -192,6 +193,18 @@ settings_table! {
             show: ToString::to_string,
             set(capacity: usize) => capacity,
         }
+        /// Whether this rank's own broadcasts come back to it as payload
+        /// events (`EngineConfig::deliver_own`).
+        deliver_own: bool => bool {
+            var: DELIVER_OWN = "FFD_DELIVER_OWN",
+            accepted: "yes|no",
+            help: "Whether this rank's own broadcasts are delivered to it too, as payload events",
+            default: EngineConfig::default().deliver_own,
+            parse: yes_no,
+            check: any,
+            show: |own| if *own { "yes" } else { "no" }.to_owned(),
+            set(deliver_own: bool) => deliver_own,
+        }
         // Its accessor, `Config::eagain_limit`, resolves `auto` and `timeout`.
         eagain_limit: EagainLimit {
             var: EAGAIN_LIMIT = "FFD_EAGAIN_LIMIT",
@@ -221,6 +234,24 @@ settings_table! {
             check: any,
             show: |d| format_duration(*d),
             set(grace: Duration) => grace,
+        }
+        /// Local health awareness (`docs/design.md` §4.3).
+        health_max: usize => usize {
+            var: HEALTH_MAX = "FFD_HEALTH_MAX",
+            accepted: "an integer from 1 to 16, e.g. `4`",
+            help: "The most timeouts a rank whose own wake-ups run late waits before \
+                   declaring its emitter (local health awareness; 1: never stretch)",
+            default: EngineConfig::DEFAULT_HEALTH_MAX as usize,
+            parse: parse_integer,
+            check: |&n| {
+                if (1..=EngineConfig::MAX_HEALTH as usize).contains(&n) {
+                    Ok(())
+                } else {
+                    Err("is out of range".to_owned())
+                }
+            },
+            show: ToString::to_string,
+            set(health_max: usize) => health_max,
         }
         /// `None` means this machine's hostname (tests set one to fake several nodes).
         hostname: Option<String> => Option<&str> {
@@ -324,6 +355,14 @@ mod tests {
         assert_eq!(
             setting::EVENT_QUEUE.accepted,
             format!("an integer from 1 to {MAX_EVENT_QUEUE}, e.g. `1024`")
+        );
+        assert_eq!(
+            setting::HEALTH_MAX.accepted,
+            format!(
+                "an integer from 1 to {}, e.g. `{}`",
+                EngineConfig::MAX_HEALTH,
+                EngineConfig::DEFAULT_HEALTH_MAX
+            )
         );
         assert_eq!(
             setting::PROGRESS.accepted,

@@ -187,6 +187,15 @@ pub(super) fn flag(text: &str) -> Result<bool, String> {
     }
 }
 
+/// `yes` or `no`, in any case (`FFD_DELIVER_OWN`).
+pub(super) fn yes_no(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(NOT_RECOGNISED.to_owned()),
+    }
+}
+
 /// The range check of settings whose every parsed value is valid.
 pub(super) fn any<T>(_: &T) -> Result<(), String> {
     Ok(())
@@ -254,6 +263,8 @@ mod tests {
         for (w, level) in LogLevel::WORDS {
             assert_eq!(level.to_string(), *w);
         }
+        assert_eq!((yes_no(" YES "), yes_no("no")), (Ok(true), Ok(false)));
+        assert_eq!(yes_no("1"), Err("is not recognised".to_owned()));
         assert_eq!(CoreChoice::parse("7"), Ok(CoreChoice::Cpu(7)));
         assert_eq!(EagainLimit::parse("Timeout"), Ok(EagainLimit::Timeout));
         let ms = Duration::from_millis;

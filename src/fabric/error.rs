@@ -101,6 +101,22 @@ pub enum FabricError {
     /// the arguments given.
     #[error("{0}")]
     Invalid(String),
+    /// The libfabric loaded in this process is older than the headers ffd
+    /// was built against (see [`FabricVersions`](super::FabricVersions)).
+    #[error(
+        "libfabric {loaded} is loaded (from {path}) but ffd was built against libfabric \
+         {built}, which is newer: run ffd on libfabric >= {built} (LD_LIBRARY_PATH), or build \
+         it against this one (LIBFABRIC_INCLUDE_DIR and LIBFABRIC_LIB_DIR, or PKG_CONFIG_PATH \
+         holding its libfabric.pc)"
+    )]
+    OlderLibrary {
+        /// `major.minor` of the headers ffd was built against.
+        built: String,
+        /// `major.minor` of the library loaded at run time.
+        loaded: String,
+        /// Where the loaded library came from.
+        path: String,
+    },
 }
 
 impl FabricError {

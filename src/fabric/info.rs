@@ -2,8 +2,10 @@
 //! list of what libfabric offers on this machine (for `ffd info`).
 //!
 //! Owns: the hints (RDM endpoint, `FI_MSG | FI_RMA` with writes both ways,
-//! every mr_mode bit we honour, thread-safe domain) and reading back what
-//! the provider chose. Must not: open anything; that starts at `Fabric`.
+//! every mr_mode bit we honour, thread-safe domain), reading back what the
+//! provider chose, and which libfabric the process runs on against the one
+//! ffd was built for ([`FabricVersions`]). Must not: open anything; that
+//! starts at `Fabric`.
 
 use std::ffi::{CStr, CString, c_char};
 use std::fmt;
@@ -486,6 +488,89 @@ pub fn runtime_version() -> u32 {
     unsafe { sys::fi_version() }
 }
 
+/// `"major.minor"` of an `FI_VERSION` word.
+pub fn version_text(version: u32) -> String {
+    format!("{}.{}", sys::FI_MAJOR(version), sys::FI_MINOR(version))
+}
+
+/// The libfabric this process runs on against the one ffd was built for.
+///
+/// A process has one libfabric (one `libfabric.so.1`, whichever the loader
+/// found first), shared by ffd and the host: an MPI library that bundles its
+/// own libfabric brings it into the process, and ffd then runs on it.
+/// libfabric keeps its ABI backward compatible, so a newer library than the
+/// headers ffd was built with is fine; an older one may lack what ffd calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FabricVersions {
+    /// `FI_VERSION` of the headers ffd was built against.
+    pub built: u32,
+    /// `fi_version()` of the library loaded in this process.
+    pub loaded: u32,
+    /// The file the library was loaded from, when the loader says.
+    pub path: Option<String>,
+}
+
+impl FabricVersions {
+    /// The versions of this process.
+    pub fn of_this_process() -> FabricVersions {
+        FabricVersions {
+            built: sys::fi_header_version(),
+            loaded: runtime_version(),
+            path: loaded_library_path(),
+        }
+    }
+
+    /// Refuses a loaded libfabric older than the headers ffd was built
+    /// against, naming both versions and the file.
+    pub fn check(&self) -> Result<(), FabricError> {
+        if self.loaded >= self.built {
+            return Ok(());
+        }
+        Err(FabricError::OlderLibrary {
+            built: version_text(self.built),
+            loaded: version_text(self.loaded),
+            path: self
+                .path
+                .clone()
+                .unwrap_or_else(|| "an unknown file".to_owned()),
+        })
+    }
+}
+
+impl fmt::Display for FabricVersions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "libfabric {} loaded from {}, ffd built against libfabric {}",
+            version_text(self.loaded),
+            self.path.as_deref().unwrap_or("an unknown file"),
+            version_text(self.built)
+        )
+    }
+}
+
+/// The file holding the `fi_version` this process calls (`dladdr`).
+fn loaded_library_path() -> Option<String> {
+    let function: unsafe extern "C" fn() -> u32 = sys::fi_version;
+    let mut info = libc::Dl_info {
+        dli_fname: ptr::null(),
+        dli_fbase: ptr::null_mut(),
+        dli_sname: ptr::null(),
+        dli_saddr: ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the loader's tables for the given address
+    // and writes the out-structure, which is valid for writes.
+    let found = unsafe { libc::dladdr(function as *const libc::c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is non-NULL and points to the loader's NUL-terminated
+    // name of a loaded object, which stays loaded (libfabric is never
+    // unloaded while ffd links it).
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,6 +615,47 @@ mod tests {
             all.iter()
                 .any(|o| o.provider == "tcp;ofi_rxm" && o.domain == "lo")
         );
+    }
+
+    #[test]
+    fn an_older_loaded_libfabric_is_refused_naming_both_versions() {
+        let older = FabricVersions {
+            built: sys::FI_VERSION(1, 17),
+            loaded: sys::FI_VERSION(1, 15),
+            path: Some("/opt/mpi/lib/libfabric.so.1".to_owned()),
+        };
+        let err = older.check().expect_err("1.15 is older than 1.17");
+        let text = err.to_string();
+        for part in ["1.15", "1.17", "/opt/mpi/lib/libfabric.so.1"] {
+            assert!(text.contains(part), "{part} missing from: {text}");
+        }
+        let newer = FabricVersions {
+            loaded: sys::FI_VERSION(2, 5),
+            ..older.clone()
+        };
+        newer
+            .check()
+            .expect("a newer libfabric is backward compatible");
+        assert_eq!(
+            newer.to_string(),
+            "libfabric 2.5 loaded from /opt/mpi/lib/libfabric.so.1, \
+             ffd built against libfabric 1.17"
+        );
+        let same = FabricVersions {
+            loaded: sys::FI_VERSION(1, 17),
+            ..older
+        };
+        same.check().expect("the same version");
+    }
+
+    #[test]
+    fn this_process_runs_on_a_libfabric_it_can_use() {
+        let v = FabricVersions::of_this_process();
+        v.check()
+            .expect("the tests run on the libfabric they were built against");
+        let path = v.path.expect("dladdr finds libfabric");
+        assert!(path.contains("libfabric"), "{path}");
+        assert_eq!(v.built, sys::fi_header_version());
     }
 
     #[test]

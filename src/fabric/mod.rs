@@ -67,8 +67,8 @@ pub use cq::{CompletionQueue, CqEntry, CqRead, RawCqError, WaitKind, WaitPrefere
 pub use endpoint::{Completion, Endpoint, EndpointConfig, MAX_WRITE_TOKEN, RetryBound};
 pub use error::{CqError, FabricError, FailedOp, strerror};
 pub use info::{
-    Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings, provider_hint,
-    runtime_version,
+    FabricVersions, Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings,
+    provider_hint, runtime_version, version_text,
 };
 pub use mr::{
     Access, ForeignMemory, MemoryRegion, RegionMemory, RemoteRegion, SlotPage, page_size,

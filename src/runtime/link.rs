@@ -19,6 +19,8 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::Duration;
 
@@ -55,6 +57,18 @@ pub(super) struct Link {
     pub linked: SyncSender<()>,
     /// Go (a unit) or give up (disconnected).
     pub go: Receiver<()>,
+    /// How far linking has come, for `Detector::start` to report.
+    pub progress: Arc<LinkProgress>,
+}
+
+/// How far the linking phase has come (written by the progress thread,
+/// read by `Detector::start` while it waits).
+#[derive(Debug, Default)]
+pub(super) struct LinkProgress {
+    /// The write to the observer completed (or there is no observer).
+    pub observer: AtomicBool,
+    /// Broadcast links whose warm-up send completed.
+    pub warm: AtomicU32,
 }
 
 /// Messages received while linking, for the Engine once it starts.
@@ -190,6 +204,12 @@ pub(super) fn link_phase(parts: &mut Parts) -> Linked {
         if write_failed {
             posted = false;
         }
+        let progress = &parts.link.progress;
+        progress.observer.store(observer_done, Ordering::Relaxed);
+        let warmed = parts.link.warm.len().saturating_sub(warm.len());
+        progress
+            .warm
+            .store(u32::try_from(warmed).unwrap_or(u32::MAX), Ordering::Relaxed);
         if observer_done && warm.is_empty() && !linked {
             linked = true;
             let _ = parts.link.linked.try_send(());

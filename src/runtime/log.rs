@@ -4,6 +4,7 @@
 //! a global logger (the host may have its own) or be called per heartbeat.
 
 use std::fmt;
+use std::io::Write;
 
 use crate::config::LogLevel;
 use crate::protocol::Rank;
@@ -21,7 +22,10 @@ impl Logger {
 
     fn emit(&self, at: LogLevel, word: &str, args: fmt::Arguments<'_>) {
         if at != LogLevel::Off && self.level >= at {
-            eprintln!("ffd[{}] {word}: {args}", self.rank);
+            // One write per line: ranks of a job often share one stderr pipe
+            // (mpirun), and eprintln! may write a line in pieces.
+            let line = format!("ffd[{}] {word}: {args}\n", self.rank);
+            let _ = std::io::stderr().write_all(line.as_bytes());
         }
     }
 

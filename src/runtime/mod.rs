@@ -339,7 +339,9 @@ impl Detector {
     }
 
     /// Reliably broadcasts `payload` to every live rank (they receive
-    /// [`protocol::Event::Payload`]); returns at once.
+    /// [`protocol::Event::Payload`]; this rank too, unless
+    /// `FFD_DELIVER_OWN=no`): all or none, in order per origin, once each
+    /// (docs/design.md §4.9); returns at once.
     pub fn broadcast(&self, payload: &[u8]) -> Result<(), DetectorError> {
         if payload.len() > self.max_payload {
             return Err(DetectorError::PayloadTooLarge {

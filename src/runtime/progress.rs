@@ -29,7 +29,7 @@ use crate::fabric::{
 };
 use crate::protocol::{
     Engine, EngineConfig, Evidence, FabricSaid, Input, JobKeys, Output, Participation, Rank, Ring,
-    Time, TransportErrorKind,
+    Time, TransportErrorKind, wire,
 };
 
 use super::delivery::Delivery;
@@ -49,10 +49,11 @@ pub const MAX_APP_PAYLOAD: usize = 8 * 1024;
 /// Send and receive buffers for a job of `ranks`: (count, bytes each).
 /// A message is bounded by its rank lists, each at most a bitmap of
 /// `ranks` bits (the encoder picks the smallest of deltas, ranges and
-/// bitmap; a notice or sync carries a failed and a left list), or by a
-/// payload of [`MAX_APP_PAYLOAD`]; every message of the protocol fits.
+/// bitmap; a notice or sync carries a failed and a left list) and a sync
+/// request's payload marks ([`wire::MAX_MARKS_LEN`]), or by a payload of
+/// [`MAX_APP_PAYLOAD`]; every message of the protocol fits.
 pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
-    let lists = 2 * (ranks as usize).div_ceil(8) + 1024;
+    let lists = 2 * (ranks as usize).div_ceil(8) + wire::MAX_MARKS_LEN + 1024;
     let size = lists
         .max(MAX_APP_PAYLOAD + 1024)
         .max(16 * 1024)
@@ -420,6 +421,10 @@ impl Core<'_> {
             Completion::Sent { token, .. } => {
                 self.counters.messages_sent += 1;
                 self.link_works(token);
+                // The Engine times a just-mended emitter from its link-up.
+                if let Ok(to) = Rank::try_from(token) {
+                    let _ = self.engine.handle(now, Input::Sent { to });
+                }
             }
             Completion::Written { token } => {
                 self.counters.heartbeats_completed += 1;
@@ -524,11 +529,7 @@ impl Core<'_> {
         self.counters.posts_refused += 1;
         let now = Instant::now();
         let since = *self.refused_since.entry(peer).or_insert(now);
-        let bound = if self.connected.contains(&peer) {
-            self.eagain_limit
-        } else {
-            self.eagain_limit.max(self.connect_grace)
-        };
+        let bound = self.refusal_bound(peer);
         if now.duration_since(since) > bound {
             self.counters.unreachable_verdicts += 1;
             self.logger.info(format_args!(
@@ -546,6 +547,21 @@ impl Core<'_> {
                 FabricSaid::Refused { run },
             );
         }
+    }
+
+    /// How long a run of refused posts to `peer` may last before it is a
+    /// verdict: `FFD_EAGAIN_LIMIT`, or start-up grace + timeout on a link
+    /// that never carried anything (connection set-up), stretched like the
+    /// Engine's own timeouts while this rank's wake-ups run late (its
+    /// local health, `docs/design.md` §4.3): a refusal run is timing
+    /// evidence too, and a starved rank drains its queues late.
+    fn refusal_bound(&self, peer: Rank) -> Duration {
+        let bound = if self.connected.contains(&peer) {
+            self.eagain_limit
+        } else {
+            self.eagain_limit.max(self.connect_grace)
+        };
+        bound.saturating_mul(self.engine.local_health())
     }
 
     /// Carries out everything the Engine asked for.
@@ -688,10 +704,12 @@ impl Core<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::{Encoder, TAG_LEN};
+    use crate::protocol::wire::{Encoder, MAX_MARKS, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
-    /// encoder must send whole) and the largest payload fit the buffers.
+    /// encoder must send whole), the worst sync request (those lists and
+    /// the most, longest payload marks) and the largest payload fit the
+    /// buffers.
     #[test]
     fn every_message_fits_the_buffers() {
         for ranks in [2u32, 1000, 65_536, 1 << 20] {
@@ -702,7 +720,15 @@ mod tests {
             let left: Vec<Rank> = (2..ranks).step_by(2).collect();
             let notice = enc.notice(0, 0, &failed, &left).len() + TAG_LEN;
             assert!(notice <= size, "N={ranks}: notice {notice} > {size}");
-            let sync = enc.sync_request(0, &failed, &left).len() + TAG_LEN;
+            // The most marks, each as long as a mark gets.
+            let marks: Vec<(Rank, u64)> = (0..MAX_MARKS as Rank)
+                .map(|i| (i * (ranks / MAX_MARKS as Rank).max(1), u64::MAX))
+                .filter(|&(o, _)| o < ranks)
+                .collect();
+            let sync = enc
+                .sync_request_with_marks(0, &failed, &left, 0, ranks, &marks)
+                .len()
+                + TAG_LEN;
             assert!(sync <= size, "N={ranks}: sync {sync} > {size}");
             let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]).len() + TAG_LEN;
             assert!(payload <= size, "N={ranks}: payload {payload} > {size}");

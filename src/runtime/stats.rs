@@ -145,6 +145,9 @@ fn serialize_engine_stats<S: serde::Serializer>(
     m.serialize_entry("heartbeats_written", &stats.heartbeats_written)?;
     m.serialize_entry("slot_checks", &stats.slot_checks)?;
     m.serialize_entry("self_lag_trips", &stats.self_lag_trips)?;
+    m.serialize_entry("health_rises", &stats.health_rises)?;
+    m.serialize_entry("health_peak", &stats.health_peak)?;
+    m.serialize_entry("mend_links_confirmed", &stats.mend_links_confirmed)?;
     m.serialize_entry("max_lateness_ns", &stats.max_lateness_ns)?;
     m.serialize_entry("sent", &Named(&kinds, &stats.sent))?;
     m.serialize_entry("received", &Named(&kinds, &stats.received))?;
@@ -172,6 +175,15 @@ fn serialize_engine_stats<S: serde::Serializer>(
     m.serialize_entry("transport_errors_ignored", &stats.transport_errors_ignored)?;
     m.serialize_entry("suspicions", &stats.suspicions)?;
     m.serialize_entry("payloads_delivered", &stats.payloads_delivered)?;
+    m.serialize_entry("payload_duplicates", &stats.payload_duplicates)?;
+    m.serialize_entry("payloads_held", &stats.payloads_held)?;
+    m.serialize_entry("payloads_hold_overflow", &stats.payloads_hold_overflow)?;
+    m.serialize_entry("sync_payloads_sent", &stats.sync_payloads_sent)?;
+    m.serialize_entry("sync_payloads_truncated", &stats.sync_payloads_truncated)?;
+    m.serialize_entry(
+        "payloads_beyond_retention",
+        &stats.payloads_beyond_retention,
+    )?;
     m.end()
 }
 
@@ -199,7 +211,9 @@ mod tests {
     fn snapshot_serialises_engine_counters_by_name() {
         let mut snap = StatsSnapshot::default();
         snap.engine.detections[Cause::InBand as usize] = 2;
+        snap.engine.payloads_hold_overflow = 3;
         let v = serde_json::to_value(&snap).unwrap();
+        assert_eq!(v["engine"]["payloads_hold_overflow"], 3);
         assert_eq!(v["engine"]["detections"]["inband"], 2);
         assert_eq!(v["engine"]["sent"]["notice"], 0);
         // Every reason a message is dropped, by name.

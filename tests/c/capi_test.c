@@ -9,8 +9,8 @@
  * Part 2 runs a job of RANKS threads standing in for ranks, whose address
  * exchange is an allgather over a shared buffer (what MPI_Allgather does
  * for an MPI library): start, queries, a broadcast seen by the callback and
- * by the queue (copied into the caller's buffer, or waiting for a large
- * enough one), a clean departure, finalize.
+ * by the queue of every rank, its origin's too (copied into the caller's
+ * buffer, or waiting for a large enough one), a clean departure, finalize.
  * Part 3 runs another such job in which rank 0's callback blocks: its
  * ffd_finalize() must wait for the callback to return, no callback may run
  * after it (the callback's userdata is freed right after it returns, so
@@ -250,25 +250,25 @@ static void *rank_main(void *arg) {
     CHECK(ffd_stats(h, NULL) == FFD_ERR_NULL);
     CHECK(barrier_wait(&barrier) == 0);
 
-    /* A broadcast from rank 0 reaches the others' callbacks and queues. */
+    /* A broadcast from rank 0 reaches every rank's callback and queue,
+     * rank 0's own too (FFD_DELIVER_OWN is yes by default). */
     if (me->rank == 0) {
         static char big[1 << 20];
         CHECK(ffd_broadcast(h, big, sizeof big) == FFD_ERR_PAYLOAD_TOO_LARGE);
         CHECK(contains(last_error(), "exceeds the 8192-byte limit"));
         CHECK(ffd_broadcast(h, NULL, 3) == FFD_ERR_NULL);
         CHECK(ffd_broadcast(h, "hello", 5) == FFD_OK);
-    } else {
-        /* Too small a buffer: the event is described and stays queued. */
-        unsigned char small[2] = {7, 7};
-        CHECK(wait_event(h, FFD_EVENT_PAYLOAD, 0, &ev, small, sizeof small) == 1);
-        CHECK(ev.payload_len == 5 && ev.payload == NULL && small[0] == 7);
-        CHECK(ffd_next_event(h, &ev, NULL, 0) == FFD_BUFFER_TOO_SMALL && ev.payload_len == 5);
-        CHECK(ffd_next_event(h, &ev, buf, sizeof buf) == FFD_OK && ev.kind == FFD_EVENT_PAYLOAD);
-        CHECK(ev.payload_len == 5 && ev.payload == buf && memcmp(buf, "hello", 5) == 0);
-        CHECK(ev.cause == FFD_CAUSE_NONE && ev.seq >= 1 && ev.epoch == 0);
-        CHECK(atomic_load(&me->payloads) == 1 && me->payload_len == 5 &&
-              memcmp(me->payload, "hello", 5) == 0);
     }
+    /* Too small a buffer: the event is described and stays queued. */
+    unsigned char small[2] = {7, 7};
+    CHECK(wait_event(h, FFD_EVENT_PAYLOAD, 0, &ev, small, sizeof small) == 1);
+    CHECK(ev.payload_len == 5 && ev.payload == NULL && small[0] == 7);
+    CHECK(ffd_next_event(h, &ev, NULL, 0) == FFD_BUFFER_TOO_SMALL && ev.payload_len == 5);
+    CHECK(ffd_next_event(h, &ev, buf, sizeof buf) == FFD_OK && ev.kind == FFD_EVENT_PAYLOAD);
+    CHECK(ev.payload_len == 5 && ev.payload == buf && memcmp(buf, "hello", 5) == 0);
+    CHECK(ev.rank == 0 && ev.cause == FFD_CAUSE_NONE && ev.seq == 1 && ev.epoch == 0);
+    CHECK(atomic_load(&me->payloads) == 1 && me->payload_len == 5 &&
+          memcmp(me->payload, "hello", 5) == 0);
     CHECK(barrier_wait(&barrier) == 0);
 
     /* The last rank leaves; the others see a departure, not a failure. */
@@ -444,6 +444,13 @@ static void part1_arguments(void) {
     CHECK(ffd_config_get(cfg, "FFD_PROVIDER", small, 3, &n) == FFD_OK && strcmp(small, "tc") == 0 &&
           n == 3);
     CHECK(ffd_config_get(cfg, "FFD_NOPE", value, sizeof value, &n) == FFD_ERR_INVALID_ARGUMENT);
+    CHECK(ffd_config_get(cfg, "FFD_DELIVER_OWN", value, sizeof value, &n) == FFD_OK &&
+          strcmp(value, "yes") == 0);
+    CHECK(ffd_config_set(cfg, "FFD_DELIVER_OWN", "maybe") == FFD_ERR_CONFIG);
+    CHECK(contains(last_error(), "FFD_DELIVER_OWN=`maybe` is not recognised; accepted: yes|no"));
+    CHECK(ffd_config_set(cfg, "FFD_DELIVER_OWN", "no") == FFD_OK);
+    CHECK(ffd_config_get(cfg, "FFD_DELIVER_OWN", value, sizeof value, &n) == FFD_OK &&
+          strcmp(value, "no") == 0 && n == 2);
     CHECK(ffd_config_set_period_ns(cfg, 0) == FFD_ERR_CONFIG);
     CHECK(ffd_config_set_period_ns(NULL, 1) == FFD_ERR_NULL);
     CHECK(ffd_config_set_timeout_ns(cfg, 1500000) == FFD_OK); /* 1.5ms, below the period */

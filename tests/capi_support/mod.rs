@@ -1,6 +1,8 @@
-//! Shared by the C API tests (`tests/capi.rs`, `tests/capi_mpi.rs`):
-//! building libffd's pkg-config files with `ci/pkgconfig`, compiling C
-//! against them, and running children with bounded waits.
+//! Shared by the C API tests (`tests/capi.rs`, `tests/install.rs` and the
+//! MPI embedding tests `tests/capi_mpi.rs`, `capi_ompi5.rs`,
+//! `capi_mpich.rs`, whose job lives in [`mpi`]): building libffd's
+//! pkg-config files with `ci/pkgconfig`, compiling C against them, and
+//! running children with bounded waits.
 //!
 //! Every child is started here and reaped here: [`Child`] waits for it in
 //! a thread and, if the test lets go of it before it exited (a failed
@@ -8,6 +10,11 @@
 //! PID and reaps it.
 
 #![allow(dead_code)]
+
+#[path = "../prereq/mod.rs"]
+pub mod prereq;
+
+pub mod mpi;
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -161,44 +168,104 @@ pub fn pkg_config_dir() -> &'static Path {
 
 /// `pkg-config --cflags --libs <package>` against our .pc files, split.
 pub fn pkg_config_flags(package: &str) -> Vec<String> {
+    pkg_config_flags_in(pkg_config_dir(), package)
+}
+
+/// `pkg-config --cflags --libs <package>` with `PKG_CONFIG_PATH=dir`, split.
+pub fn pkg_config_flags_in(dir: &Path, package: &str) -> Vec<String> {
     let mut cmd = Command::new("pkg-config");
-    cmd.env("PKG_CONFIG_PATH", pkg_config_dir())
+    cmd.env("PKG_CONFIG_PATH", dir)
         .args(["--cflags", "--libs", package]);
     let out = run(cmd, "pkg-config", Duration::from_secs(60));
-    assert!(out.status.success(), "pkg-config {package}\n{}", out.text());
+    assert!(
+        out.status.success(),
+        "pkg-config {package} in {}\n{}",
+        dir.display(),
+        out.text()
+    );
     out.stdout.split_whitespace().map(str::to_owned).collect()
 }
 
 /// Compiles C `source` into `name` under this test target's scratch
 /// directory with `compiler` and the flags of pkg-config `package`.
 pub fn compile_c(compiler: &str, source: &str, package: &str, name: &str) -> PathBuf {
+    compile_c_with(compiler, source, &pkg_config_flags(package), name)
+}
+
+/// Compiles C `source` (relative to the repository) into `name` under this
+/// test target's scratch directory with `compiler` and `flags`.
+pub fn compile_c_with(
+    compiler: impl AsRef<OsStr>,
+    source: &str,
+    flags: &[String],
+    name: &str,
+) -> PathBuf {
+    let compiler = compiler.as_ref();
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
     std::fs::create_dir_all(&out_dir).expect("create the scratch directory");
     let exe = out_dir.join(name);
     let mut cmd = Command::new(compiler);
+    // cargo test's LD_LIBRARY_PATH holds the build scripts' link directories
+    // (e.g. Debian's PMIx): ld searches it before a library's RUNPATH, so it
+    // would choose dependencies for the program that a plain build would not.
+    cmd.env_remove("LD_LIBRARY_PATH");
     cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-pthread"])
         .arg(repo().join(source))
         .arg("-o")
         .arg(&exe)
-        .args(pkg_config_flags(package));
-    let out = run(cmd, compiler, Duration::from_secs(300));
+        .args(flags);
+    let out = run(cmd, &compiler.to_string_lossy(), Duration::from_secs(300));
     assert!(
         out.status.success(),
-        "{compiler} {source} against {package} failed\n{}",
+        "{} {source} {flags:?} failed\n{}",
+        compiler.to_string_lossy(),
         out.text()
     );
     exe
 }
 
-/// A command without the `FFD_*`, `PMIX_*` and `OMPI_*` variables of the
-/// test's own environment, so that only what the test sets applies.
+/// Prefixes of the variables that steer ffd, libfabric and the MPI
+/// launchers and libraries.
+const STEERING: [&str; 8] = [
+    "FFD_",
+    "PMIX_",
+    "OMPI_",
+    "PRTE_",
+    "FI_",
+    "MPIR_CVAR_",
+    "HYDRA_",
+    "LIBFABRIC_",
+];
+
+/// A command without the variables of the test's own environment that
+/// steer ffd, libfabric or MPI ([`STEERING`]), so that only what the test
+/// sets applies.
 pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
     for (name, _) in std::env::vars_os() {
         let n = name.to_string_lossy();
-        if n.starts_with("FFD_") || n.starts_with("PMIX_") || n.starts_with("OMPI_") {
+        if STEERING.iter().any(|p| n.starts_with(p)) {
             cmd.env_remove(&name);
         }
     }
     cmd
+}
+
+/// A directory of our own, removed on drop: e.g. one mpirun's session
+/// files (concurrent mpiruns race to create the default
+/// `/tmp/ompi.<host>.<uid>`).
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new(name: &str) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!("ffd-test.{}.{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the scratch directory");
+        ScratchDir(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

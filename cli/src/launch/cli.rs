@@ -16,6 +16,7 @@ use std::time::Duration;
 use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
 use super::launcher::{Ending, LaunchError, Launcher, Outcome, Plan};
 use super::process::AgentCommand;
+use super::startup::{CpuBudget, RXM_ENV};
 use super::timeline::RunInfo;
 use ffd::config::{
     ConfigBuilder, ConfigError, ConfigWarning, DURATION_FORM, Env, EnvPolicy, format_duration,
@@ -136,6 +137,7 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
         // A local job: keep the detector's traffic on loopback.
         set.push((var::DOMAIN.to_owned(), "lo".to_owned()));
     }
+
     let plan = Plan {
         info: RunInfo {
             ranks: args.ranks,
@@ -150,6 +152,31 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
         verbose: args.verbose,
     };
     Ok((plan, config.warnings().to_vec()))
+}
+
+/// Adds [`RXM_ENV`] to the agents' variables of a job over `tcp` (with
+/// `ofi_rxm`), each unless `inherited(name)`: the agents inherit this
+/// process's environment, whose choice wins.
+pub fn add_libfabric_defaults(plan: &mut Plan, inherited: impl Fn(&str) -> bool) {
+    let transport = plan.info.provider.split(';').next().unwrap_or_default();
+    if !transport.trim().eq_ignore_ascii_case("tcp") {
+        return;
+    }
+    for (name, value) in RXM_ENV {
+        if !inherited(name) && !plan.env.iter().any(|(k, _)| k == name) {
+            plan.env.push((name.to_owned(), value.to_owned()));
+        }
+    }
+}
+
+/// The heartbeat load of `plan` on the cores this process may use.
+pub fn cpu_budget(plan: &Plan) -> CpuBudget {
+    CpuBudget {
+        ranks: plan.info.ranks,
+        period: plan.info.period,
+        timeout: plan.info.timeout,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
 }
 
 /// The exit status of a job that started.
@@ -191,7 +218,7 @@ pub fn run_with(
     out: &mut dyn Write,
     log: &mut dyn Write,
 ) -> u8 {
-    let (plan, warnings) = match plan(args, env) {
+    let (mut plan, warnings) = match plan(args, env) {
         Ok(p) => p,
         Err(e) => {
             let _ = writeln!(log, "ffd run: {e}");
@@ -201,6 +228,10 @@ pub fn run_with(
     for w in warnings {
         let _ = writeln!(log, "ffd run: warning: {w}");
     }
+    if let Some(w) = cpu_budget(&plan).warning() {
+        let _ = writeln!(log, "ffd run: warning: {w}");
+    }
+    add_libfabric_defaults(&mut plan, |name| std::env::var_os(name).is_some());
     // Opened first, so a bad path fails before anything is started.
     let json = match &args.json {
         Some(path) => match File::create(path) {
@@ -325,6 +356,24 @@ mod tests {
         assert_eq!(get("FFD_SIZE").as_deref(), Some("8"));
         assert_eq!(get("FFD_SECRET_FILE").as_deref(), Some("/run/ffd-x/secret"));
         assert_eq!(get("FFD_HOSTNAME"), None);
+    }
+
+    #[test]
+    fn tcp_agents_get_a_small_rxm_receive_pool_unless_the_environment_sets_one() {
+        let with = |args: &[&str], inherited: bool| {
+            let mut plan = plan_of(args, &[]).unwrap();
+            add_libfabric_defaults(&mut plan, |name| {
+                inherited && name == "FI_OFI_RXM_MSG_RX_SIZE"
+            });
+            var_of(&plan, "FI_OFI_RXM_MSG_RX_SIZE").map(str::to_owned)
+        };
+        assert_eq!(with(&["-n", "2"], false).as_deref(), Some("256"));
+        assert_eq!(
+            with(&["-n", "2", "--provider", "tcp;ofi_rxm"], false).as_deref(),
+            Some("256")
+        );
+        assert_eq!(with(&["-n", "2"], true), None, "the inherited value wins");
+        assert_eq!(with(&["-n", "2", "--provider", "shm"], false), None);
     }
 
     #[test]

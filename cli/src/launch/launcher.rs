@@ -23,6 +23,7 @@ use super::fault::{FaultKind, Schedule};
 use super::process::{Agent, AgentCommand, Msg, agent_exit};
 use super::secret_dir::SecretDir;
 use super::signals::SignalCatcher;
+use super::startup::StartupProgress;
 use super::timeline::{AgentExit, Fact, RunInfo, Timeline};
 use ffd::bootstrap::secret::JobSecret;
 use ffd::bootstrap::tcp::{AbortReason, DropCounts, Rendezvous, RendezvousError, RendezvousHandle};
@@ -41,10 +42,12 @@ const STDERR_TAIL: usize = 3;
 /// Bound on reading what is left in the pipes once every agent is reaped.
 const DRAIN_BOUND: Duration = Duration::from_secs(2);
 
-/// The smallest bound on start-up (bootstrap and ring connection): 30 s,
-/// plus 50 ms per rank beyond 600.
+/// The smallest bound on start-up (bootstrap and ring connection): 60 s
+/// (the agents' own bootstrap bound), plus 100 ms per rank beyond 600. On
+/// 2 cores each agent's libfabric start costs about 0.1 s of CPU, and 128
+/// agents were seen to take 30 s to start while the machine was busy.
 pub fn default_ready_timeout(ranks: u32) -> Duration {
-    Duration::from_secs(30).max(Duration::from_millis(50) * ranks)
+    Duration::from_secs(60).max(Duration::from_millis(100) * ranks)
 }
 
 /// What to run: the job's settings, faults and environment.
@@ -347,16 +350,26 @@ impl Launcher {
         })
     }
 
-    /// Waits until every rank printed `ready`; the reason if not.
+    /// Waits until every rank printed `ready`, saying on `log` how far it
+    /// is every few seconds; the reason if not.
     fn wait_ready(&self, job: &mut Job) -> Result<(), String> {
         let n = self.plan.info.ranks as usize;
-        let deadline = Instant::now() + self.ready_timeout;
+        let spawned = Instant::now();
+        let deadline = spawned + self.ready_timeout;
+        let mut progress = StartupProgress::new(self.plan.info.ranks);
         let mut ready = vec![false; n];
         let mut count = 0;
         while count < n {
             let left = deadline.saturating_duration_since(Instant::now());
-            let msg = match self.rx.recv_timeout(left) {
+            let report_in = progress.due_in(spawned.elapsed());
+            let msg = match self.rx.recv_timeout(left.min(report_in)) {
                 Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) if !left.is_zero() => {
+                    if let Some(line) = progress.report(spawned.elapsed(), count as u32) {
+                        let _ = writeln!(job.log, "ffd run: {line}");
+                    }
+                    continue;
+                }
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                     return Err(format!(
                         "not every rank was ready within {}",

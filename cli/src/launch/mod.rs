@@ -15,6 +15,8 @@
 //!   injects the [`fault::Schedule`], shuts down, reaps, and removes the
 //!   secret.
 //! - [`Timeline`]: what the lines and the faults mean.
+//! - [`startup`]: the CPU budget warning before a run, the start-up's
+//!   progress while it happens, the agents' libfabric settings.
 
 #![forbid(unsafe_code)]
 
@@ -25,6 +27,7 @@ mod launcher;
 mod process;
 pub mod secret_dir;
 mod signals;
+pub mod startup;
 mod timeline;
 
 pub use agent_line::{AgentEvent, AgentLine, LineError, Stamp};

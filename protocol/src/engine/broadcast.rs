@@ -3,16 +3,16 @@
 //! Owns: broadcast steps in progress ([`Fanout`], sent lazily so that a
 //! target learned failed meanwhile is skipped), the handling and
 //! forward-once of received notices, the batching of leaves learned from
-//! others, the re-broadcast of ranks learned by sync, and application
-//! payloads with their (origin, sequence) de-duplication. Must not: decide
-//! who failed (a notice's news goes through `membership::learn`), or send
-//! a copy to a rank known failed or left.
+//! others, and the re-broadcast of ranks learned by sync. Application
+//! payloads use the same fan-out; their delivery order, de-duplication
+//! and repair are `payloads`'. Must not: decide who failed (a notice's
+//! news goes through `membership::learn`), or send a copy to a rank known
+//! failed or left.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::trust::link_key;
-use super::{Engine, Event, HandleError, NO_RANK, Output, Participation, Timer};
+use super::{Engine, NO_RANK, Output, Participation, Timer};
 use crate::config::{Rank, Time};
 use crate::overlay::{Links, MAX_LINKS};
 use crate::wire::{self, Kind, Notice, Sealed, TAG_LEN};
@@ -27,68 +27,6 @@ pub(super) struct Fanout {
     kind: Kind,
     targets: Box<[Rank]>,
     next: usize,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct DedupEntry {
-    max_seq: u64,
-    /// Bit i: sequence `max_seq - i` seen.
-    window: u64,
-    touched: u64,
-}
-
-/// Payload de-duplication by (origin, sequence): a 64-wide window per
-/// origin, at most `cap` origins (least recently used evicted).
-#[derive(Clone, Debug, Default)]
-pub(super) struct PayloadDedup {
-    origins: BTreeMap<Rank, DedupEntry>,
-    clock: u64,
-}
-
-impl PayloadDedup {
-    /// Records (origin, seq); true if it was not seen before.
-    fn first_sighting(&mut self, origin: Rank, seq: u64, cap: usize) -> bool {
-        self.clock += 1;
-        let clock = self.clock;
-        if let Some(e) = self.origins.get_mut(&origin) {
-            e.touched = clock;
-            if seq > e.max_seq {
-                let shift = seq - e.max_seq;
-                e.window = if shift >= 64 {
-                    1
-                } else {
-                    (e.window << shift) | 1
-                };
-                e.max_seq = seq;
-                return true;
-            }
-            let age = e.max_seq - seq;
-            if age >= 64 || e.window & (1 << age) != 0 {
-                return false;
-            }
-            e.window |= 1 << age;
-            return true;
-        }
-        if self.origins.len() >= cap.max(1) {
-            let oldest = self
-                .origins
-                .iter()
-                .min_by_key(|(_, e)| e.touched)
-                .map(|(&r, _)| r);
-            if let Some(r) = oldest {
-                self.origins.remove(&r);
-            }
-        }
-        self.origins.insert(
-            origin,
-            DedupEntry {
-                max_seq: seq,
-                window: 1,
-                touched: clock,
-            },
-        );
-        true
-    }
 }
 
 impl Engine {
@@ -196,57 +134,5 @@ impl Engine {
         self.stats.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
         self.fan_out(Kind::Notice, m, self.me, [peer, NO_RANK]);
-    }
-
-    /// An application payload (`bytes` is the whole message, for
-    /// forwarding): delivered and forwarded once per (origin, sequence);
-    /// dropped if its origin is in the failed set.
-    pub(super) fn on_payload(
-        &mut self,
-        sender: Rank,
-        origin: Rank,
-        seq: u64,
-        payload: &[u8],
-        bytes: &[u8],
-    ) {
-        if self.failed.contains(origin) {
-            self.stats.dropped_untrusted_origin += 1;
-            return;
-        }
-        if !self
-            .dedup
-            .first_sighting(origin, seq, self.config.payload_dedup_origins)
-        {
-            self.stats.payload_duplicates += 1;
-            return;
-        }
-        self.stats.payloads_delivered += 1;
-        self.push_event(Event::Payload {
-            origin,
-            seq,
-            bytes: payload.to_vec(),
-        });
-        if let Some(fwd) = wire::forwarded(bytes, self.me) {
-            self.fan_out(Kind::Payload, fwd.into(), origin, [sender, NO_RANK]);
-        }
-    }
-
-    pub(super) fn on_broadcast(&mut self, payload: &[u8]) -> Result<(), HandleError> {
-        if self.participation != Participation::Active {
-            return Err(HandleError::NotActive);
-        }
-        if payload.len() > self.config.max_payload {
-            return Err(HandleError::PayloadTooLarge {
-                len: payload.len(),
-                max: self.config.max_payload,
-            });
-        }
-        self.next_payload_seq += 1;
-        let seq = self.next_payload_seq;
-        self.dedup
-            .first_sighting(self.me, seq, self.config.payload_dedup_origins);
-        let m: Arc<[u8]> = self.encoder.payload(self.me, seq, 0, payload).into();
-        self.fan_out(Kind::Payload, m, self.me, [NO_RANK, NO_RANK]);
-        Ok(())
     }
 }

@@ -56,6 +56,11 @@ pub enum Input<'a> {
         evidence: Evidence,
         said: FabricSaid,
     },
+    /// A message to `to` left this process: the transport completed its
+    /// send, so the link to `to` is up. The Engine reads only the ones
+    /// about an emitter it just mended to (its clock starts then, see
+    /// `docs/design.md` §4.4); drivers may report every completed send.
+    Sent { to: Rank },
     /// Reliably broadcast an application payload to all live ranks.
     Broadcast(&'a [u8]),
     /// This rank is shutting down cleanly: tell the others, who mend around
@@ -251,7 +256,10 @@ pub enum Event {
     /// The emitter's slot stood still for `stalled_for` and then moved
     /// again: a slow but live process (a warning, never a failure).
     SlowEmitter { rank: Rank, stalled_for: Duration },
-    /// An application payload broadcast by `origin`.
+    /// An application payload broadcast by `origin` (this rank's own too,
+    /// unless `EngineConfig::deliver_own` is off). Every live rank delivers
+    /// the same payloads of an origin, each once, in the origin's order
+    /// (`seq` 1, 2, ...), whatever it knows of the origin.
     Payload {
         origin: Rank,
         seq: u64,
@@ -324,7 +332,8 @@ pub struct Stats {
     pub rejected: [u64; RejectReason::COUNT],
     /// Messages from ranks in the failed set (answered with an exclusion).
     pub dropped_from_failed: u64,
-    /// Notices and payloads whose origin is in the failed set.
+    /// Notices whose origin is in the failed set; payloads naming this
+    /// rank as origin with a number it never used.
     pub dropped_untrusted_origin: u64,
     pub notices_forwarded: u64,
     /// Failures this rank learned, indexed like [`Cause::ALL`].
@@ -355,11 +364,32 @@ pub struct Stats {
     pub transport_errors_ignored: u64,
     pub suspicions: u64,
     pub suspicions_cleared: u64,
+    /// Payloads delivered to the host (`Event::Payload`).
     pub payloads_delivered: u64,
+    /// Payload copies already delivered (or held) here.
     pub payload_duplicates: u64,
+    /// Payloads held because an earlier one of the same origin was missing.
+    pub payloads_held: u64,
+    /// Payloads dropped because their origin's hold was full (the repair
+    /// brings them again).
+    pub payloads_hold_overflow: u64,
+    /// Payloads sent in answer to sync requests.
+    pub sync_payloads_sent: u64,
+    /// Sync requests whose payloads were cut to `max_sync_payload_bytes`.
+    pub sync_payloads_truncated: u64,
+    /// Origins a sync requester lacked payloads of that are older than the
+    /// ones kept here (`payload_retention`): not repairable from here.
+    pub payloads_beyond_retention: u64,
     /// Slot readings the Engine ignored: it no longer observes (this rank
     /// was excluded).
     pub stale_slot_reads: u64,
+    /// Late wake-ups that raised the local health multiplier.
+    pub health_rises: u64,
+    /// The highest local health multiplier reached (0: it never rose above 1).
+    pub health_peak: u64,
+    /// Mended emitters whose link was confirmed by a completed send (their
+    /// timeout started then rather than at the mending).
+    pub mend_links_confirmed: u64,
     /// Slot readings that carried another generation than the one this
     /// rank named in `ObserveMe`: not heartbeats.
     pub foreign_slot_values: u64,

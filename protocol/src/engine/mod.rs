@@ -5,9 +5,11 @@
 //! outputs (`poll_output`, `next_deadline`). The protocol itself lives in
 //! the submodules, one concern each: `io` (the types crossing the
 //! boundary), `heartbeat` (this rank as an emitter), `observation`
-//! (watching the emitter), `membership` (the failed and left sets),
-//! `broadcast` (fan-out of notices and payloads) and `quorum` (the primary
-//! partition: silence confirmed by a majority). Must not: read a clock,
+//! (watching the emitter), `health` (how far this rank trusts its own
+//! timing), `membership` (the failed and left sets), `broadcast` (fan-out
+//! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
+//! delivery of application payloads and their repair) and `quorum` (the
+//! primary partition: silence confirmed by a majority). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -50,18 +52,20 @@
 //!
 //! The emitter writes one aligned u64 into a slot of its observer's slot
 //! page (512 slots, 4 KiB) ([`slot_value`]): the generation its observer
-//! named (16 bits), the 32-bit fold of the digest of its failed ∪ left set
-//! (XOR of a mixed hash per rank) and a beat counter that changes every
-//! period (16 bits, never 0). The observer reads only the slot of the
+//! named (16 bits), the 32-bit fold of its digest (XOR of a mixed hash per
+//! rank of its failed ∪ left set and per origin of its payload high-water
+//! marks) and a beat counter that changes every period (16 bits, never
+//! 0). The observer reads only the slot of the
 //! current *generation* (`generation mod 512`), which it names in
 //! `ObserveMe`, and counts a value as a beat only if it carries that
 //! generation: a replaced emitter, or a leftover of the mending 512
 //! generations ago that used the same slot, cannot keep it happy. A
 //! mending emits [`Output::ClearSlot`] for the new slot before the
 //! `ObserveMe` that names it; the driver writes 0 there. An observer whose emitter's digest has differed
-//! from its own for `sync_after` sends a `SyncRequest` with its sets; the
-//! emitter merges them and replies with what the observer lacked; ranks
-//! learned this way are re-broadcast as notices. At most one sync request
+//! from its own for `sync_after` sends a `SyncRequest` with its sets and
+//! its payload marks; the emitter merges the sets and replies with what
+//! the observer lacked, ranks and payloads; ranks learned this way are
+//! re-broadcast as notices, payloads forwarded as any other. At most one sync request
 //! per timeout; one is honoured only from the emitter or the observer, once
 //! per peer per timeout, and answered with at most `max_sync_ranks` ranks.
 //!
@@ -72,10 +76,12 @@
 //! wakes `checks_per_timeout` times per timeout and no more.
 
 mod broadcast;
+mod health;
 mod heartbeat;
 mod io;
 mod membership;
 mod observation;
+mod payloads;
 mod quorum;
 mod trust;
 
@@ -88,7 +94,8 @@ use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
 use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
-use broadcast::{Fanout, PayloadDedup};
+use broadcast::Fanout;
+use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
     Cause, Confirmation, Event, Evidence, Exclusion, FabricSaid, FailureDetail, HandleError,
@@ -96,6 +103,7 @@ pub use io::{
     slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
+use payloads::Payloads;
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 
 /// "No rank" in fixed-size fields.
@@ -195,12 +203,13 @@ pub struct Engine {
     config: Arc<EngineConfig>,
     overlay: Overlay,
     watch: Watch,
+    health: Health,
     beat: Beat,
     suspect: Option<Suspect>,
     witness: Option<Witness>,
     nonce: u32,
-    next_payload_seq: u64,
-    dedup: PayloadDedup,
+    /// Application payloads: per-origin marks, held and kept payloads.
+    payloads: Payloads,
     /// Leaves learned from others, not yet forwarded (see `leave_batch`).
     pending_left: Vec<Rank>,
     /// Recent exclusion replies, for rate limiting (bounded).
@@ -263,11 +272,13 @@ impl Engine {
                 changed_at: grace_end,
                 still_seen_at: None,
                 awaiting_first: false,
+                awaiting_link: false,
                 mismatch_since: None,
                 sync_not_before: Time::ZERO,
                 slow_warned_at: None,
                 hurry: false,
             },
+            health: Health::default(),
             beat: Beat {
                 observer,
                 generation: 0,
@@ -282,8 +293,7 @@ impl Engine {
             pending_write: None,
             out: VecDeque::new(),
             fanouts: VecDeque::new(),
-            next_payload_seq: 0,
-            dedup: PayloadDedup::default(),
+            payloads: Payloads::default(),
             pending_left: Vec::new(),
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
@@ -364,12 +374,30 @@ impl Engine {
     pub fn is_gone(&self, rank: Rank) -> bool {
         self.failed.contains(rank) || self.left.contains(rank)
     }
-    /// Digest of the failed ∪ left set.
+    /// Digest of the failed ∪ left set and of the payload high-water
+    /// marks (its 32-bit fold travels in the heartbeat slot).
     pub fn digest(&self) -> u64 {
-        self.failed.digest() ^ self.left.digest()
+        self.failed.digest() ^ self.left.digest() ^ self.payloads.digest()
+    }
+    /// The high-water mark of `origin`'s payloads here: every payload of
+    /// it up to this sequence number was delivered (or, for this rank's
+    /// own, broadcast), none after it.
+    pub fn payload_mark(&self, origin: Rank) -> u64 {
+        self.payloads.mark(origin)
+    }
+    /// Payloads of `origin` held here until the gap before them closes.
+    pub fn payloads_held(&self, origin: Rank) -> usize {
+        self.payloads.held(origin)
     }
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+    /// The local health multiplier, 1 ..= `health_max`: how many timeouts
+    /// this rank currently waits before declaring its emitter, because its
+    /// own wake-ups ran late (`docs/design.md` §4.3). Drivers stretch their
+    /// own timing verdicts (a run of refused posts) by the same factor.
+    pub fn local_health(&self) -> u32 {
+        self.health.multiplier()
     }
 
     /// When [`Engine::handle_timeout`] must next be called, `None` if never
@@ -436,6 +464,10 @@ impl Engine {
                 self.on_transport_error(now, peer, kind, evidence, said);
                 Ok(())
             }
+            Input::Sent { to } => {
+                self.on_sent(now, to);
+                Ok(())
+            }
             Input::Broadcast(bytes) => self.on_broadcast(bytes),
             Input::Leave => self.on_leave(),
         }
@@ -479,6 +511,7 @@ impl Engine {
         };
         let lateness = now - earliest_due;
         self.stats.max_lateness_ns = self.stats.max_lateness_ns.max(lateness.as_nanos() as u64);
+        self.note_wakeup(now, lateness);
         let lagging = lateness > self.config.lag_guard();
         if lagging {
             self.on_self_lag(now);
@@ -491,8 +524,7 @@ impl Engine {
             self.timers.stop(Timer::Suspect);
             if let Some(s) = self.suspect {
                 if lagging {
-                    self.timers
-                        .set(Timer::Suspect, now + self.config.suspect_timeout());
+                    self.timers.set(Timer::Suspect, now + self.suspect_limit());
                 } else {
                     self.suspect = None;
                     self.on_silence(now, s.rank, Cause::InBand, s.said);
@@ -514,6 +546,23 @@ impl Engine {
     }
 
     // ----- helpers -----
+
+    /// Local health: a late wake-up raises the multiplier, on-time running
+    /// lowers it. (The check timer needs no rescheduling: a check that
+    /// finds the stretched timeout not yet up schedules the next one, and
+    /// one after a fall comes within a check interval.)
+    fn note_wakeup(&mut self, now: Time, lateness: std::time::Duration) {
+        match self.health.on_wakeup(now, lateness, &self.config) {
+            HealthChange::Rose => {
+                self.stats.health_rises += 1;
+                self.stats.health_peak = self
+                    .stats
+                    .health_peak
+                    .max(u64::from(self.health.multiplier()));
+            }
+            HealthChange::Fell | HealthChange::Unchanged => {}
+        }
+    }
 
     fn my_digest32(&self) -> u32 {
         fold_digest(self.digest())

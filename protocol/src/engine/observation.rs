@@ -1,10 +1,14 @@
 //! Watching the emitter: this rank as an observer.
 //!
 //! Owns: the reading of the watched slot, the periodic checks and the
-//! timeout, the self-lag guard, slow-emitter warnings, the digest sync
+//! timeout (stretched by the local health multiplier, `health`), the
+//! self-lag guard, slow-emitter warnings, the digest sync
 //! (`SyncRequest`/`SyncReply`), in-band evidence (transport errors, the
 //! suspect and its probes, `Probe`/`ProbeAck`) and mending to a new
-//! emitter. Must not: change the failed or left sets except through
+//! emitter, whose clock starts when its link is confirmed. These are the
+//! rules of watching a neighbour, whatever the watching topology: they
+//! hold for the per-process ring and are meant for any other watcher set
+//! built on the Engine. Must not: change the failed or left sets except through
 //! `membership` (`declare`, `learn`), allocate while reading a slot or
 //! checking an idle emitter, or send anything but to ring neighbours and
 //! probe witnesses.
@@ -17,7 +21,7 @@ use super::{
 };
 use crate::config::{InbandMode, Rank, Time};
 use crate::ranks::RankList;
-use crate::wire::{Kind, ProbeVerdict, SLOTS};
+use crate::wire::{Kind, MAX_MARKS, Marks, ProbeVerdict, SLOTS};
 
 /// This rank's observation of its emitter.
 #[derive(Clone, Debug)]
@@ -34,6 +38,10 @@ pub(super) struct Watch {
     pub(super) still_seen_at: Option<Time>,
     /// Mended and no beat seen yet: resend `ObserveMe` at each check.
     pub(super) awaiting_first: bool,
+    /// Mended and the link to the new emitter not yet confirmed (no send
+    /// to it completed, no beat seen): `changed_at` lies a link grace in
+    /// the future until then.
+    pub(super) awaiting_link: bool,
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
@@ -59,19 +67,29 @@ pub(super) struct Suspect {
 }
 
 impl Engine {
-    /// How long the emitter's slot may stand still, and the cause of a
-    /// declaration after that: the suspect timeout with in-band evidence
-    /// (`FFD_INBAND=suspect`); `first_beat_within` for a freshly mended
-    /// emitter while other accusations are under way (quorum only: a chain
-    /// of cut-off ranks); the timeout otherwise.
-    fn silence_limit(&self, now: Time) -> (std::time::Duration, Cause) {
+    /// How long the emitter's slot may stand still before it is declared,
+    /// and the cause it is declared with: the timeout, or the suspect
+    /// timeout after in-band evidence (`FFD_INBAND=suspect`), or
+    /// `first_beat_within` for a freshly mended emitter while other
+    /// accusations are under way (`FFD_QUORUM=majority` only: a chain of
+    /// cut-off ranks is declared in an eighth of a timeout per link); all
+    /// stretched by the local health multiplier.
+    pub(super) fn stillness_limit(&self, now: Time) -> (Duration, Cause) {
         if self.watch.hurry {
-            (self.config.suspect_timeout(), Cause::InBand)
+            (self.suspect_limit(), Cause::InBand)
         } else if self.watch.awaiting_first && self.silence_around(now) {
-            (self.config.first_beat_within(), Cause::Timeout)
+            (
+                self.health.stretch(self.config.first_beat_within()),
+                Cause::Timeout,
+            )
         } else {
-            (self.config.timeout, Cause::Timeout)
+            (self.health.stretch(self.config.timeout), Cause::Timeout)
         }
+    }
+
+    /// The suspect timeout, stretched by the local health multiplier.
+    pub(super) fn suspect_limit(&self) -> Duration {
+        self.health.stretch(self.config.suspect_timeout())
     }
 
     /// Schedules the next slot check: one check interval away, or sooner if
@@ -82,7 +100,7 @@ impl Engine {
             self.timers.stop(Timer::Check);
             return;
         }
-        let (limit, _) = self.silence_limit(now);
+        let (limit, _) = self.stillness_limit(now);
         let expiry = self.watch.changed_at + limit;
         let expiry = if expiry > now {
             expiry
@@ -159,10 +177,29 @@ impl Engine {
                 self.watch.changed_at = now;
                 self.watch.still_seen_at = None;
                 self.watch.awaiting_first = false;
+                self.watch.awaiting_link = false;
                 self.watch.hurry = false;
                 self.quorum_emitter_alive(now, emitter);
             }
         }
+    }
+
+    /// A send to `to` completed. If `to` is the emitter this rank just
+    /// mended to and its link was not yet confirmed, its timeout starts
+    /// now: a connection set-up slower than the timeout (as on
+    /// `tcp;ofi_rxm` under load) is not the new emitter's silence. This is
+    /// the mend rate limit: having declared one emitter, a rank gives the
+    /// next a full timeout from the moment it is linked, so one late rank
+    /// cannot drag its cold neighbours after it.
+    pub(super) fn on_sent(&mut self, now: Time, to: Rank) {
+        if !self.watch.awaiting_link || self.watch.emitter != Some(to) {
+            return;
+        }
+        self.stats.mend_links_confirmed += 1;
+        self.watch.awaiting_link = false;
+        self.watch.changed_at = now;
+        self.watch.still_seen_at = None;
+        self.schedule_check(now);
     }
 
     /// This thread woke late by more than the lag guard: its own stall is not
@@ -200,7 +237,7 @@ impl Engine {
             return;
         };
         if !lagging {
-            let (limit, cause) = self.silence_limit(now);
+            let (limit, cause) = self.stillness_limit(now);
             if now >= self.watch.changed_at && now - self.watch.changed_at >= limit {
                 self.on_silence(now, emitter, cause, FabricSaid::Nothing);
                 // Declared (and mended), or excluded: nothing more to check
@@ -240,19 +277,28 @@ impl Engine {
 
     pub(super) fn send_sync_request(&mut self, peer: Rank) {
         self.stats.sync_requests_sent += 1;
-        let m =
-            self.encoder
-                .sync_request(self.digest(), self.failed.as_slice(), self.left.as_slice());
+        let cap = self.config.max_sync_ranks.min(MAX_MARKS);
+        let (from, to, marks) = self.payloads.next_marks(cap, self.ring.len());
+        let m = self.encoder.sync_request_with_marks(
+            self.digest(),
+            self.failed.as_slice(),
+            self.left.as_slice(),
+            from,
+            to,
+            &marks,
+        );
         self.send(peer, Kind::SyncRequest, m);
     }
 
-    /// A neighbour sends its failed and left sets (its digest differed
-    /// from ours, or it woke from a stall): merge them, re-broadcast what
-    /// was new to us, and reply with what it lacked. Honoured only from our
-    /// current emitter or observer (the only ranks that ever ask us), at
-    /// most once per peer per timeout; the reply carries at most
-    /// `max_sync_ranks` ranks (the rest waits for its next request), so
-    /// the work one request draws is bounded.
+    /// A neighbour sends its failed and left sets and its payload marks
+    /// (its digest differed from ours, or it woke from a stall): merge the
+    /// sets, re-broadcast what was new to us, and reply with what it
+    /// lacked: ranks in a `SyncReply`, payloads as `Payload` messages
+    /// (`payloads::repair_payloads`). Honoured only from our current
+    /// emitter or observer (the only ranks that ever ask us), at most once
+    /// per peer per timeout; the reply carries at most `max_sync_ranks`
+    /// ranks and `max_sync_payload_bytes` of payloads (the rest waits for
+    /// its next request), so the work one request draws is bounded.
     pub(super) fn on_sync_request(
         &mut self,
         now: Time,
@@ -260,6 +306,7 @@ impl Engine {
         digest: u64,
         failed: RankList<'_>,
         left: RankList<'_>,
+        marks: Marks<'_>,
     ) {
         let neighbour = self.watch.emitter == Some(sender) || self.beat.observer == Some(sender);
         if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
@@ -298,6 +345,7 @@ impl Engine {
                 let m = self.encoder.sync_reply(&diff_f, &diff_l);
                 self.send(sender, Kind::SyncReply, m);
             }
+            self.repair_payloads(sender, marks);
         }
         if !nf.is_empty() || !nl.is_empty() {
             self.after_gone_changed(now);
@@ -333,8 +381,8 @@ impl Engine {
             // written after this probe arrived (its error may be
             // milliseconds old, our last beat older). Silence past
             // the suspect timeout is reported at once.
-            let stale = now >= self.watch.changed_at
-                && now - self.watch.changed_at >= self.config.suspect_timeout();
+            let stale =
+                now >= self.watch.changed_at && now - self.watch.changed_at >= self.suspect_limit();
             if stale && self.watch.last_value.is_some() {
                 ProbeVerdict::Silent
             } else {
@@ -397,7 +445,10 @@ impl Engine {
     }
 
     /// The emitter is gone: observe the nearest predecessor not known
-    /// failed or left, in a fresh slot, with a grace of one timeout. With
+    /// failed or left, in a fresh slot. Its timeout starts when its link is
+    /// confirmed (a send to it completes, see [`Engine::on_sent`], or its
+    /// first beat lands), at the latest a link grace from now: on a warm
+    /// link that is at once, and the new emitter has one timeout. With
     /// nobody left, there is no emitter (and no error).
     pub(super) fn mend(&mut self, now: Time) {
         let candidate = self.ring.predecessors(self.me).find(|&r| !self.is_gone(r));
@@ -406,9 +457,10 @@ impl Engine {
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
         self.watch.emitter = candidate;
         self.watch.last_value = None;
-        self.watch.changed_at = now;
+        self.watch.changed_at = now + self.config.link_grace();
         self.watch.still_seen_at = None;
         self.watch.awaiting_first = true;
+        self.watch.awaiting_link = true;
         self.watch.mismatch_since = None;
         self.watch.hurry = false;
         self.watch.slow_warned_at = None;
@@ -498,7 +550,6 @@ impl Engine {
         if let Some(w) = witness.filter(|&w| w != self.me) {
             self.send(w, Kind::Probe, m);
         }
-        self.timers
-            .set(Timer::Suspect, now + self.config.suspect_timeout());
+        self.timers.set(Timer::Suspect, now + self.suspect_limit());
     }
 }

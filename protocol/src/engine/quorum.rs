@@ -436,7 +436,8 @@ impl Engine {
                 } else {
                     give_up = true;
                 }
-            } else if now >= a.next_round {
+            }
+            if now >= a.next_round {
                 a.next_round = now + retry;
                 rounds.push(a.suspect);
             }
@@ -583,6 +584,10 @@ impl Engine {
     ) {
         if self.is_gone(accuser) {
             self.stats.dropped_untrusted_origin += 1;
+            return;
+        }
+        if accuser == self.me && suspect == self.me {
+            // Nobody accuses itself: a forgery or a bug, never answered.
             return;
         }
         if suspect == self.me {

@@ -272,7 +272,8 @@ impl Engine {
                 digest,
                 failed,
                 left,
-            } => self.on_sync_request(now, sender, digest, failed, left),
+                marks,
+            } => self.on_sync_request(now, sender, digest, failed, left, marks),
             Message::SyncReply { failed, left } => self.on_sync_reply(now, sender, failed, left),
             Message::Probe { nonce, about } => self.on_probe(now, sender, nonce, about),
             Message::ProbeAck {
@@ -284,8 +285,8 @@ impl Engine {
                 origin,
                 seq,
                 hops: _,
-                bytes: payload,
-            } => self.on_payload(sender, origin, seq, payload, bytes),
+                bytes: _,
+            } => self.on_payload(sender, origin, seq, bytes),
             m @ (Message::Suspect { .. }
             | Message::Vote { .. }
             | Message::Refute { .. }

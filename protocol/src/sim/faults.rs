@@ -271,8 +271,12 @@ impl Simulator {
             Action::Broadcast(r) => {
                 if self.state[r as usize].status == Status::Up {
                     let payload = format!("payload from {r} at {now}");
-                    let _ =
+                    let sent =
                         self.engines[r as usize].handle(now, Input::Broadcast(payload.as_bytes()));
+                    if sent.is_ok() {
+                        let seq = self.engines[r as usize].payload_mark(r);
+                        self.payload_log.broadcast(r, seq, now, self.n);
+                    }
                     self.after_handle(r);
                 }
             }

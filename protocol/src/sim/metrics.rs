@@ -146,7 +146,11 @@ impl Simulator {
             }
             Event::Left { .. } => self.left_events += 1,
             Event::SlowEmitter { .. } => self.slow_warnings += 1,
-            Event::Payload { .. } => self.payloads += 1,
+            Event::Payload { origin, seq, .. } => {
+                self.payloads += 1;
+                self.payload_log
+                    .delivered(reporter, origin, seq, now, self.n);
+            }
         }
     }
 
@@ -203,8 +207,9 @@ impl Simulator {
                 )
             })
             .collect();
+        let live_count = (0..self.n).filter(|&r| self.is_live(r)).count() as u32;
+        let payloads = self.payload_log.report(|r| self.is_live(r), live_count);
         SimReport {
-            failures,
             totals: Totals {
                 ranks: self.n,
                 hosts: self.cfg.hosts,
@@ -221,6 +226,10 @@ impl Simulator {
                 left_events: self.left_events,
                 slow_emitter_warnings: self.slow_warnings,
                 payloads_delivered: self.payloads,
+                payload_duplicate_deliveries: self.payload_log.duplicates,
+                payloads_out_of_order: self.payload_log.out_of_order,
+                payloads_not_all_or_none: payloads.iter().filter(|p| !p.all_or_none()).count()
+                    as u64,
                 dropped_by_network: self.dropped,
                 max_notices_per_link: self
                     .cfg
@@ -233,6 +242,8 @@ impl Simulator {
                 peak_rss_mb: 0.0,
             },
             false_report_samples: self.false_samples.clone(),
+            failures,
+            payloads,
         }
     }
 }

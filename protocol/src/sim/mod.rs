@@ -6,7 +6,8 @@
 //! outputs carried out). The rest is in submodules, one concern each:
 //! `network` (per-link latency and jitter, partitions, a per-message rule
 //! hook), `faults` (the fault schedule and its effects), [`slots`] (the
-//! slot-memory model), `metrics` (what is measured, and the report) and
+//! slot-memory model), `metrics` (what is measured, and the report),
+//! `payload_log` (who delivered which payload, in which order) and
 //! [`spec`] (parsing `--fail`). Must not: read a clock (wall time and
 //! memory are measured by the driver), or iterate a hash map into a
 //! result.
@@ -23,6 +24,7 @@ mod agenda;
 mod faults;
 mod metrics;
 mod network;
+mod payload_log;
 mod report;
 pub mod slots;
 pub mod spec;
@@ -36,7 +38,7 @@ use rand_pcg::Pcg64;
 
 pub use faults::MAX_LEAVE_ALL;
 pub use network::{MessageMeta, NetModel, Rule, Verdict};
-pub use report::{FailureReport, KindTotals, SimReport, Totals};
+pub use report::{FailureReport, KindTotals, PayloadReport, SimReport, Totals};
 pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 
 use crate::wire::{JobKeys, Kind, Sealed};
@@ -48,6 +50,7 @@ use agenda::Agenda;
 use faults::{Action, host_of};
 use metrics::Track;
 use network::cut_by;
+use payload_log::PayloadLog;
 use slots::SlotModel;
 
 /// A simulation: the job, its settings, the faults.
@@ -143,6 +146,11 @@ enum What {
         kind: TransportErrorKind,
         evidence: Evidence,
     },
+    /// `to`'s send to `peer` completed (`Input::Sent`).
+    Sent {
+        to: Rank,
+        peer: Rank,
+    },
     Action(u32),
     Leave(Rank),
     Close(Rank),
@@ -189,6 +197,9 @@ pub struct Simulator {
     held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind, Evidence)>>,
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
+    /// Links set up during the run (with `NetModel::connect`), by
+    /// (lower rank, higher rank): when each is up.
+    links_up: BTreeMap<(Rank, Rank), Time>,
     net_rng: Pcg64,
     leave_rng: Pcg64,
     rule: Option<Rule>,
@@ -215,6 +226,7 @@ pub struct Simulator {
     left_events: u64,
     slow_warnings: u64,
     payloads: u64,
+    payload_log: PayloadLog,
     dropped: u64,
     by_kind: [KindTotals; Kind::COUNT + 1],
     link_notices: BTreeMap<(Rank, Rank), u32>,
@@ -288,6 +300,7 @@ impl Simulator {
             held: BTreeMap::new(),
             held_errors: BTreeMap::new(),
             partition: None,
+            links_up: BTreeMap::new(),
             net_rng,
             leave_rng,
             rule: None,
@@ -307,6 +320,7 @@ impl Simulator {
             left_events: 0,
             slow_warnings: 0,
             payloads: 0,
+            payload_log: PayloadLog::default(),
             dropped: 0,
             by_kind: Default::default(),
             link_notices: BTreeMap::new(),
@@ -440,6 +454,14 @@ impl Simulator {
                     .push((peer, kind, evidence)),
                 _ => {}
             },
+            What::Sent { to, peer } => {
+                // A stopped sender reads the completion when it resumes;
+                // by then its first beat says as much.
+                if self.state[to as usize].status == Status::Up {
+                    let _ = self.engines[to as usize].handle(now, Input::Sent { to: peer });
+                    self.after_handle(to);
+                }
+            }
             What::Action(i) => {
                 let action = self.actions[i as usize].1.clone();
                 self.apply(action);

@@ -1,9 +1,12 @@
-//! The simulator's network model: link latency and jitter, partitions,
-//! the per-message rule hook, and the error completions that a send or
-//! write towards a dead process brings back (in-band evidence).
+//! The simulator's network model: link latency and jitter, connection
+//! set-up on a link's first use, partitions, the per-message rule hook,
+//! the error completions that a send or write towards a dead process
+//! brings back (in-band evidence), and the send completions of
+//! `ObserveMe` (the only ones the Engine reads).
 //!
 //! Owns: [`NetModel`], the [`Rule`] hook and its [`Verdict`]s, the
-//! partition cut, and the scheduling of deliveries and bounced errors.
+//! partition cut, the links set up during the run, and the scheduling of
+//! deliveries, send completions and bounced errors.
 //! Must not: decide what a rank does with a message (the Engine does), or
 //! draw randomness from any stream but the network's.
 
@@ -25,6 +28,13 @@ pub struct NetModel {
     /// When a write or send towards a dead process errors (in-band
     /// evidence), this long after it was issued; `None`: never.
     pub inband_latency: Option<Duration>,
+    /// Connection set-up, as on `tcp;ofi_rxm`: the first message on a link
+    /// that is not up waits this long for it (both ends must be running;
+    /// a cold link to a rank that is not never comes up, and what is sent
+    /// on it is lost). The links the runtime's link phase sets up before
+    /// anyone judges — ring neighbours and broadcast overlay links — are
+    /// up from the start. `None` (default): every link is up from the start.
+    pub connect: Option<Duration>,
 }
 
 impl Default for NetModel {
@@ -33,6 +43,7 @@ impl Default for NetModel {
             latency: Duration::from_micros(2),
             jitter: Duration::from_nanos(500),
             inband_latency: Some(Duration::from_millis(3)),
+            connect: None,
         }
     }
 }
@@ -97,6 +108,13 @@ impl Simulator {
             return;
         }
         let mut delay = self.cfg.net.latency + self.jitter();
+        match self.link_ready_in(from, to) {
+            Some(wait) => delay += wait,
+            None => {
+                self.dropped += 1;
+                return;
+            }
+        }
         if let Some(rule) = self.rule.as_mut() {
             match rule(&MessageMeta {
                 at: self.now,
@@ -113,8 +131,49 @@ impl Simulator {
                 }
             }
         }
+        if kind == Some(Kind::ObserveMe) {
+            // Transmit complete once it is on an up link, whatever the
+            // receiver's state (as a TCP send to a freshly dead peer).
+            self.queue
+                .push(self.now + delay, What::Sent { to: from, peer: to });
+        }
         self.queue
             .push(self.now + delay, What::Deliver { to, from, message });
+    }
+
+    /// How long a message from `a` to `b` waits for their link to come up
+    /// (zero when it is up), or `None` when it never will (`b` is not
+    /// running). Only with [`NetModel::connect`].
+    fn link_ready_in(&mut self, a: Rank, b: Rank) -> Option<Duration> {
+        let Some(connect) = self.cfg.net.connect else {
+            return Some(Duration::ZERO);
+        };
+        if self.warm_from_start(a, b) {
+            return Some(Duration::ZERO);
+        }
+        let key = (a.min(b), a.max(b));
+        if let Some(&up) = self.links_up.get(&key) {
+            return Some(up.saturating_since(self.now));
+        }
+        if self.state[b as usize].status != Status::Up {
+            return None;
+        }
+        self.links_up.insert(key, self.now + connect);
+        Some(connect)
+    }
+
+    /// Ring neighbours and broadcast overlay links: the runtime's link
+    /// phase sets them up before anyone judges.
+    fn warm_from_start(&self, a: Rank, b: Rank) -> bool {
+        let ring = &self.ring;
+        let (pa, pb) = (ring.position_of(a), ring.position_of(b));
+        let n = ring.len();
+        if (pa + 1) % n == pb || (pb + 1) % n == pa {
+            return true;
+        }
+        crate::overlay::Overlay::new(self.cfg.engine.bcast, n)
+            .neighbours(pa)
+            .contains(&pb)
     }
 
     /// A send or write towards a dead process: its error completion comes

@@ -5,8 +5,9 @@
 //! names for the same things, and the simulator's totals. Must not: compute
 //! anything (the simulator and `ffd run`'s timeline fill the fields).
 //!
-//! The simulator's JSON form is `{"failures": [...], "totals": {...}}`;
-//! its times are virtual milliseconds from the start of the run.
+//! The simulator's JSON form is `{"failures": [...], "payloads": [...],
+//! "totals": {...}}`; its times are virtual milliseconds from the start of
+//! the run.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -56,6 +57,35 @@ pub struct FailureReport {
     pub notified: Option<Vec<Rank>>,
 }
 
+/// One application payload of a simulated run: who delivered it. All or
+/// none holds when `delivered_by_live` is 0 or `live_at_end`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PayloadReport {
+    pub origin: Rank,
+    /// The origin's sequence number (1 for its first payload).
+    pub seq: u64,
+    /// When the fault schedule's `bcast` made it (null: seen delivered,
+    /// never broadcast by the schedule).
+    pub broadcast_at_ms: Option<f64>,
+    /// Ranks that delivered it (the origin included, and ranks that
+    /// failed later).
+    pub delivered_by: u32,
+    /// Ranks live at the end of the run (never faulted, not excluded, not
+    /// leaving, running): the same for every payload of a run.
+    pub live_at_end: u32,
+    /// Of those, how many delivered it.
+    pub delivered_by_live: u32,
+    /// When the last delivery (by any rank) happened (null: none).
+    pub last_delivered_at_ms: Option<f64>,
+}
+
+impl PayloadReport {
+    /// Every live rank delivered it, or none did.
+    pub fn all_or_none(&self) -> bool {
+        self.delivered_by_live == 0 || self.delivered_by_live == self.live_at_end
+    }
+}
+
 /// Messages of one kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KindTotals {
@@ -94,7 +124,18 @@ pub struct Totals {
     pub no_quorum_exclusions: Vec<Rank>,
     pub left_events: u64,
     pub slow_emitter_warnings: u64,
+    /// Payload deliveries (`Event::Payload`), over every rank.
     pub payloads_delivered: u64,
+    /// Deliveries of a payload to a rank that had delivered it before.
+    #[serde(default)]
+    pub payload_duplicate_deliveries: u64,
+    /// Deliveries that were not the next of their origin at that rank (a
+    /// gap or a reordering: FIFO per origin broken).
+    #[serde(default)]
+    pub payloads_out_of_order: u64,
+    /// Payloads some live rank delivered and another did not.
+    #[serde(default)]
+    pub payloads_not_all_or_none: u64,
     /// Messages lost to partitions and drop rules.
     pub dropped_by_network: u64,
     /// Most notice copies any directed link carried (when tracked).
@@ -109,6 +150,9 @@ pub struct Totals {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimReport {
     pub failures: Vec<FailureReport>,
+    /// Every payload broadcast or delivered, in order of first sight.
+    #[serde(default)]
+    pub payloads: Vec<PayloadReport>,
     pub totals: Totals,
     /// (reporter, reported, virtual ms) of the first false reports.
     pub false_report_samples: Vec<(Rank, Rank, f64)>,
@@ -194,6 +238,28 @@ impl fmt::Display for SimReport {
             .iter()
             .map(|(k, v)| format!("{k} {}", v.count))
             .collect();
+        if !self.payloads.is_empty() {
+            let everywhere = self
+                .payloads
+                .iter()
+                .filter(|p| p.live_at_end > 0 && p.delivered_by_live == p.live_at_end)
+                .count();
+            let nowhere = self
+                .payloads
+                .iter()
+                .filter(|p| p.delivered_by_live == 0)
+                .count();
+            writeln!(
+                f,
+                "payloads {}: delivered by every live rank {}, by none {}, by some {}; duplicates {}, out of order {}",
+                self.payloads.len(),
+                everywhere,
+                nowhere,
+                t.payloads_not_all_or_none,
+                t.payload_duplicate_deliveries,
+                t.payloads_out_of_order
+            )?;
+        }
         writeln!(
             f,
             "messages: {}; dropped by network {}",

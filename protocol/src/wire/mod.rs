@@ -28,12 +28,14 @@
 //! meaning (and a flag bit) without changing the header; version-2
 //! decoders reject a nonzero incarnation.
 
+mod marks;
 mod quorum;
 mod seal;
 
 use super::config::Rank;
 use super::ranks::{ListError, RankList, encode_rank_list};
 
+pub use marks::{MAX_MARKS, MAX_MARKS_LEN, Marks};
 pub use quorum::{OutcomeVerdict, VOTE_COMPLETE, VOTE_TIEBREAK};
 pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
 
@@ -54,6 +56,9 @@ const OFF_BODY_LEN: usize = 32;
 const OFF_NOTICE_HOPS: usize = HEADER_LEN + 4;
 /// Offset of `hops` in a Payload (after `origin` and `seq`).
 const OFF_PAYLOAD_HOPS: usize = HEADER_LEN + 12;
+/// Offset of the application's bytes in a Payload (after `origin`, `seq`,
+/// `hops` and the reserved u16).
+pub const OFF_PAYLOAD_BYTES: usize = HEADER_LEN + 16;
 /// Offset of `hops` in a Suspect and an Outcome (after `accuser`, `nonce`
 /// and `suspect`).
 const OFF_FLOOD_HOPS: usize = HEADER_LEN + 12;
@@ -88,7 +93,8 @@ counted_enum!(
         Notice = 1 => "notice",
         /// An observer asks its new emitter to heartbeat into a slot.
         ObserveMe = 2 => "observe_me",
-        /// An observer whose emitter's digest differs sends its sets.
+        /// An observer whose emitter's digest differs sends its sets and
+        /// its payload marks.
         SyncRequest = 3 => "sync_request",
         /// The ranks the requester lacked.
         SyncReply = 4 => "sync_reply",
@@ -220,6 +226,8 @@ pub enum Message<'a> {
         digest: u64,
         failed: RankList<'a>,
         left: RankList<'a>,
+        /// The requester's payload high-water marks (`marks`).
+        marks: Marks<'a>,
     },
     SyncReply {
         failed: RankList<'a>,
@@ -401,10 +409,12 @@ pub fn decode<'a>(
             let digest = r.u64()?;
             let failed = r.list(n)?;
             let left = r.list(n)?;
+            let marks = Marks::decode(r.bytes, &mut r.at, n)?;
             Message::SyncRequest {
                 digest,
                 failed,
                 left,
+                marks,
             }
         }
         Kind::SyncReply => {
@@ -512,11 +522,32 @@ impl Encoder {
         Self::finish(out)
     }
 
+    /// A sync request that asks for no payloads (its marks cover no
+    /// origin).
     pub fn sync_request(&self, digest: u64, failed: &[Rank], left: &[Rank]) -> Vec<u8> {
-        let mut out = self.start(Kind::SyncRequest, 16 + 2 * (failed.len() + left.len()));
+        self.sync_request_with_marks(digest, failed, left, 0, 0, &[])
+    }
+
+    /// A sync request with the requester's payload marks for the origins
+    /// `from..to`: `marks` lists `(origin, high-water mark)` for the
+    /// origins of that range it delivered anything of, origins strictly
+    /// increasing, marks ≥ 1 (see `marks`). `failed` and `left` must be
+    /// strictly increasing.
+    pub fn sync_request_with_marks(
+        &self,
+        digest: u64,
+        failed: &[Rank],
+        left: &[Rank],
+        from: Rank,
+        to: Rank,
+        marks: &[(Rank, u64)],
+    ) -> Vec<u8> {
+        let hint = 24 + 2 * (failed.len() + left.len()) + 8 * marks.len();
+        let mut out = self.start(Kind::SyncRequest, hint);
         out.extend_from_slice(&digest.to_le_bytes());
         encode_rank_list(failed, &mut out);
         encode_rank_list(left, &mut out);
+        marks::encode_marks(from, to, marks, &mut out);
         Self::finish(out)
     }
 

@@ -33,16 +33,17 @@ use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
 use crate::config::{Config, Env, ProgressMode};
 use crate::fabric::{
-    AddressVector, Domain, Endpoint, EndpointConfig, Info, RemoteRegion, SlotPage,
+    AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
 };
 use crate::protocol::{self, EngineConfig, Rank, Ring};
 
+use super::link::LinkProgress;
 use super::log::Logger;
 use super::placement::{self, Placement};
 use super::progress::{self, EngineSeed};
@@ -67,6 +68,7 @@ pub(super) fn start(
     };
     let engine_config = config.engine_config();
 
+    check_fabric_version(&logger)?;
     let fabric = open_fabric(config, size)?;
     phases.done("fabric open");
     let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
@@ -91,6 +93,8 @@ pub(super) fn start(
     let (commands, command_rx) = mpsc::channel();
     let (linked_tx, linked_rx) = mpsc::sync_channel(1);
     let (go_tx, go_rx) = mpsc::sync_channel(1);
+    let link_progress = Arc::new(LinkProgress::default());
+    let warm_links = links.warm.len();
 
     let parts = progress::Parts {
         shared: Arc::clone(&published),
@@ -108,6 +112,7 @@ pub(super) fn start(
             warm: links.warm,
             linked: linked_tx,
             go: go_rx,
+            progress: Arc::clone(&link_progress),
         },
         spin: config.progress() == ProgressMode::Spin,
         eagain_limit: config.eagain_limit(),
@@ -117,7 +122,12 @@ pub(super) fn start(
         logger,
     };
     let (thread, exited) = spawn_progress(parts, &placement, logger)?;
-    await_links(config, bootstrap, &phases, &linked_rx, go_tx, &wake)?;
+    let linking = Linking {
+        linked: linked_rx,
+        progress: link_progress,
+        warm_links,
+    };
+    await_links(config, bootstrap, &phases, &linking, go_tx, &wake)?;
 
     Ok(Detector {
         shared: published,
@@ -160,6 +170,18 @@ struct OwnFabric {
 /// Opens the provider and domain `config` names, an address vector for
 /// `size` ranks, an endpoint whose buffers fit every message of a job of
 /// that size, and registers the one-page slot region peers write into.
+/// One libfabric per process: the host's (an MPI library's own build, say)
+/// may not be the one ffd was built against. An older one is refused,
+/// naming both versions; a newer one is logged.
+fn check_fabric_version(logger: &Logger) -> Result<(), StartError> {
+    let versions = FabricVersions::of_this_process();
+    versions.check()?;
+    if versions.loaded != versions.built {
+        logger.info(format_args!("{versions}"));
+    }
+    Ok(())
+}
+
 fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
     let info = Info::query(config.provider(), config.domain())?;
     let domain = Domain::open_info(&info)?;
@@ -413,25 +435,86 @@ fn spawn_progress(
     Ok((thread, exited))
 }
 
+/// Bound on the wait for this rank's links, unless 3 × (start-up grace +
+/// timeout) is longer: half the bootstrap's default bound (60 s), so that
+/// ranks already waiting at the barrier that follows do not give up first.
+/// Connection set-up on `tcp;ofi_rxm` takes seconds when a hundred
+/// processes start at once on a few cores.
+const LINK_WAIT: Duration = Duration::from_secs(30);
+
+/// How often a rank still linking says how far it is (`FFD_LOG=info`).
+const LINK_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// What `Detector::start` watches of the linking phase.
+struct Linking {
+    /// Signalled once every link of this rank is up.
+    linked: mpsc::Receiver<()>,
+    progress: Arc<LinkProgress>,
+    /// Broadcast links to warm up.
+    warm_links: usize,
+}
+
+impl Linking {
+    /// "the heartbeat link to the observer is up, 9 of 14 broadcast links".
+    fn describe(&self) -> String {
+        use std::sync::atomic::Ordering;
+        let observer = if self.progress.observer.load(Ordering::Relaxed) {
+            "up"
+        } else {
+            "not up yet"
+        };
+        format!(
+            "the heartbeat link to the observer is {observer}, {} of {} broadcast links",
+            self.progress.warm.load(Ordering::Relaxed),
+            self.warm_links
+        )
+    }
+}
+
 /// The linking phase's end. Nobody judges anybody before every rank's
-/// heartbeat link carried a write: wait for ours, then for everyone's (a
-/// bootstrap barrier), then tell the progress thread to go. A link still
-/// down after three times the grace has a dead or wedged observer: go on,
-/// its own observer will find it. On error `go` is dropped and the thread
-/// ends.
+/// heartbeat link carried a write: wait for ours (saying how far it is
+/// every few seconds), then for everyone's (a bootstrap barrier), then
+/// tell the progress thread to go. A link still down after
+/// [`LINK_WAIT`] has a dead or wedged peer: go on, its own observer will
+/// find it. On error `go` is dropped and the thread ends.
 fn await_links(
     config: &Config,
     bootstrap: &mut dyn Bootstrap,
     phases: &Phases,
-    linked: &mpsc::Receiver<()>,
+    linking: &Linking,
     go: mpsc::SyncSender<()>,
     wake: &UnixStream,
 ) -> Result<(), StartError> {
-    let bound = (config.startup_grace() + config.timeout()) * 3;
-    if linked.recv_timeout(bound).is_err() {
-        phases.logger.warn(format_args!(
-            "the heartbeat link to the observer was not confirmed within {bound:?}"
-        ));
+    let bound = LINK_WAIT.max((config.startup_grace() + config.timeout()) * 3);
+    let started = Instant::now();
+    loop {
+        let waited = started.elapsed();
+        let left = bound.saturating_sub(waited);
+        if left.is_zero() {
+            phases.logger.warn(format_args!(
+                "the links of this rank were not all confirmed within {bound:?}: {}",
+                linking.describe()
+            ));
+            break;
+        }
+        match linking.linked.recv_timeout(left.min(LINK_REPORT_EVERY)) {
+            Ok(()) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                phases
+                    .logger
+                    .warn(format_args!("the progress thread stopped while linking"));
+                break;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if started.elapsed() < bound {
+                    phases.logger.info(format_args!(
+                        "still linking after {:.1?}: {}",
+                        started.elapsed(),
+                        linking.describe()
+                    ));
+                }
+            }
+        }
     }
     phases.done("heartbeat link");
     bootstrap.allgather(&[]).map_err(ExchangeError::from)?;
