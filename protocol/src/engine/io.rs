@@ -82,7 +82,7 @@ pub enum TransportErrorKind {
     Unreachable,
 }
 
-/// What a transport error shows about the peer (`docs/design.md` §4.9).
+/// What a transport error shows about the peer (`docs/design.md` §4.10).
 /// The driver classifies: the runtime by the error numbers it measured on
 /// each provider, the simulator by whether the peer's process is dead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

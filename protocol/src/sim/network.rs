@@ -104,6 +104,14 @@ impl Simulator {
             }
         }
         if self.is_cut(from, to) {
+            // A cut resets nothing: on a link that was up, the sender's
+            // stack takes the message and its send completes; the copy is
+            // lost on the way.
+            if kind == Some(Kind::ObserveMe) && self.link_is_up(from, to) {
+                let delay = self.cfg.net.latency;
+                self.queue
+                    .push(self.now + delay, What::Sent { to: from, peer: to });
+            }
             self.dropped += 1;
             return;
         }
@@ -160,6 +168,17 @@ impl Simulator {
         }
         self.links_up.insert(key, self.now + connect);
         Some(connect)
+    }
+
+    /// Whether the link between `a` and `b` is up now (always, without
+    /// [`NetModel::connect`]).
+    fn link_is_up(&self, a: Rank, b: Rank) -> bool {
+        self.cfg.net.connect.is_none()
+            || self.warm_from_start(a, b)
+            || self
+                .links_up
+                .get(&(a.min(b), a.max(b)))
+                .is_some_and(|&up| up <= self.now)
     }
 
     /// Ring neighbours and broadcast overlay links: the runtime's link
