@@ -64,7 +64,7 @@ fn at(v: u64) -> Time {
 }
 
 /// These tests pin the declare-at-once behaviour, `FFD_QUORUM=off`
-/// (today's; the primary partition is tested in `engine_quorum.rs`).
+/// (the primary partition is tested in `engine_quorum.rs` and `sim_partition.rs`).
 fn config() -> EngineConfig {
     EngineConfig {
         period: ms(10),
