@@ -12,12 +12,13 @@ use std::path::PathBuf;
 
 /// The files of `src/capi/` that declare C items, in the header's order
 /// (cbindgen keeps the functions in source order).
-const CAPI_FILES: [&str; 5] = [
+const CAPI_FILES: [&str; 6] = [
     "types.rs",
     "error.rs",
     "config.rs",
     "lifecycle.rs",
     "queries.rs",
+    "agree.rs",
 ];
 
 /// The files of `src/capi/` that declare none: the module's root (helpers

@@ -71,7 +71,10 @@ typedef enum {
      * ffd_next_event(): the next event's payload does not fit the buffer.
      * The event is described (its `payload_len` is the size needed,
      * `payload` is NULL) and stays first in line: call again with a buffer
-     * of at least `payload_len` bytes (FFD_MAX_PAYLOAD always fits).
+     * of at least `payload_len` bytes (FFD_MAX_PAYLOAD always fits a
+     * PAYLOAD; 4 × the job size a VIEW). ffd_agree(), ffd_agree_test(),
+     * ffd_agree_wait(): the decided failed set has more ranks than the
+     * buffer holds (see those functions).
      */
     FFD_BUFFER_TOO_SMALL = 2,
     /**
@@ -171,6 +174,24 @@ typedef enum {
      * rank. Call ffd_finalize() to free the handle.
      */
     FFD_EVENT_STOPPED = 6,
+    /**
+     * View `seq` was decided: the ranks out of the job (failed or left)
+     * are at `payload`, as `payload_len / 4` uint32_t in increasing order
+     * (native byte order; from ffd_next_event(), in the caller's buffer,
+     * which must then be aligned for uint32_t). Every live rank raises the
+     * same views in the same order (ids 1, 2, 3, ...), each after the
+     * FAILED and LEFT events of the ranks it names, so a host can shrink
+     * its communicator to the view without another round. `hops`: the
+     * agreement's longest message chain. ffd_view() gives the latest.
+     */
+    FFD_EVENT_VIEW = 7,
+    /**
+     * This rank's agreement number `seq` (its `seq`-th ffd_agree() or
+     * ffd_iagree(), from 1) has ended: its request's ffd_agree_test() now
+     * says done (decided, or FFD_ERR_STOPPED when this rank left or was
+     * excluded first). `hops` as for VIEW (0 when not decided).
+     */
+    FFD_EVENT_AGREED = 8,
 } ffd_event_kind;
 
 /**
@@ -250,6 +271,16 @@ typedef enum {
 } ffd_state_kind;
 
 /**
+ * An agreement in progress (ffd_iagree()), until ffd_agree_free(). It
+ * keeps its result once known, so ffd_agree_test() may be called again
+ * (with a larger buffer). Independent of the detector's handle: it may be
+ * freed before or after ffd_finalize() (an agreement still open at
+ * ffd_finalize() ends with FFD_ERR_STOPPED). One thread at a time per
+ * request.
+ */
+typedef struct ffd_agree_req_t ffd_agree_req_t;
+
+/**
  * Settings for ffd_init(): the `FFD_*` variables (see `ffd info`) and an
  * optional event callback. Create with ffd_config_new() or
  * ffd_config_from_env(), free with ffd_config_free(). Not thread-safe:
@@ -293,6 +324,7 @@ typedef struct {
     ffd_cause cause;
     /**
      * FAILED: overlay hops the news travelled (0 when detected here).
+     * VIEW, AGREED: the longest chain of agreement messages behind it.
      */
     uint32_t hops;
     /**
@@ -308,16 +340,18 @@ typedef struct {
      */
     uint64_t stalled_ns;
     /**
-     * PAYLOAD: the sequence number of the payload from its origin.
+     * PAYLOAD: the sequence number of the payload from its origin. VIEW:
+     * the view's id. AGREED: the agreement's sequence number.
      */
     uint64_t seq;
     /**
-     * PAYLOAD: the bytes (see the ownership note above); NULL otherwise.
+     * PAYLOAD: the bytes; VIEW: the ranks out of the view, as uint32_t
+     * (see the ownership note above); NULL otherwise.
      */
     const uint8_t *payload;
     /**
-     * PAYLOAD: the number of bytes at `payload` (with FFD_BUFFER_TOO_SMALL:
-     * the number of bytes needed).
+     * PAYLOAD, VIEW: the number of bytes at `payload` (with
+     * FFD_BUFFER_TOO_SMALL: the number of bytes needed).
      */
     size_t payload_len;
     /**
@@ -789,15 +823,17 @@ ffd_result ffd_failed_ranks(const ffd_t *h, uint32_t *buf, size_t len, size_t *n
 
 /**
  * Takes the oldest queued event without blocking, and copies its payload
- * (FFD_EVENT_PAYLOAD) into the caller's buffer: `out->payload` then points
+ * (FFD_EVENT_PAYLOAD's bytes, FFD_EVENT_VIEW's ranks; align the buffer
+ * for uint32_t to read the ranks in place) into the caller's buffer: `out->payload` then points
  * to `buf` and `out->payload_len` says how many bytes were written. ffd
  * keeps no pointer into `buf` and none into its own memory is handed out.
  * A payload larger than `cap` is not taken: the call returns
  * FFD_BUFFER_TOO_SMALL with `*out` describing the event (`payload` NULL,
  * `payload_len` the size needed) and the event stays first in line for
  * the next call, from any thread. A buffer of FFD_MAX_PAYLOAD bytes
- * always fits; `buf` may be NULL when `cap` is 0 (then only payloads of 0
- * bytes are taken).
+ * always fits a payload, one of 4 × the job size a view; `buf` may be
+ * NULL when `cap` is 0 (then only payloads of 0 bytes and views naming
+ * nobody are taken).
  *
  * The queue holds FFD_EVENT_QUEUE events (1024 by default); when it
  * overflows, new events are dropped and counted
@@ -882,6 +918,118 @@ ffd_result ffd_broadcast(const ffd_t *h, const void *bytes, size_t len);
  * `h` is NULL or a live handle; `out` is NULL or valid for a write.
  */
 ffd_result ffd_stats(const ffd_t *h, ffd_stats_t *out);
+
+/**
+ * Agrees with every live rank on `flags` and on the failed set, and
+ * returns once decided (**no time limit**: a collective, see above).
+ * Every surviving rank gets the same `*out_flags` (the AND of every
+ * participant's `flags`), `*view_id` and failed set: every rank that did
+ * not take part and every failure any participant knew when it joined
+ * (ranks in it that this rank did not know gone are learned first, as
+ * FFD_EVENT_LEFT or FFD_EVENT_FAILED once their notices come, as
+ * FFD_EVENT_FAILED if none came within a timeout). `*view_id` is the
+ * newest view (FFD_EVENT_VIEW) any participant had raised; the set
+ * holds that view's ranks.
+ *
+ * The set's ranks go to `failed` (increasing), its size to `*count`. A
+ * buffer of the job size always fits; a smaller one gets the first `cap`
+ * ranks and FFD_BUFFER_TOO_SMALL (use ffd_iagree() to be able to ask
+ * again). Must not be called from the event callback (it would wait for
+ * itself: FFD_ERR_INVALID_ARGUMENT).
+ *
+ * @param[out] out_flags, view_id, count receive the decision on success
+ * (FFD_OK, FFD_BUFFER_TOO_SMALL).
+ * @return FFD_OK; FFD_BUFFER_TOO_SMALL (positive); FFD_ERR_NULL;
+ * FFD_ERR_STOPPED when this rank left, was excluded or its detector
+ * stopped before the decision (the message says which);
+ * FFD_ERR_INVALID_ARGUMENT from the callback.
+ *
+ * # Safety
+ * `h` is NULL or a live handle; `out_flags`, `view_id` and `count` are NULL
+ * or valid for a write; `failed` is NULL or valid for `cap` uint32_t writes.
+ */
+ffd_result ffd_agree(const ffd_t *h, uint64_t flags, uint64_t *out_flags, uint64_t *view_id, uint32_t *failed, size_t cap, size_t *count);
+
+/**
+ * Starts an agreement (as ffd_agree()) and returns at once with its
+ * request in `*req`: poll it with ffd_agree_test(), wait with
+ * ffd_agree_wait(), free it with ffd_agree_free(). Several may be in
+ * flight; they are decided in call order, and the `k`-th call of this
+ * rank is agreement number `k` (FFD_EVENT_AGREED's `seq`). Callable from
+ * the event callback.
+ *
+ * @param[out] req receives the request on success.
+ * @return FFD_OK; FFD_ERR_NULL; FFD_ERR_STOPPED once the detector no
+ * longer runs.
+ *
+ * # Safety
+ * `h` is NULL or a live handle; `req` is NULL or valid for a write.
+ */
+ffd_result ffd_iagree(const ffd_t *h, uint64_t flags, ffd_agree_req_t **req);
+
+/**
+ * Whether agreement `req` has ended, without blocking: `*done` is 0 (and
+ * nothing else is written) while it runs, 1 once it ended. Once decided,
+ * the outputs are written as by ffd_agree(); with a `failed` buffer too
+ * small for the set, FFD_BUFFER_TOO_SMALL: the outputs but `failed` are
+ * written (`*count` is the size needed) and the request keeps its result,
+ * so call again with a larger buffer. `h` is the detector it was started
+ * on, or NULL (the request stands alone: it may be tested after
+ * ffd_finalize(); `h` is never read).
+ *
+ * @param[out] done receives 1 or 0 on success; the others as ffd_agree().
+ * @return FFD_OK; FFD_BUFFER_TOO_SMALL; FFD_ERR_NULL; FFD_ERR_STOPPED
+ * (nothing written) when the agreement ended undecided here: this rank
+ * left or was excluded, or its detector stopped (it is over: free it).
+ *
+ * # Safety
+ * `req` is NULL or live; `done`, `out_flags`, `view_id`, `count` are NULL
+ * or valid for a write; `failed` is NULL or valid for `cap` uint32_t
+ * writes.
+ */
+ffd_result ffd_agree_test(const ffd_t *h, const ffd_agree_req_t *req, int *done, uint64_t *out_flags, uint64_t *view_id, uint32_t *failed, size_t cap, size_t *count);
+
+/**
+ * Waits until agreement `req` ends (**no time limit**, as ffd_agree()),
+ * then writes its outputs as ffd_agree_test() does once done (`h` as
+ * there: never read, may be NULL). Must not be called from the event
+ * callback (FFD_ERR_INVALID_ARGUMENT).
+ *
+ * @return as ffd_agree_test() once done.
+ *
+ * # Safety
+ * As ffd_agree_test(), without `done`.
+ */
+ffd_result ffd_agree_wait(const ffd_t *h, const ffd_agree_req_t *req, uint64_t *out_flags, uint64_t *view_id, uint32_t *failed, size_t cap, size_t *count);
+
+/**
+ * Frees a request from ffd_iagree(), ended or not (an agreement in
+ * progress goes on; its result is dropped). NULL is ignored. Before or
+ * after ffd_finalize().
+ *
+ * # Safety
+ * `req` is NULL or a request from ffd_iagree() not freed yet, in use by
+ * no other thread.
+ */
+void ffd_agree_free(ffd_agree_req_t *req);
+
+/**
+ * The latest view this rank raised (FFD_EVENT_VIEW): its id in `*id` (0
+ * before the first: nobody out), the first `min(cap, total)` of its ranks
+ * (failed or left, increasing) in `buf`, the total in `*count` (more than
+ * `cap`: call again with a larger buffer, 4 × the job size always fits).
+ * `buf` may be NULL when `cap` is 0. Any thread; takes a lock the
+ * progress thread holds only to swap the view in.
+ *
+ * @param[out] id, count receive the view on success.
+ * @return FFD_OK; FFD_STALE (positive, outputs written) once the detector
+ * no longer runs; FFD_ERR_NULL.
+ *
+ * # Safety
+ * `h` is NULL or a live handle; `id` and `count` NULL or valid for a
+ * write; `buf` NULL or valid for `cap` uint32_t writes.
+ */
+ffd_result ffd_view(const ffd_t *h, uint64_t *id, uint32_t *buf, size_t cap, size_t *count);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -14,7 +14,11 @@
 //!
 //! It stops, leaving cleanly, on SIGTERM or SIGINT, and with
 //! `--stdin-control` also when stdin reaches EOF or reads `shutdown`. It
-//! stops by itself once the others have excluded it.
+//! stops by itself once the others have excluded it. With
+//! `--stdin-control`, a line `agree` (or `agree FLAGS`, FLAGS a u64 in
+//! decimal or `0x` hex; default all ones) starts its next agreement
+//! (`Detector::iagree`): an `agree` line says so, and an `agreed` (or
+//! `agree_aborted`) line brings the result.
 
 use std::io::{self, BufRead, Write};
 use std::os::fd::AsFd;
@@ -22,6 +26,7 @@ use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -37,7 +42,8 @@ use ffd::runtime::{self, Detector, DetectorEvent};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct AgentArgs {
     /// Leave cleanly when stdin reaches EOF or reads the line `shutdown`
-    /// (what `ffd run` uses to end a job).
+    /// (what `ffd run` uses to end a job); start an agreement on a line
+    /// `agree [FLAGS]` (`ffd run --agree`).
     #[arg(long)]
     pub stdin_control: bool,
 }
@@ -100,6 +106,7 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
         });
         registered.map_err(|e| AgentError::Failed(format!("signal handler: {e}")))?;
     }
+    let (agree_tx, agree_rx) = mpsc::channel::<u64>();
     if args.stdin_control {
         let stop = Arc::clone(&stop);
         let mut wake = wake_tx
@@ -107,9 +114,19 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
             .map_err(|e| AgentError::Failed(format!("wake-up socket: {e}")))?;
         std::thread::spawn(move || {
             for line in io::stdin().lock().lines() {
-                match line {
-                    Ok(l) if l.trim() != "shutdown" => continue,
-                    _ => break,
+                let Ok(line) = line else { break };
+                match control(&line) {
+                    Control::Shutdown => break,
+                    Control::Agree(flags) => {
+                        if agree_tx.send(flags).is_err() {
+                            break;
+                        }
+                        let _ = wake.write_all(&[1]);
+                    }
+                    Control::Unknown => eprintln!(
+                        "ffd agent: ignoring the stdin line `{}` (expected `shutdown` or `agree [FLAGS]`)",
+                        line.trim()
+                    ),
                 }
             }
             stop.store(true, Ordering::Release);
@@ -118,7 +135,16 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     }
 
     let mut excluded = false;
+    let mut agreements = 0u64;
     while !stop.load(Ordering::Acquire) && !excluded {
+        while let Ok(flags) = agree_rx.try_recv() {
+            // The result comes as an event (`agreed`), like everything else.
+            if detector.iagree(flags).is_ok() {
+                agreements += 1;
+                let seq = agreements;
+                emit(out, &clock.now(AgentEvent::Agree { seq, flags }))?;
+            }
+        }
         while let Some(event) = detector.try_next_event() {
             excluded |= matches!(event.protocol(), Some(Event::SelfExcluded { .. }));
             emit_event(out, &clock, &event)?;
@@ -146,6 +172,31 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     let last = clock.now(AgentEvent::Exit);
     detector.shutdown();
     emit(out, &last)
+}
+
+/// A line of the agent's standard input (`--stdin-control`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Control {
+    Shutdown,
+    /// Start an agreement with these flags.
+    Agree(u64),
+    Unknown,
+}
+
+fn control(line: &str) -> Control {
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("shutdown"), None, None) => Control::Shutdown,
+        (Some("agree"), None, None) => Control::Agree(u64::MAX),
+        (Some("agree"), Some(flags), None) => {
+            let parsed = match flags.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => flags.parse(),
+            };
+            parsed.map_or(Control::Unknown, Control::Agree)
+        }
+        _ => Control::Unknown,
+    }
 }
 
 /// `FFD_BOOTSTRAP` (TCP rendezvous) when set, else PMIx when launched by
@@ -205,6 +256,27 @@ pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
             origin: *origin,
             seq: *seq,
             text: String::from_utf8_lossy(bytes).into_owned(),
+        },
+        Event::ViewChange { id, failed, hops } => AgentEvent::View {
+            id: *id,
+            failed: failed.clone(),
+            hops: Some(*hops),
+        },
+        Event::Agreed {
+            seq,
+            flags,
+            view,
+            hops,
+        } => AgentEvent::Agreed {
+            seq: *seq,
+            flags: *flags,
+            view: view.id,
+            failed: view.failed.clone(),
+            hops: Some(*hops),
+        },
+        Event::AgreeAborted { seq, reason } => AgentEvent::AgreeAborted {
+            seq: *seq,
+            reason: reason.as_str().to_owned(),
         },
     })
 }
@@ -384,6 +456,46 @@ mod tests {
                     text: "revoke".into(),
                 },
             ),
+            (
+                protocol::Event::ViewChange {
+                    id: 2,
+                    failed: vec![1, 5],
+                    hops: 3,
+                },
+                AgentEvent::View {
+                    id: 2,
+                    failed: vec![1, 5],
+                    hops: Some(3),
+                },
+            ),
+            (
+                protocol::Event::Agreed {
+                    seq: 1,
+                    flags: 6,
+                    view: protocol::View {
+                        id: 2,
+                        failed: vec![1, 5],
+                    },
+                    hops: 4,
+                },
+                AgentEvent::Agreed {
+                    seq: 1,
+                    flags: 6,
+                    view: 2,
+                    failed: vec![1, 5],
+                    hops: Some(4),
+                },
+            ),
+            (
+                protocol::Event::AgreeAborted {
+                    seq: 3,
+                    reason: protocol::AgreeAbort::Excluded,
+                },
+                AgentEvent::AgreeAborted {
+                    seq: 3,
+                    reason: "excluded".into(),
+                },
+            ),
         ];
         for (event, want) in cases {
             let line = clock()
@@ -392,6 +504,17 @@ mod tests {
             let parsed = AgentLine::parse(&line.to_json().unwrap()).unwrap();
             assert_eq!(parsed.event, want);
             assert_eq!(parsed.stamp.me, Some(3));
+        }
+    }
+
+    #[test]
+    fn stdin_control_lines() {
+        assert_eq!(control("shutdown"), Control::Shutdown);
+        assert_eq!(control(" agree "), Control::Agree(u64::MAX));
+        assert_eq!(control("agree 6"), Control::Agree(6));
+        assert_eq!(control("agree 0xff"), Control::Agree(255));
+        for bad in ["agree x", "agree 1 2", "", "stop", "shutdown now"] {
+            assert_eq!(control(bad), Control::Unknown, "{bad}");
         }
     }
 

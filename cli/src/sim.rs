@@ -46,7 +46,8 @@ pub struct SimArgs {
     /// consecutive:R+K@T (K ring neighbours from R), host:H@T,
     /// partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T,
     /// bcast:R@T (R broadcasts a payload), glitch:R>P@T (R sees a spurious
-    /// transport error about P).
+    /// transport error about P), agree@T (every running rank starts an
+    /// agreement; rank r's flags are all ones but bit r mod 64).
     #[arg(long = "fail", value_name = "SPEC")]
     pub fail: Vec<FaultSpec>,
     /// Broadcast overlay.
@@ -74,6 +75,10 @@ pub struct SimArgs {
     /// Uniform extra delay per message, up to this.
     #[arg(long, value_name = "D", default_value = "500ns", value_parser = parse_duration)]
     pub jitter: Duration,
+    /// Time between two copies leaving one rank: a fan-out of k copies
+    /// takes k times this, and a crash in its middle cuts it.
+    #[arg(long, value_name = "D", default_value = "1us", value_parser = parse_duration)]
+    pub send_cost: Duration,
     /// How long a write or send to a dead process takes to error, or `off`.
     #[arg(long, value_name = "D|off", default_value = "3ms", value_parser = parse_inband_latency)]
     pub inband_latency: InbandLatency,
@@ -138,6 +143,7 @@ impl SimArgs {
             latency: self.latency,
             jitter: self.jitter,
             inband_latency: self.inband_latency.0,
+            send_cost: self.send_cost,
             connect: self.connect,
         };
         cfg.faults = self.fail.clone();
@@ -237,6 +243,8 @@ mod tests {
             "off",
             "--quorum",
             "off",
+            "--send-cost",
+            "0ns",
             "--seed",
             "9",
             "--json",
@@ -265,6 +273,7 @@ mod tests {
             ),
             (9, None, BcastKind::Chord, QuorumMode::Off)
         );
+        assert_eq!(cfg.net.send_cost, Duration::ZERO);
     }
 
     #[test]
@@ -284,6 +293,7 @@ mod tests {
         assert_eq!(engine.startup_grace(), Duration::from_millis(300));
         let a = parse(&["--ranks", "4"]).unwrap();
         assert_eq!(a.timeout, EngineConfig::DEFAULT_TIMEOUT);
+        assert_eq!(a.send_cost, NetModel::DEFAULT_SEND_COST);
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn plan(ranks: u32, faults: &[(FaultKind, u32, u64)], duration_ms: u64) -> Plan 
             timeout: Duration::from_millis(100),
         },
         schedule: Schedule::new(ranks, faults, duration).expect("a valid schedule"),
+        agree: Vec::new(),
         duration,
         env: vec![("FFD_DOMAIN".into(), "lo".into())],
         hosts: Some(2),

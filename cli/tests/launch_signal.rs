@@ -48,6 +48,7 @@ fn sigterm_shuts_the_job_down_and_reaps_every_agent() {
             timeout: Duration::from_millis(100),
         },
         schedule: Schedule::default(),
+        agree: Vec::new(),
         duration: Some(Duration::from_secs(600)),
         env: vec![("SCRATCH".into(), scratch.display().to_string())],
         hosts: None,

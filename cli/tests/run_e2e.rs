@@ -253,3 +253,65 @@ fn an_unavailable_provider_is_named_with_the_available_ones() {
     assert!(err.contains("nosuchfabric"), "{err}");
     assert!(err.contains("tcp"), "lists the available providers: {err}");
 }
+
+/// `ffd run` prints view changes and `--agree` agreements: after a kill,
+/// every survivor raises view 1 naming the victim, and an agreement asked
+/// after it is decided identically by every survivor, naming the victim.
+#[test]
+fn view_changes_and_agreements_are_identical_at_every_survivor() {
+    let (report, out) = run_job(&[
+        "-n",
+        "6",
+        "--kill",
+        "4@400ms",
+        "--agree",
+        "300ms",
+        "--agree",
+        "1000ms",
+        "--duration",
+        "1500ms",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let survivors = serde_json::json!([0, 1, 2, 3, 5]);
+    // View 1, then (maybe) views of the shutdown's departures.
+    let views = report["views"].as_array().unwrap();
+    assert!(!views.is_empty(), "{report:#}");
+    for v in views {
+        assert_eq!(v["distinct_failed_sets"], 1, "{report:#}");
+    }
+    assert_eq!(views[0]["id"], 1);
+    assert_eq!(views[0]["failed"], serde_json::json!([4]));
+    assert_eq!(views[0]["distinct_failed_sets"], 1);
+    assert_eq!(views[0]["raised_by"], survivors, "{report:#}");
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 2, "{report:#}");
+    // Before the kill: all six, nobody out.
+    assert_eq!(
+        agreements[0]["decided_by"],
+        serde_json::json!([0, 1, 2, 3, 4, 5])
+    );
+    assert_eq!(agreements[0]["distinct_decisions"], 1);
+    assert_eq!(agreements[0]["failed"], serde_json::json!([]));
+    // After it: the survivors, the same decision, naming the victim.
+    assert_eq!(agreements[1]["decided_by"], survivors, "{report:#}");
+    assert_eq!(agreements[1]["distinct_decisions"], 1);
+    assert_eq!(agreements[1]["failed"], serde_json::json!([4]));
+    assert_eq!(agreements[1]["view"], 1);
+    assert!(agreements[1]["latency_ms"].as_f64().unwrap() >= 0.0);
+    // The timeline says so as it happens.
+    assert!(stdout.contains("raised view 1: rank 4 out"), "{stdout}");
+    assert!(
+        stdout.contains("all 5 live ranks raised view 1 identically"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("all 5 live ranks decided agreement 2 identically"),
+        "{stdout}"
+    );
+    assert_no_false_reports(&report);
+}

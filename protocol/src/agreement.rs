@@ -9,9 +9,11 @@
 //! Messages leave as [`Out`] values; a driver (the Engine) encodes them.
 //!
 //! # The value
-//! A participant contributes `flags` and the failed set it knows; values
-//! merge by AND of flags and union of failed sets (idempotent and
-//! commutative, so a value merged twice, or by two paths, changes nothing).
+//! A participant contributes `flags`, the failed set it knows and the id
+//! of the newest view it has (`view`, used by the Engine's user
+//! agreements; 0 elsewhere); values merge by AND of flags, union of failed
+//! sets and max of view ids (idempotent and commutative, so a value merged
+//! twice, or by two paths, changes nothing).
 //!
 //! # The tree
 //! The binomial tree over ranks rooted at the lowest rank not known failed:
@@ -60,35 +62,47 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::Rank;
 
 /// A contribution, a subtree's aggregate, or a decision: the AND of the
-/// participants' flags and the union of their failed sets.
+/// participants' flags, the union of their failed sets and the newest of
+/// their view ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Value {
     pub flags: u64,
     /// Ascending, no duplicates.
     pub failed: Vec<Rank>,
+    /// The newest view id among the participants (max).
+    pub view: u64,
 }
 
 impl Value {
-    /// A participant's contribution (`failed` ascending).
+    /// A participant's contribution (`failed` ascending), view id 0.
     pub fn new(flags: u64, failed: &[Rank]) -> Value {
         debug_assert!(failed.windows(2).all(|w| w[0] < w[1]));
         Value {
             flags,
             failed: failed.to_vec(),
+            view: 0,
         }
     }
 
-    /// The neutral value: all flags set, nobody failed.
+    /// The same value with view id `view`.
+    pub fn with_view(mut self, view: u64) -> Value {
+        self.view = view;
+        self
+    }
+
+    /// The neutral value: all flags set, nobody failed, view 0.
     pub fn neutral() -> Value {
         Value {
             flags: u64::MAX,
             failed: Vec::new(),
+            view: 0,
         }
     }
 
-    /// AND of flags, union of failed sets.
+    /// AND of flags, union of failed sets, max of view ids.
     pub fn merge(&mut self, other: &Value) {
         self.flags &= other.flags;
+        self.view = self.view.max(other.view);
         self.merge_failed(&other.failed);
     }
 
@@ -535,9 +549,9 @@ mod tests {
 
     #[test]
     fn values_merge_by_and_and_union() {
-        let mut a = Value::new(0b1110, &[1, 5]);
-        a.merge(&Value::new(0b0111, &[2, 5, 9]));
-        assert_eq!(a, Value::new(0b0110, &[1, 2, 5, 9]));
+        let mut a = Value::new(0b1110, &[1, 5]).with_view(3);
+        a.merge(&Value::new(0b0111, &[2, 5, 9]).with_view(2));
+        assert_eq!(a, Value::new(0b0110, &[1, 2, 5, 9]).with_view(3));
         let before = a.clone();
         a.merge(&before);
         assert_eq!(a, before, "idempotent");

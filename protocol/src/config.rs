@@ -142,7 +142,7 @@ setting_enum!(
 
 setting_enum!(
     /// How a declaration from silence is made (`FFD_QUORUM`, `docs/design.md`
-    /// §4.10). Proof of death (an error the peer's kernel caused) is always
+    /// §4.11). Proof of death (an error the peer's kernel caused) is always
     /// declared at once.
     QuorumMode, "majority|off", {
         /// Silence (a timeout, a refusal run) is an accusation that a

@@ -29,8 +29,8 @@ pub use config::{
     RingKind, Time,
 };
 pub use engine::{
-    Cause, Confirmation, Engine, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
-    HandleError, HeartbeatMode, Input, Output, Participation, Stats, TransportErrorKind,
+    AgreeAbort, Cause, Confirmation, Engine, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
+    HandleError, HeartbeatMode, Input, Output, Participation, Stats, TransportErrorKind, View,
     slot_digest, slot_generation, slot_value,
 };
 pub use overlay::Overlay;

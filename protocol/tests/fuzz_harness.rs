@@ -16,7 +16,7 @@ mod harness;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed};
 use ffd_protocol::{
     Cause, Engine, EngineConfig, Event, FabricSaid, FailureDetail, HandleError, Output,
-    RejectReason, Ring, Time,
+    RejectReason, Ring, Time, View,
 };
 use harness::check::{Call, EngineCheck, Step, Violation, Violations, decode_round_trip};
 use harness::dice::Dice;
@@ -77,6 +77,8 @@ fn twenty_thousand_inputs_raise_no_panic_and_break_no_invariant() {
         "Left event",
         "Payload event",
         "SelfExcluded event",
+        "ViewChange event",
+        "Agreed event",
         "crash",
     ] {
         assert!(
@@ -228,6 +230,40 @@ fn the_checks_catch_what_they_forbid() {
     // And the Engine, which saw none of these, disagrees with the tally.
     check.at_end(&e, &mut v);
     assert_eq!(v.count(Violation::StatsDisagree), 1, "{:?}", v.first);
+
+    // Views and agreements out of order: view 2 before view 1, a view
+    // naming a rank never reported, a decision nobody called for.
+    let mut v = Violations::default();
+    let (e, mut check) = engine_and_check();
+    let out_of_order = [
+        Output::Event(Event::ViewChange {
+            id: 2,
+            failed: vec![],
+            hops: 0,
+        }),
+        Output::Event(Event::ViewChange {
+            id: 3,
+            failed: vec![1],
+            hops: 0,
+        }),
+        Output::Event(Event::Agreed {
+            seq: 1,
+            flags: 0,
+            view: View {
+                id: 0,
+                failed: vec![],
+            },
+            hops: 0,
+        }),
+    ];
+    check.after(
+        &e,
+        &keys(),
+        step(Call::Handle, now, None),
+        &out_of_order,
+        &mut v,
+    );
+    assert_eq!(v.count(Violation::ViewsOutOfOrder), 3, "{:?}", v.first);
 
     // A deadline left at or before `now` by handle_timeout.
     let mut v = Violations::default();

@@ -3,8 +3,10 @@
 //! key, or changed on the way without it), every byte changed.
 
 use ffd_protocol::RejectReason;
+use ffd_protocol::agreement::Value;
 use ffd_protocol::wire::{
-    self, Encoder, HEADER_LEN, JobKeys, Kind, Message, OutcomeVerdict, ProbeVerdict, SLOTS, TAG_LEN,
+    self, AgreementId, Encoder, HEADER_LEN, JobKeys, Kind, Message, OutcomeVerdict, ProbeVerdict,
+    SLOTS, TAG_LEN,
 };
 use proptest::prelude::*;
 
@@ -58,7 +60,7 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
     let sender = 0..N;
     (
         sender,
-        0u8..11,
+        0u8..13,
         any::<u32>(),
         any::<u64>(),
         sorted_ranks(),
@@ -83,13 +85,20 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
                 7 => e.suspect(x % N, y as u32, (y % u64::from(N)) as u32, 2),
                 8 => e.vote(x % N, y as u32, 1, (y % 4) as u16),
                 9 => e.refute(x % N, y as u32),
-                _ => e.outcome(
+                10 => e.outcome(
                     x % N,
                     y as u32,
                     (y % u64::from(N)) as u32,
                     1,
                     OutcomeVerdict::NoQuorum,
                 ),
+                11 => {
+                    let v = Value::new(y, &a).with_view(u64::from(x));
+                    let d = Value::new(!y, &b);
+                    let decided = (x % 2 == 0).then_some(&d);
+                    e.agree_up(AgreementId::View(1 + y % 9), x as u16, x % N, &v, decided)
+                }
+                _ => e.agree_down(AgreementId::User(1 + y), 2, x % N, &Value::new(y, &b)),
             };
             seal(&m, 1 + y % 1_000_000)
         })
@@ -139,6 +148,25 @@ proptest! {
     }
 
     #[test]
+    fn agreement_messages_round_trip(sender in 0..N, root in 0..N, hops in any::<u16>(), number in 1..u64::MAX, flags in any::<u64>(), view in any::<u64>(), a in sorted_ranks(), b in sorted_ranks(), user in any::<bool>(), decided in any::<bool>()) {
+        let e = Encoder::new(KEY, sender);
+        let id = if user { AgreementId::User(number) } else { AgreementId::View(number) };
+        let value = Value::new(flags, &a).with_view(view);
+        let d = Value::new(!flags, &b).with_view(view / 2);
+        let m = seal(&e.agree_up(id, hops, root, &value, decided.then_some(&d)), 7);
+        let (h, msg) = decode(&m, &keys(), N).expect("round trip");
+        prop_assert_eq!(h.kind, Kind::AgreeUp);
+        let Message::AgreeUp(up) = msg else { return Err(TestCaseError::fail("kind")) };
+        prop_assert_eq!((up.id, up.hops, up.root), (id, hops, root));
+        prop_assert_eq!(up.value.to_value(), value);
+        prop_assert_eq!(up.decided.map(|d| d.to_value()), decided.then(|| d.clone()));
+        let m = seal(&e.agree_down(id, hops, root, &d), 8);
+        let Message::AgreeDown(down) = decode(&m, &keys(), N).unwrap().1 else { return Err(TestCaseError::fail("kind")) };
+        prop_assert_eq!((down.id, down.hops, down.root), (id, hops, root));
+        prop_assert_eq!(down.decision.to_value(), d);
+    }
+
+    #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         // Rejected (no tag verifies); whatever decodes must be self-consistent.
         let decoded = decode(&bytes, &keys(), N);
@@ -150,7 +178,7 @@ proptest! {
     }
 
     #[test]
-    fn random_bodies_behind_a_valid_header_never_panic(kind in 1u8..8, body in proptest::collection::vec(any::<u8>(), 0..200)) {
+    fn random_bodies_behind_a_valid_header_never_panic(kind in prop::sample::select(Kind::ALL.iter().map(|&k| k as u8).collect::<Vec<_>>()), body in proptest::collection::vec(any::<u8>(), 0..200)) {
         // Garbage sealed by a key holder: the tag holds, the body is read.
         let mut m = Encoder::new(KEY, 1).probe(0, 0);
         m.truncate(HEADER_LEN);
@@ -162,6 +190,9 @@ proptest! {
             prop_assert_eq!(h.kind as u8, kind);
             if let Message::Notice(n) = msg {
                 prop_assert!(n.origin < 1000 && n.failed.iter().all(|r| r < 1000));
+            }
+            if let Message::AgreeUp(up) = msg {
+                prop_assert!(up.root < 1000 && up.value.failed.iter().all(|r| r < 1000));
             }
         }
     }
@@ -228,7 +259,8 @@ proptest! {
         let mut k = unsealed(&m);
         k[5] = 0;
         prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
-        k[5] = 16 + (flip % 200); // kinds 1–15 are taken or reserved (docs/design.md §5)
+        // 8..=13 are taken, 14 is reserved for work in flight.
+        k[5] = 15 + (flip % 200);
         prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
         prop_assert_eq!(decode(&field(6..8), &keys(), N).err(), Some(RejectReason::ReservedBits));
         let mut s = unsealed(&m);
@@ -254,6 +286,8 @@ proptest! {
             Message::ObserveMe { .. } => Some(sender),
             Message::Suspect { accuser, suspect, .. } | Message::Outcome { accuser, suspect, .. } => Some(accuser.max(suspect).max(sender)),
             Message::Vote { accuser, .. } | Message::Refute { accuser, .. } => Some(accuser.max(sender)),
+            Message::AgreeUp(up) => up.value.failed.iter().chain(up.decided.iter().flat_map(|d| d.failed.iter())).chain([up.root, sender]).max(),
+            Message::AgreeDown(down) => down.decision.failed.iter().chain([down.root, sender]).max(),
         };
         if let Some(max) = max_named {
             prop_assert_eq!(decode(&m, &keys(), max).err(), Some(RejectReason::RankOutOfRange));

@@ -16,7 +16,7 @@ use super::ffd_result::{self, *};
 use super::write_text;
 use crate::bootstrap::BootstrapError;
 use crate::config::ConfigError;
-use crate::runtime::{DetectorError, StartError};
+use crate::runtime::{AgreeError, DetectorError, StartError};
 
 impl ffd_result {
     pub(super) const ALL: [ffd_result; 13] = [
@@ -39,7 +39,7 @@ impl ffd_result {
         match self {
             FFD_OK => c"success",
             FFD_NO_EVENT => c"no event is queued",
-            FFD_BUFFER_TOO_SMALL => c"the event's payload needs a larger buffer",
+            FFD_BUFFER_TOO_SMALL => c"the output needs a larger buffer",
             FFD_STALE => c"the detector is no longer running: the answer is stale",
             FFD_ERR_NULL => c"a required pointer argument is NULL",
             FFD_ERR_INVALID_ARGUMENT => c"invalid argument",
@@ -101,6 +101,16 @@ impl From<StartError> for Error {
                 FFD_ERR_CONFIG
             }
             _ => FFD_ERR_SYSTEM,
+        };
+        Error::new(code, e.to_string())
+    }
+}
+
+impl From<AgreeError> for Error {
+    fn from(e: AgreeError) -> Error {
+        let code = match e {
+            AgreeError::OnProgressThread => FFD_ERR_INVALID_ARGUMENT,
+            AgreeError::Left | AgreeError::Excluded | AgreeError::Stopped(_) => FFD_ERR_STOPPED,
         };
         Error::new(code, e.to_string())
     }

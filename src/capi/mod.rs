@@ -29,7 +29,9 @@
 //! - `config.rs`: ffd_config_t, a typed settings builder;
 //! - `lifecycle.rs`: ffd_init() and ffd_finalize();
 //! - `queries.rs`: what a running detector is asked (ffd_is_alive() ...
-//!   ffd_stats()) and ffd_broadcast().
+//!   ffd_stats()) and ffd_broadcast();
+//! - `agree.rs`: agreements (ffd_agree(), ffd_iagree() and its request)
+//!   and the latest view (ffd_view()).
 //!
 //! Every doc comment of their exported items ends up in `include/ffd.h` as
 //! a Doxygen comment.
@@ -40,6 +42,7 @@ use std::ffi::{CStr, c_char};
 
 use crate::runtime::Detector;
 
+mod agree;
 mod config;
 mod error;
 mod lifecycle;
@@ -49,6 +52,7 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+pub use agree::*;
 pub use config::*;
 pub use error::*;
 pub use lifecycle::*;

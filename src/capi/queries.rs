@@ -198,15 +198,17 @@ fn fresh_or_stale(h: &ffd_t) -> ffd_result {
 }
 
 /// Takes the oldest queued event without blocking, and copies its payload
-/// (FFD_EVENT_PAYLOAD) into the caller's buffer: `out->payload` then points
+/// (FFD_EVENT_PAYLOAD's bytes, FFD_EVENT_VIEW's ranks; align the buffer
+/// for uint32_t to read the ranks in place) into the caller's buffer: `out->payload` then points
 /// to `buf` and `out->payload_len` says how many bytes were written. ffd
 /// keeps no pointer into `buf` and none into its own memory is handed out.
 /// A payload larger than `cap` is not taken: the call returns
 /// FFD_BUFFER_TOO_SMALL with `*out` describing the event (`payload` NULL,
 /// `payload_len` the size needed) and the event stays first in line for
 /// the next call, from any thread. A buffer of FFD_MAX_PAYLOAD bytes
-/// always fits; `buf` may be NULL when `cap` is 0 (then only payloads of 0
-/// bytes are taken).
+/// always fits a payload, one of 4 × the job size a view; `buf` may be
+/// NULL when `cap` is 0 (then only payloads of 0 bytes and views naming
+/// nobody are taken).
 ///
 /// The queue holds FFD_EVENT_QUEUE events (1024 by default); when it
 /// overflows, new events are dropped and counted
@@ -259,7 +261,10 @@ pub unsafe extern "C" fn ffd_next_event(
             }
             Some(Ok(event)) => {
                 let mut c = to_c_event(&event, me);
-                if c.kind == ffd_event_kind::FFD_EVENT_PAYLOAD {
+                if matches!(
+                    c.kind,
+                    ffd_event_kind::FFD_EVENT_PAYLOAD | ffd_event_kind::FFD_EVENT_VIEW
+                ) {
                     if c.payload_len > 0 {
                         // SAFETY: `buf` is valid for `cap` >= `payload_len`
                         // bytes (contract; checked by `fits`), and the event

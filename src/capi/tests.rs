@@ -803,4 +803,5 @@ fn errors_map_to_their_codes() {
     assert_eq!(code(start.into()), FFD_ERR_BOOTSTRAP);
 }
 
+mod agree;
 mod lifetimes;

@@ -36,7 +36,10 @@ pub enum ffd_result {
     /// ffd_next_event(): the next event's payload does not fit the buffer.
     /// The event is described (its `payload_len` is the size needed,
     /// `payload` is NULL) and stays first in line: call again with a buffer
-    /// of at least `payload_len` bytes (FFD_MAX_PAYLOAD always fits).
+    /// of at least `payload_len` bytes (FFD_MAX_PAYLOAD always fits a
+    /// PAYLOAD; 4 × the job size a VIEW). ffd_agree(), ffd_agree_test(),
+    /// ffd_agree_wait(): the decided failed set has more ranks than the
+    /// buffer holds (see those functions).
     FFD_BUFFER_TOO_SMALL = 2,
     /// ffd_epoch(), ffd_failed_ranks(): the detector is no longer running
     /// (this rank was excluded, or its progress thread stopped; see
@@ -103,6 +106,20 @@ pub enum ffd_event_kind {
     /// failed, and ffd_is_alive() returns FFD_ERR_STOPPED. `rank` is this
     /// rank. Call ffd_finalize() to free the handle.
     FFD_EVENT_STOPPED = 6,
+    /// View `seq` was decided: the ranks out of the job (failed or left)
+    /// are at `payload`, as `payload_len / 4` uint32_t in increasing order
+    /// (native byte order; from ffd_next_event(), in the caller's buffer,
+    /// which must then be aligned for uint32_t). Every live rank raises the
+    /// same views in the same order (ids 1, 2, 3, ...), each after the
+    /// FAILED and LEFT events of the ranks it names, so a host can shrink
+    /// its communicator to the view without another round. `hops`: the
+    /// agreement's longest message chain. ffd_view() gives the latest.
+    FFD_EVENT_VIEW = 7,
+    /// This rank's agreement number `seq` (its `seq`-th ffd_agree() or
+    /// ffd_iagree(), from 1) has ended: its request's ffd_agree_test() now
+    /// says done (decided, or FFD_ERR_STOPPED when this rank left or was
+    /// excluded first). `hops` as for VIEW (0 when not decided).
+    FFD_EVENT_AGREED = 8,
 }
 
 /// How this rank learned of a failure (ffd_event_t::cause).
@@ -159,6 +176,7 @@ pub struct ffd_event_t {
     /// FAILED: how this rank learned it. Otherwise FFD_CAUSE_NONE.
     pub cause: ffd_cause,
     /// FAILED: overlay hops the news travelled (0 when detected here).
+    /// VIEW, AGREED: the longest chain of agreement messages behind it.
     pub hops: u32,
     /// Failures known to this rank once this event was applied.
     pub epoch: u64,
@@ -166,12 +184,14 @@ pub struct ffd_event_t {
     pub time_ns: u64,
     /// SLOW_EMITTER: how long the emitter was silent, in ns.
     pub stalled_ns: u64,
-    /// PAYLOAD: the sequence number of the payload from its origin.
+    /// PAYLOAD: the sequence number of the payload from its origin. VIEW:
+    /// the view's id. AGREED: the agreement's sequence number.
     pub seq: u64,
-    /// PAYLOAD: the bytes (see the ownership note above); NULL otherwise.
+    /// PAYLOAD: the bytes; VIEW: the ranks out of the view, as uint32_t
+    /// (see the ownership note above); NULL otherwise.
     pub payload: *const u8,
-    /// PAYLOAD: the number of bytes at `payload` (with FFD_BUFFER_TOO_SMALL:
-    /// the number of bytes needed).
+    /// PAYLOAD, VIEW: the number of bytes at `payload` (with
+    /// FFD_BUFFER_TOO_SMALL: the number of bytes needed).
     pub payload_len: usize,
     /// STOPPED: what stopped the detector. Otherwise FFD_STOP_NONE.
     pub stop_cause: ffd_stop_cause,
@@ -329,6 +349,16 @@ pub struct ffd_config_t {
     pub(super) callback: Option<HostCallback>,
 }
 
+/// An agreement in progress (ffd_iagree()), until ffd_agree_free(). It
+/// keeps its result once known, so ffd_agree_test() may be called again
+/// (with a larger buffer). Independent of the detector's handle: it may be
+/// freed before or after ffd_finalize() (an agreement still open at
+/// ffd_finalize() ends with FFD_ERR_STOPPED). One thread at a time per
+/// request.
+pub struct ffd_agree_req_t {
+    pub(super) request: crate::runtime::AgreeRequest,
+}
+
 /// A running detector, from ffd_init() to ffd_finalize(). Every function
 /// taking a `const ffd_t *` may be called from any thread, concurrently;
 /// ffd_is_alive(), ffd_epoch() and ffd_failed_ranks() never take a lock.
@@ -423,6 +453,23 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
             c.seq = *seq;
             c.payload = bytes.as_ptr();
             c.payload_len = bytes.len();
+        }
+        protocol::Event::ViewChange { id, failed, hops } => {
+            c.kind = ffd_event_kind::FFD_EVENT_VIEW;
+            c.seq = *id;
+            c.hops = u32::from(*hops);
+            // The ranks as uint32_t, aligned: `failed` is a Vec<u32>.
+            c.payload = failed.as_ptr().cast::<u8>();
+            c.payload_len = std::mem::size_of_val(failed.as_slice());
+        }
+        protocol::Event::Agreed { seq, hops, .. } => {
+            c.kind = ffd_event_kind::FFD_EVENT_AGREED;
+            c.seq = *seq;
+            c.hops = u32::from(*hops);
+        }
+        protocol::Event::AgreeAborted { seq, .. } => {
+            c.kind = ffd_event_kind::FFD_EVENT_AGREED;
+            c.seq = *seq;
         }
     }
     c

@@ -83,6 +83,28 @@ impl Delivery {
                     "emitter {rank} is slow: its slot stood still for {stalled_for:?}"
                 ));
             }
+            protocol::Event::ViewChange { id, failed, .. } => {
+                self.logger.info(format_args!(
+                    "view {id}: {} out ({})",
+                    failed.len(),
+                    crate::protocol::ranks::format_ranks(failed)
+                ));
+            }
+            protocol::Event::Agreed {
+                seq, flags, view, ..
+            } => {
+                self.logger.debug(format_args!(
+                    "agreement {seq} decided: flags {flags:#x}, view {} with {} out",
+                    view.id,
+                    view.failed.len()
+                ));
+            }
+            protocol::Event::AgreeAborted { seq, reason } => {
+                self.logger.info(format_args!(
+                    "agreement {seq} ends undecided: this rank {}",
+                    reason.as_str()
+                ));
+            }
             protocol::Event::Payload { .. } => {}
         }
         self.hand_over(Event::Protocol(event));

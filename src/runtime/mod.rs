@@ -30,6 +30,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agree;
 mod delivery;
 pub mod events;
 pub mod evidence;
@@ -55,6 +56,7 @@ use crate::config::Config;
 use crate::fabric::{FabricError, MemoryRegion, SlotPage};
 use crate::protocol::{self, Rank};
 
+pub use agree::{AgreeError, AgreeRequest, Agreement};
 pub use events::EventQueue;
 pub use failed_bits::FailedBits;
 pub use placement::Placement;
@@ -92,7 +94,9 @@ impl DetectorEvent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// What the protocol raised: a failure, a clean leave, this rank's
-    /// exclusion, a slow emitter, an application payload.
+    /// exclusion, a slow emitter, an application payload, a view change,
+    /// the end of one of this rank's agreements (its result is already in
+    /// its request: [`Detector::iagree`]).
     Protocol(protocol::Event),
     /// The progress thread stopped on an error or a panic (not a leave or
     /// an exclusion): the last event. From now on nothing watches the job
@@ -175,6 +179,8 @@ struct PublishedState {
     events: EventQueue<DetectorEvent>,
     /// Published with `try_lock` by the progress thread.
     stats: Mutex<StatsSnapshot>,
+    /// Agreements in flight and the latest view (`agree`).
+    agreements: agree::AgreeBook,
     logger: Logger,
 }
 

@@ -32,6 +32,7 @@ use crate::protocol::{
     Time, TransportErrorKind, wire,
 };
 
+use super::AgreeError;
 use super::delivery::Delivery;
 use super::evidence::{classify_completion, classify_post};
 use super::link::{self, Linked, WARM_UP};
@@ -49,7 +50,8 @@ pub const MAX_APP_PAYLOAD: usize = 8 * 1024;
 /// Send and receive buffers for a job of `ranks`: (count, bytes each).
 /// A message is bounded by its rank lists, each at most a bitmap of
 /// `ranks` bits (the encoder picks the smallest of deltas, ranges and
-/// bitmap; a notice or sync carries a failed and a left list) and a sync
+/// bitmap; a notice or sync carries a failed and a left list, an
+/// agreement's Up a value's and a decision's failed lists) and a sync
 /// request's payload marks ([`wire::MAX_MARKS_LEN`]), or by a payload of
 /// [`MAX_APP_PAYLOAD`]; every message of the protocol fits.
 pub(super) fn message_buffers(ranks: u32) -> (usize, usize) {
@@ -73,6 +75,9 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub(super) enum Command {
     Broadcast(Vec<u8>),
+    /// Start this rank's next user agreement (its request waits first in
+    /// the book's `sent` list).
+    Agree(u64),
     /// Announce a clean leave, linger, then stop.
     Leave,
     /// Stop now (after a leave that did not finish in time).
@@ -183,6 +188,11 @@ pub(super) fn run(mut parts: Parts) {
     // unwinding: the fabric resources are closed before the host hears.
     let end = catch_unwind(AssertUnwindSafe(|| drive(parts, &mut delivery)))
         .unwrap_or_else(|payload| End::Stopped(StopReason::panic(payload.as_ref())));
+    let why = match &end {
+        End::Left => AgreeError::Left,
+        End::Excluded => AgreeError::Excluded,
+        End::Stopped(reason) => AgreeError::Stopped(reason.to_string()),
+    };
     match end {
         End::Left => {
             shared.life.left();
@@ -191,6 +201,8 @@ pub(super) fn run(mut parts: Parts) {
         End::Excluded => {}
         End::Stopped(reason) => delivery.stopped(reason),
     }
+    // Nothing answers agreements any more: every open one ends here.
+    shared.agreements.close(why);
     shared.life.thread_ended();
 }
 
@@ -349,6 +361,17 @@ impl Core<'_> {
                     if let Err(e) = self.engine.handle(now, Input::Broadcast(&bytes)) {
                         self.logger.warn(format_args!("broadcast refused: {e}"));
                     }
+                }
+                Ok(Command::Agree(flags)) => {
+                    let now = self.now();
+                    let seq = match self.engine.handle(now, Input::Agree { flags }) {
+                        Ok(()) => Ok(self.engine.agreements_called()),
+                        Err(_) if self.engine.participation() == Participation::Excluded => {
+                            Err(AgreeError::Excluded)
+                        }
+                        Err(_) => Err(AgreeError::Left),
+                    };
+                    self.shared.agreements.numbered(seq);
                 }
                 Ok(Command::Leave) => self.begin_leave(),
                 Ok(Command::Stop) => self.stop = true,
@@ -582,7 +605,12 @@ impl Core<'_> {
                         self.send(endpoint, to, bytes);
                     }
                 }
-                Output::Event(event) => self.delivery.protocol_event(event),
+                // An agreement's result reaches its request before the
+                // host hears of it.
+                Output::Event(event) => {
+                    self.shared.agreements.on_event(&event);
+                    self.delivery.protocol_event(event);
+                }
                 // Only in the simulator's modelled mode.
                 Output::HeartbeatStream { .. } => {}
             }
@@ -704,7 +732,8 @@ impl Core<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::{Encoder, MAX_MARKS, TAG_LEN};
+    use crate::protocol::agreement::Value;
+    use crate::protocol::wire::{AgreementId, Encoder, MAX_MARKS, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
     /// encoder must send whole), the worst sync request (those lists and
@@ -732,6 +761,15 @@ mod tests {
             assert!(sync <= size, "N={ranks}: sync {sync} > {size}");
             let payload = enc.payload(0, 0, 0, &vec![7u8; MAX_APP_PAYLOAD]).len() + TAG_LEN;
             assert!(payload <= size, "N={ranks}: payload {payload} > {size}");
+            // An agreement's Up: its value and a decision, each a failed
+            // list as dense as can be.
+            let value = Value::new(u64::MAX, &failed).with_view(u64::MAX);
+            let decided = Value::new(0, &left).with_view(1);
+            let id = AgreementId::User(u64::MAX);
+            let up = enc.agree_up(id, u16::MAX, 0, &value, Some(&decided)).len() + TAG_LEN;
+            assert!(up <= size, "N={ranks}: agree_up {up} > {size}");
+            let down = enc.agree_down(id, u16::MAX, 0, &value).len() + TAG_LEN;
+            assert!(down <= size, "N={ranks}: agree_down {down} > {size}");
         }
     }
 }

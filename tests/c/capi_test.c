@@ -10,7 +10,10 @@
  * exchange is an allgather over a shared buffer (what MPI_Allgather does
  * for an MPI library): start, queries, a broadcast seen by the callback and
  * by the queue of every rank, its origin's too (copied into the caller's
- * buffer, or waiting for a large enough one), a clean departure, finalize.
+ * buffer, or waiting for a large enough one), agreements
+ * (ffd_iagree()/ffd_agree_test(), ffd_agree()), a clean departure and the
+ * view naming it (FFD_EVENT_VIEW, ffd_view(), an agreement of the others
+ * then naming it), finalize.
  * Part 3 runs another such job in which rank 0's callback blocks: its
  * ffd_finalize() must wait for the callback to return, no callback may run
  * after it (the callback's userdata is freed right after it returns, so
@@ -105,7 +108,7 @@ static size_t slot_len[RANKS];
 
 typedef struct {
     int rank;
-    atomic_int payloads, lefts, others;
+    atomic_int payloads, lefts, views, agreed, others;
     char payload[64];
     size_t payload_len;
 } rank_ctx_t;
@@ -151,6 +154,12 @@ static void on_event(void *userdata, const ffd_event_t *ev) {
         break;
     case FFD_EVENT_LEFT:
         atomic_fetch_add(&me->lefts, 1);
+        break;
+    case FFD_EVENT_VIEW:
+        atomic_fetch_add(&me->views, 1);
+        break;
+    case FFD_EVENT_AGREED:
+        atomic_fetch_add(&me->agreed, 1);
         break;
     default:
         atomic_fetch_add(&me->others, 1);
@@ -271,13 +280,46 @@ static void *rank_main(void *arg) {
           memcmp(me->payload, "hello", 5) == 0);
     CHECK(barrier_wait(&barrier) == 0);
 
-    /* The last rank leaves; the others see a departure, not a failure. */
+    /* Agreements: the AND of every rank's flags, the same view everywhere. */
+    uint64_t flags = 0, view = 99;
+    uint32_t ranks[RANKS] = {7, 7, 7};
+    ffd_agree_req_t *req = NULL;
+    CHECK(ffd_view(h, &view, ranks, RANKS, &n) == FFD_OK && view == 0 && n == 0 && ranks[0] == 7);
+    CHECK(ffd_view(h, NULL, ranks, RANKS, &n) == FFD_ERR_NULL);
+    CHECK(ffd_iagree(h, 0, NULL) == FFD_ERR_NULL);
+    CHECK(ffd_iagree(NULL, 0, &req) == FFD_ERR_NULL && req == NULL);
+    CHECK(ffd_iagree(h, ~(1ull << me->rank), &req) == FFD_OK && req != NULL);
+    CHECK(wait_event(h, FFD_EVENT_AGREED, 0, &ev, buf, sizeof buf) == 0 && ev.seq == 1);
+    int done = 0;
+    CHECK(ffd_agree_test(h, req, &done, &flags, &view, ranks, RANKS, &n) == FFD_OK && done == 1 &&
+          flags == ~7ull && view == 0 && n == 0);
+    CHECK(ffd_agree_test(NULL, req, &done, NULL, &view, ranks, RANKS, &n) == FFD_ERR_NULL);
+    CHECK(ffd_agree_test(h, NULL, &done, &flags, &view, ranks, RANKS, &n) == FFD_ERR_NULL);
+    ffd_agree_free(req);
+    ffd_agree_free(NULL);
+    CHECK(ffd_agree(h, me->rank == 1 ? 6 : 3, &flags, &view, ranks, RANKS, &n) == FFD_OK && flags == 2 &&
+          view == 0 && n == 0);
+    CHECK(ffd_agree(h, 0, NULL, &view, ranks, RANKS, &n) == FFD_ERR_NULL);
+    /* Its event is queued after the result reached the request. */
+    CHECK(wait_event(h, FFD_EVENT_AGREED, 0, &ev, buf, sizeof buf) == 0 && ev.seq == 2);
+    CHECK(atomic_load(&me->agreed) == 2);
+    CHECK(barrier_wait(&barrier) == 0);
+
+    /* The last rank leaves; the others see a departure, not a failure,
+     * then a view naming it, and agree without it. */
     if (me->rank == RANKS - 1) {
         CHECK(ffd_finalize(&h) == FFD_OK && h == NULL);
     } else {
         CHECK(wait_event(h, FFD_EVENT_LEFT, RANKS - 1, &ev, buf, sizeof buf) == 0);
         CHECK(ev.cause == FFD_CAUSE_NONE && ev.epoch == 0 && ev.payload == NULL);
-        CHECK(atomic_load(&me->lefts) == 1);
+        CHECK(wait_event(h, FFD_EVENT_VIEW, 0, &ev, NULL, 0) == 1 && ev.payload_len == 4);
+        uint32_t aligned[RANKS];
+        CHECK(wait_event(h, FFD_EVENT_VIEW, 0, &ev, aligned, sizeof aligned) == 0 && ev.seq == 1 &&
+              ev.payload == (const uint8_t *)aligned && ev.payload_len == 4 && aligned[0] == RANKS - 1);
+        CHECK(ffd_view(h, &view, ranks, RANKS, &n) == FFD_OK && view == 1 && n == 1 && ranks[0] == RANKS - 1);
+        CHECK(ffd_agree(h, ~0ull, &flags, &view, ranks, 0, &n) == FFD_BUFFER_TOO_SMALL && flags == ~0ull &&
+              view == 1 && n == 1);
+        CHECK(atomic_load(&me->views) == 1 && atomic_load(&me->lefts) == 1);
         CHECK(ffd_is_alive(h, RANKS - 1) == 0);
         CHECK(ffd_epoch(h, &epoch) == FFD_OK && epoch == 0);
         uint32_t buf[4] = {7, 7, 7, 7};

@@ -101,7 +101,23 @@ impl Child {
         let left = || deadline.saturating_duration_since(Instant::now());
         let status = match self.exited.recv_timeout(left()) {
             Ok(status) => status.unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what)),
-            Err(_) => panic!("{} did not exit within {bound:?}", self.what),
+            Err(_) => {
+                // End it (mpirun forwards SIGTERM to its ranks; the drop
+                // follows with SIGKILL) so that what it printed so far can
+                // be shown: the streams close once the job is gone.
+                let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGTERM);
+                if self.exited.recv_timeout(Duration::from_secs(10)).is_ok() {
+                    self.done = true;
+                }
+                let grace = Duration::from_secs(5);
+                let stdout = self.stdout.recv_timeout(grace).unwrap_or_default();
+                let stderr = self.stderr.recv_timeout(grace).unwrap_or_default();
+                panic!(
+                    "{} did not exit within {bound:?}; its output until SIGTERM:\n\
+                     --- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+                    self.what
+                )
+            }
         };
         self.done = true;
         // The streams close at exit, unless a grandchild holds them.

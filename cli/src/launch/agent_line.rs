@@ -18,6 +18,10 @@
 //! {"event":"self_excluded","by":4,"why":"named","me":3,...}
 //! {"event":"slow_emitter","rank":2,"late_ms":37.0,"me":3,...}
 //! {"event":"payload","origin":1,"seq":0,"text":"revoke","me":3,...}
+//! {"event":"view","id":1,"failed":[5],"hops":6,"me":3,...}
+//! {"event":"agree","seq":1,"flags":18446744073709551615,"me":3,...}
+//! {"event":"agreed","seq":1,"flags":18446744073709551615,"view":1,"failed":[5],"hops":6,"me":3,...}
+//! {"event":"agree_aborted","seq":2,"reason":"left","me":3,...}
 //! {"event":"stats","stats":{...},"me":3,...}
 //! {"event":"exit","me":3,...}
 //! ```
@@ -74,6 +78,28 @@ pub enum AgentEvent {
         seq: u64,
         text: String,
     },
+    /// View `id` was decided: `failed` are the ranks out of the job
+    /// (failed or left), ascending.
+    View {
+        id: u64,
+        failed: Vec<Rank>,
+        /// The agreement's longest message chain.
+        hops: Option<u16>,
+    },
+    /// The agent started its agreement number `seq` with `flags` (a line
+    /// `agree` on its standard input).
+    Agree { seq: u64, flags: u64 },
+    /// This rank's agreement `seq` was decided: the AND of the flags, the
+    /// decided view id and failed set.
+    Agreed {
+        seq: u64,
+        flags: u64,
+        view: u64,
+        failed: Vec<Rank>,
+        hops: Option<u16>,
+    },
+    /// This rank's agreement `seq` ended undecided (`left`, `excluded`).
+    AgreeAborted { seq: u64, reason: String },
     /// The agent's counters at exit, kept as printed.
     Stats {
         #[serde(default)]
@@ -88,13 +114,17 @@ pub enum AgentEvent {
 
 impl AgentEvent {
     /// The event kinds of the contract (the `event` values).
-    pub const KINDS: [&'static str; 8] = [
+    pub const KINDS: [&'static str; 12] = [
         "ready",
         "failed",
         "left",
         "self_excluded",
         "slow_emitter",
         "payload",
+        "view",
+        "agree",
+        "agreed",
+        "agree_aborted",
         "stats",
         "exit",
     ];
@@ -108,6 +138,10 @@ impl AgentEvent {
             AgentEvent::SelfExcluded { .. } => "self_excluded",
             AgentEvent::SlowEmitter { .. } => "slow_emitter",
             AgentEvent::Payload { .. } => "payload",
+            AgentEvent::View { .. } => "view",
+            AgentEvent::Agree { .. } => "agree",
+            AgentEvent::Agreed { .. } => "agreed",
+            AgentEvent::AgreeAborted { .. } => "agree_aborted",
             AgentEvent::Stats { .. } => "stats",
             AgentEvent::Exit => "exit",
             AgentEvent::Unknown { kind } => kind,
@@ -229,6 +263,26 @@ mod tests {
                 seq: 0,
                 text: "revoke".into(),
             },
+            AgentEvent::View {
+                id: 1,
+                failed: vec![5],
+                hops: Some(6),
+            },
+            AgentEvent::Agree {
+                seq: 1,
+                flags: u64::MAX,
+            },
+            AgentEvent::Agreed {
+                seq: 1,
+                flags: u64::MAX - 1,
+                view: 1,
+                failed: vec![5],
+                hops: Some(6),
+            },
+            AgentEvent::AgreeAborted {
+                seq: 2,
+                reason: "left".into(),
+            },
             AgentEvent::Stats {
                 stats: serde_json::json!({"beats": 10}),
             },
@@ -265,6 +319,10 @@ mod tests {
             &["by", "event", "why"],
             &["event", "late_ms", "rank"],
             &["event", "origin", "seq", "text"],
+            &["event", "failed", "hops", "id"],
+            &["event", "flags", "seq"],
+            &["event", "failed", "flags", "hops", "seq", "view"],
+            &["event", "reason", "seq"],
             &["event", "stats"],
             &["event"],
         ];

@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// SIGCONT a stopped rank at TIME after job start (repeatable).
     #[arg(long, value_name = "RANK@TIME")]
     pub cont: Vec<RankAt>,
+    /// Every running agent starts an agreement at TIME after job start
+    /// (repeatable): the timeline shows the decisions, the JSON report's
+    /// `agreements` their latency.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub agree: Vec<Duration>,
     /// Run length after job start; default: 2s after the last fault.
     #[arg(long, value_parser = positive_duration)]
     pub duration: Option<Duration>,
@@ -74,6 +79,10 @@ pub struct RunArgs {
     pub agent_args: Vec<String>,
 }
 
+fn parse_time(text: &str) -> Result<Duration, String> {
+    parse_duration(text).map_err(|e| format!("`{text}` {e}; accepted: {DURATION_FORM}"))
+}
+
 fn positive_duration(text: &str) -> Result<Duration, String> {
     match parse_duration(text) {
         Ok(d) if !d.is_zero() => Ok(d),
@@ -91,6 +100,8 @@ pub enum UsageError {
     Schedule(#[from] ScheduleError),
     #[error("the agents would reject their settings: {0}")]
     Config(#[from] ConfigError),
+    #[error("--agree {}: not before the end of the run (--duration {})", format_duration(*.at), format_duration(*.duration))]
+    AgreeAfterEnd { at: Duration, duration: Duration },
 }
 
 /// The job the options describe, with `env` the launcher's `FFD_*`
@@ -110,6 +121,13 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
         })
     });
     let schedule = Schedule::new(args.ranks, faults, args.duration)?;
+    let mut agree = args.agree.clone();
+    agree.sort_unstable();
+    if let (Some(&at), Some(duration)) = (agree.last(), args.duration) {
+        if at >= duration {
+            return Err(UsageError::AgreeAfterEnd { at, duration });
+        }
+    }
 
     let mut set: Vec<(String, String)> = Vec::new();
     let mut put = |name: &str, value: Option<String>| {
@@ -146,6 +164,7 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
             timeout: config.timeout(),
         },
         schedule,
+        agree,
         duration: args.duration,
         env: set,
         hosts: args.hosts,
@@ -463,6 +482,26 @@ mod tests {
             let err = plan_of(args, &[]).unwrap_err();
             assert!(err.contains(want), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn agreements_are_scheduled_in_order_and_within_the_run() {
+        let plan = plan_of(&["-n", "4", "--agree", "2s", "--agree", "500ms"], &[]).unwrap();
+        assert_eq!(
+            plan.agree,
+            [Duration::from_millis(500), Duration::from_secs(2)]
+        );
+        assert_eq!(plan.end(), Duration::from_secs(4), "2 s after the last");
+        let err = plan_of(&["-n", "4", "--agree", "3s", "--duration", "2s"], &[]).unwrap_err();
+        assert_eq!(
+            err,
+            "--agree 3s: not before the end of the run (--duration 2s)"
+        );
+        assert!(
+            parse(&["-n", "4", "--agree", "soon"])
+                .unwrap_err()
+                .contains("`soon`")
+        );
     }
 
     #[test]

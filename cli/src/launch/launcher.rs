@@ -55,7 +55,10 @@ pub fn default_ready_timeout(ranks: u32) -> Duration {
 pub struct Plan {
     pub info: RunInfo,
     pub schedule: Schedule,
-    /// Run length after start; default: [`DEFAULT_TAIL`] after the last fault.
+    /// When every running agent starts an agreement (`--agree`), ascending.
+    pub agree: Vec<Duration>,
+    /// Run length after start; default: [`DEFAULT_TAIL`] after the last
+    /// fault or agreement.
     pub duration: Option<Duration>,
     /// Variables for every agent (on top of the inherited environment).
     pub env: Vec<(String, String)>,
@@ -69,10 +72,11 @@ impl Plan {
     /// When the launcher starts the shutdown, from job start.
     pub fn end(&self) -> Duration {
         self.duration.unwrap_or_else(|| {
-            if self.schedule.is_empty() {
+            let last_agree = self.agree.last().copied();
+            if self.schedule.is_empty() && last_agree.is_none() {
                 DEFAULT_TAIL
             } else {
-                self.schedule.last() + DEFAULT_TAIL
+                self.schedule.last().max(last_agree.unwrap_or_default()) + DEFAULT_TAIL
             }
         })
     }
@@ -508,13 +512,26 @@ impl Launcher {
         }
     }
 
-    /// Injects the faults on time until the end; why it ended.
+    /// Injects the faults (and `--agree` requests) on time until the end;
+    /// why it ended.
     fn run_faults(&self, job: &mut Job) -> Ending {
         let faults = self.plan.schedule.faults();
+        let agree = &self.plan.agree;
         let end = self.plan.end();
-        let mut next = 0;
+        let (mut next, mut next_agree) = (0, 0);
         loop {
             let now = job.start.elapsed();
+            while next_agree < agree.len() && agree[next_agree] <= now {
+                next_agree += 1;
+                let t = job.now_ms();
+                for a in &mut job.agents {
+                    // A stopped agent reads it when continued; a dead one
+                    // does not (its pipe is closed).
+                    a.send_line("agree");
+                }
+                let facts = job.timeline.agree_requested(t);
+                job.print(&facts);
+            }
             while next < faults.len() && faults[next].at <= now {
                 let fault = faults[next];
                 next += 1;
@@ -552,6 +569,7 @@ impl Launcher {
                 return Ending::AllExited;
             }
             let wake = faults.get(next).map_or(end, |f| f.at.min(end));
+            let wake = agree.get(next_agree).map_or(wake, |&a| a.min(wake));
             match self.rx.recv_timeout(wake.saturating_sub(now)) {
                 Ok(msg) => {
                     if let Some(ending) = job.handle(msg) {

@@ -165,6 +165,19 @@ impl Agent {
         Ok(())
     }
 
+    /// Writes `line` and a newline to the agent's standard input (an
+    /// `--stdin-control` command such as `agree`); false if it is closed.
+    pub fn send_line(&mut self, line: &str) -> bool {
+        match self.stdin.as_mut() {
+            // A dead agent's pipe fails with EPIPE.
+            Some(stdin) => stdin
+                .write_all(format!("{line}\n").as_bytes())
+                .and_then(|()| stdin.flush())
+                .is_ok(),
+            None => false,
+        }
+    }
+
     /// Asks the agent to leave: writes `shutdown` and closes its stdin.
     pub fn request_shutdown(&mut self) {
         if let Some(mut stdin) = self.stdin.take() {

@@ -68,6 +68,13 @@ pub enum Input<'a> {
     /// Engine for a couple of periods (it keeps heartbeating and forwarding)
     /// before closing the endpoint.
     Leave,
+    /// Start (or queue) this rank's next user agreement with `flags`: a
+    /// collective, every live rank must make the same calls in the same
+    /// order. Its sequence number is
+    /// [`Engine::agreements_called`](super::Engine::agreements_called)
+    /// right after; its result comes as [`Event::Agreed`] (or
+    /// [`Event::AgreeAborted`]). Non-blocking.
+    Agree { flags: u64 },
 }
 
 /// Which transport operation failed.
@@ -82,7 +89,7 @@ pub enum TransportErrorKind {
     Unreachable,
 }
 
-/// What a transport error shows about the peer (`docs/design.md` §4.10).
+/// What a transport error shows about the peer (`docs/design.md` §4.11).
 /// The driver classifies: the runtime by the error numbers it measured on
 /// each provider, the simulator by whether the peer's process is dead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -231,6 +238,32 @@ impl Exclusion {
     }
 }
 
+/// A view: its id (0: nobody gone; each view change adds one) and the
+/// ranks out of it (failed or left), ascending.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct View {
+    pub id: u64,
+    pub failed: Vec<Rank>,
+}
+
+/// Why a user agreement of this rank ends without a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AgreeAbort {
+    /// This rank left (`Input::Leave`) before it was decided here.
+    Left,
+    /// This rank was excluded (declared failed by others).
+    Excluded,
+}
+
+impl AgreeAbort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgreeAbort::Left => "left",
+            AgreeAbort::Excluded => "excluded",
+        }
+    }
+}
+
 /// Events for the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -265,6 +298,32 @@ pub enum Event {
         seq: u64,
         bytes: Vec<u8>,
     },
+    /// View `id` was decided: the ranks out of the job are `failed` (failed
+    /// or left, ascending). Every live rank raises the same views in the
+    /// same order (ids 1, 2, 3, …), each after the `Failed`/`Left` events
+    /// of the ranks it names (`docs/design.md` §4.10). `hops`: the longest
+    /// chain of agreement messages behind this rank's decision.
+    ViewChange {
+        id: u64,
+        failed: Vec<Rank>,
+        hops: u16,
+    },
+    /// This rank's user agreement `seq` (the `seq`-th `Input::Agree`) was
+    /// decided: `flags` is the AND of the participants' flags, and `view`
+    /// the decided view: `view.failed` holds every rank that did not take
+    /// part and every failure any participant knew when it joined, and
+    /// `view.id` is the newest view any participant had raised (the set
+    /// holds that view's). Every surviving participant gets the same.
+    /// `hops`: the longest chain of agreement messages behind it.
+    Agreed {
+        seq: u64,
+        flags: u64,
+        view: View,
+        hops: u16,
+    },
+    /// This rank's user agreement `seq` ends without a decision here:
+    /// this rank left or was excluded first.
+    AgreeAborted { seq: u64, reason: AgreeAbort },
 }
 
 /// Errors of [`Engine::handle`](super::Engine::handle). None of them changes
@@ -411,6 +470,13 @@ pub struct Stats {
     /// Accusations of others this rank took no part in: it already held the
     /// most ballots it keeps.
     pub ballots_refused: u64,
+    /// View changes raised (`Event::ViewChange`).
+    pub views_raised: u64,
+    /// User agreements decided here (`Event::Agreed`).
+    pub agreements_decided: u64,
+    /// Agreement messages dropped: for an instance this rank no longer
+    /// keeps or is too far ahead of, or received after this rank left.
+    pub agreement_messages_dropped: u64,
 }
 
 impl Stats {

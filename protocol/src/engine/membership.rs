@@ -3,15 +3,16 @@
 //! Owns: declaring a failure, learning failures and leaves from others,
 //! the reactions to a grown set (mend, stop beating a departed observer,
 //! drop a departed suspect), this rank's own exclusion (fail-stop), the
-//! exclusion replies to ranks we hold failed, and this rank's clean leave.
+//! exclusion replies to ranks we hold failed, and this rank's clean leave
+//! (an exclusion or a leave also ends this rank's pending agreements).
 //! Must not: remove a rank from either set (reports are final), or decide
 //! *whether* a rank failed (observation does that, then calls `declare`).
 
 use std::sync::Arc;
 
 use super::{
-    Cause, Engine, Event, Exclusion, FailureDetail, HandleError, HeartbeatMode, NO_RANK,
-    Participation, Timer, TimerTable,
+    AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, HeartbeatMode,
+    NO_RANK, Participation, Timer, TimerTable,
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
@@ -130,6 +131,7 @@ impl Engine {
             }
         }
         self.quorum_on_gone(now);
+        self.views_on_gone(now);
     }
 
     /// This rank stops participating (`why`; `by` told it, or made the
@@ -146,6 +148,9 @@ impl Engine {
         self.suspect = None;
         self.beat.observer = None;
         self.stream_dirty = self.mode == HeartbeatMode::Modelled;
+        // Pending agreements end first, so SelfExcluded is the Engine's
+        // last output.
+        self.abort_agreements(AgreeAbort::Excluded);
         self.push_event(Event::SelfExcluded { by, why });
     }
 
@@ -171,6 +176,7 @@ impl Engine {
             return Err(HandleError::NotActive);
         }
         self.participation = Participation::Left;
+        self.abort_agreements(AgreeAbort::Left);
         self.timers.stop(Timer::Check);
         self.timers.stop(Timer::Suspect);
         self.suspect = None;

@@ -8,8 +8,9 @@
 //! (watching the emitter), `health` (how far this rank trusts its own
 //! timing), `membership` (the failed and left sets), `broadcast` (fan-out
 //! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
-//! delivery of application payloads and their repair) and `quorum` (the
-//! primary partition: silence confirmed by a majority). Must not: read a clock,
+//! delivery of application payloads and their repair), `quorum` (the
+//! primary partition: silence confirmed by a majority) and `views` (view
+//! changes and user agreements). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -84,6 +85,7 @@ mod observation;
 mod payloads;
 mod quorum;
 mod trust;
+mod views;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -98,13 +100,14 @@ use broadcast::Fanout;
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
-    Cause, Confirmation, Event, Evidence, Exclusion, FabricSaid, FailureDetail, HandleError,
-    HeartbeatMode, Input, Output, Participation, Stats, TransportErrorKind, slot_digest,
-    slot_generation, slot_value,
+    AgreeAbort, Cause, Confirmation, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
+    HandleError, HeartbeatMode, Input, Output, Participation, Stats, TransportErrorKind, View,
+    slot_digest, slot_generation, slot_value,
 };
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
+use views::Views;
 
 /// "No rank" in fixed-size fields.
 const NO_RANK: Rank = Rank::MAX;
@@ -119,15 +122,18 @@ enum Timer {
     Suspect = 2,
     /// Forward the leaves learned in this window.
     LeaveBatch = 3,
+    /// Join the next view change with the failures learned in this window.
+    ViewBatch = 4,
     /// Accusations and ballots (`quorum`): new rounds, give-ups, votes.
-    Quorum = 4,
+    Quorum = 5,
 }
 
-const TIMERS: [Timer; 5] = [
+const TIMERS: [Timer; 6] = [
     Timer::Beat,
     Timer::Check,
     Timer::Suspect,
     Timer::LeaveBatch,
+    Timer::ViewBatch,
     Timer::Quorum,
 ];
 
@@ -218,6 +224,8 @@ pub struct Engine {
     sync_limit: SyncLimit,
     /// Accusations and ballots (`quorum`), made at their first use.
     quorum: Option<Box<quorum::Quorum>>,
+    /// Views and agreements (`views`), made at their first use.
+    views: Option<Box<Views>>,
 }
 
 impl Engine {
@@ -298,6 +306,7 @@ impl Engine {
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
             quorum: None,
+            views: None,
             stats: Stats::default(),
             config,
             ring,
@@ -470,6 +479,7 @@ impl Engine {
             }
             Input::Broadcast(bytes) => self.on_broadcast(bytes),
             Input::Leave => self.on_leave(),
+            Input::Agree { flags } => self.on_agree(now, flags),
         }
     }
 
@@ -542,6 +552,10 @@ impl Engine {
         if self.timers.get(Timer::Quorum) <= now {
             self.timers.stop(Timer::Quorum);
             self.quorum_tick(now, lagging);
+        }
+        if self.timers.get(Timer::ViewBatch) <= now {
+            self.timers.stop(Timer::ViewBatch);
+            self.on_view_batch(now);
         }
     }
 

@@ -1,6 +1,6 @@
 //! Primary partition: a declaration from silence is an *accusation* that a
 //! majority of the live view must confirm before anyone raises `Failed`
-//! (`FFD_QUORUM=majority`, `docs/design.md` §4.10).
+//! (`FFD_QUORUM=majority`, `docs/design.md` §4.11).
 //!
 //! Owns: [`Engine::on_silence`], the one door every declaration from
 //! silence goes through (timeouts, refusal runs, silent probes; the

@@ -257,6 +257,12 @@ impl Engine {
             Message::SyncRequest { failed, .. } | Message::SyncReply { failed, .. } => {
                 failed.contains(self.me)
             }
+            // A participant's value, or a decision, naming this rank.
+            Message::AgreeUp(up) => {
+                up.value.failed.contains(self.me)
+                    || up.decided.is_some_and(|d| d.failed.contains(self.me))
+            }
+            Message::AgreeDown(down) => down.decision.failed.contains(self.me),
             _ => false,
         };
         if names_me {
@@ -291,6 +297,8 @@ impl Engine {
             | Message::Vote { .. }
             | Message::Refute { .. }
             | Message::Outcome { .. }) => self.on_quorum_message(now, sender, m, bytes),
+            Message::AgreeUp(up) => self.on_agree_up(now, sender, up),
+            Message::AgreeDown(down) => self.on_agree_down(now, sender, down),
         }
         Ok(())
     }

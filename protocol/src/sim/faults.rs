@@ -37,6 +37,7 @@ pub(super) enum Action {
         rank: Rank,
         peer: Rank,
     },
+    Agree,
 }
 
 pub(super) fn host_of(r: Rank, hosts: u32, n: u32) -> u32 {
@@ -143,6 +144,7 @@ impl Simulator {
                     rank: rank(*r)?,
                     peer: rank(*peer)?,
                 },
+                SimFaultKind::Agree => Action::Agree,
             };
             out.push((at, action));
         }
@@ -155,6 +157,7 @@ impl Simulator {
         }
         let now = self.now;
         self.state[r as usize].status = Status::Crashed;
+        self.state[r as usize].down_at = now;
         self.slots.stop(r, now);
         self.held.remove(&r);
         self.held_errors.remove(&r);
@@ -180,7 +183,7 @@ impl Simulator {
     /// The side of a partition cutting `cut` off that is not the primary
     /// one, and so the side the report treats as faulted: the side with
     /// fewer live ranks, or at an exact half the side without the lowest
-    /// live rank (the protocol's rule, `docs/design.md` §4.10). Its reports
+    /// live rank (the protocol's rule, `docs/design.md` §4.11). Its reports
     /// about the other side's ranks are false reports.
     fn non_primary_side(&self, cut: &[Rank]) -> Vec<Rank> {
         let live = |r: Rank| {
@@ -278,6 +281,18 @@ impl Simulator {
                         self.payload_log.broadcast(r, seq, now, self.n);
                     }
                     self.after_handle(r);
+                }
+            }
+            Action::Agree => {
+                self.agree_calls += 1;
+                self.agreement_started(self.agree_calls);
+                for r in 0..self.n {
+                    let st = self.state[r as usize];
+                    if st.status == Status::Up && st.flags & (EXCLUDED | LEFT) == 0 {
+                        let flags = !(1u64 << (r % 64));
+                        let _ = self.engines[r as usize].handle(now, Input::Agree { flags });
+                        self.after_handle(r);
+                    }
                 }
             }
             Action::LeaveAll => {

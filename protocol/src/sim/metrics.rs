@@ -4,8 +4,8 @@
 //! [`SimReport`] at the end of a run.
 //!
 //! Owns: [`Track`] (one per injected failure), the attribution of notice
-//! copies to failures, the reading of host events, and the completion
-//! test that ends a run early. Must not: change what a rank does (it only
+//! copies to failures, the reading of host events (agreements and views go
+//! to `agreements`), and the completion test that ends a run early. Must not: change what a rank does (it only
 //! observes outputs), or iterate a hash map into a result.
 
 use super::report::{FailureReport, SimReport, Totals};
@@ -151,6 +151,14 @@ impl Simulator {
                 self.payload_log
                     .delivered(reporter, origin, seq, now, self.n);
             }
+            Event::ViewChange { id, failed, .. } => self.on_view(reporter, id, failed),
+            Event::Agreed {
+                seq,
+                flags,
+                view,
+                hops,
+            } => self.on_agreed(reporter, seq, flags, view, hops),
+            Event::AgreeAborted { seq, .. } => self.on_agree_aborted(seq),
         }
     }
 
@@ -166,8 +174,10 @@ impl Simulator {
             .count() as u64
     }
 
+    /// Every live rank knows every injected failure, has the results of
+    /// its agreements and a view naming every rank it knows gone.
     pub(super) fn complete(&self) -> bool {
-        self.tracks.iter().all(|t| self.missed(t) == 0)
+        self.tracks.iter().all(|t| self.missed(t) == 0) && self.agreements_settled()
     }
 
     pub(super) fn report(&self, end: Time) -> SimReport {
@@ -231,6 +241,7 @@ impl Simulator {
                 payloads_not_all_or_none: payloads.iter().filter(|p| !p.all_or_none()).count()
                     as u64,
                 dropped_by_network: self.dropped,
+                never_left: self.never_left,
                 max_notices_per_link: self
                     .cfg
                     .track_links
@@ -244,6 +255,8 @@ impl Simulator {
             false_report_samples: self.false_samples.clone(),
             failures,
             payloads,
+            agreements: self.agreement_reports(),
+            views: self.view_reports(),
         }
     }
 }

@@ -4,11 +4,12 @@
 //! Owns: virtual time, the agenda of what happens next (`agenda`), the
 //! per-rank simulator state, and the driving of the Engines (inputs in,
 //! outputs carried out). The rest is in submodules, one concern each:
-//! `network` (per-link latency and jitter, partitions, a per-message rule
-//! hook), `faults` (the fault schedule and its effects), [`slots`] (the
-//! slot-memory model), `metrics` (what is measured, and the report),
-//! `payload_log` (who delivered which payload, in which order) and
-//! [`spec`] (parsing `--fail`). Must not: read a clock (wall time and
+//! `network` (send times, per-link latency, jitter and FIFO order,
+//! partitions, a per-message rule hook), `faults` (the fault schedule and
+//! its effects), [`slots`] (the slot-memory model), `metrics` (what is
+//! measured, and the report), `payload_log` (who delivered which payload,
+//! in which order), `agreements` (what is recorded of agreements and
+//! views) and [`spec`] (parsing `--fail`). Must not: read a clock (wall time and
 //! memory are measured by the driver), or iterate a hash map into a
 //! result.
 //!
@@ -21,6 +22,7 @@
 //! [`slots`] model computes slot values when an observer's deadline fires.
 
 mod agenda;
+mod agreements;
 mod faults;
 mod metrics;
 mod network;
@@ -38,7 +40,9 @@ use rand_pcg::Pcg64;
 
 pub use faults::MAX_LEAVE_ALL;
 pub use network::{MessageMeta, NetModel, Rule, Verdict};
-pub use report::{FailureReport, KindTotals, PayloadReport, SimReport, Totals};
+pub use report::{
+    AgreementReport, FailureReport, KindTotals, PayloadReport, SimReport, Totals, ViewReport,
+};
 pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 
 use crate::wire::{JobKeys, Kind, Sealed};
@@ -47,6 +51,7 @@ use crate::{
     TransportErrorKind,
 };
 use agenda::Agenda;
+use agreements::{AgreeTrack, ViewTrack};
 use faults::{Action, host_of};
 use metrics::Track;
 use network::cut_by;
@@ -125,6 +130,11 @@ enum Status {
 struct SimRank {
     /// The deadline a `Timer` event is queued for (`NEVER`: none).
     deadline: Time,
+    /// When its next copy can leave (`network`: one every `send_cost`).
+    nic_free: Time,
+    /// When it crashed or closed its endpoint (`NEVER`: it did not):
+    /// copies due to leave later never leave.
+    down_at: Time,
     status: Status,
     flags: u8,
 }
@@ -138,6 +148,8 @@ enum What {
     Deliver {
         to: Rank,
         from: Rank,
+        /// When the copy leaves its sender.
+        departs: Time,
         message: Sealed,
     },
     Error {
@@ -197,6 +209,11 @@ pub struct Simulator {
     held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind, Evidence)>>,
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
+    /// Per sender, the links with a copy in flight and the delivery time
+    /// of the last one (per-link FIFO, `network`).
+    in_flight: Vec<Vec<(Rank, Time)>>,
+    /// Copies that never left: their sender crashed before their turn.
+    never_left: u64,
     /// Links set up during the run (with `NetModel::connect`), by
     /// (lower rank, higher rank): when each is up.
     links_up: BTreeMap<(Rank, Rank), Time>,
@@ -235,6 +252,11 @@ pub struct Simulator {
     keys: Arc<JobKeys>,
     /// The wire bytes of the message being delivered.
     scratch: Vec<u8>,
+    /// `agree@T` faults so far (the sequence number of the latest).
+    agree_calls: u64,
+    /// Per user agreement (index `seq - 1`) and per view id (`id - 1`).
+    agreements: Vec<AgreeTrack>,
+    views: Vec<ViewTrack>,
 }
 
 impl Simulator {
@@ -290,6 +312,8 @@ impl Simulator {
             state: vec![
                 SimRank {
                     deadline: Time::NEVER,
+                    nic_free: Time::ZERO,
+                    down_at: Time::NEVER,
                     status: Status::Up,
                     flags: 0
                 };
@@ -300,6 +324,8 @@ impl Simulator {
             held: BTreeMap::new(),
             held_errors: BTreeMap::new(),
             partition: None,
+            in_flight: vec![Vec::new(); n as usize],
+            never_left: 0,
             links_up: BTreeMap::new(),
             net_rng,
             leave_rng,
@@ -327,6 +353,9 @@ impl Simulator {
             notice_cache: None,
             keys,
             scratch: Vec::new(),
+            agree_calls: 0,
+            agreements: Vec::new(),
+            views: Vec::new(),
             cfg,
         })
     }
@@ -420,7 +449,17 @@ impl Simulator {
                 self.state[r as usize].deadline = Time::NEVER;
                 self.tick(r);
             }
-            What::Deliver { to, from, message } => {
+            What::Deliver {
+                to,
+                from,
+                departs,
+                message,
+            } => {
+                self.delivered(from, to);
+                if !self.left_sender(from, departs) {
+                    self.never_left += 1;
+                    return;
+                }
                 if self.is_cut(from, to) {
                     self.dropped += 1;
                     return;
@@ -479,6 +518,7 @@ impl Simulator {
             What::Close(r) => {
                 if self.state[r as usize].status == Status::Up {
                     self.state[r as usize].status = Status::Closed;
+                    self.state[r as usize].down_at = now;
                     self.slots.stop(r, now);
                 }
             }

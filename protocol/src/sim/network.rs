@@ -1,14 +1,25 @@
-//! The simulator's network model: link latency and jitter, connection
-//! set-up on a link's first use, partitions, the per-message rule hook,
-//! the error completions that a send or write towards a dead process
-//! brings back (in-band evidence), and the send completions of
-//! `ObserveMe` (the only ones the Engine reads).
+//! The simulator's network model: per-sender send times, link latency and
+//! jitter, per-link FIFO delivery, connection set-up on a link's first
+//! use, partitions, the per-message rule hook, the error completions that
+//! a send or write towards a dead process brings back (in-band evidence),
+//! and the send completions of `ObserveMe` (the only ones the Engine
+//! reads).
 //!
 //! Owns: [`NetModel`], the [`Rule`] hook and its [`Verdict`]s, the
 //! partition cut, the links set up during the run, and the scheduling of
 //! deliveries, send completions and bounced errors.
 //! Must not: decide what a rank does with a message (the Engine does), or
 //! draw randomness from any stream but the network's.
+//!
+//! # Send times and order
+//! A rank's copies leave one after another, one every `send_cost` (its
+//! NIC, or the progress thread posting them): a fan-out of k copies takes
+//! k · `send_cost`, and a copy due to leave after its sender crashed (or
+//! closed its endpoint) never leaves. Delivery on each link (sender →
+//! receiver) is FIFO, as on a connection: a copy is never delivered before
+//! an earlier copy of the same link (jitter or a rule's delay on one copy
+//! holds back the later ones of that link). With `send_cost` 0 and no
+//! jitter, times are those of a network without either.
 
 use std::time::Duration;
 
@@ -35,6 +46,14 @@ pub struct NetModel {
     /// anyone judges — ring neighbours and broadcast overlay links — are
     /// up from the start. `None` (default): every link is up from the start.
     pub connect: Option<Duration>,
+    /// Time between two copies leaving one rank (module docs).
+    pub send_cost: Duration,
+}
+
+impl NetModel {
+    /// The default `send_cost`: about what posting one send costs a
+    /// progress thread on `tcp;ofi_rxm`.
+    pub const DEFAULT_SEND_COST: Duration = Duration::from_micros(1);
 }
 
 impl Default for NetModel {
@@ -43,6 +62,7 @@ impl Default for NetModel {
             latency: Duration::from_micros(2),
             jitter: Duration::from_nanos(500),
             inband_latency: Some(Duration::from_millis(3)),
+            send_cost: Self::DEFAULT_SEND_COST,
             connect: None,
         }
     }
@@ -139,14 +159,71 @@ impl Simulator {
                 }
             }
         }
+        let departs = self.state[from as usize].nic_free.max(self.now);
+        self.state[from as usize].nic_free = departs + self.cfg.net.send_cost;
+        let at = self.fifo(from, to, departs + delay);
         if kind == Some(Kind::ObserveMe) {
             // Transmit complete once it is on an up link, whatever the
             // receiver's state (as a TCP send to a freshly dead peer).
-            self.queue
-                .push(self.now + delay, What::Sent { to: from, peer: to });
+            self.queue.push(at, What::Sent { to: from, peer: to });
         }
-        self.queue
-            .push(self.now + delay, What::Deliver { to, from, message });
+        self.queue.push(
+            at,
+            What::Deliver {
+                to,
+                from,
+                departs,
+                message,
+            },
+        );
+    }
+
+    /// The delivery time of a copy on link `from` → `to` due at `at`: no
+    /// earlier than the copy before it on that link. Without jitter, a
+    /// rule or connection set-up every copy takes the same time and a
+    /// sender's copies leave in order, so the order holds by itself and
+    /// nothing is remembered; otherwise only links with a copy in flight
+    /// are (a few per sender, each forgotten when its last copy arrives,
+    /// `delivered`).
+    fn fifo(&mut self, from: Rank, to: Rank, at: Time) -> Time {
+        if self.cfg.net.jitter.is_zero() && self.rule.is_none() && self.cfg.net.connect.is_none() {
+            return at;
+        }
+        let now = self.now;
+        let in_flight = &mut self.in_flight[from as usize];
+        in_flight.retain(|&(_, t)| t > now);
+        match in_flight.iter_mut().find(|(r, _)| *r == to) {
+            Some((_, last)) => {
+                *last = (*last).max(at);
+                *last
+            }
+            None => {
+                in_flight.push((to, at));
+                at
+            }
+        }
+    }
+
+    /// A copy on `from` → `to` arrives now: if it was the last one in
+    /// flight on that link, the link is forgotten (and the sender's list
+    /// freed once empty), so memory follows the copies in flight.
+    pub(super) fn delivered(&mut self, from: Rank, to: Rank) {
+        let now = self.now;
+        let Some(in_flight) = self.in_flight.get_mut(from as usize) else {
+            return;
+        };
+        if let Some(i) = in_flight.iter().position(|&(r, t)| r == to && t <= now) {
+            in_flight.swap_remove(i);
+            if in_flight.is_empty() {
+                *in_flight = Vec::new();
+            }
+        }
+    }
+
+    /// Whether a copy that `from` sent to leave at `departs` left: not if
+    /// its sender crashed or closed before.
+    pub(super) fn left_sender(&self, from: Rank, departs: Time) -> bool {
+        departs <= self.state[from as usize].down_at
     }
 
     /// How long a message from `a` to `b` waits for their link to come up

@@ -6,8 +6,9 @@
 //! anything (the simulator and `ffd run`'s timeline fill the fields).
 //!
 //! The simulator's JSON form is `{"failures": [...], "payloads": [...],
-//! "totals": {...}}`; its times are virtual milliseconds from the start of
-//! the run.
+//! "totals": {...}, "false_report_samples": [...], "agreements": [...],
+//! "views": [...]}` (every section always present, possibly empty); its
+//! times are virtual milliseconds from the start of the run.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -138,6 +139,9 @@ pub struct Totals {
     pub payloads_not_all_or_none: u64,
     /// Messages lost to partitions and drop rules.
     pub dropped_by_network: u64,
+    /// Copies that never left: their sender crashed (or closed) before
+    /// their turn in its fan-out (`NetModel::send_cost`).
+    pub never_left: u64,
     /// Most notice copies any directed link carried (when tracked).
     pub max_notices_per_link: Option<u32>,
     pub messages: BTreeMap<String, KindTotals>,
@@ -145,6 +149,52 @@ pub struct Totals {
     pub virtual_end_ms: f64,
     pub wall_s: f64,
     pub peak_rss_mb: f64,
+}
+
+/// One user agreement (the `seq`-th `agree@T`). "Live" ranks are those
+/// running at the end of the run, never faulted, excluded or leaving: the
+/// agreement succeeded when `decided_by == live` and
+/// `distinct_decisions == 1`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgreementReport {
+    pub seq: u64,
+    pub started_at_ms: f64,
+    /// Live ranks at the end of the run.
+    pub live: u64,
+    /// Live ranks that decided it.
+    pub decided_by: u64,
+    /// Distinct (flags, view) decisions among them (1 when they agree).
+    pub distinct_decisions: u64,
+    /// Ranks whose agreement ended without a result (they left or were
+    /// excluded first).
+    pub aborted: u64,
+    /// Most hops of a live rank's decision (the longest chain of agreement
+    /// messages behind it); null if none decided.
+    pub hops: Option<u16>,
+    /// From the `agree@T` to the last live rank's decision, virtual µs.
+    pub virtual_us: Option<f64>,
+    /// The decision most live ranks took: its flags, view id and failed set.
+    pub flags: Option<u64>,
+    pub view_id: Option<u64>,
+    pub failed: Vec<Rank>,
+}
+
+/// One view id: who raised it, and whether they agree on its failed set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViewReport {
+    pub id: u64,
+    /// Live ranks at the end of the run.
+    pub live: u64,
+    /// Live ranks that raised it.
+    pub raised_by: u64,
+    /// Distinct failed sets among them (1 when they agree).
+    pub distinct_failed_sets: u64,
+    /// Every rank that raised it, live at the end or not.
+    pub raised_by_all: u64,
+    pub first_at_ms: Option<f64>,
+    pub last_at_ms: Option<f64>,
+    /// The failed set most live ranks raised.
+    pub failed: Vec<Rank>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -156,6 +206,10 @@ pub struct SimReport {
     pub totals: Totals,
     /// (reporter, reported, virtual ms) of the first false reports.
     pub false_report_samples: Vec<(Rank, Rank, f64)>,
+    /// Per user agreement (`agree@T`).
+    pub agreements: Vec<AgreementReport>,
+    /// Per view id, in order.
+    pub views: Vec<ViewReport>,
 }
 
 impl SimReport {
@@ -171,6 +225,14 @@ impl SimReport {
 
 fn opt<T: fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn ranks(v: &[Rank]) -> String {
+    if v.is_empty() {
+        "nobody".to_owned()
+    } else {
+        crate::ranks::format_ranks(v)
+    }
 }
 
 fn opt_ms(v: Option<f64>) -> String {
@@ -262,10 +324,42 @@ impl fmt::Display for SimReport {
         }
         writeln!(
             f,
-            "messages: {}; dropped by network {}",
+            "messages: {}; dropped by network {}, never left {}",
             kinds.join(", "),
-            t.dropped_by_network
+            t.dropped_by_network,
+            t.never_left
         )?;
+        for a in &self.agreements {
+            writeln!(
+                f,
+                "agreement {} at {:.3} ms: decided by {} of {} live ranks, {} distinct, {} hops, {} us, flags {}, view {} = {}",
+                a.seq,
+                a.started_at_ms,
+                a.decided_by,
+                a.live,
+                a.distinct_decisions,
+                opt(a.hops),
+                a.virtual_us
+                    .map_or_else(|| "-".to_owned(), |u| format!("{u:.1}")),
+                a.flags
+                    .map_or_else(|| "-".to_owned(), |x| format!("{x:#x}")),
+                opt(a.view_id),
+                ranks(&a.failed)
+            )?;
+        }
+        for v in &self.views {
+            writeln!(
+                f,
+                "view {} at {}..{} ms: raised by {} of {} live ranks, {} distinct = {}",
+                v.id,
+                opt_ms(v.first_at_ms),
+                opt_ms(v.last_at_ms),
+                v.raised_by,
+                v.live,
+                v.distinct_failed_sets,
+                ranks(&v.failed)
+            )?;
+        }
         write!(
             f,
             "virtual {:.3} ms, {} events, wall {:.2} s, peak RSS {:.0} MiB",

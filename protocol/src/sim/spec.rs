@@ -16,7 +16,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// The accepted fault forms, for error messages.
 pub const FAULT_FORMS: &str = "crash:R@T, hang:R@T, resume:R@T, random:K@T, consecutive:R+K@T, \
-host:H@T, partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T, bcast:R@T, glitch:R>P@T (T a duration, e.g. 50ms)";
+host:H@T, partition:R[,R...]@T, heal@T, leave:R@T, leave:all@T, allbut:R@T, bcast:R@T, glitch:R>P@T, \
+agree@T (T a duration, e.g. 50ms)";
 
 /// What happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +50,11 @@ pub enum SimFaultKind {
     Broadcast(Rank),
     /// Rank R sees one spurious transport error about peer P (P is fine).
     Glitch { rank: Rank, peer: Rank },
+    /// Every running rank (not excluded, not leaving) starts its next user
+    /// agreement; rank r contributes the flags `!(1 << (r % 64))`, so the
+    /// decided flags have bit b clear iff some participant r ≡ b (mod 64)
+    /// took part.
+    Agree,
 }
 
 /// A fault at a virtual time.
@@ -80,6 +86,7 @@ impl fmt::Display for FaultSpec {
             SimFaultKind::AllBut(r) => write!(f, "allbut:{r}@{at:?}"),
             SimFaultKind::Broadcast(r) => write!(f, "bcast:{r}@{at:?}"),
             SimFaultKind::Glitch { rank, peer } => write!(f, "glitch:{rank}>{peer}@{at:?}"),
+            SimFaultKind::Agree => write!(f, "agree@{at:?}"),
         }
     }
 }
@@ -108,6 +115,12 @@ impl FromStr for FaultSpec {
             "allbut" => SimFaultKind::AllBut(number("rank", arg, spec)?),
             "bcast" => SimFaultKind::Broadcast(number("rank", arg, spec)?),
             "heal" if arg.is_empty() => SimFaultKind::Heal,
+            "agree" if arg.is_empty() => SimFaultKind::Agree,
+            "agree" => {
+                return Err(format!(
+                    "`{spec}`: agree takes no argument (every running rank agrees); expected {FAULT_FORMS}"
+                ));
+            }
             "leave" if arg.trim() == "all" => SimFaultKind::LeaveAll,
             "leave" => SimFaultKind::Leave(number("rank", arg, spec)?),
             "consecutive" => {
@@ -191,11 +204,17 @@ mod tests {
             "leave:all@2s".parse::<FaultSpec>().unwrap().kind,
             SimFaultKind::LeaveAll
         );
+        for agree in ["agree@5ms", "agree:@5ms"] {
+            let f = agree.parse::<FaultSpec>().unwrap();
+            assert_eq!(f.kind, SimFaultKind::Agree);
+            assert_eq!(f.to_string().parse::<FaultSpec>().unwrap(), f);
+        }
         for bad in [
             "crash:7",
             "crash:x@1s",
             "boom:1@1s",
             "consecutive:3@1s",
+            "agree:7@1s",
             "crash:1@1",
             "random:-1@1s",
         ] {

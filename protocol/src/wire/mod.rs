@@ -28,6 +28,7 @@
 //! meaning (and a flag bit) without changing the header; version-2
 //! decoders reject a nonzero incarnation.
 
+mod agree;
 mod marks;
 mod quorum;
 mod seal;
@@ -35,6 +36,7 @@ mod seal;
 use super::config::Rank;
 use super::ranks::{ListError, RankList, encode_rank_list};
 
+pub use agree::{AgreeDown, AgreeUp, AgreementId, WireValue};
 pub use marks::{MAX_MARKS, MAX_MARKS_LEN, Marks};
 pub use quorum::{OutcomeVerdict, VOTE_COMPLETE, VOTE_TIEBREAK};
 pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
@@ -111,6 +113,10 @@ counted_enum!(
         Refute = 10 => "refute",
         /// Quorum: an accusation ends withdrawn or without a quorum, flooded.
         Outcome = 11 => "outcome",
+        /// Agreement: a subtree's aggregate on its way to the root (`agree.rs`).
+        AgreeUp = 12 => "agree_up",
+        /// Agreement: the decision on its way down from the root.
+        AgreeDown = 13 => "agree_down",
     }
 );
 
@@ -276,6 +282,8 @@ pub enum Message<'a> {
         hops: u16,
         verdict: OutcomeVerdict,
     },
+    AgreeUp(AgreeUp<'a>),
+    AgreeDown(AgreeDown<'a>),
 }
 
 struct Reader<'a> {
@@ -453,6 +461,8 @@ pub fn decode<'a>(
         Kind::Suspect | Kind::Vote | Kind::Refute | Kind::Outcome => {
             quorum::decode(kind, &mut r, n)?
         }
+        Kind::AgreeUp => Message::AgreeUp(agree::decode_up(&mut r, n)?),
+        Kind::AgreeDown => Message::AgreeDown(agree::decode_down(&mut r, n)?),
     };
     if r.at != signed.len() {
         return Err(RejectReason::TrailingBytes);

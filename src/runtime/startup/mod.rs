@@ -389,6 +389,7 @@ fn publish_state(
             domain: domain.to_owned(),
             ..StatsSnapshot::default()
         }),
+        agreements: Default::default(),
         logger: Logger::new(config.log(), me),
     }))
 }

@@ -30,6 +30,20 @@ impl Timeline {
             return facts;
         }
         let verbose = self.verbose;
+        if matches!(
+            line.event,
+            AgentEvent::View { .. }
+                | AgentEvent::Agree { .. }
+                | AgentEvent::Agreed { .. }
+                | AgentEvent::AgreeAborted { .. }
+        ) {
+            self.agreement_line(t_ms, rank, &line.event, &mut |shown, text| {
+                if shown || verbose {
+                    facts.push(Fact { t_ms, text });
+                }
+            });
+            return facts;
+        }
         let mut say = |shown: bool, what: Happening<'_>| {
             if shown || verbose {
                 facts.push(Fact::of(t_ms, &what));
@@ -164,9 +178,23 @@ impl Timeline {
                 self.ranks[rank as usize].unknown_events += 1;
                 say(false, Happening::UnknownEvent { rank, kind });
             }
+            // Taken above (`agreements`).
+            AgentEvent::View { .. }
+            | AgentEvent::Agree { .. }
+            | AgentEvent::Agreed { .. }
+            | AgentEvent::AgreeAborted { .. } => {}
         }
         self.announce_all_notified(&mut facts);
+        self.announce_complete(t_ms, &mut facts);
         facts
+    }
+
+    /// Adds the lines of views and agreements every rank live now has
+    /// (the live set shrinks with faults, exits and exclusions).
+    fn announce_complete(&mut self, t_ms: f64, facts: &mut Vec<Fact>) {
+        let mut say = |_: bool, text: String| facts.push(Fact { t_ms, text });
+        self.announce_views(&mut say);
+        self.announce_agreements(&mut say);
     }
 
     /// A line of rank `rank` that is not an agent line.
@@ -214,6 +242,7 @@ impl Timeline {
             });
         }
         self.announce_all_notified(&mut facts);
+        self.announce_complete(t_ms, &mut facts);
         facts
     }
 
@@ -239,6 +268,7 @@ impl Timeline {
             facts.push(Fact::of(t_ms, &what));
         }
         self.announce_all_notified(&mut facts);
+        self.announce_complete(t_ms, &mut facts);
         facts
     }
 

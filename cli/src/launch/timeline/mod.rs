@@ -13,6 +13,7 @@
 //!   them are worth a line ([`Happening`]s).
 //! - [`analysis`]: what the state means (the definitions below).
 //! - [`render`]: the words of every line, the summary and the JSON report.
+//! - [`agreements`]: views and agreements, all three of the above for them.
 //!
 //! Definitions used throughout:
 //! - A *failure* is an injected `--kill` or `--stop` of a rank (the first
@@ -42,9 +43,12 @@ use super::fault::FaultKind;
 use ffd::protocol::{Cause, Rank};
 pub use ffd_protocol::sim::FailureReport;
 
+mod agreements;
 mod analysis;
 mod ingest;
 mod render;
+
+pub use agreements::{AgreementEntry, ViewEntry};
 
 /// The job's settings, as the report states them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +112,10 @@ pub struct Report {
     pub self_excluded: Vec<Rank>,
     pub left: Vec<Rank>,
     pub stats: BTreeMap<Rank, Value>,
+    /// Per view id, as the agents raised it.
+    pub views: Vec<ViewEntry>,
+    /// Per agreement (`ffd run --agree`).
+    pub agreements: Vec<AgreementEntry>,
 }
 
 /// A rank reported failed that was never faulted.
@@ -274,6 +282,8 @@ pub struct Timeline {
     slow_warnings: u64,
     shutdown_at: Option<f64>,
     seq: u64,
+    views: BTreeMap<u64, agreements::ViewSeen>,
+    agreements: BTreeMap<u64, agreements::AgreementSeen>,
 }
 
 impl Timeline {
@@ -289,6 +299,8 @@ impl Timeline {
             slow_warnings: 0,
             shutdown_at: None,
             seq: 0,
+            views: BTreeMap::new(),
+            agreements: BTreeMap::new(),
         }
     }
 

@@ -210,6 +210,8 @@ impl Timeline {
             stats: (0..self.info.ranks)
                 .filter_map(|r| Some((r, self.ranks[r as usize].stats.clone()?)))
                 .collect(),
+            views: self.view_entries(),
+            agreements: self.agreement_entries(),
         }
     }
 
@@ -329,6 +331,7 @@ impl Timeline {
         if self.slow_warnings > 0 {
             let _ = writeln!(out, "slow-emitter warnings: {}", self.slow_warnings);
         }
+        self.agreement_summary(&mut out);
         out
     }
 }
@@ -425,6 +428,7 @@ self-excluded: none
         assert_eq!(
             keys(&json),
             [
+                "agreements",
                 "failures",
                 "false_reports",
                 "left",
@@ -433,7 +437,8 @@ self-excluded: none
                 "ranks",
                 "self_excluded",
                 "stats",
-                "timeout_ms"
+                "timeout_ms",
+                "views"
             ]
         );
         // The failure-report schema `ffd sim` writes too, less what only

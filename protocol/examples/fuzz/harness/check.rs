@@ -63,6 +63,8 @@ violations! {
         "the Engine is inert from its SelfExcluded event on: no output follows it, no deadline",
     DeclaredAfterLeave => "declared_after_leave":
         "after Leave the Engine declares nobody itself",
+    ViewsOutOfOrder => "views_out_of_order":
+        "views are raised with ids 1, 2, 3, ..., user agreements end (decided or aborted) in call order and never before the call, and a view's or decision's failed set names only ranks Failed or Left events named before it",
     PayloadTwice => "payload_twice":
         "no (origin, seq) payload is delivered twice",
     OutputFlood => "output_flood":
@@ -142,6 +144,11 @@ pub struct EngineCheck {
     payloads: BTreeMap<Rank, u64>,
     /// (sender, seq) of accepted messages.
     accepted_seqs: BTreeSet<(Rank, u64)>,
+    /// The id of the last view raised; the user agreements called and
+    /// ended.
+    view: u64,
+    agree_calls: u64,
+    agreements_ended: u64,
     /// What `handle` returned for messages.
     accepted: u64,
     rejected: [u64; RejectReason::COUNT],
@@ -161,6 +168,9 @@ impl EngineCheck {
             out_seq: BTreeMap::new(),
             payloads: BTreeMap::new(),
             accepted_seqs: BTreeSet::new(),
+            view: 0,
+            agree_calls: 0,
+            agreements_ended: 0,
             accepted: 0,
             rejected: [0; RejectReason::COUNT],
         }
@@ -169,6 +179,45 @@ impl EngineCheck {
     /// The Engine accepted `Input::Leave`.
     pub fn left_job(&mut self) {
         self.left_job = true;
+    }
+
+    /// `Input::Agree` is about to be given to the Engine (1), or was
+    /// refused (-1).
+    pub fn agree_called(&mut self, change: i64) {
+        self.agree_calls = self.agree_calls.saturating_add_signed(change);
+    }
+
+    /// A view's or a decision's failed set: ascending, not this rank, and
+    /// only ranks reported before (a decision's new ranks are learned, as
+    /// Failed events, first).
+    fn decided_set(&self, failed: &[Rank], e: &Event, v: &mut Violations) {
+        let me = self.me;
+        let known =
+            |r: &Rank| self.failed.binary_search(r).is_ok() || self.left.binary_search(r).is_ok();
+        if !failed.windows(2).all(|w| w[0] < w[1])
+            || failed.contains(&me)
+            || !failed.iter().all(known)
+        {
+            v.record(Violation::ViewsOutOfOrder, || {
+                format!(
+                    "rank {me}: {e:?}, after Failed {:?} and Left {:?}",
+                    self.failed, self.left
+                )
+            });
+        }
+    }
+
+    /// A user agreement's end (`Agreed` or `AgreeAborted`): the next one
+    /// called.
+    fn agreement_ended(&mut self, seq: u64, e: &Event, v: &mut Violations) {
+        let me = self.me;
+        let (ended, calls) = (self.agreements_ended, self.agree_calls);
+        if seq != ended + 1 || seq > calls {
+            v.record(Violation::ViewsOutOfOrder, || {
+                format!("rank {me}: {e:?} after {ended} ended, {calls} called")
+            });
+        }
+        self.agreements_ended = self.agreements_ended.max(seq);
     }
 
     pub fn excluded(&self) -> bool {
@@ -418,6 +467,21 @@ impl EngineCheck {
                 *last = (*last).max(*seq);
             }
             Event::SlowEmitter { .. } => {}
+            Event::ViewChange { id, failed, .. } => {
+                if *id != self.view + 1 {
+                    let last = self.view;
+                    v.record(Violation::ViewsOutOfOrder, || {
+                        format!("rank {me}: {e:?} after view {last}")
+                    });
+                }
+                self.view = self.view.max(*id);
+                self.decided_set(failed, e, v);
+            }
+            Event::Agreed { seq, view, .. } => {
+                self.agreement_ended(*seq, e, v);
+                self.decided_set(&view.failed, e, v);
+            }
+            Event::AgreeAborted { seq, .. } => self.agreement_ended(*seq, e, v),
             #[allow(unreachable_patterns)] // events added later: no rule yet
             _ => {}
         }
@@ -516,7 +580,17 @@ pub fn reencode(job_key: u64, sender: Rank, message: &Message<'_>) -> Option<Vec
             hops,
             verdict,
         } => enc.outcome(accuser, nonce, suspect, hops, verdict),
-        #[allow(unreachable_patterns)] // kinds 12–14 (in flight) until they get a line
+        Message::AgreeUp(up) => enc.agree_up(
+            up.id,
+            up.hops,
+            up.root,
+            &up.value.to_value(),
+            up.decided.map(|d| d.to_value()).as_ref(),
+        ),
+        Message::AgreeDown(down) => {
+            enc.agree_down(down.id, down.hops, down.root, &down.decision.to_value())
+        }
+        #[allow(unreachable_patterns)] // kind 14 (in flight) until they get a line
         _ => return None,
     })
 }

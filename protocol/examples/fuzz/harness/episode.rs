@@ -109,6 +109,11 @@ pub const ACTIONS: &[Action] = &[
         run: |ep, dice| ep.leave(dice),
     },
     Action {
+        name: "agree",
+        weight: 10,
+        run: |ep, dice| ep.agree(dice),
+    },
+    Action {
         name: "crash",
         weight: 2,
         run: |ep, dice| ep.crash(dice),
@@ -741,6 +746,27 @@ impl Episode<'_> {
         };
         if self.engine_call(r, InputKind::Leave, Input::Leave).is_ok() {
             self.nodes[r as usize].check.left_job();
+        }
+    }
+
+    /// A rank calls a user agreement (the others may never call theirs:
+    /// it then waits, as it would for a hung participant).
+    fn agree(&mut self, dice: &mut Dice) {
+        let Some(r) = self.target(dice) else {
+            return;
+        };
+        let flags = if dice.chance(50) {
+            u64::MAX
+        } else {
+            dice.u64()
+        };
+        // Counted before the call: its decision may come out of it.
+        self.nodes[r as usize].check.agree_called(1);
+        if self
+            .engine_call(r, InputKind::Agree, Input::Agree { flags })
+            .is_err()
+        {
+            self.nodes[r as usize].check.agree_called(-1);
         }
     }
 

@@ -14,9 +14,10 @@
 //! [`forge`] builds its messages with the hand-built body generator, and
 //! the test `every_kind_has_a_generator` names it.
 
+use ffd_protocol::agreement::Value;
 use ffd_protocol::wire::{
-    Encoder, HEADER_LEN, MAGIC, OutcomeVerdict, ProbeVerdict, SLOTS, VERSION, VOTE_COMPLETE,
-    VOTE_TIEBREAK,
+    AgreementId, Encoder, HEADER_LEN, MAGIC, OutcomeVerdict, ProbeVerdict, SLOTS, VERSION,
+    VOTE_COMPLETE, VOTE_TIEBREAK,
 };
 use ffd_protocol::{Engine, Kind, Rank};
 
@@ -62,8 +63,8 @@ pub struct KindGenerator {
     pub make: MakeMessage,
 }
 
-/// One generator per message kind (kinds 12–14 get theirs with the work
-/// that adds them).
+/// One generator per message kind (kind 14 gets its own with the work
+/// that adds it).
 pub const KIND_GENERATORS: &[KindGenerator] = &[
     KindGenerator {
         kind: Kind::Notice,
@@ -108,6 +109,14 @@ pub const KIND_GENERATORS: &[KindGenerator] = &[
     KindGenerator {
         kind: Kind::Outcome,
         make: outcome,
+    },
+    KindGenerator {
+        kind: Kind::AgreeUp,
+        make: agree_up,
+    },
+    KindGenerator {
+        kind: Kind::AgreeDown,
+        make: agree_down,
     },
 ];
 
@@ -339,6 +348,47 @@ fn accuser(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Rank {
     }
 }
 
+/// Which agreement: mostly the first few of each class (those an Engine
+/// is running or about to run: view ids and user sequence numbers count
+/// from 1), sometimes far ahead or at the largest number.
+fn agreement_id(dice: &mut Dice) -> AgreementId {
+    let number = match dice.below(10) {
+        0..=6 => 1 + dice.below(4),
+        7 => 1 + dice.below(64),
+        8 => u64::MAX,
+        _ => interesting_u64(dice).max(1),
+    };
+    if dice.chance(50) {
+        AgreementId::View(number)
+    } else {
+        AgreementId::User(number)
+    }
+}
+
+/// An agreement value: flags, the newest view id, a failed list (often
+/// the receiver's failed set, or one naming the receiver, or everyone).
+fn agreement_value(dice: &mut Dice, view: &View<'_>) -> Value {
+    Value {
+        flags: interesting_u64(dice),
+        failed: ranks(dice, view),
+        view: match dice.below(6) {
+            0..=2 => 0,
+            3 | 4 => dice.below(4),
+            _ => interesting_u64(dice),
+        },
+    }
+}
+
+/// The root an agreement message names: the lowest rank mostly (the
+/// tree's first root), the sender, or any rank.
+fn agreement_root(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Rank {
+    match dice.below(10) {
+        0..=4 => dice.below32(3.min(view.n)),
+        5 | 6 => enc.sender,
+        _ => rank(dice, view),
+    }
+}
+
 fn suspect(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
     let accuser = accuser(dice, view, enc);
     enc.suspect(accuser, nonce(dice), rank(dice, view), hops(dice))
@@ -375,6 +425,21 @@ fn outcome(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
     let accuser = accuser(dice, view, enc);
     let verdict = dice.pick(&[OutcomeVerdict::Withdrawn, OutcomeVerdict::NoQuorum]);
     enc.outcome(accuser, nonce(dice), rank(dice, view), hops(dice), verdict)
+}
+
+fn agree_up(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
+    let id = agreement_id(dice);
+    let root = agreement_root(dice, view, enc);
+    let value = agreement_value(dice, view);
+    let decided = dice.chance(30).then(|| agreement_value(dice, view));
+    enc.agree_up(id, hops(dice), root, &value, decided.as_ref())
+}
+
+fn agree_down(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
+    let id = agreement_id(dice);
+    let root = agreement_root(dice, view, enc);
+    let decision = agreement_value(dice, view);
+    enc.agree_down(id, hops(dice), root, &decision)
 }
 
 // ----- hand-built messages -----

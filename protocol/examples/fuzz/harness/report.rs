@@ -65,6 +65,7 @@ input_kinds! {
     Timeout => "timeout with a slot reading", decoder 0, engine 0;
     Broadcast => "broadcast", decoder 0, engine 0;
     Leave => "leave", decoder 0, engine 0;
+    Agree => "agree call", decoder 0, engine 0;
 }
 
 impl InputKind {
@@ -179,6 +180,9 @@ impl Tally {
             Event::SelfExcluded { .. } => "SelfExcluded event",
             Event::SlowEmitter { .. } => "SlowEmitter event",
             Event::Payload { .. } => "Payload event",
+            Event::ViewChange { .. } => "ViewChange event",
+            Event::Agreed { .. } => "Agreed event",
+            Event::AgreeAborted { .. } => "AgreeAborted event",
             #[allow(unreachable_patterns)] // events added later
             _ => "other event",
         });

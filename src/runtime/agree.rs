@@ -1,0 +1,371 @@
+//! Agreements and views for the host: [`Detector::agree`] (blocking),
+//! [`Detector::iagree`] with its [`AgreeRequest`] (`test`, `wait`), and
+//! [`Detector::view`], the latest view this rank raised.
+//!
+//! Owns: the book of requests in flight ([`AgreeBook`]: sent to the
+//! progress thread, then numbered by the Engine's sequence number), the
+//! handing of each result to its request, and the end of every request
+//! still open when the progress thread ends, however it ends. Must not:
+//! make a protocol decision (the Engine's user agreements do), or let the
+//! progress thread wait on a host: it takes the book's lock only to move a
+//! request from one list to another, and the view's only to swap an `Arc`.
+//!
+//! An agreement is a collective: every live rank must call `agree` (or
+//! `iagree`) the same number of times, in the same order, as with
+//! `MPIX_Comm_agree`. It waits for every rank not known gone: a live rank
+//! that never calls it holds everyone back, **without a time limit** (a
+//! rank that fails meanwhile is found by the detector and the agreement
+//! goes on without it).
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::protocol::{self, AgreeAbort};
+
+use super::Detector;
+use super::progress::Command;
+
+/// A decided agreement: the same at every surviving participant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Agreement {
+    /// Its sequence number on this rank: the `seq`-th call (from 1).
+    pub seq: u64,
+    /// The AND of every participant's flags.
+    pub flags: u64,
+    /// The decided view: `view.failed` holds every rank that did not take
+    /// part and every failure any participant knew when it joined;
+    /// `view.id` is the newest view (`Event::ViewChange`) any participant
+    /// had raised, whose set `view.failed` contains.
+    pub view: protocol::View,
+    /// The longest chain of agreement messages behind the decision.
+    pub hops: u16,
+}
+
+/// Why an agreement has no result on this rank.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AgreeError {
+    /// This rank left (shutdown) before the agreement was decided here.
+    #[error("this rank left before the agreement was decided")]
+    Left,
+    /// This rank was declared failed by the others (excluded).
+    #[error(
+        "this rank was excluded (declared failed by the others) before the agreement was decided"
+    )]
+    Excluded,
+    /// The detector's progress thread ended on an error or a panic, or had
+    /// already ended when the agreement was asked for.
+    #[error("the detector stopped before the agreement was decided: {0}")]
+    Stopped(String),
+    /// `agree`/`wait` called from the detector's own callback, on the
+    /// progress thread, which would then wait for itself.
+    #[error(
+        "agree() and wait() cannot be called from the detector's callback (the progress thread would wait for itself); use iagree() and test()"
+    )]
+    OnProgressThread,
+}
+
+type Outcome = Result<Agreement, AgreeError>;
+
+/// One request's result, once known.
+#[derive(Debug, Default)]
+struct Slot {
+    result: Mutex<Option<Outcome>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, Option<Outcome>> {
+        self.result.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finish(&self, outcome: Outcome) {
+        let mut result = self.lock();
+        if result.is_none() {
+            *result = Some(outcome);
+            self.ready.notify_all();
+        }
+    }
+}
+
+/// The requests in flight, shared by the host's threads and the progress
+/// thread (in the detector's published state, so that it outlives a panic
+/// of the progress loop).
+#[derive(Debug, Default)]
+pub(super) struct AgreeBook {
+    inner: Mutex<BookInner>,
+}
+
+#[derive(Debug, Default)]
+struct BookInner {
+    /// Why no request is taken any more (the progress thread ended).
+    closed: Option<AgreeError>,
+    /// Sent to the progress thread, in the order of their commands.
+    sent: std::collections::VecDeque<Arc<Slot>>,
+    /// Numbered by the Engine, waiting for the result.
+    numbered: std::collections::BTreeMap<u64, Arc<Slot>>,
+    /// The latest view this rank raised.
+    view: Arc<protocol::View>,
+}
+
+impl AgreeBook {
+    fn lock(&self) -> MutexGuard<'_, BookInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The progress thread took the oldest `Agree` command: its request is
+    /// number `seq` (the Engine accepted it) or ends with `refused`.
+    pub(super) fn numbered(&self, seq: Result<u64, AgreeError>) {
+        let mut book = self.lock();
+        let Some(slot) = book.sent.pop_front() else {
+            return;
+        };
+        match seq {
+            Ok(seq) => {
+                book.numbered.insert(seq, slot);
+            }
+            Err(e) => {
+                drop(book);
+                slot.finish(Err(e));
+            }
+        }
+    }
+
+    /// An event from the Engine: a result (`Event::Agreed`/`AgreeAborted`)
+    /// goes to its request, a view is kept for [`Detector::view`]. Returns
+    /// whether it was a result.
+    pub(super) fn on_event(&self, event: &protocol::Event) -> bool {
+        let (seq, outcome) = match event {
+            protocol::Event::Agreed {
+                seq,
+                flags,
+                view,
+                hops,
+            } => (
+                *seq,
+                Ok(Agreement {
+                    seq: *seq,
+                    flags: *flags,
+                    view: view.clone(),
+                    hops: *hops,
+                }),
+            ),
+            protocol::Event::AgreeAborted { seq, reason } => (
+                *seq,
+                Err(match reason {
+                    AgreeAbort::Left => AgreeError::Left,
+                    AgreeAbort::Excluded => AgreeError::Excluded,
+                }),
+            ),
+            protocol::Event::ViewChange { id, failed, .. } => {
+                self.lock().view = Arc::new(protocol::View {
+                    id: *id,
+                    failed: failed.clone(),
+                });
+                return false;
+            }
+            _ => return false,
+        };
+        let slot = self.lock().numbered.remove(&seq);
+        if let Some(slot) = slot {
+            slot.finish(outcome);
+        }
+        true
+    }
+
+    /// The progress thread ended: every open request ends with `why`, and
+    /// so does every later one.
+    pub(super) fn close(&self, why: AgreeError) {
+        let open: Vec<Arc<Slot>> = {
+            let mut book = self.lock();
+            book.closed.get_or_insert(why.clone());
+            let mut open: Vec<Arc<Slot>> = book.sent.drain(..).collect();
+            open.extend(std::mem::take(&mut book.numbered).into_values());
+            open
+        };
+        for slot in open {
+            slot.finish(Err(why.clone()));
+        }
+    }
+}
+
+/// An agreement in progress ([`Detector::iagree`]).
+#[derive(Debug, Clone)]
+pub struct AgreeRequest {
+    slot: Arc<Slot>,
+    /// The progress thread, which must never wait for itself.
+    progress: Option<std::thread::ThreadId>,
+}
+
+impl AgreeRequest {
+    /// The result if it is known; never blocks on the progress thread.
+    pub fn test(&self) -> Option<Result<Agreement, AgreeError>> {
+        self.slot.lock().clone()
+    }
+
+    /// Waits for the result, **without a time limit**: an agreement waits
+    /// for every live rank (module docs). Ends early with an error when
+    /// this rank leaves, is excluded or its detector stops.
+    pub fn wait(self) -> Result<Agreement, AgreeError> {
+        self.wait_until(None)
+            .unwrap_or_else(|| Err(AgreeError::Stopped("no result".into())))
+    }
+
+    /// Waits at most `timeout` for the result (`None`: not yet).
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<Agreement, AgreeError>> {
+        self.wait_until(Some(Instant::now() + timeout))
+    }
+
+    fn wait_until(&self, deadline: Option<Instant>) -> Option<Outcome> {
+        if self.progress == Some(std::thread::current().id()) {
+            return self.test().or(Some(Err(AgreeError::OnProgressThread)));
+        }
+        let mut result = self.slot.lock();
+        loop {
+            if let Some(outcome) = result.as_ref() {
+                return Some(outcome.clone());
+            }
+            result = match deadline {
+                None => self
+                    .slot
+                    .ready
+                    .wait(result)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let left = d.checked_duration_since(Instant::now())?;
+                    self.slot
+                        .ready
+                        .wait_timeout(result, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+}
+
+impl Detector {
+    /// Agrees with every live rank on `flags` (the AND of everyone's) and
+    /// on a view: blocks until decided, **however long that takes** (see
+    /// the module docs: a collective, like `MPIX_Comm_agree`). Every
+    /// surviving rank gets the same [`Agreement`]. Ranks in its failed set
+    /// this rank did not know gone are learned first (`Left` or `Failed`
+    /// events, once their notices come; `Failed` after a timeout without).
+    pub fn agree(&self, flags: u64) -> Result<Agreement, AgreeError> {
+        self.iagree(flags)?.wait()
+    }
+
+    /// Starts an agreement and returns at once; [`AgreeRequest::test`] or
+    /// [`AgreeRequest::wait`] give the result. Several may be in flight;
+    /// they are decided in call order.
+    pub fn iagree(&self, flags: u64) -> Result<AgreeRequest, AgreeError> {
+        let slot = Arc::new(Slot::default());
+        let book = &self.shared.agreements;
+        {
+            // Under the book's lock, so requests are listed in the order
+            // of their commands whatever the host threads do.
+            let mut inner = book.lock();
+            if let Some(why) = &inner.closed {
+                return Err(why.clone());
+            }
+            inner.sent.push_back(Arc::clone(&slot));
+            if self.command(Command::Agree(flags)).is_err() {
+                inner.sent.pop_back();
+                return Err(AgreeError::Stopped("the progress thread has ended".into()));
+            }
+        }
+        Ok(AgreeRequest {
+            slot,
+            progress: self.thread.as_ref().map(|t| t.thread().id()),
+        })
+    }
+
+    /// The latest view this rank raised (`Event::ViewChange`): id 0 and
+    /// nobody until the first one. Takes a lock the progress thread holds
+    /// only to swap the view in.
+    pub fn view(&self) -> protocol::View {
+        protocol::View::clone(&self.shared.agreements.lock().view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agreed(seq: u64) -> protocol::Event {
+        protocol::Event::Agreed {
+            seq,
+            flags: 6,
+            view: protocol::View {
+                id: 2,
+                failed: vec![3],
+            },
+            hops: 4,
+        }
+    }
+
+    fn request(book: &AgreeBook) -> AgreeRequest {
+        let slot = Arc::new(Slot::default());
+        book.lock().sent.push_back(Arc::clone(&slot));
+        AgreeRequest {
+            slot,
+            progress: None,
+        }
+    }
+
+    #[test]
+    fn results_reach_their_requests_by_number() {
+        let book = AgreeBook::default();
+        let (a, b) = (request(&book), request(&book));
+        book.numbered(Ok(1));
+        book.numbered(Ok(2));
+        assert!(book.on_event(&agreed(2)));
+        assert_eq!(a.test(), None);
+        assert_eq!(b.test().unwrap().unwrap().seq, 2);
+        assert!(book.on_event(&protocol::Event::AgreeAborted {
+            seq: 1,
+            reason: AgreeAbort::Left
+        }));
+        assert_eq!(a.wait(), Err(AgreeError::Left));
+        assert!(!book.on_event(&protocol::Event::Left { rank: 1 }));
+    }
+
+    #[test]
+    fn the_end_of_the_thread_ends_every_open_request_and_later_ones() {
+        let book = AgreeBook::default();
+        let (a, b) = (request(&book), request(&book));
+        book.numbered(Ok(1));
+        let waiter = std::thread::spawn(move || a.wait());
+        book.close(AgreeError::Excluded);
+        assert_eq!(waiter.join().unwrap(), Err(AgreeError::Excluded));
+        assert_eq!(b.test(), Some(Err(AgreeError::Excluded)));
+        assert_eq!(book.lock().closed, Some(AgreeError::Excluded));
+        // A result after the end changes nothing.
+        book.on_event(&agreed(1));
+        assert_eq!(
+            b.wait_timeout(Duration::ZERO),
+            Some(Err(AgreeError::Excluded))
+        );
+    }
+
+    #[test]
+    fn a_refused_request_ends_at_once_and_a_wait_can_time_out() {
+        let book = AgreeBook::default();
+        let a = request(&book);
+        book.numbered(Err(AgreeError::Left));
+        assert_eq!(a.test(), Some(Err(AgreeError::Left)));
+        let b = request(&book);
+        assert_eq!(b.wait_timeout(Duration::from_millis(10)), None);
+    }
+
+    #[test]
+    fn views_are_kept_for_readers() {
+        let book = AgreeBook::default();
+        assert_eq!(*book.lock().view, protocol::View::default());
+        book.on_event(&protocol::Event::ViewChange {
+            id: 1,
+            failed: vec![5],
+            hops: 2,
+        });
+        assert_eq!(book.lock().view.failed, vec![5]);
+    }
+}
