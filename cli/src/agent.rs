@@ -234,15 +234,20 @@ pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
             detector,
             cause,
             hops,
+            detail,
         } => AgentEvent::Failed {
             rank: *rank,
             cause: *cause,
             detector: Some(*detector),
             hops: Some(*hops),
             epoch: Some(event.epoch),
+            detail: Some(runtime::evidence::describe_failure(*cause, detail)),
         },
         Event::Left { rank } => AgentEvent::Left { rank: *rank },
-        Event::SelfExcluded { by } => AgentEvent::SelfExcluded { by: Some(*by) },
+        Event::SelfExcluded { by, why } => AgentEvent::SelfExcluded {
+            by: Some(*by),
+            why: Some(why.as_str().to_owned()),
+        },
         Event::SlowEmitter { rank, stalled_for } => AgentEvent::SlowEmitter {
             rank: *rank,
             late_ms: Some(ms(*stalled_for)),
@@ -365,6 +370,12 @@ mod tests {
                     detector: 4,
                     cause: protocol::Cause::InBand,
                     hops: 2,
+                    detail: protocol::FailureDetail::Proof {
+                        said: protocol::FabricSaid::Completion {
+                            err: 125,
+                            prov_errno: 107,
+                        },
+                    },
                 },
                 AgentEvent::Failed {
                     rank: 5,
@@ -372,6 +383,31 @@ mod tests {
                     detector: Some(4),
                     hops: Some(2),
                     epoch: Some(1),
+                    detail: Some("in-band, error completion FI_ECANCELED/ENOTCONN: proof".into()),
+                },
+            ),
+            (
+                protocol::Event::Failed {
+                    rank: 6,
+                    detector: 4,
+                    cause: protocol::Cause::Timeout,
+                    hops: 0,
+                    detail: protocol::FailureDetail::Silence {
+                        said: protocol::FabricSaid::Nothing,
+                        quorum: Some(protocol::Confirmation {
+                            votes: 5,
+                            live: 8,
+                            tiebreak: false,
+                        }),
+                    },
+                },
+                AgentEvent::Failed {
+                    rank: 6,
+                    cause: protocol::Cause::Timeout,
+                    detector: Some(4),
+                    hops: Some(0),
+                    epoch: Some(1),
+                    detail: Some("timeout: silence, confirmed by 5 of 8 live ranks".into()),
                 },
             ),
             (
@@ -379,8 +415,24 @@ mod tests {
                 AgentEvent::Left { rank: 2 },
             ),
             (
-                protocol::Event::SelfExcluded { by: 1 },
-                AgentEvent::SelfExcluded { by: Some(1) },
+                protocol::Event::SelfExcluded {
+                    by: 1,
+                    why: protocol::Exclusion::Named,
+                },
+                AgentEvent::SelfExcluded {
+                    by: Some(1),
+                    why: Some("named".into()),
+                },
+            ),
+            (
+                protocol::Event::SelfExcluded {
+                    by: 3,
+                    why: protocol::Exclusion::NoQuorum,
+                },
+                AgentEvent::SelfExcluded {
+                    by: Some(3),
+                    why: Some("no_quorum".into()),
+                },
             ),
             (
                 protocol::Event::SlowEmitter {

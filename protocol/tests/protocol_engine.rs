@@ -10,8 +10,9 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Message, ProbeVerdict};
 use ffd_protocol::{
-    BcastKind, Cause, Engine, EngineConfig, Event, HandleError, InbandMode, Input, Kind, Output,
-    Overlay, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind, slot_value,
+    BcastKind, Cause, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
+    HandleError, InbandMode, Input, Kind, Output, Overlay, Participation, QuorumMode, Rank,
+    RejectReason, Ring, Time, TransportErrorKind, slot_value,
 };
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
@@ -62,10 +63,13 @@ fn at(v: u64) -> Time {
     Time::ZERO + ms(v)
 }
 
+/// These tests pin the declare-at-once behaviour, `FFD_QUORUM=off`
+/// (the primary partition is tested in `engine_quorum.rs` and `sim_partition.rs`).
 fn config() -> EngineConfig {
     EngineConfig {
         period: ms(10),
         timeout: ms(100),
+        quorum: QuorumMode::Off,
         ..EngineConfig::default()
     }
 }
@@ -295,7 +299,11 @@ fn timeout_declares_mends_and_broadcasts() {
         rank: 4,
         detector: 5,
         cause: Cause::Timeout,
-        hops: 0
+        hops: 0,
+        detail: FailureDetail::Silence {
+            said: FabricSaid::Nothing,
+            quorum: None,
+        },
     }));
     // The failed rank is told directly; the notice goes over the overlay
     // (tree links first, from this rank as root), never to the failed rank.
@@ -489,7 +497,8 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
         rank: 11,
         detector: 26,
         cause: Cause::Notice,
-        hops: 1
+        hops: 1,
+        detail: FailureDetail::Learned,
     }));
     // The emitter (9) is alive; 11 was the observer: heartbeats stop until
     // 12 (11's observer) mends to us.
@@ -504,7 +513,13 @@ fn a_notice_naming_me_excludes_me_for_good() {
     let mut e = engine(n, 4);
     drain(&mut e);
     let outs = deliver(&mut e, at(1), &notice(5, 5, &[4], &[]));
-    assert_eq!(events(&outs), vec![Event::SelfExcluded { by: 5 }]);
+    assert_eq!(
+        events(&outs),
+        vec![Event::SelfExcluded {
+            by: 5,
+            why: Exclusion::Named
+        }]
+    );
     assert_eq!(e.participation(), Participation::Excluded);
     assert_eq!(e.next_deadline(), None);
     assert!(deliver(&mut e, at(2), &notice(5, 5, &[1], &[])).is_empty());
@@ -583,7 +598,13 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
     );
     // The answer names us: excluded before any false declaration.
     let outs = deliver(&mut e, late + ms(1), &notice(3, 3, &[4], &[]));
-    assert_eq!(events(&outs), vec![Event::SelfExcluded { by: 3 }]);
+    assert_eq!(
+        events(&outs),
+        vec![Event::SelfExcluded {
+            by: 3,
+            why: Exclusion::Named
+        }]
+    );
 
     // Had nobody excluded us, the emitter gets a full timeout from the wake-up.
     let mut e = checker(n, 4);
@@ -609,6 +630,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 0,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -619,6 +642,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -627,7 +652,10 @@ fn inband_declare_off_and_departed_peers() {
         rank: 5,
         detector: 4,
         cause: Cause::InBand,
-        hops: 0
+        hops: 0,
+        detail: FailureDetail::Proof {
+            said: FabricSaid::Nothing,
+        },
     }));
     // Again (the peer is known failed now): ignored.
     e.handle(
@@ -635,6 +663,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -655,6 +685,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::Unreachable,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -669,6 +701,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 3,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -677,7 +711,10 @@ fn inband_declare_off_and_departed_peers() {
         rank: 3,
         detector: 4,
         cause: Cause::InBand,
-        hops: 0
+        hops: 0,
+        detail: FailureDetail::Proof {
+            said: FabricSaid::Nothing,
+        },
     }));
     assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![2]);
 }
@@ -696,6 +733,8 @@ fn inband_suspect_probes_before_declaring() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -730,6 +769,8 @@ fn inband_suspect_probes_before_declaring() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -741,7 +782,11 @@ fn inband_suspect_probes_before_declaring() {
         rank: 5,
         detector: 4,
         cause: Cause::InBand,
-        hops: 0
+        hops: 0,
+        detail: FailureDetail::Silence {
+            said: FabricSaid::Nothing,
+            quorum: None,
+        },
     }));
 }
 
@@ -845,7 +890,8 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
         rank: 12,
         detector: 3,
         cause: Cause::Notice,
-        hops: 1
+        hops: 1,
+        detail: FailureDetail::Learned,
     }));
     assert!(!sent_to(&outs, n, Kind::Notice).is_empty());
     assert_eq!(e.stats().ranks_learned_by_sync, 1);
@@ -903,6 +949,8 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
             Input::TransportError {
                 peer: 5,
                 kind: TransportErrorKind::HeartbeatWrite,
+                evidence: Evidence::Proof,
+                said: FabricSaid::Nothing,
             },
         )
         .unwrap();
@@ -929,6 +977,8 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
         Input::TransportError {
             peer: 4,
             kind: TransportErrorKind::Send,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();

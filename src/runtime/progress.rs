@@ -28,12 +28,13 @@ use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
 use crate::protocol::{
-    Engine, EngineConfig, Input, JobKeys, Output, Participation, Rank, Ring, Time,
-    TransportErrorKind, wire,
+    Engine, EngineConfig, Evidence, FabricSaid, Input, JobKeys, Output, Participation, Rank, Ring,
+    Time, TransportErrorKind, wire,
 };
 
 use super::AgreeError;
 use super::delivery::Delivery;
+use super::evidence::{classify_completion, classify_post};
 use super::link::{self, Linked, WARM_UP};
 use super::log::Logger;
 use super::state::{StopCause, StopReason};
@@ -492,12 +493,19 @@ impl Core<'_> {
             }
             FailedOp::Unknown => (None, TransportErrorKind::Send),
         };
+        // Proof or silence, by what the provider said (`evidence.rs`).
+        let evidence = classify_completion(error.err, error.prov_errno);
+        let said = FabricSaid::Completion {
+            err: error.err,
+            prov_errno: error.prov_errno,
+        };
         match peer {
             Some(peer) => {
                 self.logger.info(format_args!(
-                    "transport error on the link to rank {peer}: {error}"
+                    "transport error on the link to rank {peer}: {error} ({})",
+                    evidence.as_str()
                 ));
-                self.transport_error(now, peer, kind);
+                self.transport_error(now, peer, kind, evidence, said);
             }
             None => {
                 self.counters.unattributed_errors += 1;
@@ -507,16 +515,39 @@ impl Core<'_> {
         }
     }
 
-    fn transport_error(&mut self, now: Time, peer: Rank, kind: TransportErrorKind) {
+    fn transport_error(
+        &mut self,
+        now: Time,
+        peer: Rank,
+        kind: TransportErrorKind,
+        evidence: Evidence,
+        said: FabricSaid,
+    ) {
         self.counters.transport_errors += 1;
         self.refused_since.remove(&peer);
-        let _ = self
-            .engine
-            .handle(now, Input::TransportError { peer, kind });
+        let _ = self.engine.handle(
+            now,
+            Input::TransportError {
+                peer,
+                kind,
+                evidence,
+                said,
+            },
+        );
+    }
+
+    /// A post that failed at once with `error` (not a refusal): proof or
+    /// silence by its error number.
+    fn post_failed(&mut self, peer: Rank, kind: TransportErrorKind, error: &FabricError) {
+        let now = self.now();
+        let err = error.errno().unwrap_or(0);
+        let evidence = classify_post(err);
+        self.transport_error(now, peer, kind, evidence, FabricSaid::Post { err });
     }
 
     /// A post to `peer` was refused (`-FI_EAGAIN`/`-FI_ENOENT`): a run of
-    /// refusals longer than the bound is a verdict against the peer.
+    /// refusals longer than the bound is a verdict against the peer, and
+    /// silence (a dead peer's connection and a cut one both refuse).
     fn refused(&mut self, peer: Rank) {
         self.counters.posts_refused += 1;
         let now = Instant::now();
@@ -530,7 +561,14 @@ impl Core<'_> {
             ));
             self.pending.retain(|(to, _)| *to != peer);
             let t = self.now();
-            self.transport_error(t, peer, TransportErrorKind::Unreachable);
+            let run = now.duration_since(since);
+            self.transport_error(
+                t,
+                peer,
+                TransportErrorKind::Unreachable,
+                Evidence::Silence,
+                FabricSaid::Refused { run },
+            );
         }
     }
 
@@ -599,8 +637,7 @@ impl Core<'_> {
             Err(e) => {
                 self.logger
                     .info(format_args!("heartbeat to rank {to} failed: {e}"));
-                let now = self.now();
-                self.transport_error(now, to, TransportErrorKind::HeartbeatWrite);
+                self.post_failed(to, TransportErrorKind::HeartbeatWrite, &e);
             }
         }
     }
@@ -628,8 +665,7 @@ impl Core<'_> {
             Err(e) => {
                 self.logger
                     .info(format_args!("send to rank {to} failed: {e}"));
-                let now = self.now();
-                self.transport_error(now, to, TransportErrorKind::Send);
+                self.post_failed(to, TransportErrorKind::Send, &e);
                 true
             }
         }

@@ -12,9 +12,10 @@
 //!
 //! ```text
 //! {"event":"ready","pid":1234,"core":1,"me":3,"t_ms":0.0,"unix_ms":...}
-//! {"event":"failed","rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,"me":3,...}
+//! {"event":"failed","rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,
+//!  "detail":"in-band, error completion FI_ECANCELED/ENOTCONN: proof","me":3,...}
 //! {"event":"left","rank":5,"me":3,...}
-//! {"event":"self_excluded","by":4,"me":3,...}
+//! {"event":"self_excluded","by":4,"why":"named","me":3,...}
 //! {"event":"slow_emitter","rank":2,"late_ms":37.0,"me":3,...}
 //! {"event":"payload","origin":1,"seq":0,"text":"revoke","me":3,...}
 //! {"event":"view","id":1,"failed":[5],"hops":6,"me":3,...}
@@ -52,12 +53,23 @@ pub enum AgentEvent {
         hops: Option<u16>,
         /// Failures this rank knew once it learned this one.
         epoch: Option<u64>,
+        /// The evidence in words, for the detector's own declaration (e.g.
+        /// `in-band, error completion FI_ECANCELED/ENOTCONN: proof`,
+        /// `timeout: silence, confirmed by 6 of 8 live ranks`); `notice`
+        /// for news from others.
+        #[serde(default)]
+        detail: Option<String>,
     },
     /// `rank` shut down cleanly.
     Left { rank: Rank },
-    /// The others declared this rank failed (`by` told it); it stops
-    /// participating.
-    SelfExcluded { by: Option<Rank> },
+    /// This rank stops participating: the others declared it failed (`why`
+    /// = `named`, `by` told it), or its side of a partition holds no
+    /// majority (`no_quorum`, `by` made the accusation that found none).
+    SelfExcluded {
+        by: Option<Rank>,
+        #[serde(default)]
+        why: Option<String>,
+    },
     /// A warning: `rank`'s heartbeat was late by `late_ms`.
     SlowEmitter { rank: Rank, late_ms: Option<f64> },
     /// An application payload broadcast by `origin` (as text, lossily).
@@ -235,9 +247,13 @@ mod tests {
                 detector: Some(4),
                 hops: Some(0),
                 epoch: Some(1),
+                detail: Some("in-band, error completion FI_ECANCELED/ENOTCONN: proof".into()),
             },
             AgentEvent::Left { rank: 5 },
-            AgentEvent::SelfExcluded { by: Some(4) },
+            AgentEvent::SelfExcluded {
+                by: Some(4),
+                why: Some("named".into()),
+            },
             AgentEvent::SlowEmitter {
                 rank: 2,
                 late_ms: Some(37.0),
@@ -296,9 +312,11 @@ mod tests {
         let stamp = ["me", "t_ms", "unix_ms"];
         let want = [
             &["core", "event", "pid"][..],
-            &["cause", "detector", "epoch", "event", "hops", "rank"],
+            &[
+                "cause", "detail", "detector", "epoch", "event", "hops", "rank",
+            ],
             &["event", "rank"],
-            &["by", "event"],
+            &["by", "event", "why"],
             &["event", "late_ms", "rank"],
             &["event", "origin", "seq", "text"],
             &["event", "failed", "hops", "id"],
@@ -333,11 +351,15 @@ mod tests {
                     detector: None,
                     hops: None,
                     epoch: None,
+                    detail: None,
                 },
             ),
             (
                 r#"{"event":"self_excluded","me":3}"#,
-                AgentEvent::SelfExcluded { by: None },
+                AgentEvent::SelfExcluded {
+                    by: None,
+                    why: None,
+                },
             ),
             (
                 r#"{"event":"stats"}"#,

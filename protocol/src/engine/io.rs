@@ -47,10 +47,14 @@ pub enum Input<'a> {
     /// An active message. `from` is the transport's idea of the sender if
     /// it has one; after validation the header's sender is authoritative.
     Message { from: Option<Rank>, bytes: &'a [u8] },
-    /// A transport operation concerning `peer` failed.
+    /// A transport operation concerning `peer` failed: which one, whether
+    /// the driver takes it as proof of death or only as silence, and what
+    /// the fabric said.
     TransportError {
         peer: Rank,
         kind: TransportErrorKind,
+        evidence: Evidence,
+        said: FabricSaid,
     },
     /// A message to `to` left this process: the transport completed its
     /// send, so the link to `to` is up. The Engine reads only the ones
@@ -83,6 +87,47 @@ pub enum TransportErrorKind {
     /// The runtime's verdict that the peer cannot be reached (e.g. posts
     /// returned EAGAIN for longer than its bound).
     Unreachable,
+}
+
+/// What a transport error shows about the peer (`docs/design.md` §4.11).
+/// The driver classifies: the runtime by the error numbers it measured on
+/// each provider, the simulator by whether the peer's process is dead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Evidence {
+    /// The peer is dead: its kernel refused or reset the connection (its
+    /// process exited). Declared at once, whatever `FFD_QUORUM` says.
+    Proof,
+    /// The peer may only be unreachable or slow: a refusal run, a timeout,
+    /// anything unclassified. With `FFD_QUORUM=majority` a majority must
+    /// confirm it first.
+    Silence,
+}
+
+impl Evidence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Evidence::Proof => "proof",
+            Evidence::Silence => "silence",
+        }
+    }
+}
+
+/// What the fabric said about a failed operation towards a peer, for the
+/// host to read in [`FailureDetail`]. Numbers only: the runtime names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FabricSaid {
+    /// An error completion: libfabric's error number (positive, an `FI_E*`
+    /// value) and the provider's own errno (as the provider reported it).
+    Completion { err: i32, prov_errno: i32 },
+    /// The post itself failed with this (positive) error number.
+    Post { err: i32 },
+    /// Every post to the peer was refused (`-FI_EAGAIN`) for this long: the
+    /// runtime's unreachable verdict.
+    Refused { run: Duration },
+    /// The simulator: an operation towards a process that is dead.
+    DeadProcess,
+    /// Nothing more (a slot that stood still, a probe, a test).
+    Nothing,
 }
 
 /// What the Engine asks its driver to do. See
@@ -144,6 +189,55 @@ impl Cause {
     }
 }
 
+/// How the rank that raised a [`Event::Failed`] knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureDetail {
+    /// Learned from another rank (a notice or a sync exchange), or from a
+    /// probe's witness that already held it failed.
+    Learned,
+    /// Declared at once on proof of death (an in-band error classified as
+    /// proof), with what the fabric said.
+    Proof { said: FabricSaid },
+    /// Declared from silence: the emitter's slot stood still for the
+    /// timeout, or an in-band error classified as silence (`said`).
+    /// `quorum`: the votes that confirmed it (`FFD_QUORUM=majority`);
+    /// `None` when declared at once (`FFD_QUORUM=off`).
+    Silence {
+        said: FabricSaid,
+        quorum: Option<Confirmation>,
+    },
+}
+
+/// The majority that confirmed an accusation: `votes` ranks of the
+/// accuser's side, of `live` ranks in its view (quorum: 2·votes > live, or
+/// an exact half holding the lowest live rank: `tiebreak`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Confirmation {
+    pub votes: u32,
+    pub live: u32,
+    pub tiebreak: bool,
+}
+
+/// Why this rank stopped participating ([`Event::SelfExcluded`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exclusion {
+    /// Another rank declared it failed (`by` told it): reports are final.
+    Named,
+    /// Its side of a partition holds no majority: an accusation (`by`'s:
+    /// this rank's own, or one it voted in) found no quorum in time
+    /// (`FFD_QUORUM=majority`).
+    NoQuorum,
+}
+
+impl Exclusion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Exclusion::Named => "named",
+            Exclusion::NoQuorum => "no_quorum",
+        }
+    }
+}
+
 /// A view: its id (0: nobody gone; each view change adds one) and the
 /// ranks out of it (failed or left), ascending.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -176,18 +270,22 @@ pub enum Event {
     /// `rank` has failed (final: never withdrawn). `detector` declared it
     /// (this rank for Timeout/InBand; the notice's origin, or the sync peer,
     /// for Notice). `hops`: overlay hops the news travelled (0 if detected
-    /// here).
+    /// here). `detail`: the evidence behind this rank's own declaration
+    /// (`Learned` for news from others).
     Failed {
         rank: Rank,
         detector: Rank,
         cause: Cause,
         hops: u16,
+        detail: FailureDetail,
     },
     /// `rank` left cleanly.
     Left { rank: Rank },
-    /// This rank was declared failed by others (`by` told us): it must stop
-    /// participating. The Engine is inert from now on.
-    SelfExcluded { by: Rank },
+    /// This rank must stop participating: it was declared failed by others
+    /// (`why` = `Named`, `by` told us), or its side of a partition holds no
+    /// majority (`NoQuorum`, `by` made the accusation that found none). The
+    /// Engine is inert from now on.
+    SelfExcluded { by: Rank, why: Exclusion },
     /// The emitter's slot stood still for `stalled_for` and then moved
     /// again: a slow but live process (a warning, never a failure).
     SlowEmitter { rank: Rank, stalled_for: Duration },
@@ -203,7 +301,7 @@ pub enum Event {
     /// View `id` was decided: the ranks out of the job are `failed` (failed
     /// or left, ascending). Every live rank raises the same views in the
     /// same order (ids 1, 2, 3, …), each after the `Failed`/`Left` events
-    /// of the ranks it names (`docs/design.md` §4.9). `hops`: the longest
+    /// of the ranks it names (`docs/design.md` §4.10). `hops`: the longest
     /// chain of agreement messages behind this rank's decision.
     ViewChange {
         id: u64,
@@ -265,17 +363,19 @@ pub enum HeartbeatMode {
 /// Counters the runtime can read ([`Engine::stats`](super::Engine::stats)).
 /// Plain integers.
 ///
-/// `repr(C)`: the counters touched by every message (`received`,
-/// `duplicate_notices`) come first, so that they fall in the Engine's
+/// `repr(C)`: the counters touched by every message (`duplicate_notices`,
+/// `received`, whose first entry is the notices') come first, so that they fall in the Engine's
 /// first 5 cache lines with its other hot fields (see
 /// [`Engine`](super::Engine) and its layout test).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Stats {
-    /// Messages received, indexed by [`Kind::index`].
-    pub received: [u64; Kind::COUNT],
     /// Notices that named nothing new (not forwarded).
     pub duplicate_notices: u64,
+    /// Messages received, indexed by [`Kind::index`] (notices first: the
+    /// counter every duplicate notice bumps stays in the hot lines however
+    /// many kinds follow).
+    pub received: [u64; Kind::COUNT],
     /// Messages sent, indexed by [`Kind::index`].
     pub sent: [u64; Kind::COUNT],
     pub bytes_sent: u64,
@@ -352,6 +452,24 @@ pub struct Stats {
     /// Slot readings that carried another generation than the one this
     /// rank named in `ObserveMe`: not heartbeats.
     pub foreign_slot_values: u64,
+    /// Quorum (`FFD_QUORUM=majority`, `engine/quorum.rs`): accusations this
+    /// rank made (each silence of a rank it watches, once).
+    pub accusations: u64,
+    /// Further rounds of them: no quorum yet, flooded again (new nonce).
+    pub accusation_rounds: u64,
+    /// Votes this rank sent (first votes and updates of a subtree's count).
+    pub votes_sent: u64,
+    /// Accusations of this rank's that a majority confirmed (declared).
+    pub quorum_confirmations: u64,
+    /// Accusations of this rank's withdrawn: the suspect answered, or its
+    /// slot moved again.
+    pub refutations: u64,
+    /// Times this rank excluded itself for want of a quorum (as accuser, or
+    /// as voter in such an accusation).
+    pub no_quorum_exclusions: u64,
+    /// Accusations of others this rank took no part in: it already held the
+    /// most ballots it keeps.
+    pub ballots_refused: u64,
     /// View changes raised (`Event::ViewChange`).
     pub views_raised: u64,
     /// User agreements decided here (`Event::Agreed`).

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use super::{
-    AgreeAbort, Cause, Engine, Event, HandleError, HeartbeatMode, NO_RANK, Participation, Timer,
-    TimerTable,
+    AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, HeartbeatMode,
+    NO_RANK, Participation, Timer, TimerTable,
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
@@ -46,10 +46,11 @@ fn unknown_ranks(list: RankList<'_>, me: Rank, a: &[Rank], b: &[Rank]) -> Vec<Ra
 }
 
 impl Engine {
-    /// This rank declares `rank` failed: report, tell `rank` itself (if it
-    /// is only stopped or cut off, it learns it is out as soon as it runs
-    /// again), broadcast, mend.
-    pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause) {
+    /// This rank declares `rank` failed: report (with the evidence,
+    /// `detail`), tell `rank` itself (if it is only stopped or cut off, it
+    /// learns it is out as soon as it runs again), broadcast, mend. From
+    /// silence, callers go through `quorum::on_silence`, never here.
+    pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause, detail: FailureDetail) {
         if rank == self.me || self.is_gone(rank) || self.participation != Participation::Active {
             return;
         }
@@ -60,6 +61,7 @@ impl Engine {
             detector: self.me,
             cause,
             hops: 0,
+            detail,
         });
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[rank], &[]).into();
         self.stats.exclusions_sent += 1;
@@ -93,6 +95,7 @@ impl Engine {
                 detector,
                 cause: Cause::Notice,
                 hops,
+                detail: FailureDetail::Learned,
             });
         }
         for &rank in &new_left {
@@ -104,7 +107,8 @@ impl Engine {
 
     /// Reacts to a grown failed/left set: mend if the emitter is gone, stop
     /// heartbeats to a departed observer (its own observer will mend to us),
-    /// drop a departed suspect, announce the new digest.
+    /// drop a departed suspect, end accusations and ballots about departed
+    /// ranks, announce the new digest.
     pub(super) fn after_gone_changed(&mut self, now: Time) {
         if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
             self.stream_dirty = true;
@@ -126,15 +130,19 @@ impl Engine {
                 self.mend(now);
             }
         }
+        self.quorum_on_gone(now);
         self.views_on_gone(now);
     }
 
-    pub(super) fn self_exclude(&mut self, by: Rank) {
+    /// This rank stops participating (`why`; `by` told it, or made the
+    /// accusation that found no quorum): fail-stop.
+    pub(super) fn self_exclude(&mut self, by: Rank, why: Exclusion) {
         if self.participation == Participation::Excluded {
             return;
         }
         self.participation = Participation::Excluded;
         self.timers = TimerTable::NONE;
+        self.quorum = None;
         self.fanouts.clear();
         self.pending_write = None;
         self.suspect = None;
@@ -143,7 +151,7 @@ impl Engine {
         // Pending agreements end first, so SelfExcluded is the Engine's
         // last output.
         self.abort_agreements(AgreeAbort::Excluded);
-        self.push_event(Event::SelfExcluded { by });
+        self.push_event(Event::SelfExcluded { by, why });
     }
 
     /// Answers a message from a rank in the failed set with a notice naming

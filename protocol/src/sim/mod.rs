@@ -47,7 +47,8 @@ pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 
 use crate::wire::{JobKeys, Kind, Sealed};
 use crate::{
-    Engine, EngineConfig, EngineConfigError, Input, Output, Rank, Ring, Time, TransportErrorKind,
+    Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Input, Output, Rank, Ring, Time,
+    TransportErrorKind,
 };
 use agenda::Agenda;
 use agreements::{AgreeTrack, ViewTrack};
@@ -155,6 +156,7 @@ enum What {
         to: Rank,
         peer: Rank,
         kind: TransportErrorKind,
+        evidence: Evidence,
     },
     /// `to`'s send to `peer` completed (`Input::Sent`).
     Sent {
@@ -164,6 +166,25 @@ enum What {
     Action(u32),
     Leave(Rank),
     Close(Rank),
+}
+
+/// The input of a modelled transport error: an error from a dead process
+/// is proof (`FabricSaid::DeadProcess`); anything else (a glitch) silence.
+pub(super) fn transport_error(
+    peer: Rank,
+    kind: TransportErrorKind,
+    evidence: Evidence,
+) -> Input<'static> {
+    let said = match evidence {
+        Evidence::Proof => FabricSaid::DeadProcess,
+        Evidence::Silence => FabricSaid::Nothing,
+    };
+    Input::TransportError {
+        peer,
+        kind,
+        evidence,
+        said,
+    }
 }
 
 /// A message waiting for a stopped rank: (sender, message).
@@ -185,7 +206,7 @@ pub struct Simulator {
     queue: Agenda<What>,
     /// Messages to stopped ranks, delivered when they resume.
     held: BTreeMap<Rank, Vec<Held>>,
-    held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind)>>,
+    held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind, Evidence)>>,
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
     /// Per sender, the links with a copy in flight and the delivery time
@@ -205,12 +226,20 @@ pub struct Simulator {
     now: Time,
     // totals
     events: u64,
-    /// Live ranks some live rank declared failed, and how many such reports.
+    /// Ranks never faulted that some rank declared failed, and how many
+    /// such reports.
     falsely_declared: std::collections::BTreeSet<Rank>,
     false_reports: u64,
     false_samples: Vec<(Rank, Rank, f64)>,
+    /// `Failed` events raised by faulted ranks (about anyone).
     reports_by_faulty: u64,
+    /// Of the false reports, those raised by faulted ranks.
+    false_reports_by_faulty: u64,
     self_excluded: Vec<Rank>,
+    /// When each excluded itself (virtual ms).
+    self_excluded_at: Vec<f64>,
+    /// Of those, the ranks that excluded themselves for want of a quorum.
+    no_quorum_excluded: Vec<Rank>,
     left_events: u64,
     slow_warnings: u64,
     payloads: u64,
@@ -310,7 +339,10 @@ impl Simulator {
             false_reports: 0,
             false_samples: Vec::new(),
             reports_by_faulty: 0,
+            false_reports_by_faulty: 0,
             self_excluded: Vec::new(),
+            self_excluded_at: Vec::new(),
+            no_quorum_excluded: Vec::new(),
             left_events: 0,
             slow_warnings: 0,
             payloads: 0,
@@ -443,13 +475,22 @@ impl Simulator {
                     }
                 }
             }
-            What::Error { to, peer, kind } => match self.state[to as usize].status {
+            What::Error {
+                to,
+                peer,
+                kind,
+                evidence,
+            } => match self.state[to as usize].status {
                 Status::Up => {
-                    let _ =
-                        self.engines[to as usize].handle(now, Input::TransportError { peer, kind });
+                    let _ = self.engines[to as usize]
+                        .handle(now, transport_error(peer, kind, evidence));
                     self.after_handle(to);
                 }
-                Status::Hung => self.held_errors.entry(to).or_default().push((peer, kind)),
+                Status::Hung => self
+                    .held_errors
+                    .entry(to)
+                    .or_default()
+                    .push((peer, kind, evidence)),
                 _ => {}
             },
             What::Sent { to, peer } => {

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
-    BcastKind, Engine, EngineConfig, HandleError, InbandMode, Input, Output, Rank, Ring, RingKind,
-    Time, TransportErrorKind, slot_value,
+    BcastKind, Engine, EngineConfig, Evidence, FabricSaid, HandleError, InbandMode, Input, Output,
+    QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -155,6 +155,7 @@ fn config(dice: &mut Dice) -> EngineConfig {
         period,
         timeout,
         inband: dice.pick(&[InbandMode::Declare, InbandMode::Suspect, InbandMode::Off]),
+        quorum: dice.pick(&[QuorumMode::Majority, QuorumMode::Off]),
         bcast: dice.pick(&[BcastKind::Bmg, BcastKind::Chord]),
         ring: RingKind::Rank,
         ring_seed: 0,
@@ -689,10 +690,30 @@ impl Episode<'_> {
             TransportErrorKind::Send,
             TransportErrorKind::Unreachable,
         ]);
+        let evidence = dice.pick(&[Evidence::Proof, Evidence::Silence]);
+        let said = match dice.below(5) {
+            0 => FabricSaid::Completion {
+                err: dice.u32() as i32,
+                prov_errno: dice.u32() as i32,
+            },
+            1 => FabricSaid::Post {
+                err: dice.u32() as i32,
+            },
+            2 => FabricSaid::Refused {
+                run: Duration::from_micros(dice.below(1_000_000)),
+            },
+            3 => FabricSaid::DeadProcess,
+            _ => FabricSaid::Nothing,
+        };
         let _ = self.engine_call(
             r,
             InputKind::TransportError,
-            Input::TransportError { peer, kind },
+            Input::TransportError {
+                peer,
+                kind,
+                evidence,
+                said,
+            },
         );
     }
 
