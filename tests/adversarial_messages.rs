@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use ffd::protocol::wire::{self, Encoder, HEADER_LEN, JobKeys, MAGIC, Sealed, TAG_LEN, VERSION};
 use ffd::protocol::{
-    Engine, EngineConfig, Event, Evidence, HandleError, InbandMode, Input, Kind, Output,
-    Participation, Rank, RejectReason, Ring, Time, TransportErrorKind,
+    Engine, EngineConfig, Event, Evidence, FabricSaid, HandleError, InbandMode, Input, Kind,
+    Output, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind,
 };
 
 const N: u32 = 8;
@@ -159,7 +159,8 @@ fn a_replayed_genuine_notice_is_dropped() {
             Input::TransportError {
                 peer: 7,
                 kind: TransportErrorKind::HeartbeatWrite,
-                evidence: Evidence::None,
+                evidence: Evidence::Proof,
+                said: FabricSaid::Nothing,
             },
         )
         .unwrap();
@@ -237,7 +238,8 @@ fn a_stale_process_of_an_earlier_job_is_dropped() {
                 Input::TransportError {
                     peer: ME,
                     kind: TransportErrorKind::Send,
-                    evidence: Evidence::None,
+                    evidence: Evidence::Proof,
+                    said: FabricSaid::Nothing,
                 },
             )
             .unwrap();

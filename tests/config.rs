@@ -9,7 +9,7 @@ use ffd::config::{
     Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LocalMode,
     LogLevel, ProgressMode, Source, VARIABLES,
 };
-use ffd::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
+use ffd::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
 
 fn env(pairs: &[(&str, &str)]) -> Env {
     Env::from_pairs(pairs.iter().copied())
@@ -429,6 +429,22 @@ fn startup_grace_and_hostname() {
 }
 
 #[test]
+fn quorum_is_majority_by_default_or_off() {
+    assert_eq!(
+        Config::default().engine_config().quorum,
+        QuorumMode::Majority
+    );
+    for (text, mode) in [("majority", QuorumMode::Majority), ("OFF", QuorumMode::Off)] {
+        let cfg = from(&[("FFD_QUORUM", text)]).unwrap();
+        assert_eq!(cfg.engine_config().quorum, mode, "{text}");
+    }
+    assert_eq!(
+        err(&[("FFD_QUORUM", "half")]),
+        "FFD_QUORUM=`half` is not recognised; accepted: majority|off"
+    );
+}
+
+#[test]
 fn health_max_is_a_small_positive_integer() {
     assert_eq!(Config::default().engine_config().health_max, 4);
     let cfg = from(&[("FFD_HEALTH_MAX", "1")]).unwrap();
@@ -452,6 +468,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .timeout(ms(20))
         .unsafe_timing(false)
         .inband(InbandMode::Off)
+        .quorum(QuorumMode::Off)
         .bcast(BcastKind::Chord)
         .ring(RingKind::Rank)
         .ring_seed(7)
@@ -477,6 +494,7 @@ fn code_settings_are_taken_and_marked_as_code() {
             engine.period,
             engine.timeout,
             engine.inband,
+            engine.quorum,
             engine.bcast,
             engine.ring,
             engine.ring_seed,
@@ -486,6 +504,7 @@ fn code_settings_are_taken_and_marked_as_code() {
             ms(2),
             ms(20),
             InbandMode::Off,
+            QuorumMode::Off,
             BcastKind::Chord,
             RingKind::Rank,
             7,

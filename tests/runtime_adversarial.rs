@@ -249,8 +249,8 @@ fn attacks_are_dropped(provider: &str) {
         while let Some(e) = d.try_next_event() {
             match e.protocol() {
                 None => panic!("rank {}: the detector stopped: {:?}", d.rank(), e.event),
-                Some(Event::SelfExcluded { by }) => {
-                    panic!("rank {} excluded by {by}", d.rank())
+                Some(Event::SelfExcluded { by, why }) => {
+                    panic!("rank {} excluded by {by} ({why:?})", d.rank())
                 }
                 Some(Event::Failed { rank, .. }) => assert_eq!(*rank, 2, "rank {}", d.rank()),
                 Some(_) => {}

@@ -35,7 +35,7 @@ use serde_json::Value;
 use crate::launch::agent_line::{AgentEvent, AgentLine, Stamp};
 use ffd::bootstrap::{self, Bootstrap, BootstrapError};
 use ffd::config::{Config, Env};
-use ffd::protocol::{Basis, Event, Evidence, Rank};
+use ffd::protocol::{Event, Rank};
 use ffd::runtime::{self, Detector, DetectorEvent};
 
 /// `ffd agent` options.
@@ -226,21 +226,6 @@ fn emit_event(
     }
 }
 
-/// What the evidence of a declaration said, for the agent's line (`None`:
-/// nothing beyond the cause).
-pub fn evidence_text(evidence: Evidence) -> Option<String> {
-    match evidence {
-        Evidence::None => None,
-        Evidence::Exit => Some("exit".to_owned()),
-        Evidence::RefusalRun { millis } => Some(format!("refusal run {millis}ms")),
-        Evidence::ErrorCompletion {
-            errno, prov_errno, ..
-        } => Some(format!(
-            "error completion errno {errno} prov_errno {prov_errno}"
-        )),
-    }
-}
-
 /// The line's event for a detector event (none for the detector's stop).
 pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
     Some(match event.protocol()? {
@@ -249,22 +234,24 @@ pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
             detector,
             cause,
             hops,
-            evidence,
+            detail,
         } => AgentEvent::Failed {
             rank: *rank,
             cause: *cause,
             detector: Some(*detector),
             hops: Some(*hops),
             epoch: Some(event.epoch),
-            evidence: evidence_text(*evidence),
-            basis: Some(Basis::of(*cause, *evidence).as_str().to_owned()),
+            detail: Some(runtime::evidence::describe_failure(*cause, detail)),
         },
         Event::HostFailed { host, ranks } => AgentEvent::HostFailed {
             host: *host,
             ranks: ranks.clone(),
         },
         Event::Left { rank } => AgentEvent::Left { rank: *rank },
-        Event::SelfExcluded { by } => AgentEvent::SelfExcluded { by: Some(*by) },
+        Event::SelfExcluded { by, why } => AgentEvent::SelfExcluded {
+            by: Some(*by),
+            why: Some(why.as_str().to_owned()),
+        },
         Event::SlowEmitter { rank, stalled_for } => AgentEvent::SlowEmitter {
             rank: *rank,
             late_ms: Some(ms(*stalled_for)),
@@ -387,10 +374,11 @@ mod tests {
                     detector: 4,
                     cause: protocol::Cause::InBand,
                     hops: 2,
-                    evidence: protocol::Evidence::ErrorCompletion {
-                        errno: 107,
-                        prov_errno: 32,
-                        proof: true,
+                    detail: protocol::FailureDetail::Proof {
+                        said: protocol::FabricSaid::Completion {
+                            err: 125,
+                            prov_errno: 107,
+                        },
                     },
                 },
                 AgentEvent::Failed {
@@ -399,36 +387,31 @@ mod tests {
                     detector: Some(4),
                     hops: Some(2),
                     epoch: Some(1),
-                    evidence: Some("error completion errno 107 prov_errno 32".into()),
-                    basis: Some("proof".into()),
+                    detail: Some("in-band, error completion FI_ECANCELED/ENOTCONN: proof".into()),
                 },
             ),
             (
                 protocol::Event::Failed {
                     rank: 6,
-                    detector: 7,
-                    cause: protocol::Cause::Exited,
+                    detector: 4,
+                    cause: protocol::Cause::Timeout,
                     hops: 0,
-                    evidence: protocol::Evidence::Exit,
+                    detail: protocol::FailureDetail::Silence {
+                        said: protocol::FabricSaid::Nothing,
+                        quorum: Some(protocol::Confirmation {
+                            votes: 5,
+                            live: 8,
+                            tiebreak: false,
+                        }),
+                    },
                 },
                 AgentEvent::Failed {
                     rank: 6,
-                    cause: protocol::Cause::Exited,
-                    detector: Some(7),
+                    cause: protocol::Cause::Timeout,
+                    detector: Some(4),
                     hops: Some(0),
                     epoch: Some(1),
-                    evidence: Some("exit".into()),
-                    basis: Some("proof".into()),
-                },
-            ),
-            (
-                protocol::Event::HostFailed {
-                    host: 2,
-                    ranks: vec![2, 5],
-                },
-                AgentEvent::HostFailed {
-                    host: 2,
-                    ranks: vec![2, 5],
+                    detail: Some("timeout: silence, confirmed by 5 of 8 live ranks".into()),
                 },
             ),
             (
@@ -436,8 +419,24 @@ mod tests {
                 AgentEvent::Left { rank: 2 },
             ),
             (
-                protocol::Event::SelfExcluded { by: 1 },
-                AgentEvent::SelfExcluded { by: Some(1) },
+                protocol::Event::SelfExcluded {
+                    by: 1,
+                    why: protocol::Exclusion::Named,
+                },
+                AgentEvent::SelfExcluded {
+                    by: Some(1),
+                    why: Some("named".into()),
+                },
+            ),
+            (
+                protocol::Event::SelfExcluded {
+                    by: 3,
+                    why: protocol::Exclusion::NoQuorum,
+                },
+                AgentEvent::SelfExcluded {
+                    by: Some(3),
+                    why: Some("no_quorum".into()),
+                },
             ),
             (
                 protocol::Event::SlowEmitter {

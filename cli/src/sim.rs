@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use ffd::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
+use ffd::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
 use ffd_protocol::duration::format_duration;
 use ffd_protocol::sim::{FaultSpec, parse_duration};
 use ffd_protocol::sim::{NetModel, SimConfig, Simulator};
@@ -59,6 +59,10 @@ pub struct SimArgs {
     /// What a transport error on a ring link means.
     #[arg(long, value_name = "declare|suspect|off", default_value_t)]
     pub inband: InbandMode,
+    /// Whether silence needs a majority's confirmation (`majority`: a side
+    /// of a partition without one excludes itself) or is declared at once.
+    #[arg(long, value_name = "majority|off", default_value_t)]
+    pub quorum: QuorumMode,
     /// Heartbeat period (e.g. 10ms).
     #[arg(long, value_name = "D", default_value = DEFAULT_PERIOD.as_str(), value_parser = parse_duration)]
     pub period: Duration,
@@ -131,6 +135,7 @@ impl SimArgs {
             period: self.period,
             timeout: self.timeout,
             inband: self.inband,
+            quorum: self.quorum,
             bcast: self.bcast,
             ring: self.ring,
             // The simulated links come up at once: a grace of one timeout
@@ -246,6 +251,8 @@ mod tests {
             "0ns",
             "--inband-latency",
             "off",
+            "--quorum",
+            "off",
             "--send-cost",
             "0ns",
             "--seed",
@@ -268,8 +275,13 @@ mod tests {
         );
         let cfg = a.to_config().unwrap();
         assert_eq!(
-            (cfg.seed, cfg.net.inband_latency, cfg.engine.bcast),
-            (9, None, BcastKind::Chord)
+            (
+                cfg.seed,
+                cfg.net.inband_latency,
+                cfg.engine.bcast,
+                cfg.engine.quorum
+            ),
+            (9, None, BcastKind::Chord, QuorumMode::Off)
         );
         assert_eq!(cfg.net.send_cost, Duration::ZERO);
     }
@@ -278,12 +290,13 @@ mod tests {
     fn defaults_are_the_protocols_and_the_grace_is_one_timeout() {
         let a = parse(&["--ranks", "4", "--timeout", "300ms"]).unwrap();
         assert_eq!(
-            (a.period, a.bcast, a.ring, a.inband),
+            (a.period, a.bcast, a.ring, a.inband, a.quorum),
             (
                 EngineConfig::DEFAULT_PERIOD,
                 BcastKind::default(),
                 RingKind::default(),
-                InbandMode::default()
+                InbandMode::default(),
+                QuorumMode::Majority
             )
         );
         let engine = a.to_config().unwrap().engine;

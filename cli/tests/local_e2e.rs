@@ -17,6 +17,11 @@ const TIMEOUT_MS: f64 = 100.0;
 /// Runs `ffd run` with `args` and `FFD_LOCAL=local`; returns the JSON
 /// report and the output.
 fn run_job(local: &str, args: &[&str]) -> (Value, Output) {
+    run_job_with(local, &[], args)
+}
+
+/// `run_job` with more variables for the agents.
+fn run_job_with(local: &str, env: &[(&str, &str)], args: &[&str]) -> (Value, Output) {
     let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = std::env::temp_dir().join(format!(
         "ffd-local-e2e-{}-{}-{}",
@@ -34,6 +39,7 @@ fn run_job(local: &str, args: &[&str]) -> (Value, Output) {
         .arg(&json)
         .env_remove("FFD_LOG")
         .env("FFD_LOCAL", local)
+        .envs(env.iter().copied())
         .output()
         .expect("ffd run starts");
     let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {
@@ -187,8 +193,11 @@ fn a_whole_emulated_host_is_declared_in_one_notice() {
     // not killed: a killed process's sockets are reset by its kernel, and
     // that in-band proof names each rank on its own, as it should; a host
     // that loses power or its network says nothing.)
-    let (report, out) = run_job(
+    // One notice for the host: silence declared at once (with the default
+    // FFD_QUORUM=majority each rank is an accusation of its own).
+    let (report, out) = run_job_with(
         "auto",
+        &[("FFD_QUORUM", "off")],
         &[
             "-n",
             "6",
@@ -231,8 +240,9 @@ fn a_killed_leader_is_replaced_and_the_next_failure_is_still_found() {
     // 2 hosts of 3: host 0 = {0, 2, 4} led by 0, host 1 = {1, 3, 5} led by 1.
     // Rank 0 dies: rank 2 leads host 0. Then host 1 falls silent whole:
     // only the fabric ring, now led by rank 2 on host 0, can find it.
-    let (report, out) = run_job(
+    let (report, out) = run_job_with(
         "auto",
+        &[("FFD_QUORUM", "off")],
         &[
             "-n",
             "6",

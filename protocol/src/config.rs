@@ -140,6 +140,23 @@ setting_enum!(
     }
 );
 
+setting_enum!(
+    /// How a declaration from silence is made (`FFD_QUORUM`, `docs/design.md`
+    /// §4.11). Proof of death (an error the peer's kernel caused) is always
+    /// declared at once.
+    QuorumMode, "majority|off", {
+        /// Silence (a timeout, a refusal run) is an accusation that a
+        /// majority of the live view must confirm before anyone raises
+        /// `Failed`; a rank whose side of a partition holds no majority
+        /// excludes itself (default).
+        #[default]
+        Majority => "majority",
+        /// Silence is declared at once, as proof is (no primary partition:
+        /// both sides of a partition go on).
+        Off => "off",
+    }
+);
+
 /// The protocol's settings, identical on every rank of a job.
 ///
 /// The fields after `ring_seed` are refinements with sensible defaults; the
@@ -153,6 +170,8 @@ pub struct EngineConfig {
     /// Timeout η: an emitter whose slot has not changed for longer is declared failed.
     pub timeout: Duration,
     pub inband: InbandMode,
+    /// Whether silence needs a quorum before it is declared.
+    pub quorum: QuorumMode,
     pub bcast: BcastKind,
     pub ring: RingKind,
     /// Seed of the `shuffle` ring order (agreed at bootstrap).
@@ -226,6 +245,7 @@ impl Default for EngineConfig {
             period: Self::DEFAULT_PERIOD,
             timeout: Self::DEFAULT_TIMEOUT,
             inband: InbandMode::default(),
+            quorum: QuorumMode::default(),
             bcast: BcastKind::default(),
             ring: RingKind::default(),
             ring_seed: 0,
@@ -358,6 +378,40 @@ impl EngineConfig {
 
     pub fn sync_after(&self) -> Duration {
         self.sync_after.unwrap_or_else(|| self.half_timeout())
+    }
+
+    /// Quorum: how long a voter waits for the rest of its subtree before it
+    /// sends a partial vote (a subtree that answers in full votes at once):
+    /// `timeout / 32`, so a partition's majority confirms within a few ms.
+    pub fn vote_wait(&self) -> Duration {
+        (self.timeout / 32).max(Duration::from_nanos(1))
+    }
+
+    /// Quorum: an accusation without a quorum floods again (a new round)
+    /// this often: `timeout / 4`, which recovers votes lost with a dead
+    /// flood parent.
+    pub fn accusation_retry(&self) -> Duration {
+        (self.timeout / 4).max(Duration::from_nanos(1))
+    }
+
+    /// Quorum: an accusation still without a quorum this long after it
+    /// began excludes its accuser: `timeout − check_interval` (at least
+    /// half a timeout), so that a rank cut off from the majority excludes
+    /// itself within 2 × timeout of the cut (its accusation begins at most
+    /// a timeout and a check interval after the cut).
+    pub fn accusation_give_up(&self) -> Duration {
+        self.timeout
+            .saturating_sub(self.check_interval())
+            .max(self.half_timeout())
+    }
+
+    /// Quorum: while other accusations are under way (a partition or a
+    /// multi-rank silence), a freshly mended emitter that has not written
+    /// its first heartbeat within `timeout / 8` is accused at once (it
+    /// writes one as soon as `ObserveMe` arrives): a chain of cut-off ranks
+    /// is then declared in `timeout / 8` per link, not a timeout per link.
+    pub fn first_beat_within(&self) -> Duration {
+        (self.timeout / 8).max(Duration::from_nanos(1))
     }
 }
 

@@ -26,12 +26,13 @@ pub mod agreement;
 pub mod sim;
 
 pub use config::{
-    BcastKind, EngineConfig, EngineConfigError, InbandMode, ParseSettingError, Rank, RingKind, Time,
+    BcastKind, EngineConfig, EngineConfigError, InbandMode, ParseSettingError, QuorumMode, Rank,
+    RingKind, Time,
 };
 pub use engine::{
-    AgreeAbort, Basis, Cause, Engine, Event, Evidence, HandleError, HeartbeatMode, Input,
-    LocalBeat, Output, Participation, Stats, TransportErrorKind, View, slot_digest,
-    slot_generation, slot_value,
+    AgreeAbort, Cause, Confirmation, Engine, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
+    HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats, TransportErrorKind,
+    View, slot_digest, slot_generation, slot_value,
 };
 pub use hosts::Hosts;
 pub use overlay::Overlay;

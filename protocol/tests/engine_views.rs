@@ -13,7 +13,7 @@ use std::time::Duration;
 use ffd_protocol::agreement::Value;
 use ffd_protocol::wire::{self, AgreementId, Encoder, JobKeys};
 use ffd_protocol::{
-    AgreeAbort, Cause, Engine, EngineConfig, Event, HandleError, Input, Kind, Output,
+    AgreeAbort, Cause, Engine, EngineConfig, Event, Exclusion, HandleError, Input, Kind, Output,
     Participation, Rank, Ring, Time, View,
 };
 
@@ -354,7 +354,10 @@ fn a_decision_naming_this_rank_excludes_it() {
     .unwrap();
     assert_eq!(net.engines[1].participation(), Participation::Excluded);
     assert!(
-        net.events[1].contains(&Event::SelfExcluded { by: 0 }),
+        net.events[1].contains(&Event::SelfExcluded {
+            by: 0,
+            why: Exclusion::Named
+        }),
         "{:?}",
         net.events[1]
     );

@@ -15,8 +15,8 @@ mod harness;
 
 use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Evidence, HandleError, Output, RejectReason, Ring, Time,
-    View,
+    Cause, Engine, EngineConfig, Event, FabricSaid, FailureDetail, HandleError, Output,
+    RejectReason, Ring, Time, View,
 };
 use harness::check::{Call, EngineCheck, Step, Violation, Violations, decode_round_trip};
 use harness::dice::Dice;
@@ -168,7 +168,10 @@ fn the_checks_catch_what_they_forbid() {
             detector: 0,
             cause: Cause::Timeout,
             hops: 0,
-            evidence: Evidence::None,
+            detail: FailureDetail::Silence {
+                said: FabricSaid::Nothing,
+                quorum: None,
+            },
         })
     };
     let forged = [

@@ -10,8 +10,9 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Message, ProbeVerdict};
 use ffd_protocol::{
-    BcastKind, Cause, Engine, EngineConfig, Event, Evidence, HandleError, InbandMode, Input, Kind,
-    Output, Overlay, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind, slot_value,
+    BcastKind, Cause, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
+    HandleError, InbandMode, Input, Kind, Output, Overlay, Participation, QuorumMode, Rank,
+    RejectReason, Ring, Time, TransportErrorKind, slot_value,
 };
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
@@ -62,10 +63,13 @@ fn at(v: u64) -> Time {
     Time::ZERO + ms(v)
 }
 
+/// These tests pin the declare-at-once behaviour, `FFD_QUORUM=off`
+/// (the primary partition is tested in `engine_quorum.rs` and `sim_partition.rs`).
 fn config() -> EngineConfig {
     EngineConfig {
         period: ms(10),
         timeout: ms(100),
+        quorum: QuorumMode::Off,
         ..EngineConfig::default()
     }
 }
@@ -296,7 +300,10 @@ fn timeout_declares_mends_and_broadcasts() {
         detector: 5,
         cause: Cause::Timeout,
         hops: 0,
-        evidence: Evidence::None,
+        detail: FailureDetail::Silence {
+            said: FabricSaid::Nothing,
+            quorum: None,
+        },
     }));
     // The failed rank is told directly; the notice goes over the overlay
     // (tree links first, from this rank as root), never to the failed rank.
@@ -491,7 +498,7 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
         detector: 26,
         cause: Cause::Notice,
         hops: 1,
-        evidence: Evidence::None,
+        detail: FailureDetail::Learned,
     }));
     // The emitter (9) is alive; 11 was the observer: heartbeats stop until
     // 12 (11's observer) mends to us.
@@ -506,7 +513,13 @@ fn a_notice_naming_me_excludes_me_for_good() {
     let mut e = engine(n, 4);
     drain(&mut e);
     let outs = deliver(&mut e, at(1), &notice(5, 5, &[4], &[]));
-    assert_eq!(events(&outs), vec![Event::SelfExcluded { by: 5 }]);
+    assert_eq!(
+        events(&outs),
+        vec![Event::SelfExcluded {
+            by: 5,
+            why: Exclusion::Named
+        }]
+    );
     assert_eq!(e.participation(), Participation::Excluded);
     assert_eq!(e.next_deadline(), None);
     assert!(deliver(&mut e, at(2), &notice(5, 5, &[1], &[])).is_empty());
@@ -585,7 +598,13 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
     );
     // The answer names us: excluded before any false declaration.
     let outs = deliver(&mut e, late + ms(1), &notice(3, 3, &[4], &[]));
-    assert_eq!(events(&outs), vec![Event::SelfExcluded { by: 3 }]);
+    assert_eq!(
+        events(&outs),
+        vec![Event::SelfExcluded {
+            by: 3,
+            why: Exclusion::Named
+        }]
+    );
 
     // Had nobody excluded us, the emitter gets a full timeout from the wake-up.
     let mut e = checker(n, 4);
@@ -611,7 +630,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 0,
             kind: TransportErrorKind::Send,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -622,7 +642,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -632,7 +653,9 @@ fn inband_declare_off_and_departed_peers() {
         detector: 4,
         cause: Cause::InBand,
         hops: 0,
-        evidence: Evidence::None,
+        detail: FailureDetail::Proof {
+            said: FabricSaid::Nothing,
+        },
     }));
     // Again (the peer is known failed now): ignored.
     e.handle(
@@ -640,7 +663,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::Send,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -661,7 +685,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::Unreachable,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -676,7 +701,8 @@ fn inband_declare_off_and_departed_peers() {
         Input::TransportError {
             peer: 3,
             kind: TransportErrorKind::Send,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -686,7 +712,9 @@ fn inband_declare_off_and_departed_peers() {
         detector: 4,
         cause: Cause::InBand,
         hops: 0,
-        evidence: Evidence::None,
+        detail: FailureDetail::Proof {
+            said: FabricSaid::Nothing,
+        },
     }));
     assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![2]);
 }
@@ -705,7 +733,8 @@ fn inband_suspect_probes_before_declaring() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -740,7 +769,8 @@ fn inband_suspect_probes_before_declaring() {
         Input::TransportError {
             peer: 5,
             kind: TransportErrorKind::HeartbeatWrite,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();
@@ -753,7 +783,10 @@ fn inband_suspect_probes_before_declaring() {
         detector: 4,
         cause: Cause::InBand,
         hops: 0,
-        evidence: Evidence::None,
+        detail: FailureDetail::Silence {
+            said: FabricSaid::Nothing,
+            quorum: None,
+        },
     }));
 }
 
@@ -858,7 +891,7 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
         detector: 3,
         cause: Cause::Notice,
         hops: 1,
-        evidence: Evidence::None,
+        detail: FailureDetail::Learned,
     }));
     assert!(!sent_to(&outs, n, Kind::Notice).is_empty());
     assert_eq!(e.stats().ranks_learned_by_sync, 1);
@@ -916,7 +949,8 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
             Input::TransportError {
                 peer: 5,
                 kind: TransportErrorKind::HeartbeatWrite,
-                evidence: Evidence::None,
+                evidence: Evidence::Proof,
+                said: FabricSaid::Nothing,
             },
         )
         .unwrap();
@@ -943,7 +977,8 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
         Input::TransportError {
             peer: 4,
             kind: TransportErrorKind::Send,
-            evidence: Evidence::None,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
         },
     )
     .unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Input, Output, Rank, Ring, Time, slot_value,
+    Cause, Engine, EngineConfig, Event, Input, Output, QuorumMode, Rank, Ring, Time, slot_value,
 };
 
 const KEY: u64 = 0x5EED_0000_0000_0014;
@@ -30,12 +30,15 @@ fn at(v: u64) -> Time {
 }
 
 /// Period 10 ms, timeout 100 ms (checks every 25 ms, late after 25 ms, lag
-/// guard 50 ms), start-up and link grace 1 s, health ceiling 4.
+/// guard 50 ms), start-up and link grace 1 s, health ceiling 4. These
+/// tests pin when silence is judged, not how it is confirmed: one Engine
+/// alone has no voters, so silence is declared at once (`FFD_QUORUM=off`).
 fn config() -> EngineConfig {
     EngineConfig {
         period: ms(10),
         timeout: ms(100),
         startup_grace: Some(ms(1000)),
+        quorum: QuorumMode::Off,
         ..EngineConfig::default()
     }
 }

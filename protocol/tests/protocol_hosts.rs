@@ -13,11 +13,21 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
-    Basis, Cause, Engine, EngineConfig, Event, Evidence, Hosts, Input, Kind, LocalBeat, Output,
-    Rank, Ring, RingKind, Time,
+    Cause, Engine, EngineConfig, Event, FabricSaid, FailureDetail, Hosts, Input, Kind, LocalBeat,
+    Output, QuorumMode, Rank, Ring, RingKind, Time,
 };
 
 const KEY: u64 = 0x5EED_0000_1111_2222;
+
+/// An exit: proof, nothing from the fabric.
+const PROOF: FailureDetail = FailureDetail::Proof {
+    said: FabricSaid::Nothing,
+};
+/// A silence declared at once (`FFD_QUORUM=off`).
+const SILENCE: FailureDetail = FailureDetail::Silence {
+    said: FabricSaid::Nothing,
+    quorum: None,
+};
 
 fn keys() -> Arc<JobKeys> {
     Arc::new(JobKeys::new(KEY, [0x24; 32]))
@@ -50,8 +60,12 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// `n` ranks, rank r on host r mod `h`.
+    /// `n` ranks, rank r on host r mod `h`, silence declared at once.
     fn new(n: u32, h: u32) -> Cluster {
+        Cluster::with_quorum(n, h, QuorumMode::Off)
+    }
+
+    fn with_quorum(n: u32, h: u32, quorum: QuorumMode) -> Cluster {
         let ids: Vec<u32> = (0..n).map(|r| r % h).collect();
         let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
         let ring = Arc::new(Ring::topology(&ids));
@@ -59,6 +73,9 @@ impl Cluster {
             period: ms(10),
             timeout: ms(100),
             startup_grace: Some(ms(100)),
+            // Off: one notice per silent host; the quorum's accusations
+            // are per rank (a test below runs a silent host under it).
+            quorum,
             ..EngineConfig::default()
         });
         let keys = keys();
@@ -197,16 +214,16 @@ impl Cluster {
             .all(|r| self.engines[r as usize].is_failed(rank))
     }
 
-    fn failed_events(&self, rank: Rank) -> Vec<(Rank, Cause, Evidence)> {
+    fn failed_events(&self, rank: Rank) -> Vec<(Rank, Cause, FailureDetail)> {
         self.events
             .iter()
             .filter_map(|(by, _, e)| match e {
                 Event::Failed {
                     rank: r,
                     cause,
-                    evidence,
+                    detail,
                     ..
-                } if *r == rank => Some((*by, *cause, *evidence)),
+                } if *r == rank => Some((*by, *cause, *detail)),
                 _ => None,
             })
             .collect()
@@ -271,12 +288,8 @@ fn an_exit_is_declared_by_every_local_rank_and_broadcast_by_the_lowest() {
     // Both of its host's survivors declared it themselves, as proof.
     let events = c.failed_events(3);
     for r in [0, 6] {
-        assert!(
-            events.contains(&(r, Cause::Exited, Evidence::Exit)),
-            "{events:?}"
-        );
+        assert!(events.contains(&(r, Cause::Exited, PROOF)), "{events:?}");
     }
-    assert_eq!(Basis::of(Cause::Exited, Evidence::Exit), Basis::Proof);
     // Only rank 0, the lowest live rank of the host, sent notices.
     let senders: Vec<Rank> = c.notices.iter().map(|&(s, _)| s).collect();
     assert!(senders.contains(&0) && !senders.contains(&6), "{senders:?}");
@@ -369,7 +382,7 @@ fn a_silent_host_is_declared_in_one_notice_naming_every_rank() {
     assert!(at - cut_at <= ms(100 + 25 + 25 + 2), "{:?}", at - cut_at);
     for r in [1, 4, 7] {
         let events = c.failed_events(r);
-        assert!(events.contains(&(2, Cause::Timeout, Evidence::None)));
+        assert!(events.contains(&(2, Cause::Timeout, SILENCE)));
         assert_eq!(events.len(), 6, "each survivor once: {events:?}");
     }
     // One notice from the detector named the three: rank 2's first notice
@@ -461,4 +474,32 @@ fn an_excluded_rank_raises_nothing_from_its_counter_or_host_checks() {
         .map(|(_, _, e)| e)
         .collect();
     assert!(after.is_empty(), "{after:?}");
+}
+
+#[test]
+fn under_a_majority_a_silent_host_is_accused_rank_by_rank_and_found() {
+    let mut c = Cluster::with_quorum(9, 3, QuorumMode::Majority);
+    c.run_for(ms(300));
+    for r in [1, 4, 7] {
+        c.status[r as usize] = Status::Dead;
+    }
+    c.run_for(ms(600));
+    for r in [1, 4, 7] {
+        assert!(c.all_know(r), "rank {r}");
+        let confirmed = c.failed_events(r).iter().any(|(_, cause, detail)| {
+            *cause == Cause::Timeout
+                && matches!(
+                    detail,
+                    FailureDetail::Silence {
+                        quorum: Some(_),
+                        ..
+                    }
+                )
+        });
+        assert!(confirmed, "rank {r}: {:?}", c.failed_events(r));
+    }
+    assert!(c.host_failed().is_empty(), "no host-level accusation yet");
+    for r in [0, 2, 3, 5, 6, 8] {
+        assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
+    }
 }

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ffd_protocol::{Cause, Engine, EngineConfig, Event, JobKeys, Output, Ring, Time, slot_value};
+use ffd_protocol::{
+    Cause, Engine, EngineConfig, Event, JobKeys, Output, QuorumMode, Ring, Time, slot_value,
+};
 
 fn at(ms: u64) -> Time {
     Time::ZERO + Duration::from_millis(ms)
@@ -44,6 +46,8 @@ fn a_stall_after_the_first_heartbeat_is_declared_one_timeout_later_within_the_gr
         period: Duration::from_millis(10),
         timeout: Duration::from_millis(100),
         startup_grace: Some(Duration::from_secs(1)),
+        // When silence is judged, not how it is confirmed: declared at once.
+        quorum: QuorumMode::Off,
         ..EngineConfig::default()
     };
     let mut e = Engine::new(
@@ -79,6 +83,8 @@ fn an_emitter_never_heard_from_has_the_whole_grace() {
         period: Duration::from_millis(10),
         timeout: Duration::from_millis(100),
         startup_grace: Some(Duration::from_millis(500)),
+        // When silence is judged, not how it is confirmed: declared at once.
+        quorum: QuorumMode::Off,
         ..EngineConfig::default()
     };
     let mut e = Engine::new(

@@ -11,8 +11,8 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Message, SLOTS};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Input, Kind, Output, Rank, RejectReason, Ring, Time,
-    slot_generation, slot_value,
+    Cause, Engine, EngineConfig, Event, Input, Kind, Output, QuorumMode, Rank, RejectReason, Ring,
+    Time, slot_generation, slot_value,
 };
 
 const KEY: u64 = 0x7275_7374_0000_0001;
@@ -38,8 +38,14 @@ fn engine_with(config: EngineConfig, n: u32, me: Rank) -> Engine {
     e
 }
 
+/// One Engine alone has no voters: silence is declared at once
+/// (`FFD_QUORUM=off`), as these tests of the trust rules expect.
 fn engine(n: u32, me: Rank) -> Engine {
-    engine_with(EngineConfig::default(), n, me)
+    let config = EngineConfig {
+        quorum: QuorumMode::Off,
+        ..EngineConfig::default()
+    };
+    engine_with(config, n, me)
 }
 
 fn drain(e: &mut Engine) -> Vec<Output> {

@@ -5,7 +5,8 @@
 use ffd_protocol::RejectReason;
 use ffd_protocol::agreement::Value;
 use ffd_protocol::wire::{
-    self, AgreementId, Encoder, HEADER_LEN, JobKeys, Kind, Message, ProbeVerdict, SLOTS, TAG_LEN,
+    self, AgreementId, Encoder, HEADER_LEN, JobKeys, Kind, Message, OutcomeVerdict, ProbeVerdict,
+    SLOTS, TAG_LEN,
 };
 use proptest::prelude::*;
 
@@ -59,7 +60,7 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
     let sender = 0..N;
     (
         sender,
-        0u8..9,
+        0u8..13,
         any::<u32>(),
         any::<u64>(),
         sorted_ranks(),
@@ -81,7 +82,17 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
                 4 => e.probe(x, (y % u64::from(N)) as u32),
                 5 => e.probe_ack(x, (y % u64::from(N)) as u32, ProbeVerdict::Silent),
                 6 => e.payload(x % N, y, 3, &bytes),
-                7 => {
+                7 => e.suspect(x % N, y as u32, (y % u64::from(N)) as u32, 2),
+                8 => e.vote(x % N, y as u32, 1, (y % 4) as u16),
+                9 => e.refute(x % N, y as u32),
+                10 => e.outcome(
+                    x % N,
+                    y as u32,
+                    (y % u64::from(N)) as u32,
+                    1,
+                    OutcomeVerdict::NoQuorum,
+                ),
+                11 => {
                     let v = Value::new(y, &a).with_view(u64::from(x));
                     let d = Value::new(!y, &b);
                     let decided = (x % 2 == 0).then_some(&d);
@@ -248,7 +259,7 @@ proptest! {
         let mut k = unsealed(&m);
         k[5] = 0;
         prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
-        // 8..=11 and 14 are reserved for work in flight, 12 and 13 taken.
+        // 8..=13 are taken, 14 is reserved for work in flight.
         k[5] = 15 + (flip % 200);
         prop_assert_eq!(decode(&seal(&k, seq), &keys(), N).err(), Some(RejectReason::UnknownKind));
         prop_assert_eq!(decode(&field(6..8), &keys(), N).err(), Some(RejectReason::ReservedBits));
@@ -273,6 +284,8 @@ proptest! {
             Message::Probe { about, .. } | Message::ProbeAck { about, .. } => Some(about.max(sender)),
             Message::Payload { origin, .. } => Some(origin.max(sender)),
             Message::ObserveMe { .. } => Some(sender),
+            Message::Suspect { accuser, suspect, .. } | Message::Outcome { accuser, suspect, .. } => Some(accuser.max(suspect).max(sender)),
+            Message::Vote { accuser, .. } | Message::Refute { accuser, .. } => Some(accuser.max(sender)),
             Message::AgreeUp(up) => up.value.failed.iter().chain(up.decided.iter().flat_map(|d| d.failed.iter())).chain([up.root, sender]).max(),
             Message::AgreeDown(down) => down.decision.failed.iter().chain([down.root, sender]).max(),
         };

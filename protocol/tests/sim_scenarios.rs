@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use ffd_protocol::sim::{FailureReport, FaultSpec, SimConfig, SimReport, Simulator, Verdict};
-use ffd_protocol::{BcastKind, Cause, InbandMode, Kind, Rank, Time};
+use ffd_protocol::{BcastKind, Cause, InbandMode, Kind, QuorumMode, Rank, Time};
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -203,14 +203,31 @@ fn inband_suspect_mode_checks_before_declaring() {
     );
     let observer_of_5 = ring.successors(5).next().unwrap();
     let glitch = format!("glitch:5>{observer_of_5}@250ms");
-    // Declare: a spurious error on the ring link is taken at its word.
+    // Declare, without quorum: a spurious error on the ring link is taken
+    // at its word.
     let mut cfg = config(n, &[&glitch], 3);
     cfg.engine.ring_seed = 1;
+    cfg.engine.quorum = QuorumMode::Off;
     let declare = run(cfg.clone());
     assert_eq!(
         declare.totals.false_reports, 1,
         "declare mode trusts the error\n{declare}"
     );
+    // With a quorum (the default) a spurious error is silence, not proof:
+    // an accusation, which the accused refutes.
+    cfg.engine.quorum = QuorumMode::Majority;
+    let majority = run(cfg.clone());
+    assert_eq!(majority.totals.false_reports, 0, "{majority}");
+    assert!(majority.totals.self_excluded.is_empty(), "{majority}");
+    assert!(
+        majority
+            .totals
+            .messages
+            .get("refute")
+            .is_some_and(|k| k.count > 0),
+        "the accused refuted\n{majority}"
+    );
+    cfg.engine.quorum = QuorumMode::Off;
     // Suspect: the observer answers its probe, nothing is declared; a real
     // crash is still found within the suspect timeout, before the timeout.
     cfg.engine.inband = InbandMode::Suspect;
@@ -427,12 +444,17 @@ fn a_partitioned_rank_is_declared_and_excluded_after_healing() {
     }
 }
 
+/// Without in-band errors (silence only) and without quorum, the survivor
+/// declares everybody; with a quorum it cannot tell this from being cut
+/// off, and excludes itself; with in-band errors (proof) it declares them
+/// all and keeps running either way (below).
 #[test]
 fn all_but_one_failed() {
     for n in [2u32, 3, 7, 64] {
         let survivor = n - 1;
         let mut cfg = config(n, &[&format!("allbut:{survivor}@300ms")], 1);
         cfg.net.inband_latency = None;
+        cfg.engine.quorum = QuorumMode::Off;
         let mut sim = Simulator::new(cfg).unwrap();
         let r = sim.run();
         let what = format!("n={n}");
@@ -445,6 +467,35 @@ fn all_but_one_failed() {
             (None, None, None),
             "{what}"
         );
+    }
+}
+
+#[test]
+fn the_survivor_of_a_silent_mass_failure_excludes_itself_and_of_a_proven_one_goes_on() {
+    for n in [2u32, 3, 7, 64] {
+        let survivor = n - 1;
+        let what = format!("n={n}");
+        let mut cfg = config(n, &[&format!("allbut:{survivor}@300ms")], 1);
+        cfg.net.inband_latency = None;
+        let timeout = cfg.engine.timeout;
+        let silent = run(cfg.clone());
+        assert_eq!(silent.totals.false_reports, 0, "{what}\n{silent}");
+        assert_eq!(silent.totals.self_excluded, vec![survivor], "{what}");
+        assert_eq!(silent.totals.no_quorum_exclusions, vec![survivor], "{what}");
+        let at = silent.totals.self_excluded_at_ms[0];
+        let bound = 300.0 + 2.0 * timeout.as_secs_f64() * 1e3;
+        assert!(at <= bound, "{what}: excluded at {at} ms > {bound}");
+        assert!(
+            silent.failures.iter().all(|f| f.detected_at_ms.is_none()),
+            "{what}: silence confirmed by nobody\n{silent}"
+        );
+        // Proof (errors from the dead processes): declared, no quorum needed.
+        cfg.net.inband_latency = Some(Duration::from_millis(3));
+        let mut sim = Simulator::new(cfg).unwrap();
+        let proven = sim.run();
+        assert_complete(&proven, &what);
+        assert!(proven.totals.self_excluded.is_empty(), "{what}\n{proven}");
+        assert_eq!(sim.engine(survivor).failed().len() as u32, n - 1, "{what}");
     }
 }
 

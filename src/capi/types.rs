@@ -455,7 +455,7 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
             c.kind = ffd_event_kind::FFD_EVENT_LEFT;
             c.rank = *rank;
         }
-        protocol::Event::SelfExcluded { by } => {
+        protocol::Event::SelfExcluded { by, .. } => {
             c.kind = ffd_event_kind::FFD_EVENT_SELF_EXCLUDED;
             c.rank = me;
             c.detector = *by;

@@ -182,6 +182,7 @@ by_copy!(
     usize,
     Option<u64>,
     crate::protocol::InbandMode,
+    crate::protocol::QuorumMode,
     crate::protocol::BcastKind,
     crate::protocol::RingKind,
     super::CoreChoice,

@@ -152,6 +152,7 @@ impl Config {
             period: self.period(),
             timeout: self.timeout(),
             inband: self.inband(),
+            quorum: self.quorum(),
             bcast: self.bcast(),
             ring: self.ring(),
             ring_seed: self.ring_seed().unwrap_or(0),

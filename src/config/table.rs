@@ -21,7 +21,7 @@ use super::values::{
     yes_no,
 };
 use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
-use crate::protocol::{BcastKind, EngineConfig, InbandMode, RingKind};
+use crate::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
 
 /// Largest `FFD_EVENT_QUEUE`.
 pub const MAX_EVENT_QUEUE: usize = 1 << 20;
@@ -104,6 +104,17 @@ settings_table! {
             check: any,
             show: ToString::to_string,
             set(inband: InbandMode) => inband,
+        }
+        quorum: QuorumMode => QuorumMode {
+            var: QUORUM = "FFD_QUORUM",
+            accepted: QuorumMode::ACCEPTED,
+            help: "Whether a silent rank is declared only once a majority confirms it \
+                   (majority: a side of a partition without one excludes itself)",
+            default: QuorumMode::default(),
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(quorum: QuorumMode) => quorum,
         }
         bcast: BcastKind => BcastKind {
             var: BCAST = "FFD_BCAST",

@@ -54,23 +54,29 @@ impl Delivery {
                 rank,
                 detector,
                 cause,
-                evidence,
+                detail,
                 ..
             } => {
                 self.shared.failed.insert(*rank);
                 self.logger.info(format_args!(
-                    "rank {rank} failed ({}, declared by rank {detector}; {evidence:?})",
-                    cause.as_str()
+                    "rank {rank} failed ({}, declared by rank {detector})",
+                    super::evidence::describe_failure(*cause, detail)
                 ));
             }
             protocol::Event::Left { rank } => {
                 self.shared.left.insert(*rank);
             }
-            protocol::Event::SelfExcluded { by } => {
+            protocol::Event::SelfExcluded { by, why } => {
                 self.shared.life.excluded(*by);
-                self.logger.warn(format_args!(
-                    "this rank was declared failed (told by rank {by}); it stops participating"
-                ));
+                match why {
+                    protocol::Exclusion::Named => self.logger.warn(format_args!(
+                        "this rank was declared failed (told by rank {by}); it stops participating"
+                    )),
+                    protocol::Exclusion::NoQuorum => self.logger.warn(format_args!(
+                        "this rank's side of a partition holds no majority (rank {by}'s \
+                         accusation found no quorum); it stops participating"
+                    )),
+                }
             }
             protocol::Event::SlowEmitter { rank, stalled_for } => {
                 self.logger.info(format_args!(

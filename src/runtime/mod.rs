@@ -33,6 +33,7 @@
 mod agree;
 mod delivery;
 pub mod events;
+pub mod evidence;
 pub mod failed_bits;
 mod link;
 mod local;

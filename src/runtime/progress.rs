@@ -28,12 +28,13 @@ use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
 use crate::protocol::{
-    Engine, EngineConfig, Evidence, Input, JobKeys, Output, Participation, Rank, Ring, Time,
-    TransportErrorKind, wire,
+    Engine, EngineConfig, Evidence, FabricSaid, Input, JobKeys, Output, Participation, Rank, Ring,
+    Time, TransportErrorKind, wire,
 };
 
 use super::AgreeError;
 use super::delivery::Delivery;
+use super::evidence::{classify_completion, classify_post};
 use super::link::{self, Linked, WARM_UP};
 use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
@@ -575,13 +576,19 @@ impl Core<'_> {
             }
             FailedOp::Unknown => (None, TransportErrorKind::Send),
         };
+        // Proof or silence, by what the provider said (`evidence.rs`).
+        let evidence = classify_completion(error.err, error.prov_errno);
+        let said = FabricSaid::Completion {
+            err: error.err,
+            prov_errno: error.prov_errno,
+        };
         match peer {
             Some(peer) => {
                 self.logger.info(format_args!(
-                    "transport error on the link to rank {peer}: {error}"
+                    "transport error on the link to rank {peer}: {error} ({})",
+                    evidence.as_str()
                 ));
-                let evidence = error_evidence(error.err, error.prov_errno);
-                self.transport_error(now, peer, kind, evidence);
+                self.transport_error(now, peer, kind, evidence, said);
             }
             None => {
                 self.counters.unattributed_errors += 1;
@@ -597,6 +604,7 @@ impl Core<'_> {
         peer: Rank,
         kind: TransportErrorKind,
         evidence: Evidence,
+        said: FabricSaid,
     ) {
         self.counters.transport_errors += 1;
         self.refused_since.remove(&peer);
@@ -606,12 +614,23 @@ impl Core<'_> {
                 peer,
                 kind,
                 evidence,
+                said,
             },
         );
     }
 
+    /// A post that failed at once with `error` (not a refusal): proof or
+    /// silence by its error number.
+    fn post_failed(&mut self, peer: Rank, kind: TransportErrorKind, error: &FabricError) {
+        let now = self.now();
+        let err = error.errno().unwrap_or(0);
+        let evidence = classify_post(err);
+        self.transport_error(now, peer, kind, evidence, FabricSaid::Post { err });
+    }
+
     /// A post to `peer` was refused (`-FI_EAGAIN`/`-FI_ENOENT`): a run of
-    /// refusals longer than the bound is a verdict against the peer.
+    /// refusals longer than the bound is a verdict against the peer, and
+    /// silence (a dead peer's connection and a cut one both refuse).
     fn refused(&mut self, peer: Rank) {
         self.counters.posts_refused += 1;
         let now = Instant::now();
@@ -625,12 +644,12 @@ impl Core<'_> {
             ));
             self.pending.retain(|(to, _)| *to != peer);
             let t = self.now();
-            let millis = u32::try_from(run.as_millis()).unwrap_or(u32::MAX);
             self.transport_error(
                 t,
                 peer,
                 TransportErrorKind::Unreachable,
-                Evidence::RefusalRun { millis },
+                Evidence::Silence,
+                FabricSaid::Refused { run },
             );
         }
     }
@@ -700,9 +719,7 @@ impl Core<'_> {
             Err(e) => {
                 self.logger
                     .info(format_args!("heartbeat to rank {to} failed: {e}"));
-                let now = self.now();
-                let evidence = error_evidence(e.errno().unwrap_or(0), 0);
-                self.transport_error(now, to, TransportErrorKind::HeartbeatWrite, evidence);
+                self.post_failed(to, TransportErrorKind::HeartbeatWrite, &e);
             }
         }
     }
@@ -730,9 +747,7 @@ impl Core<'_> {
             Err(e) => {
                 self.logger
                     .info(format_args!("send to rank {to} failed: {e}"));
-                let now = self.now();
-                let evidence = error_evidence(e.errno().unwrap_or(0), 0);
-                self.transport_error(now, to, TransportErrorKind::Send, evidence);
+                self.post_failed(to, TransportErrorKind::Send, &e);
                 true
             }
         }
@@ -796,53 +811,11 @@ impl Core<'_> {
     }
 }
 
-/// What an error entry (or a failed post) says, for the Engine: libfabric's
-/// error (`err`, a positive `FI_E*`, which are errno values) and the
-/// provider's own, read as proof when the peer's kernel answered (the
-/// connection was refused or reset, the pipe broke: on `tcp;ofi_rxm` a
-/// write to a killed peer completes with `FI_ENOTCONN` and `EPIPE`), as
-/// silence otherwise (timed out, host unreachable, canceled, an I/O
-/// error: the peer may be alive behind a cut).
-pub(super) fn error_evidence(err: i32, prov_errno: i32) -> Evidence {
-    let refused = |e: i32| {
-        [
-            libc::ECONNREFUSED,
-            libc::ECONNRESET,
-            libc::EPIPE,
-            libc::ENOTCONN,
-        ]
-        .contains(&e.abs())
-    };
-    Evidence::ErrorCompletion {
-        errno: err.unsigned_abs(),
-        prov_errno,
-        proof: refused(err) || refused(prov_errno),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::agreement::Value;
     use crate::protocol::wire::{AgreementId, Encoder, MAX_MARKS, TAG_LEN};
-
-    #[test]
-    fn a_refused_or_reset_connection_is_proof_a_timeout_silence() {
-        let proof = |e: Evidence| matches!(e, Evidence::ErrorCompletion { proof: true, .. });
-        assert!(proof(error_evidence(libc::ENOTCONN, libc::EPIPE)));
-        assert!(proof(error_evidence(libc::EIO, -libc::ECONNRESET)));
-        assert!(!proof(error_evidence(libc::ETIMEDOUT, 0)));
-        assert!(!proof(error_evidence(libc::EHOSTUNREACH, 0)));
-        assert!(!proof(error_evidence(libc::ECANCELED, 0)));
-        assert_eq!(
-            error_evidence(libc::EIO, 5),
-            Evidence::ErrorCompletion {
-                errno: libc::EIO as u32,
-                prov_errno: 5,
-                proof: false
-            }
-        );
-    }
 
     /// The worst notice of a job (every other rank failed, as a list the
     /// encoder must send whole), the worst sync request (those lists and

@@ -12,12 +12,11 @@
 //!
 //! ```text
 //! {"event":"ready","pid":1234,"core":1,"me":3,"t_ms":0.0,"unix_ms":...}
-//! {"event":"failed","rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,"me":3,...}
-//! {"event":"failed","rank":5,"cause":"exited","detector":3,"hops":0,"epoch":1,
-//!  "evidence":"exit","basis":"proof","me":3,...}
+//! {"event":"failed","rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,
+//!  "detail":"in-band, error completion FI_ECANCELED/ENOTCONN: proof","me":3,...}
 //! {"event":"host_failed","host":1,"ranks":[1,4,7],"me":2,...}
 //! {"event":"left","rank":5,"me":3,...}
-//! {"event":"self_excluded","by":4,"me":3,...}
+//! {"event":"self_excluded","by":4,"why":"named","me":3,...}
 //! {"event":"slow_emitter","rank":2,"late_ms":37.0,"me":3,...}
 //! {"event":"payload","origin":1,"seq":0,"text":"revoke","me":3,...}
 //! {"event":"view","id":1,"failed":[5],"hops":6,"me":3,...}
@@ -55,22 +54,25 @@ pub enum AgentEvent {
         hops: Option<u16>,
         /// Failures this rank knew once it learned this one.
         epoch: Option<u64>,
-        /// What the transport or the host said, when this rank declared it
-        /// (`exit`, `refusal run 30ms`, `error completion errno 107
-        /// prov_errno 32`); absent for a timeout or a notice.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        evidence: Option<String>,
-        /// `proof`, `silence` or `reported` (absent in older lines).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        basis: Option<String>,
+        /// The evidence in words, for the detector's own declaration (e.g.
+        /// `in-band, error completion FI_ECANCELED/ENOTCONN: proof`,
+        /// `timeout: silence, confirmed by 6 of 8 live ranks`); `notice`
+        /// for news from others.
+        #[serde(default)]
+        detail: Option<String>,
     },
     /// This rank declared every rank of host `host` failed in one notice.
     HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` shut down cleanly.
     Left { rank: Rank },
-    /// The others declared this rank failed (`by` told it); it stops
-    /// participating.
-    SelfExcluded { by: Option<Rank> },
+    /// This rank stops participating: the others declared it failed (`why`
+    /// = `named`, `by` told it), or its side of a partition holds no
+    /// majority (`no_quorum`, `by` made the accusation that found none).
+    SelfExcluded {
+        by: Option<Rank>,
+        #[serde(default)]
+        why: Option<String>,
+    },
     /// A warning: `rank`'s heartbeat was late by `late_ms`.
     SlowEmitter { rank: Rank, late_ms: Option<f64> },
     /// An application payload broadcast by `origin` (as text, lossily).
@@ -250,15 +252,17 @@ mod tests {
                 detector: Some(4),
                 hops: Some(0),
                 epoch: Some(1),
-                evidence: None,
-                basis: None,
+                detail: Some("in-band, error completion FI_ECANCELED/ENOTCONN: proof".into()),
             },
             AgentEvent::HostFailed {
                 host: 1,
                 ranks: vec![1, 4, 7],
             },
             AgentEvent::Left { rank: 5 },
-            AgentEvent::SelfExcluded { by: Some(4) },
+            AgentEvent::SelfExcluded {
+                by: Some(4),
+                why: Some("named".into()),
+            },
             AgentEvent::SlowEmitter {
                 rank: 2,
                 late_ms: Some(37.0),
@@ -317,10 +321,12 @@ mod tests {
         let stamp = ["me", "t_ms", "unix_ms"];
         let want = [
             &["core", "event", "pid"][..],
-            &["cause", "detector", "epoch", "event", "hops", "rank"],
+            &[
+                "cause", "detail", "detector", "epoch", "event", "hops", "rank",
+            ],
             &["event", "host", "ranks"],
             &["event", "rank"],
-            &["by", "event"],
+            &["by", "event", "why"],
             &["event", "late_ms", "rank"],
             &["event", "origin", "seq", "text"],
             &["event", "failed", "hops", "id"],
@@ -355,13 +361,15 @@ mod tests {
                     detector: None,
                     hops: None,
                     epoch: None,
-                    evidence: None,
-                    basis: None,
+                    detail: None,
                 },
             ),
             (
                 r#"{"event":"self_excluded","me":3}"#,
-                AgentEvent::SelfExcluded { by: None },
+                AgentEvent::SelfExcluded {
+                    by: None,
+                    why: None,
+                },
             ),
             (
                 r#"{"event":"stats"}"#,

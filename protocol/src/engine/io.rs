@@ -47,14 +47,14 @@ pub enum Input<'a> {
     /// An active message. `from` is the transport's idea of the sender if
     /// it has one; after validation the header's sender is authoritative.
     Message { from: Option<Rank>, bytes: &'a [u8] },
-    /// A transport operation concerning `peer` failed; `evidence` is what
-    /// the transport said ([`Evidence::RefusalRun`] for an unreachable
-    /// verdict, [`Evidence::ErrorCompletion`] for an error entry, classified
-    /// by the driver).
+    /// A transport operation concerning `peer` failed: which one, whether
+    /// the driver takes it as proof of death or only as silence, and what
+    /// the fabric said.
     TransportError {
         peer: Rank,
         kind: TransportErrorKind,
         evidence: Evidence,
+        said: FabricSaid,
     },
     /// A process of this rank's host exited: `rank`'s (seen through a pidfd
     /// by the driver). Proof of death: declared at once with
@@ -93,6 +93,47 @@ pub enum TransportErrorKind {
     /// The runtime's verdict that the peer cannot be reached (e.g. posts
     /// returned EAGAIN for longer than its bound).
     Unreachable,
+}
+
+/// What a transport error shows about the peer (`docs/design.md` §4.11).
+/// The driver classifies: the runtime by the error numbers it measured on
+/// each provider, the simulator by whether the peer's process is dead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Evidence {
+    /// The peer is dead: its kernel refused or reset the connection (its
+    /// process exited). Declared at once, whatever `FFD_QUORUM` says.
+    Proof,
+    /// The peer may only be unreachable or slow: a refusal run, a timeout,
+    /// anything unclassified. With `FFD_QUORUM=majority` a majority must
+    /// confirm it first.
+    Silence,
+}
+
+impl Evidence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Evidence::Proof => "proof",
+            Evidence::Silence => "silence",
+        }
+    }
+}
+
+/// What the fabric said about a failed operation towards a peer, for the
+/// host to read in [`FailureDetail`]. Numbers only: the runtime names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FabricSaid {
+    /// An error completion: libfabric's error number (positive, an `FI_E*`
+    /// value) and the provider's own errno (as the provider reported it).
+    Completion { err: i32, prov_errno: i32 },
+    /// The post itself failed with this (positive) error number.
+    Post { err: i32 },
+    /// Every post to the peer was refused (`-FI_EAGAIN`) for this long: the
+    /// runtime's unreachable verdict.
+    Refused { run: Duration },
+    /// The simulator: an operation towards a process that is dead.
+    DeadProcess,
+    /// Nothing more (a slot that stood still, a probe, a test).
+    Nothing,
 }
 
 /// What the Engine asks its driver to do. See
@@ -168,60 +209,51 @@ impl Cause {
     }
 }
 
-/// What the evidence behind a declaration said, as this rank saw it: the
-/// detail of an in-band verdict, or the exit. The driver reports it with a
-/// transport error; the Engine passes it on in [`Event::Failed`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Evidence {
-    /// Nothing beyond the cause: a timeout, a notice, a probe's answer.
-    #[default]
-    None,
-    /// The process exited (its pidfd became readable).
-    Exit,
-    /// Posts to the peer were refused (`-FI_EAGAIN`) for `millis` ms.
-    RefusalRun { millis: u32 },
-    /// An operation on the link completed (or was posted) in error:
-    /// libfabric's `errno` (positive `FI_E*`), the provider's own
-    /// `prov_errno`, and the driver's reading: `proof` when the peer's
-    /// kernel answered (connection refused or reset, a broken pipe after a
-    /// kill), silence otherwise (timed out, host unreachable, canceled).
-    ErrorCompletion {
-        errno: u32,
-        prov_errno: i32,
-        proof: bool,
+/// How the rank that raised a [`Event::Failed`] knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureDetail {
+    /// Learned from another rank (a notice or a sync exchange), or from a
+    /// probe's witness that already held it failed.
+    Learned,
+    /// Declared at once on proof of death (an in-band error classified as
+    /// proof), with what the fabric said.
+    Proof { said: FabricSaid },
+    /// Declared from silence: the emitter's slot stood still for the
+    /// timeout, or an in-band error classified as silence (`said`).
+    /// `quorum`: the votes that confirmed it (`FFD_QUORUM=majority`);
+    /// `None` when declared at once (`FFD_QUORUM=off`).
+    Silence {
+        said: FabricSaid,
+        quorum: Option<Confirmation>,
     },
 }
 
-/// Whether a declaration rests on proof of death or on silence
-/// (`docs/design.md` §4.10): a rank cut off looks silent but may be alive;
-/// an exit, or a refusal from the peer's own kernel, is proof.
+/// The majority that confirmed an accusation: `votes` ranks of the
+/// accuser's side, of `live` ranks in its view (quorum: 2·votes > live, or
+/// an exact half holding the lowest live rank: `tiebreak`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Basis {
-    /// The process is dead: an exit, a refusal by the peer's kernel.
-    Proof,
-    /// The process went quiet: a timeout, a refusal run, an unreachable
-    /// host; it may be alive behind a cut.
-    Silence,
-    /// Another rank declared it (a notice): its basis is the detector's.
-    Reported,
+pub struct Confirmation {
+    pub votes: u32,
+    pub live: u32,
+    pub tiebreak: bool,
 }
 
-impl Basis {
-    /// The basis of a declaration with `cause` and `evidence`.
-    pub fn of(cause: Cause, evidence: Evidence) -> Basis {
-        match (cause, evidence) {
-            (Cause::Exited, _) | (_, Evidence::Exit) => Basis::Proof,
-            (Cause::Notice, _) => Basis::Reported,
-            (_, Evidence::ErrorCompletion { proof: true, .. }) => Basis::Proof,
-            _ => Basis::Silence,
-        }
-    }
+/// Why this rank stopped participating ([`Event::SelfExcluded`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exclusion {
+    /// Another rank declared it failed (`by` told it): reports are final.
+    Named,
+    /// Its side of a partition holds no majority: an accusation (`by`'s:
+    /// this rank's own, or one it voted in) found no quorum in time
+    /// (`FFD_QUORUM=majority`).
+    NoQuorum,
+}
 
+impl Exclusion {
     pub fn as_str(self) -> &'static str {
         match self {
-            Basis::Proof => "proof",
-            Basis::Silence => "silence",
-            Basis::Reported => "reported",
+            Exclusion::Named => "named",
+            Exclusion::NoQuorum => "no_quorum",
         }
     }
 }
@@ -256,16 +288,16 @@ impl AgreeAbort {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// `rank` has failed (final: never withdrawn). `detector` declared it
-    /// (this rank for Timeout/InBand/Exited; the notice's origin, or the
-    /// sync peer, for Notice). `hops`: overlay hops the news travelled (0
-    /// if detected here). `evidence`: what the transport or the host said
-    /// (see [`Basis::of`] for proof or silence).
+    /// (this rank for Timeout/InBand; the notice's origin, or the sync peer,
+    /// for Notice). `hops`: overlay hops the news travelled (0 if detected
+    /// here). `detail`: the evidence behind this rank's own declaration
+    /// (`Learned` for news from others).
     Failed {
         rank: Rank,
         detector: Rank,
         cause: Cause,
         hops: u16,
-        evidence: Evidence,
+        detail: FailureDetail,
     },
     /// Every rank of host `host` (an index of
     /// [`Hosts`](crate::Hosts), numbered by lowest rank) failed together:
@@ -274,9 +306,11 @@ pub enum Event {
     HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` left cleanly.
     Left { rank: Rank },
-    /// This rank was declared failed by others (`by` told us): it must stop
-    /// participating. The Engine is inert from now on.
-    SelfExcluded { by: Rank },
+    /// This rank must stop participating: it was declared failed by others
+    /// (`why` = `Named`, `by` told us), or its side of a partition holds no
+    /// majority (`NoQuorum`, `by` made the accusation that found none). The
+    /// Engine is inert from now on.
+    SelfExcluded { by: Rank, why: Exclusion },
     /// The emitter's slot stood still for `stalled_for` and then moved
     /// again: a slow but live process (a warning, never a failure).
     SlowEmitter { rank: Rank, stalled_for: Duration },
@@ -292,7 +326,7 @@ pub enum Event {
     /// View `id` was decided: the ranks out of the job are `failed` (failed
     /// or left, ascending). Every live rank raises the same views in the
     /// same order (ids 1, 2, 3, …), each after the `Failed`/`Left` events
-    /// of the ranks it names (`docs/design.md` §4.9). `hops`: the longest
+    /// of the ranks it names (`docs/design.md` §4.10). `hops`: the longest
     /// chain of agreement messages behind this rank's decision.
     ViewChange {
         id: u64,
@@ -354,17 +388,19 @@ pub enum HeartbeatMode {
 /// Counters the runtime can read ([`Engine::stats`](super::Engine::stats)).
 /// Plain integers.
 ///
-/// `repr(C)`: the counters touched by every message (`received`,
-/// `duplicate_notices`) come first, so that they fall in the Engine's
+/// `repr(C)`: the counters touched by every message (`duplicate_notices`,
+/// `received`, whose first entry is the notices') come first, so that they fall in the Engine's
 /// first 5 cache lines with its other hot fields (see
 /// [`Engine`](super::Engine) and its layout test).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Stats {
-    /// Messages received, indexed by [`Kind::index`].
-    pub received: [u64; Kind::COUNT],
     /// Notices that named nothing new (not forwarded).
     pub duplicate_notices: u64,
+    /// Messages received, indexed by [`Kind::index`] (notices first: the
+    /// counter every duplicate notice bumps stays in the hot lines however
+    /// many kinds follow).
+    pub received: [u64; Kind::COUNT],
     /// Messages sent, indexed by [`Kind::index`].
     pub sent: [u64; Kind::COUNT],
     pub bytes_sent: u64,
@@ -441,6 +477,24 @@ pub struct Stats {
     /// Slot readings that carried another generation than the one this
     /// rank named in `ObserveMe`: not heartbeats.
     pub foreign_slot_values: u64,
+    /// Quorum (`FFD_QUORUM=majority`, `engine/quorum.rs`): accusations this
+    /// rank made (each silence of a rank it watches, once).
+    pub accusations: u64,
+    /// Further rounds of them: no quorum yet, flooded again (new nonce).
+    pub accusation_rounds: u64,
+    /// Votes this rank sent (first votes and updates of a subtree's count).
+    pub votes_sent: u64,
+    /// Accusations of this rank's that a majority confirmed (declared).
+    pub quorum_confirmations: u64,
+    /// Accusations of this rank's withdrawn: the suspect answered, or its
+    /// slot moved again.
+    pub refutations: u64,
+    /// Times this rank excluded itself for want of a quorum (as accuser, or
+    /// as voter in such an accusation).
+    pub no_quorum_exclusions: u64,
+    /// Accusations of others this rank took no part in: it already held the
+    /// most ballots it keeps.
+    pub ballots_refused: u64,
     /// Checks of the local emitter's counter in shared memory.
     pub local_checks: u64,
     /// Local emitters declared after their counter stood still.

@@ -16,7 +16,8 @@
 
 use std::time::Duration;
 
-use super::{Basis, Cause, Engine, Event, Evidence, LocalBeat, Participation, Timer};
+use super::{Cause, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Participation, Timer};
+use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
 use crate::wire::Kind;
 
@@ -130,7 +131,10 @@ impl Engine {
             .copied()
             .find(|&r| r != rank && !self.is_gone(r));
         let broadcast = broadcaster == Some(self.me);
-        self.declare_now(now, &[rank], Cause::Exited, Evidence::Exit, broadcast);
+        let proof = FailureDetail::Proof {
+            said: FabricSaid::Nothing,
+        };
+        self.declare_now(now, &[rank], Cause::Exited, proof, broadcast);
     }
 
     // ----- the local counter -----
@@ -206,7 +210,7 @@ impl Engine {
         let since = self.local_since();
         if !lagging && now >= since && now - since >= self.local_limit() {
             self.stats.local_hangs += 1;
-            self.declare_silent(now, &[emitter], Cause::Timeout, Evidence::None);
+            self.declare_silent(now, &[emitter], Cause::Timeout);
             return;
         }
         if self.local.seen_at.is_some() && self.local.digest != self.my_digest32() {
@@ -300,7 +304,7 @@ impl Engine {
                 }
             }
         }
-        self.declare_silent(now, &[emitter], cause, Evidence::None);
+        self.declare_silent(now, &[emitter], cause);
     }
 
     /// A probe's answer: if it is about a rank of the host being checked
@@ -319,7 +323,7 @@ impl Engine {
             self.host_check = None;
             self.timers.stop(Timer::HostCheck);
             if self.watch.emitter == Some(check.leader) {
-                self.declare_silent(now, &[check.leader], Cause::Timeout, Evidence::None);
+                self.declare_silent(now, &[check.leader], Cause::Timeout);
             }
         }
         ours
@@ -353,23 +357,25 @@ impl Engine {
             .copied()
             .filter(|&r| !self.is_gone(r))
             .collect();
-        self.declare_silent(now, &live, Cause::Timeout, Evidence::None);
+        self.declare_silent(now, &live, Cause::Timeout);
     }
 
-    /// Every declaration that rests on silence passes here (a timeout, a
-    /// silent host, an in-band verdict that is not proof): `ranks`
-    /// (ascending) are declared in one notice. When they are every live
-    /// rank of one host, and more than one, the host is reported failed
-    /// too. This is the one place a quorum of accusers (issue 11) wraps.
-    pub(super) fn declare_silent(
-        &mut self,
-        now: Time,
-        ranks: &[Rank],
-        cause: Cause,
-        evidence: Evidence,
-    ) {
-        debug_assert_ne!(Basis::of(cause, evidence), Basis::Proof);
+    /// Every declaration of node-local watching that rests on silence
+    /// passes here (a local counter that stood still, a silent leader, a
+    /// silent host): `ranks` ascending. With `FFD_QUORUM=off`, declared in
+    /// one notice, and when they are every live rank of one host (more than
+    /// one), the host is reported failed too. With `majority`, each goes
+    /// through the quorum's door ([`Engine::on_silence`]): an accusation a
+    /// majority confirms (one per rank; a host-level accusation is not
+    /// built yet).
+    pub(super) fn declare_silent(&mut self, now: Time, ranks: &[Rank], cause: Cause) {
         if self.participation != Participation::Active {
+            return;
+        }
+        if self.config.quorum == QuorumMode::Majority {
+            for &r in ranks {
+                self.on_silence(now, r, cause, FabricSaid::Nothing);
+            }
             return;
         }
         let whole_host = match (&self.hosts, ranks) {
@@ -385,7 +391,11 @@ impl Engine {
             }
             _ => None,
         };
-        self.declare_now(now, ranks, cause, evidence, true);
+        let detail = FailureDetail::Silence {
+            said: FabricSaid::Nothing,
+            quorum: None,
+        };
+        self.declare_now(now, ranks, cause, detail, true);
         if let Some(host) = whole_host {
             self.stats.hosts_declared += 1;
             self.push_event(Event::HostFailed {

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use super::{
-    AgreeAbort, Basis, Cause, Engine, Event, Evidence, HandleError, HeartbeatMode, NO_RANK,
-    Participation, Timer, TimerTable,
+    AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, HeartbeatMode,
+    NO_RANK, Participation, Timer, TimerTable,
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
@@ -46,27 +46,44 @@ fn unknown_ranks(list: RankList<'_>, me: Rank, a: &[Rank], b: &[Rank]) -> Vec<Ra
 }
 
 impl Engine {
-    /// This rank declares `rank` failed on `evidence`: declarations that
-    /// rest on silence go through [`Engine::declare_silent`] (the one
-    /// place they pass), proof is declared at once.
-    pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause, evidence: Evidence) {
-        if Basis::of(cause, evidence) == Basis::Silence {
-            self.declare_silent(now, &[rank], cause, evidence);
-        } else {
-            self.declare_now(now, &[rank], cause, evidence, true);
+    /// This rank declares `rank` failed: report (with the evidence,
+    /// `detail`), tell `rank` itself (if it is only stopped or cut off, it
+    /// learns it is out as soon as it runs again), broadcast, mend. From
+    /// silence, callers go through `quorum::on_silence`, never here.
+    pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause, detail: FailureDetail) {
+        if rank == self.me || self.is_gone(rank) || self.participation != Participation::Active {
+            return;
         }
+        self.failed.insert(rank);
+        self.stats.detections[cause as usize] += 1;
+        self.push_event(Event::Failed {
+            rank,
+            detector: self.me,
+            cause,
+            hops: 0,
+            detail,
+        });
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[rank], &[]).into();
+        self.stats.exclusions_sent += 1;
+        self.send_shared(rank, Kind::Notice, m.clone());
+        self.fan_out(Kind::Notice, m, self.me, [rank, NO_RANK]);
+        self.after_gone_changed(now);
     }
 
-    /// Declares `ranks` (ascending) failed: report each, tell each (if it
-    /// is only stopped or cut off, it learns it is out as soon as it runs
-    /// again; not after an exit), broadcast one notice naming all of them
-    /// (`broadcast`), mend. Ranks already gone, and this rank, are skipped.
+    /// Declares `ranks` (ascending) failed together: report each with
+    /// `detail`, tell each (if it is only stopped or cut off, it learns it is
+    /// out as soon as it runs again; not after an exit), broadcast one
+    /// notice naming all of them (`broadcast`; a same-host exit is
+    /// broadcast by one rank of the host only), mend. Ranks already gone,
+    /// and this rank, are skipped. Node-local watching's exits and whole
+    /// hosts (`local`); from silence only through
+    /// [`Engine::declare_silent`].
     pub(super) fn declare_now(
         &mut self,
         now: Time,
         ranks: &[Rank],
         cause: Cause,
-        evidence: Evidence,
+        detail: FailureDetail,
         broadcast: bool,
     ) {
         if self.participation != Participation::Active {
@@ -88,7 +105,7 @@ impl Engine {
                 detector: self.me,
                 cause,
                 hops: 0,
-                evidence,
+                detail,
             });
         }
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &new, &[]).into();
@@ -130,7 +147,7 @@ impl Engine {
                 detector,
                 cause: Cause::Notice,
                 hops,
-                evidence: Evidence::None,
+                detail: FailureDetail::Learned,
             });
         }
         for &rank in &new_left {
@@ -142,7 +159,8 @@ impl Engine {
 
     /// Reacts to a grown failed/left set: mend if the emitter is gone, stop
     /// heartbeats to a departed observer (its own observer will mend to us),
-    /// drop a departed suspect, announce the new digest.
+    /// drop a departed suspect, end accusations and ballots about departed
+    /// ranks, announce the new digest.
     pub(super) fn after_gone_changed(&mut self, now: Time) {
         if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
             self.stream_dirty = true;
@@ -165,15 +183,19 @@ impl Engine {
             }
         }
         self.after_gone_changed_local(now);
+        self.quorum_on_gone(now);
         self.views_on_gone(now);
     }
 
-    pub(super) fn self_exclude(&mut self, by: Rank) {
+    /// This rank stops participating (`why`; `by` told it, or made the
+    /// accusation that found no quorum): fail-stop.
+    pub(super) fn self_exclude(&mut self, by: Rank, why: Exclusion) {
         if self.participation == Participation::Excluded {
             return;
         }
         self.participation = Participation::Excluded;
         self.timers = TimerTable::NONE;
+        self.quorum = None;
         self.host_check = None;
         self.fanouts.clear();
         self.pending_write = None;
@@ -183,7 +205,7 @@ impl Engine {
         // Pending agreements end first, so SelfExcluded is the Engine's
         // last output.
         self.abort_agreements(AgreeAbort::Excluded);
-        self.push_event(Event::SelfExcluded { by });
+        self.push_event(Event::SelfExcluded { by, why });
     }
 
     /// Answers a message from a rank in the failed set with a notice naming

@@ -8,7 +8,8 @@
 //! (watching the emitter), `health` (how far this rank trusts its own
 //! timing), `membership` (the failed and left sets), `broadcast` (fan-out
 //! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
-//! delivery of application payloads and their repair) and `views` (view
+//! delivery of application payloads and their repair), `quorum` (the
+//! primary partition: silence confirmed by a majority) and `views` (view
 //! changes and user agreements). Must not: read a clock,
 //! block, do IO, or allocate on the heartbeat path.
 //!
@@ -83,6 +84,7 @@ mod local;
 mod membership;
 mod observation;
 mod payloads;
+mod quorum;
 mod trust;
 mod views;
 
@@ -100,9 +102,9 @@ use broadcast::Fanout;
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
-    AgreeAbort, Basis, Cause, Event, Evidence, HandleError, HeartbeatMode, Input, LocalBeat,
-    Output, Participation, Stats, TransportErrorKind, View, slot_digest, slot_generation,
-    slot_value,
+    AgreeAbort, Cause, Confirmation, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
+    HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats, TransportErrorKind,
+    View, slot_digest, slot_generation, slot_value,
 };
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
@@ -125,18 +127,21 @@ enum Timer {
     LeaveBatch = 3,
     /// Join the next view change with the failures learned in this window.
     ViewBatch = 4,
+    /// Accusations and ballots (`quorum`): new rounds, give-ups, votes.
+    Quorum = 5,
     /// Next check of the local emitter's counter (host groups).
-    LocalCheck = 5,
+    LocalCheck = 6,
     /// A silent leader's host had its time to answer (host groups).
-    HostCheck = 6,
+    HostCheck = 7,
 }
 
-const TIMERS: [Timer; 7] = [
+const TIMERS: [Timer; 8] = [
     Timer::Beat,
     Timer::Check,
     Timer::Suspect,
     Timer::LeaveBatch,
     Timer::ViewBatch,
+    Timer::Quorum,
     Timer::LocalCheck,
     Timer::HostCheck,
 ];
@@ -226,6 +231,8 @@ pub struct Engine {
     exclusion_replies: ExclusionReplies,
     /// Recent sync requests honoured, per peer.
     sync_limit: SyncLimit,
+    /// Accusations and ballots (`quorum`), made at their first use.
+    quorum: Option<Box<quorum::Quorum>>,
     /// Views and agreements (`views`), made at their first use.
     views: Option<Box<Views>>,
     /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
@@ -369,6 +376,7 @@ impl Engine {
             pending_left: Vec::new(),
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
+            quorum: None,
             views: None,
             stats: Stats::default(),
             config,
@@ -543,8 +551,9 @@ impl Engine {
                 peer,
                 kind,
                 evidence,
+                said,
             } => {
-                self.on_transport_error(now, peer, kind, evidence);
+                self.on_transport_error(now, peer, kind, evidence, said);
                 Ok(())
             }
             Input::Exited { rank } => {
@@ -567,7 +576,7 @@ impl Engine {
     /// (`0..512`) of this rank's slot page that it watches
     /// ([`Engine::watched_slot`]), and takes the value as this round's
     /// reading; then it runs every timer that is due (heartbeat write, slot
-    /// check, suspect, leave batch). Then drain [`Engine::poll_output`] and
+    /// check, suspect, leave batch, quorum). Then drain [`Engine::poll_output`] and
     /// re-read [`Engine::next_deadline`].
     ///
     /// In [`HeartbeatMode::Write`] an idle rank's step allocates nothing,
@@ -634,7 +643,7 @@ impl Engine {
                     self.timers.set(Timer::Suspect, now + self.suspect_limit());
                 } else {
                     self.suspect = None;
-                    self.declare(now, s.rank, Cause::InBand, Evidence::None);
+                    self.on_silence(now, s.rank, Cause::InBand, s.said);
                 }
             }
         }
@@ -645,6 +654,10 @@ impl Engine {
         if self.timers.get(Timer::LeaveBatch) <= now {
             self.timers.stop(Timer::LeaveBatch);
             self.forward_leaves();
+        }
+        if self.timers.get(Timer::Quorum) <= now {
+            self.timers.stop(Timer::Quorum);
+            self.quorum_tick(now, lagging);
         }
         if self.timers.get(Timer::ViewBatch) <= now {
             self.timers.stop(Timer::ViewBatch);
@@ -748,9 +761,9 @@ mod tests {
                 size_of::<VecDeque<Fanout>>(),
             ),
             (
-                "stats.received",
-                stats + offset_of!(Stats, received),
-                size_of::<[u64; Kind::COUNT]>(),
+                "stats.received[notice]",
+                stats + offset_of!(Stats, received) + 8 * Kind::Notice.index(),
+                size_of::<u64>(),
             ),
             (
                 "stats.duplicate_notices",

@@ -16,8 +16,8 @@
 use std::time::Duration;
 
 use super::{
-    Cause, Engine, Event, Evidence, NO_RANK, Output, Participation, Timer, TransportErrorKind,
-    slot_digest, slot_generation,
+    Cause, Engine, Event, Evidence, FabricSaid, FailureDetail, NO_RANK, Output, Participation,
+    Timer, TransportErrorKind, slot_digest, slot_generation,
 };
 use crate::config::{InbandMode, Rank, Time};
 use crate::ranks::RankList;
@@ -62,16 +62,26 @@ pub(super) struct Witness {
 pub(super) struct Suspect {
     pub(super) rank: Rank,
     pub(super) nonce: u32,
+    /// What the fabric said when the suspicion began.
+    pub(super) said: FabricSaid,
 }
 
 impl Engine {
     /// How long the emitter's slot may stand still before it is declared,
     /// and the cause it is declared with: the timeout, or the suspect
-    /// timeout after in-band evidence (`FFD_INBAND=suspect`); both
+    /// timeout after in-band evidence (`FFD_INBAND=suspect`), or
+    /// `first_beat_within` for a freshly mended emitter while other
+    /// accusations are under way (`FFD_QUORUM=majority` only: a chain of
+    /// cut-off ranks is declared in an eighth of a timeout per link); all
     /// stretched by the local health multiplier.
-    pub(super) fn stillness_limit(&self) -> (Duration, Cause) {
+    pub(super) fn stillness_limit(&self, now: Time) -> (Duration, Cause) {
         if self.watch.hurry {
             (self.suspect_limit(), Cause::InBand)
+        } else if self.watch.awaiting_first && self.silence_around(now) {
+            (
+                self.health.stretch(self.config.first_beat_within()),
+                Cause::Timeout,
+            )
         } else {
             (self.health.stretch(self.config.timeout), Cause::Timeout)
         }
@@ -83,14 +93,20 @@ impl Engine {
     }
 
     /// Schedules the next slot check: one check interval away, or sooner if
-    /// the emitter's time is up before that.
+    /// the emitter's time is up before that (once it is up and an
+    /// accusation is under way: the check interval).
     pub(super) fn schedule_check(&mut self, now: Time) {
         if self.watch.emitter.is_none() || self.participation != Participation::Active {
             self.timers.stop(Timer::Check);
             return;
         }
-        let (limit, _) = self.stillness_limit();
+        let (limit, _) = self.stillness_limit(now);
         let expiry = self.watch.changed_at + limit;
+        let expiry = if expiry > now {
+            expiry
+        } else {
+            now + self.config.check_interval()
+        };
         let next = (now + self.config.check_interval())
             .min(expiry)
             .max(now + Duration::from_nanos(1));
@@ -163,6 +179,7 @@ impl Engine {
                 self.watch.awaiting_first = false;
                 self.watch.awaiting_link = false;
                 self.watch.hurry = false;
+                self.quorum_emitter_alive(now, emitter);
             }
         }
     }
@@ -221,10 +238,16 @@ impl Engine {
             return;
         };
         if !lagging {
-            let (limit, cause) = self.stillness_limit();
+            let (limit, cause) = self.stillness_limit(now);
             if now >= self.watch.changed_at && now - self.watch.changed_at >= limit {
                 self.on_silent_emitter(now, emitter, cause);
-                return;
+                // Declared (and mended), or excluded: nothing more to check
+                // here. Accused: keep reading the slot meanwhile.
+                if self.watch.emitter != Some(emitter)
+                    || self.participation != Participation::Active
+                {
+                    return;
+                }
             }
         }
         if self.watch.awaiting_first {
@@ -385,15 +408,21 @@ impl Engine {
     }
 
     /// An answer about our suspect (stale answers, with another nonce or
-    /// about another rank, are ignored): alive clears it, dead or silent
-    /// declares it, unknown waits for the suspect timer.
+    /// about another rank, are ignored): alive clears it, dead declares it
+    /// (the witness holds it failed), silent is silence, unknown waits for
+    /// the suspect timer. The suspect's answer to an accusation's direct
+    /// probe goes to `quorum`.
     pub(super) fn on_probe_ack(
         &mut self,
         now: Time,
+        sender: Rank,
         nonce: u32,
         about: Rank,
         verdict: ProbeVerdict,
     ) {
+        if self.quorum_probe_ack(now, sender, nonce, about, verdict) {
+            return;
+        }
         if verdict == ProbeVerdict::Alive && self.on_host_check_ack(now, nonce, about) {
             return;
         }
@@ -405,10 +434,15 @@ impl Engine {
                         self.suspect = None;
                         self.timers.stop(Timer::Suspect);
                     }
-                    ProbeVerdict::Dead | ProbeVerdict::Silent => {
+                    ProbeVerdict::Dead => {
                         self.suspect = None;
                         self.timers.stop(Timer::Suspect);
-                        self.declare(now, about, Cause::InBand, Evidence::None);
+                        self.declare(now, about, Cause::InBand, FailureDetail::Learned);
+                    }
+                    ProbeVerdict::Silent => {
+                        self.suspect = None;
+                        self.timers.stop(Timer::Suspect);
+                        self.on_silence(now, about, Cause::InBand, s.said);
                     }
                     ProbeVerdict::Unknown => {}
                 }
@@ -457,8 +491,10 @@ impl Engine {
 
     /// Transport errors are evidence only on ring links: the emitter writes
     /// only to its observer, and the observer only sends to its emitter
-    /// (`ObserveMe`, sync). An error towards our observer or emitter
-    /// declares it (`Declare`), or starts a check (`Suspect`): a probe to
+    /// (`ObserveMe`, sync, an accusation's probe). An error towards our
+    /// observer or emitter declares it at once if it is proof (`Declare`),
+    /// goes through `on_silence` if it is silence (an accusation with
+    /// `FFD_QUORUM=majority`), or starts a check (`Suspect`): a probe to
     /// the observer and to the observer's own observer, declared unless one
     /// answers "alive" within `suspect_timeout`; for the emitter, our own
     /// slot is the best witness, so it is declared if its slot stood still
@@ -473,6 +509,7 @@ impl Engine {
         peer: Rank,
         _kind: TransportErrorKind,
         evidence: Evidence,
+        said: FabricSaid,
     ) {
         self.stats.transport_errors += 1;
         if self.participation != Participation::Active
@@ -487,10 +524,13 @@ impl Engine {
         let is_observer = self.beat.observer == Some(peer);
         let is_emitter = self.watch.emitter == Some(peer);
         match self.config.inband {
-            InbandMode::Declare if is_observer || is_emitter => {
-                self.declare(now, peer, Cause::InBand, evidence)
-            }
-            InbandMode::Suspect if is_observer => self.start_suspect(now, peer),
+            InbandMode::Declare if is_observer || is_emitter => match evidence {
+                Evidence::Proof => {
+                    self.declare(now, peer, Cause::InBand, FailureDetail::Proof { said })
+                }
+                Evidence::Silence => self.on_silence(now, peer, Cause::InBand, said),
+            },
+            InbandMode::Suspect if is_observer => self.start_suspect(now, peer, said),
             InbandMode::Suspect if is_emitter => {
                 self.watch.hurry = true;
                 self.schedule_check(now);
@@ -499,7 +539,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn start_suspect(&mut self, now: Time, rank: Rank) {
+    pub(super) fn start_suspect(&mut self, now: Time, rank: Rank, said: FabricSaid) {
         if self.suspect.is_some_and(|s| s.rank == rank) {
             return;
         }
@@ -508,6 +548,7 @@ impl Engine {
         self.suspect = Some(Suspect {
             rank,
             nonce: self.nonce,
+            said,
         });
         let m = self.encoder.probe(self.nonce, rank);
         self.send(rank, Kind::Probe, m.clone());

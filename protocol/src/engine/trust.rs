@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Engine, HandleError, Participation};
+use super::{Engine, Exclusion, HandleError, Participation};
 use crate::config::{Rank, Time};
 use crate::overlay::levels;
 use crate::ring::Ring;
@@ -266,7 +266,7 @@ impl Engine {
             _ => false,
         };
         if names_me {
-            self.self_exclude(sender);
+            self.self_exclude(sender, Exclusion::Named);
             return Ok(());
         }
         match msg {
@@ -286,13 +286,17 @@ impl Engine {
                 nonce,
                 about,
                 verdict,
-            } => self.on_probe_ack(now, nonce, about, verdict),
+            } => self.on_probe_ack(now, sender, nonce, about, verdict),
             Message::Payload {
                 origin,
                 seq,
                 hops: _,
                 bytes: _,
             } => self.on_payload(sender, origin, seq, bytes),
+            m @ (Message::Suspect { .. }
+            | Message::Vote { .. }
+            | Message::Refute { .. }
+            | Message::Outcome { .. }) => self.on_quorum_message(now, sender, m, bytes),
             Message::AgreeUp(up) => self.on_agree_up(now, sender, up),
             Message::AgreeDown(down) => self.on_agree_down(now, sender, down),
         }

@@ -49,7 +49,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{AgreeAbort, Cause, Engine, Event, Evidence, HandleError, Participation, Timer, View};
+use super::{
+    AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, Participation, Timer,
+    View,
+};
 use crate::agreement::{Instance, Msg, Out, Value};
 use crate::config::{Rank, Time};
 use crate::ranks::RankSet;
@@ -490,7 +493,7 @@ impl Engine {
     /// decision names this rank, which is then excluded.
     fn learn_decided(&mut self, now: Time, failed: &[Rank], root: Rank, hops: u16) -> bool {
         if failed.binary_search(&self.me).is_ok() {
-            self.self_exclude(root);
+            self.self_exclude(root, Exclusion::Named);
             return false;
         }
         let new: Vec<Rank> = failed
@@ -509,7 +512,7 @@ impl Engine {
                 detector: root,
                 cause: Cause::Notice,
                 hops,
-                evidence: Evidence::None,
+                detail: FailureDetail::Learned,
             });
         }
         self.after_gone_changed(now);

@@ -12,8 +12,10 @@ use std::time::Duration;
 use rand::RngCore;
 use rand_pcg::Pcg64;
 
-use super::{EXCLUDED, LEFT, SimConfig, SimError, SimFaultKind, Simulator, Status, What};
-use crate::{Input, Rank, Ring, Time, TransportErrorKind};
+use super::{
+    EXCLUDED, LEFT, SimConfig, SimError, SimFaultKind, Simulator, Status, What, transport_error,
+};
+use crate::{Evidence, Input, Rank, Ring, Time, TransportErrorKind};
 
 /// Largest job `leave:all` is simulated for (see `resolve`).
 pub const MAX_LEAVE_ALL: u32 = 16_384;
@@ -178,10 +180,33 @@ impl Simulator {
                             to: writer,
                             peer: r,
                             kind: TransportErrorKind::HeartbeatWrite,
+                            evidence: Evidence::Proof,
                         },
                     );
                 }
             }
+        }
+    }
+
+    /// The side of a partition cutting `cut` off that is not the primary
+    /// one, and so the side the report treats as faulted: the side with
+    /// fewer live ranks, or at an exact half the side without the lowest
+    /// live rank (the protocol's rule, `docs/design.md` §4.11). Its reports
+    /// about the other side's ranks are false reports.
+    fn non_primary_side(&self, cut: &[Rank]) -> Vec<Rank> {
+        let live = |r: Rank| {
+            self.state[r as usize].status == Status::Up
+                && self.state[r as usize].flags & (EXCLUDED | LEFT) == 0
+        };
+        let inside = |r: Rank| cut.binary_search(&r).is_ok();
+        let cut_live = (0..self.n).filter(|&r| live(r) && inside(r)).count();
+        let rest_live = (0..self.n).filter(|&r| live(r) && !inside(r)).count();
+        let lowest_inside = (0..self.n).find(|&r| live(r)).is_some_and(inside);
+        let cut_is_primary = cut_live > rest_live || (cut_live == rest_live && lowest_inside);
+        if cut_is_primary {
+            (0..self.n).filter(|&r| !inside(r)).collect()
+        } else {
+            cut.to_vec()
         }
     }
 
@@ -214,15 +239,9 @@ impl Simulator {
                         self.deliver(r, from, &message);
                         self.after_handle(r);
                     }
-                    for (peer, kind) in self.held_errors.remove(&r).unwrap_or_default() {
-                        let _ = self.engines[r as usize].handle(
-                            now,
-                            Input::TransportError {
-                                peer,
-                                kind,
-                                evidence: super::BOUNCE,
-                            },
-                        );
+                    for (peer, kind, evidence) in self.held_errors.remove(&r).unwrap_or_default() {
+                        let _ = self.engines[r as usize]
+                            .handle(now, transport_error(peer, kind, evidence));
                         self.after_handle(r);
                     }
                     if let Some((t, _)) = self.slots.target(r) {
@@ -236,7 +255,7 @@ impl Simulator {
                 }
             }
             Action::Partition(ranks) => {
-                for &r in &ranks {
+                for r in self.non_primary_side(&ranks) {
                     self.track(r, "partition");
                 }
                 self.partition = Some(ranks.clone());
@@ -252,10 +271,12 @@ impl Simulator {
             Action::Leave(r) => self.queue.push(now, What::Leave(r)),
             Action::Glitch { rank, peer } => self.queue.push(
                 now,
+                // A spurious error is no proof: the peer is alive.
                 What::Error {
                     to: rank,
                     peer,
                     kind: TransportErrorKind::HeartbeatWrite,
+                    evidence: Evidence::Silence,
                 },
             ),
             Action::Broadcast(r) => {

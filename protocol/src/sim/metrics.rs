@@ -11,7 +11,7 @@
 use super::report::{FailureReport, SimReport, Totals};
 use super::{EXCLUDED, FAULTY, Simulator, Status};
 use crate::wire::{self, Kind, Message, Sealed};
-use crate::{Cause, Event, Rank, Time};
+use crate::{Cause, Event, Exclusion, Rank, Time};
 
 /// Per injected failure.
 pub(super) struct Track {
@@ -100,6 +100,9 @@ impl Simulator {
             } => {
                 let healthy_reporter =
                     self.state[reporter as usize].flags & (FAULTY | EXCLUDED) == 0;
+                if !healthy_reporter {
+                    self.reports_by_faulty += 1;
+                }
                 if let Some(&i) = self.track_of.get(&rank) {
                     let t = &mut self.tracks[i];
                     if t.first_at.is_none()
@@ -117,19 +120,27 @@ impl Simulator {
                             t.max_hops = t.max_hops.max(hops);
                         }
                     }
-                } else if healthy_reporter {
+                } else {
+                    // A rank never faulted, named failed: a false report,
+                    // whoever raised it (a cut-off minority naming the
+                    // primary side's ranks included).
                     self.false_reports += 1;
                     self.falsely_declared.insert(rank);
+                    if !healthy_reporter {
+                        self.false_reports_by_faulty += 1;
+                    }
                     if self.false_samples.len() < 32 {
                         self.false_samples.push((reporter, rank, ms(now)));
                     }
-                } else {
-                    self.reports_by_faulty += 1;
                 }
             }
-            Event::SelfExcluded { .. } => {
+            Event::SelfExcluded { why, .. } => {
                 self.state[reporter as usize].flags |= EXCLUDED;
                 self.self_excluded.push(reporter);
+                self.self_excluded_at.push(ms(now));
+                if why == Exclusion::NoQuorum {
+                    self.no_quorum_excluded.push(reporter);
+                }
                 // The process stops participating: the slot model stops its beats.
                 self.slots.stop(reporter, now);
             }
@@ -219,7 +230,10 @@ impl Simulator {
                 false_report_events: self.false_reports,
                 missed_notifications: missed_total,
                 reports_by_faulty_ranks: self.reports_by_faulty,
+                false_reports_by_faulty_ranks: self.false_reports_by_faulty,
                 self_excluded: self.self_excluded.clone(),
+                self_excluded_at_ms: self.self_excluded_at.clone(),
+                no_quorum_exclusions: self.no_quorum_excluded.clone(),
                 left_events: self.left_events,
                 slow_emitter_warnings: self.slow_warnings,
                 payloads_delivered: self.payloads,

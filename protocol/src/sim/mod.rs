@@ -48,8 +48,8 @@ pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 use crate::ranks::fold_digest;
 use crate::wire::{JobKeys, Kind, Sealed};
 use crate::{
-    Engine, EngineConfig, EngineConfigError, Evidence, Hosts, Input, LocalBeat, Output, Rank, Ring,
-    Time, TransportErrorKind,
+    Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Hosts, Input, LocalBeat, Output,
+    Rank, Ring, Time, TransportErrorKind,
 };
 use agenda::Agenda;
 use agreements::{AgreeTrack, ViewTrack};
@@ -58,14 +58,6 @@ use metrics::Track;
 use network::cut_by;
 use payload_log::PayloadLog;
 use slots::SlotModel;
-
-/// What a message to a crashed or closed rank comes back as: the modelled
-/// network refuses it as a dead peer's kernel does (proof).
-pub(crate) const BOUNCE: Evidence = Evidence::ErrorCompletion {
-    errno: 0,
-    prov_errno: 0,
-    proof: true,
-};
 
 /// A simulation: the job, its settings, the faults.
 #[derive(Clone, Debug)]
@@ -180,6 +172,7 @@ enum What {
         to: Rank,
         peer: Rank,
         kind: TransportErrorKind,
+        evidence: Evidence,
     },
     /// `to`'s send to `peer` completed (`Input::Sent`).
     Sent {
@@ -194,6 +187,25 @@ enum What {
         to: Rank,
         rank: Rank,
     },
+}
+
+/// The input of a modelled transport error: an error from a dead process
+/// is proof (`FabricSaid::DeadProcess`); anything else (a glitch) silence.
+pub(super) fn transport_error(
+    peer: Rank,
+    kind: TransportErrorKind,
+    evidence: Evidence,
+) -> Input<'static> {
+    let said = match evidence {
+        Evidence::Proof => FabricSaid::DeadProcess,
+        Evidence::Silence => FabricSaid::Nothing,
+    };
+    Input::TransportError {
+        peer,
+        kind,
+        evidence,
+        said,
+    }
 }
 
 /// A message waiting for a stopped rank: (sender, message).
@@ -215,7 +227,7 @@ pub struct Simulator {
     queue: Agenda<What>,
     /// Messages to stopped ranks, delivered when they resume.
     held: BTreeMap<Rank, Vec<Held>>,
-    held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind)>>,
+    held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind, Evidence)>>,
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
     /// Per sender, the links with a copy in flight and the delivery time
@@ -235,12 +247,20 @@ pub struct Simulator {
     now: Time,
     // totals
     events: u64,
-    /// Live ranks some live rank declared failed, and how many such reports.
+    /// Ranks never faulted that some rank declared failed, and how many
+    /// such reports.
     falsely_declared: std::collections::BTreeSet<Rank>,
     false_reports: u64,
     false_samples: Vec<(Rank, Rank, f64)>,
+    /// `Failed` events raised by faulted ranks (about anyone).
     reports_by_faulty: u64,
+    /// Of the false reports, those raised by faulted ranks.
+    false_reports_by_faulty: u64,
     self_excluded: Vec<Rank>,
+    /// When each excluded itself (virtual ms).
+    self_excluded_at: Vec<f64>,
+    /// Of those, the ranks that excluded themselves for want of a quorum.
+    no_quorum_excluded: Vec<Rank>,
     left_events: u64,
     slow_warnings: u64,
     /// `HostFailed` events raised (by any rank).
@@ -370,7 +390,10 @@ impl Simulator {
             false_reports: 0,
             false_samples: Vec::new(),
             reports_by_faulty: 0,
+            false_reports_by_faulty: 0,
             self_excluded: Vec::new(),
+            self_excluded_at: Vec::new(),
+            no_quorum_excluded: Vec::new(),
             left_events: 0,
             slow_warnings: 0,
             host_failed_events: 0,
@@ -506,19 +529,22 @@ impl Simulator {
                     }
                 }
             }
-            What::Error { to, peer, kind } => match self.state[to as usize].status {
+            What::Error {
+                to,
+                peer,
+                kind,
+                evidence,
+            } => match self.state[to as usize].status {
                 Status::Up => {
-                    let _ = self.engines[to as usize].handle(
-                        now,
-                        Input::TransportError {
-                            peer,
-                            kind,
-                            evidence: BOUNCE,
-                        },
-                    );
+                    let _ = self.engines[to as usize]
+                        .handle(now, transport_error(peer, kind, evidence));
                     self.after_handle(to);
                 }
-                Status::Hung => self.held_errors.entry(to).or_default().push((peer, kind)),
+                Status::Hung => self
+                    .held_errors
+                    .entry(to)
+                    .or_default()
+                    .push((peer, kind, evidence)),
                 _ => {}
             },
             What::Sent { to, peer } => {

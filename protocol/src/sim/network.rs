@@ -27,7 +27,7 @@ use rand::RngCore;
 
 use super::{Simulator, Status, What};
 use crate::wire::{Kind, Sealed};
-use crate::{Rank, Time, TransportErrorKind};
+use crate::{Evidence, Rank, Time, TransportErrorKind};
 
 /// The modelled network.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +124,14 @@ impl Simulator {
             }
         }
         if self.is_cut(from, to) {
+            // A cut resets nothing: on a link that was up, the sender's
+            // stack takes the message and its send completes; the copy is
+            // lost on the way.
+            if kind == Some(Kind::ObserveMe) && self.link_is_up(from, to) {
+                let delay = self.cfg.net.latency;
+                self.queue
+                    .push(self.now + delay, What::Sent { to: from, peer: to });
+            }
             self.dropped += 1;
             return;
         }
@@ -239,6 +247,17 @@ impl Simulator {
         Some(connect)
     }
 
+    /// Whether the link between `a` and `b` is up now (always, without
+    /// [`NetModel::connect`]).
+    fn link_is_up(&self, a: Rank, b: Rank) -> bool {
+        self.cfg.net.connect.is_none()
+            || self.warm_from_start(a, b)
+            || self
+                .links_up
+                .get(&(a.min(b), a.max(b)))
+                .is_some_and(|&up| up <= self.now)
+    }
+
     /// Ring neighbours and broadcast overlay links: the runtime's link
     /// phase sets them up before anyone judges.
     fn warm_from_start(&self, a: Rank, b: Rank) -> bool {
@@ -254,7 +273,8 @@ impl Simulator {
     }
 
     /// A send or write towards a dead process: its error completion comes
-    /// back to the sender after the in-band latency.
+    /// back to the sender after the in-band latency, as proof (the dead
+    /// process's kernel answers).
     pub(super) fn bounce(&mut self, sender: Rank, dead: Rank, kind: TransportErrorKind) {
         if self.state[dead as usize].flags & super::LOST != 0 {
             // Lost with its host: no kernel answers for it.
@@ -271,6 +291,7 @@ impl Simulator {
                         to: sender,
                         peer: dead,
                         kind,
+                        evidence: Evidence::Proof,
                     },
                 );
             }

@@ -100,17 +100,29 @@ pub struct Totals {
     pub hosts: u32,
     pub bcast: String,
     pub seed: u64,
-    /// Ranks never faulted (or that left cleanly) that some live rank
-    /// declared failed.
+    /// Ranks never faulted (or that left cleanly) that some rank declared
+    /// failed: a live rank, or a faulted one (a cut-off minority naming
+    /// the primary side's ranks counts).
     pub false_reports: u64,
-    /// How many such reports live ranks made in all.
+    /// How many such `Failed` events were raised in all.
     pub false_report_events: u64,
     /// Σ over failures of live ranks that never learned it.
     pub missed_notifications: u64,
-    /// Failure reports made by ranks that were themselves faulted (e.g. a
-    /// partitioned rank declaring the others). Not false reports.
+    /// `Failed` events raised by ranks that were themselves faulted (e.g. a
+    /// partitioned rank declaring the others, or learning of them), about
+    /// anyone.
     pub reports_by_faulty_ranks: u64,
+    /// Of the false-report events, those raised by faulted ranks.
+    #[serde(default)]
+    pub false_reports_by_faulty_ranks: u64,
     pub self_excluded: Vec<Rank>,
+    /// When each of `self_excluded` excluded itself (virtual ms, same order).
+    #[serde(default)]
+    pub self_excluded_at_ms: Vec<f64>,
+    /// Of those, the ranks that excluded themselves because their side held
+    /// no majority (`FFD_QUORUM=majority`).
+    #[serde(default)]
+    pub no_quorum_exclusions: Vec<Rank>,
     pub left_events: u64,
     pub slow_emitter_warnings: u64,
     /// Payload deliveries (`Event::Payload`), over every rank.
@@ -283,14 +295,18 @@ impl fmt::Display for SimReport {
         }
         writeln!(
             f,
-            "ranks {} (hosts {}, {}), seed {}: false reports {}, missed notifications {}, self-excluded {}, left {}, slow-emitter warnings {}",
+            "ranks {} (hosts {}, {}), seed {}: false reports {} ({} events, {} by faulted ranks), missed notifications {}, failed events from faulted ranks {}, self-excluded {} ({} without quorum), left {}, slow-emitter warnings {}",
             t.ranks,
             t.hosts,
             t.bcast,
             t.seed,
             t.false_reports,
+            t.false_report_events,
+            t.false_reports_by_faulty_ranks,
             t.missed_notifications,
+            t.reports_by_faulty_ranks,
             t.self_excluded.len(),
+            t.no_quorum_exclusions.len(),
             t.left_events,
             t.slow_emitter_warnings
         )?;

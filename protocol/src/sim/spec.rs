@@ -35,6 +35,8 @@ pub enum SimFaultKind {
     /// Every rank of host H crashes (ranks are placed on hosts in blocks).
     Host(u32),
     /// These ranks are cut off from all others (messages and writes lost).
+    /// The side that is not primary (the smaller, or at an exact half the
+    /// one without the lowest live rank) is the faulted one in the report.
     Partition(Vec<Rank>),
     /// The partition ends.
     Heal,

@@ -30,6 +30,7 @@
 
 mod agree;
 mod marks;
+mod quorum;
 mod seal;
 
 use super::config::Rank;
@@ -37,6 +38,7 @@ use super::ranks::{ListError, RankList, encode_rank_list};
 
 pub use agree::{AgreeDown, AgreeUp, AgreementId, WireValue};
 pub use marks::{MAX_MARKS, MAX_MARKS_LEN, Marks};
+pub use quorum::{OutcomeVerdict, VOTE_COMPLETE, VOTE_TIEBREAK};
 pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
 
 pub const MAGIC: [u8; 4] = *b"FFDP";
@@ -59,6 +61,9 @@ const OFF_PAYLOAD_HOPS: usize = HEADER_LEN + 12;
 /// Offset of the application's bytes in a Payload (after `origin`, `seq`,
 /// `hops` and the reserved u16).
 pub const OFF_PAYLOAD_BYTES: usize = HEADER_LEN + 16;
+/// Offset of `hops` in a Suspect and an Outcome (after `accuser`, `nonce`
+/// and `suspect`).
+const OFF_FLOOD_HOPS: usize = HEADER_LEN + 12;
 
 macro_rules! counted_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $val:literal => $word:literal),+ $(,)? }) => {
@@ -100,6 +105,14 @@ counted_enum!(
         ProbeAck = 6 => "probe_ack",
         /// Application payload broadcast.
         Payload = 7 => "payload",
+        /// Quorum: an accusation of silence, flooded over the overlay.
+        Suspect = 8 => "suspect",
+        /// Quorum: a subtree's count, up the flood-parent tree.
+        Vote = 9 => "vote",
+        /// Quorum: the suspect answers its accuser (it is reachable).
+        Refute = 10 => "refute",
+        /// Quorum: an accusation ends withdrawn or without a quorum, flooded.
+        Outcome = 11 => "outcome",
         /// Agreement: a subtree's aggregate on its way to the root (`agree.rs`).
         AgreeUp = 12 => "agree_up",
         /// Agreement: the decision on its way down from the root.
@@ -240,6 +253,34 @@ pub enum Message<'a> {
         seq: u64,
         hops: u16,
         bytes: &'a [u8],
+    },
+    /// `accuser` finds `suspect` silent; round `nonce` of its accusation.
+    Suspect {
+        accuser: Rank,
+        nonce: u32,
+        suspect: Rank,
+        hops: u16,
+    },
+    /// The sender's subtree of round `nonce` of `accuser`'s accusation:
+    /// `count` ranks, `flags` ([`VOTE_TIEBREAK`], [`VOTE_COMPLETE`]).
+    Vote {
+        accuser: Rank,
+        nonce: u32,
+        count: u32,
+        flags: u16,
+    },
+    /// The suspect of round `nonce` of `accuser`'s accusation is alive.
+    Refute {
+        accuser: Rank,
+        nonce: u32,
+    },
+    /// `accuser`'s accusation of `suspect` (last round `nonce`) ended.
+    Outcome {
+        accuser: Rank,
+        nonce: u32,
+        suspect: Rank,
+        hops: u16,
+        verdict: OutcomeVerdict,
     },
     AgreeUp(AgreeUp<'a>),
     AgreeDown(AgreeDown<'a>),
@@ -417,6 +458,9 @@ pub fn decode<'a>(
                 bytes: rest,
             }
         }
+        Kind::Suspect | Kind::Vote | Kind::Refute | Kind::Outcome => {
+            quorum::decode(kind, &mut r, n)?
+        }
         Kind::AgreeUp => Message::AgreeUp(agree::decode_up(&mut r, n)?),
         Kind::AgreeDown => Message::AgreeDown(agree::decode_down(&mut r, n)?),
     };
@@ -550,7 +594,8 @@ impl Encoder {
     }
 }
 
-/// The unsealed copy of a received (validated) Notice or Payload message
+/// The unsealed copy of a received (validated) Notice, Payload, Suspect or
+/// Outcome message
 /// with the sender replaced and the hop count incremented, its sequence
 /// number cleared and its tag removed: forwarding costs one copy, no
 /// re-encoding, and the forwarder seals each copy with its own sequence
@@ -560,6 +605,7 @@ pub fn forwarded(bytes: &[u8], new_sender: Rank) -> Option<Vec<u8>> {
     let off = match peek_kind(bytes)? {
         Kind::Notice => OFF_NOTICE_HOPS,
         Kind::Payload => OFF_PAYLOAD_HOPS,
+        Kind::Suspect | Kind::Outcome => OFF_FLOOD_HOPS,
         _ => return None,
     };
     let signed = bytes.get(..bytes.len().checked_sub(TAG_LEN)?)?;

@@ -165,7 +165,14 @@ mod tests {
     fn a_self_excluded_rank_is_not_live_for_a_later_failure() {
         let mut tl = Timeline::new(info(4), false);
         tl.fault(100.0, 1, FaultKind::Stop);
-        tl.agent_line(150.0, 1, &line(AgentEvent::SelfExcluded { by: None }));
+        tl.agent_line(
+            150.0,
+            1,
+            &line(AgentEvent::SelfExcluded {
+                by: None,
+                why: None,
+            }),
+        );
         tl.fault(300.0, 3, FaultKind::Kill);
         tl.agent_line(301.0, 0, &failed(3, Cause::InBand, 0));
         let facts = tl.agent_line(302.0, 2, &failed(3, Cause::Notice, 0));

@@ -62,7 +62,7 @@ impl Timeline {
                 rank: failed,
                 cause,
                 detector,
-                evidence,
+                detail,
                 ..
             } => {
                 let failed = *failed;
@@ -95,9 +95,9 @@ impl Timeline {
                                 rank,
                                 failed,
                                 cause: *cause,
-                                evidence: evidence.as_deref(),
                                 also: earlier_detections > 0,
                                 after,
+                                detail: detail.as_deref(),
                             },
                         );
                     } else {
@@ -134,11 +134,19 @@ impl Timeline {
                     Happening::SawLeave { rank, gone },
                 );
             }
-            AgentEvent::SelfExcluded { .. } => {
+            AgentEvent::SelfExcluded { by, why } => {
                 let s = &mut self.ranks[rank as usize];
                 if s.self_excluded_at.is_none() {
                     s.self_excluded_at = Some(t_ms);
-                    say(true, Happening::SelfExcluded { rank });
+                    s.no_quorum = why.as_deref() == Some("no_quorum");
+                    say(
+                        true,
+                        Happening::SelfExcluded {
+                            rank,
+                            by: *by,
+                            why: why.as_deref(),
+                        },
+                    );
                 }
             }
             AgentEvent::SlowEmitter {
@@ -316,7 +324,14 @@ mod tests {
         facts.extend(tl.agent_line(213.0, 3, &failed(1, Cause::Notice, 0)));
         facts.extend(tl.fault(400.0, 1, FaultKind::Cont));
         assert!(!tl.is_hung(1));
-        facts.extend(tl.agent_line(405.0, 1, &line(AgentEvent::SelfExcluded { by: Some(0) })));
+        facts.extend(tl.agent_line(
+            405.0,
+            1,
+            &line(AgentEvent::SelfExcluded {
+                by: Some(0),
+                why: None,
+            }),
+        ));
         assert_eq!(
             texts(&facts),
             [

@@ -140,12 +140,12 @@ enum Happening<'a> {
         rank: Rank,
         failed: Rank,
         cause: Cause,
-        /// What the transport or host said (`exit`, an error completion).
-        evidence: Option<&'a str>,
         /// Another rank had detected it before.
         also: bool,
         /// The injected fault and how long after it; `None`: a false report.
         after: Option<(FaultKind, f64)>,
+        /// The evidence in words, as the agent gave it.
+        detail: Option<&'a str>,
     },
     /// `rank` reported `failed` again.
     Repeated {
@@ -171,6 +171,10 @@ enum Happening<'a> {
     },
     SelfExcluded {
         rank: Rank,
+        /// Who told it, or whose accusation found no quorum.
+        by: Option<Rank>,
+        /// `named` or `no_quorum`, as the agent gave it.
+        why: Option<&'a str>,
     },
     SlowEmitter {
         rank: Rank,
@@ -253,6 +257,8 @@ struct AgentState {
     /// Currently stopped (a `--stop` without its `--cont` yet).
     hung: bool,
     self_excluded_at: Option<f64>,
+    /// It excluded itself for want of a quorum (its side of a partition).
+    no_quorum: bool,
     /// The first `left` report about it, or its own `exit` line.
     left_at: Option<f64>,
     exited: Option<(f64, AgentExit)>,
@@ -338,8 +344,7 @@ mod test_input {
             detector: Some(detector),
             hops: None,
             epoch: None,
-            evidence: None,
-            basis: None,
+            detail: None,
         })
     }
 

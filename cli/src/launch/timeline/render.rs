@@ -67,15 +67,14 @@ fn words(what: &Happening<'_>) -> String {
             rank,
             failed,
             cause,
-            evidence,
             also,
             after,
+            detail,
         } => {
             let also = if also { "also " } else { "" };
-            let evidence = evidence.map_or_else(String::new, |e| format!(": {e}"));
             let mut text = format!(
-                "rank {rank} {also}detected rank {failed} ({}{evidence}",
-                describe(cause)
+                "rank {rank} {also}detected rank {failed} ({}",
+                detail.unwrap_or(describe(cause))
             );
             match after {
                 Some((fault, delay)) => {
@@ -110,7 +109,18 @@ fn words(what: &Happening<'_>) -> String {
                 list.join(", ")
             )
         }
-        Happening::SelfExcluded { rank } => format!("rank {rank} self-excluded"),
+        Happening::SelfExcluded { rank, by, why } => {
+            let by = by.map_or_else(String::new, |b| format!("rank {b}'s "));
+            match why {
+                Some("no_quorum") => format!(
+                    "rank {rank} self-excluded (no quorum: {by}accusation found no majority on its side)"
+                ),
+                Some("named") => {
+                    format!("rank {rank} self-excluded (declared failed: {by}notice named it)")
+                }
+                _ => format!("rank {rank} self-excluded"),
+            }
+        }
         Happening::SlowEmitter {
             rank,
             slow,
@@ -285,13 +295,21 @@ impl Timeline {
                 .collect();
             let _ = writeln!(out, "{}", list.join("; "));
         }
+        let no_quorum: Vec<Rank> = (0..self.info.ranks)
+            .filter(|&r| self.ranks[r as usize].no_quorum)
+            .collect();
         let _ = writeln!(
             out,
-            "self-excluded: {}",
+            "self-excluded: {}{}",
             if report.self_excluded.is_empty() {
                 "none".to_owned()
             } else {
                 format_ranks(&report.self_excluded)
+            },
+            if no_quorum.is_empty() {
+                String::new()
+            } else {
+                format!(" (no quorum: {})", format_ranks(&no_quorum))
             }
         );
         let abnormal = self.abnormal_exits();

@@ -560,6 +560,26 @@ pub fn reencode(job_key: u64, sender: Rank, message: &Message<'_>) -> Option<Vec
             hops,
             bytes,
         } => enc.payload(origin, seq, hops, bytes),
+        Message::Suspect {
+            accuser,
+            nonce,
+            suspect,
+            hops,
+        } => enc.suspect(accuser, nonce, suspect, hops),
+        Message::Vote {
+            accuser,
+            nonce,
+            count,
+            flags,
+        } => enc.vote(accuser, nonce, count, flags),
+        Message::Refute { accuser, nonce } => enc.refute(accuser, nonce),
+        Message::Outcome {
+            accuser,
+            nonce,
+            suspect,
+            hops,
+            verdict,
+        } => enc.outcome(accuser, nonce, suspect, hops, verdict),
         Message::AgreeUp(up) => enc.agree_up(
             up.id,
             up.hops,
@@ -570,7 +590,7 @@ pub fn reencode(job_key: u64, sender: Rank, message: &Message<'_>) -> Option<Vec
         Message::AgreeDown(down) => {
             enc.agree_down(down.id, down.hops, down.root, &down.decision.to_value())
         }
-        #[allow(unreachable_patterns)] // kinds 8–11, 14 (in flight) until they get a line
+        #[allow(unreachable_patterns)] // kind 14 (in flight) until they get a line
         _ => return None,
     })
 }

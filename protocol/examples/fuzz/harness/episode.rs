@@ -23,8 +23,8 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
-    BcastKind, Engine, EngineConfig, Evidence, HandleError, Hosts, InbandMode, Input, LocalBeat,
-    Output, Rank, Ring, RingKind, Time, TransportErrorKind, slot_value,
+    BcastKind, Engine, EngineConfig, Evidence, FabricSaid, HandleError, Hosts, InbandMode, Input,
+    LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -158,6 +158,7 @@ fn config(dice: &mut Dice) -> EngineConfig {
         period,
         timeout,
         inband: dice.pick(&[InbandMode::Declare, InbandMode::Suspect, InbandMode::Off]),
+        quorum: dice.pick(&[QuorumMode::Majority, QuorumMode::Off]),
         bcast: dice.pick(&[BcastKind::Bmg, BcastKind::Chord]),
         ring: RingKind::Rank,
         ring_seed: 0,
@@ -743,21 +744,21 @@ impl Episode<'_> {
             TransportErrorKind::Send,
             TransportErrorKind::Unreachable,
         ]);
-        let evidence = dice.pick(&[
-            Evidence::None,
-            Evidence::Exit,
-            Evidence::RefusalRun { millis: 30 },
-            Evidence::ErrorCompletion {
-                errno: 107,
-                prov_errno: 32,
-                proof: true,
+        let evidence = dice.pick(&[Evidence::Proof, Evidence::Silence]);
+        let said = match dice.below(5) {
+            0 => FabricSaid::Completion {
+                err: dice.u32() as i32,
+                prov_errno: dice.u32() as i32,
             },
-            Evidence::ErrorCompletion {
-                errno: 110,
-                prov_errno: -110,
-                proof: false,
+            1 => FabricSaid::Post {
+                err: dice.u32() as i32,
             },
-        ]);
+            2 => FabricSaid::Refused {
+                run: Duration::from_micros(dice.below(1_000_000)),
+            },
+            3 => FabricSaid::DeadProcess,
+            _ => FabricSaid::Nothing,
+        };
         let _ = self.engine_call(
             r,
             InputKind::TransportError,
@@ -765,6 +766,7 @@ impl Episode<'_> {
                 peer,
                 kind,
                 evidence,
+                said,
             },
         );
     }

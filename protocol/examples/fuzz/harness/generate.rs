@@ -15,7 +15,10 @@
 //! the test `every_kind_has_a_generator` names it.
 
 use ffd_protocol::agreement::Value;
-use ffd_protocol::wire::{AgreementId, Encoder, HEADER_LEN, MAGIC, ProbeVerdict, SLOTS, VERSION};
+use ffd_protocol::wire::{
+    AgreementId, Encoder, HEADER_LEN, MAGIC, OutcomeVerdict, ProbeVerdict, SLOTS, VERSION,
+    VOTE_COMPLETE, VOTE_TIEBREAK,
+};
 use ffd_protocol::{Engine, Kind, Rank};
 
 use super::dice::Dice;
@@ -60,8 +63,8 @@ pub struct KindGenerator {
     pub make: MakeMessage,
 }
 
-/// One generator per message kind (kinds 8–11 and 14 get theirs with the
-/// work that adds them).
+/// One generator per message kind (kind 14 gets its own with the work
+/// that adds it).
 pub const KIND_GENERATORS: &[KindGenerator] = &[
     KindGenerator {
         kind: Kind::Notice,
@@ -90,6 +93,22 @@ pub const KIND_GENERATORS: &[KindGenerator] = &[
     KindGenerator {
         kind: Kind::Payload,
         make: payload,
+    },
+    KindGenerator {
+        kind: Kind::Suspect,
+        make: suspect,
+    },
+    KindGenerator {
+        kind: Kind::Vote,
+        make: vote,
+    },
+    KindGenerator {
+        kind: Kind::Refute,
+        make: refute,
+    },
+    KindGenerator {
+        kind: Kind::Outcome,
+        make: outcome,
     },
     KindGenerator {
         kind: Kind::AgreeUp,
@@ -318,6 +337,17 @@ fn payload(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
     enc.payload(origin, interesting_u64(dice), hops(dice), &bytes)
 }
 
+/// The accuser of a quorum message: mostly the sender (an accuser's own
+/// flood, or the answer to it), the receiver itself (votes and refutations
+/// come back to an accuser), or any rank.
+fn accuser(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Rank {
+    match dice.below(10) {
+        0..=4 => enc.sender,
+        5..=6 => view.me,
+        _ => rank(dice, view),
+    }
+}
+
 /// Which agreement: mostly the first few of each class (those an Engine
 /// is running or about to run: view ids and user sequence numbers count
 /// from 1), sometimes far ahead or at the largest number.
@@ -357,6 +387,44 @@ fn agreement_root(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Rank {
         5 | 6 => enc.sender,
         _ => rank(dice, view),
     }
+}
+
+fn suspect(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
+    let accuser = accuser(dice, view, enc);
+    enc.suspect(accuser, nonce(dice), rank(dice, view), hops(dice))
+}
+
+fn vote(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
+    let accuser = accuser(dice, view, enc);
+    // Counts from 1 to N are valid; 0 and above N are refused.
+    let count = match dice.below(10) {
+        0..=5 => 1 + dice.below32(view.n),
+        6 => view.n,
+        7 => 0,
+        8 => view.n.saturating_add(1),
+        _ => dice.u32(),
+    };
+    let flags = match dice.below(10) {
+        0..=8 => dice.pick(&[
+            0,
+            VOTE_TIEBREAK,
+            VOTE_COMPLETE,
+            VOTE_TIEBREAK | VOTE_COMPLETE,
+        ]),
+        _ => dice.u16(),
+    };
+    enc.vote(accuser, nonce(dice), count, flags)
+}
+
+fn refute(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
+    let accuser = accuser(dice, view, enc);
+    enc.refute(accuser, nonce(dice))
+}
+
+fn outcome(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
+    let accuser = accuser(dice, view, enc);
+    let verdict = dice.pick(&[OutcomeVerdict::Withdrawn, OutcomeVerdict::NoQuorum]);
+    enc.outcome(accuser, nonce(dice), rank(dice, view), hops(dice), verdict)
 }
 
 fn agree_up(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {

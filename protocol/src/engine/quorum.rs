@@ -1,0 +1,770 @@
+//! Primary partition: a declaration from silence is an *accusation* that a
+//! majority of the live view must confirm before anyone raises `Failed`
+//! (`FFD_QUORUM=majority`, `docs/design.md` §4.11).
+//!
+//! Owns: [`Engine::on_silence`], the one door every declaration from
+//! silence goes through (timeouts, refusal runs, silent probes; the
+//! node-local watcher of issue 12 will use it too); this rank's own
+//! accusations (the direct probe of the suspect, the flood of `Suspect`,
+//! the count of votes, confirmation, refutation, new rounds, giving up)
+//! and its ballots in the accusations of others (the flood parent, the
+//! subtree's votes, the vote it sends up); `Refute` and `Outcome`; the
+//! exclusion of a side without a majority. Must not: declare except through
+//! `membership::declare`, decide what is proof (the driver classifies), or
+//! keep state for accusations beyond [`MAX_BALLOTS`] and its own.
+//!
+//! The flood of one round is forwarded once, over the broadcast overlay,
+//! rooted at the accuser. Every rank remembers the rank it first heard it
+//! from (its flood parent): those links form a tree rooted at the accuser
+//! that spans exactly the ranks the flood reached, so counting up the tree
+//! is exact and the other side of a partition is simply absent. A rank
+//! votes (its subtree's count) once every overlay neighbour it forwarded
+//! to has answered, by a vote (a child) or by its own copy of the flood
+//! (not a child); after [`EngineConfig::vote_wait`] it sends what it has,
+//! and an update whenever the count grows.
+//!
+//! [`EngineConfig::vote_wait`]: crate::EngineConfig::vote_wait
+
+use std::sync::Arc;
+
+use super::trust::{LinkKey, link_key};
+use super::{
+    Cause, Confirmation, Engine, Exclusion, FabricSaid, FailureDetail, NO_RANK, Participation,
+    Timer,
+};
+use crate::config::{QuorumMode, Rank, Time};
+use crate::overlay::{Links, MAX_LINKS, levels};
+use crate::wire::{
+    self, Kind, Message, OutcomeVerdict, ProbeVerdict, VOTE_COMPLETE, VOTE_TIEBREAK,
+};
+
+/// Ballots (accusations of others) a rank takes part in at once. A
+/// partition of a large job can put many accusations under way together;
+/// beyond this a rank neither forwards nor votes (counted,
+/// `Stats::ballots_refused`), which can only cost a quorum, never make one.
+pub(super) const MAX_BALLOTS: usize = 256;
+
+/// One round's subtree as one rank sees it.
+#[derive(Clone, Debug, Default)]
+struct Subtree {
+    /// The latest vote of each rank that chose this one as flood parent:
+    /// (child, count, flags).
+    children: Vec<(Rank, u32, u16)>,
+    /// Overlay link slots (`LinkKey::Overlay`) this rank forwarded the
+    /// flood to that have not answered yet.
+    unresolved: u64,
+}
+
+impl Subtree {
+    fn count(&self) -> u32 {
+        self.children
+            .iter()
+            .fold(1u32, |c, &(_, k, _)| c.saturating_add(k))
+    }
+
+    /// [`VOTE_TIEBREAK`] if this rank (`me_lowest`) or a child's subtree
+    /// holds the lowest live rank; [`VOTE_COMPLETE`] once everyone it
+    /// forwarded to answered and every child's subtree is complete.
+    fn flags(&self, me_lowest: bool) -> u16 {
+        let mut tiebreak = me_lowest;
+        let mut complete = self.unresolved == 0;
+        for &(_, _, f) in &self.children {
+            tiebreak |= f & VOTE_TIEBREAK != 0;
+            complete &= f & VOTE_COMPLETE != 0;
+        }
+        (u16::from(tiebreak) * VOTE_TIEBREAK) | (u16::from(complete) * VOTE_COMPLETE)
+    }
+
+    /// Records `child`'s vote; counts only grow.
+    fn record(&mut self, child: Rank, count: u32, flags: u16) {
+        match self.children.iter_mut().find(|(c, _, _)| *c == child) {
+            Some(entry) => *entry = (child, entry.1.max(count), flags | (entry.2 & VOTE_TIEBREAK)),
+            None => self.children.push((child, count, flags)),
+        }
+    }
+}
+
+/// An accusation of this rank's.
+#[derive(Clone, Debug)]
+struct Accusation {
+    suspect: Rank,
+    /// The current round.
+    nonce: u32,
+    /// The nonce of the direct probe of the suspect (its `ProbeAck`
+    /// refutes).
+    probe_nonce: u32,
+    cause: Cause,
+    said: FabricSaid,
+    next_round: Time,
+    give_up: Time,
+    tree: Subtree,
+}
+
+/// This rank's part in another rank's accusation (its newest round).
+#[derive(Clone, Debug)]
+struct Ballot {
+    accuser: Rank,
+    suspect: Rank,
+    nonce: u32,
+    parent: Rank,
+    tree: Subtree,
+    /// A partial vote goes at this time if the subtree is not complete.
+    vote_due: Time,
+    /// The last vote sent: (count, flags).
+    sent: Option<(u32, u16)>,
+    /// The accusation ended (its `Outcome` came through here): the ballot
+    /// is kept, inert, until it expires, so that straggling copies of the
+    /// round's flood are recognised and not forwarded again (a flood
+    /// forwarded once per round, however its copies and the outcome race).
+    closed: bool,
+    expires: Time,
+}
+
+/// The quorum state of a rank, made at its first use.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Quorum {
+    accusations: Vec<Accusation>,
+    ballots: Vec<Ballot>,
+    /// Another rank's accusation reached this one lately (until then): a
+    /// partition or a multi-rank silence is under way.
+    others_until: Time,
+}
+
+/// `a` is a later round than `b` (nonces count up, wrapping).
+fn newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+impl Engine {
+    /// The one door of every declaration from silence (a timeout, a refusal
+    /// run, a silent probe): with `FFD_QUORUM=off` a declaration at once;
+    /// with `majority` an accusation of `rank`, declared only once a
+    /// majority of the live view confirms it. Nothing if `rank` is gone,
+    /// this rank does not participate, or it already accuses `rank`.
+    pub(super) fn on_silence(&mut self, now: Time, rank: Rank, cause: Cause, said: FabricSaid) {
+        if rank == self.me || self.is_gone(rank) || self.participation != Participation::Active {
+            return;
+        }
+        match self.config.quorum {
+            QuorumMode::Off => self.declare(
+                now,
+                rank,
+                cause,
+                FailureDetail::Silence { said, quorum: None },
+            ),
+            QuorumMode::Majority => self.accuse(now, rank, cause, said),
+        }
+    }
+
+    /// Whether this rank has an accusation of `rank` under way.
+    pub(super) fn accusing(&self, rank: Rank) -> bool {
+        self.quorum
+            .as_ref()
+            .is_some_and(|q| q.accusations.iter().any(|a| a.suspect == rank))
+    }
+
+    /// Whether other ranks' accusations are under way here (a partition or
+    /// a multi-rank silence): a freshly mended emitter then has
+    /// [`first_beat_within`](crate::EngineConfig::first_beat_within) to
+    /// write its first heartbeat.
+    pub(super) fn silence_around(&self, now: Time) -> bool {
+        self.config.quorum == QuorumMode::Majority
+            && self.quorum.as_ref().is_some_and(|q| q.others_until > now)
+    }
+
+    fn quorum_state(&mut self) -> &mut Quorum {
+        self.quorum.get_or_insert_with(Box::default)
+    }
+
+    fn next_nonce(&mut self) -> u32 {
+        self.nonce = self.nonce.wrapping_add(1);
+        self.nonce
+    }
+
+    /// Live ranks of this rank's view: N − failed − left.
+    fn live_view(&self) -> u32 {
+        self.ring.len() - (self.failed.len() + self.left.len()) as u32
+    }
+
+    fn lowest_live(&self) -> Rank {
+        (0..self.ring.len())
+            .find(|&r| !self.is_gone(r))
+            .unwrap_or(NO_RANK)
+    }
+
+    /// The overlay slots of the ranks this rank forwards a flood rooted at
+    /// `root` to, less `skip`, the suspect and ranks known gone.
+    fn flood_mask(&self, root: Rank, skip: Rank, suspect: Rank) -> u64 {
+        let mut buf: Links = [0; MAX_LINKS];
+        let len = self
+            .overlay
+            .send_order(self.my_pos, self.ring.position_of(root), &mut buf);
+        let mut mask = 0u64;
+        for &p in &buf[..len] {
+            let r = self.ring.rank_at(p);
+            if r == skip || r == suspect || r == self.me || self.is_gone(r) {
+                continue;
+            }
+            if let LinkKey::Overlay(k) = link_key(&self.ring, self.my_pos, r) {
+                mask |= 1 << k;
+            }
+        }
+        mask
+    }
+
+    /// The overlay slot of `peer`, as a bit, if it is an overlay neighbour.
+    fn slot_bit(&self, peer: Rank) -> u64 {
+        match link_key(&self.ring, self.my_pos, peer) {
+            LinkKey::Overlay(k) => 1 << k,
+            LinkKey::Other(_) => 0,
+        }
+    }
+
+    /// `mask` less the slots of neighbours now known gone.
+    fn without_gone(&self, mask: u64) -> u64 {
+        let n = self.ring.len();
+        let l = levels(n);
+        let mut out = mask;
+        let mut bits = mask;
+        while bits != 0 {
+            let k = bits.trailing_zeros();
+            bits &= bits - 1;
+            let d = if k < l {
+                1u64 << k
+            } else {
+                u64::from(n) - (1u64 << (k - l))
+            };
+            let pos = ((u64::from(self.my_pos) + d) % u64::from(n)) as u32;
+            if self.is_gone(self.ring.rank_at(pos)) {
+                out &= !(1 << k);
+            }
+        }
+        out
+    }
+
+    /// Sends the flood `bytes` (rooted at `root`) to this rank's overlay
+    /// targets at once, past the lazy fan-out: for a rank about to stop
+    /// participating (its fan-outs are dropped).
+    fn flood_now(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: Rank) {
+        let mut buf: Links = [0; MAX_LINKS];
+        let len = self
+            .overlay
+            .send_order(self.my_pos, self.ring.position_of(root), &mut buf);
+        for &p in &buf[..len] {
+            let r = self.ring.rank_at(p);
+            if r != skip && r != self.me && !self.is_gone(r) {
+                self.send_shared(r, kind, bytes.clone());
+            }
+        }
+    }
+
+    // ----- this rank accuses -----
+
+    fn accuse(&mut self, now: Time, suspect: Rank, cause: Cause, said: FabricSaid) {
+        if self.accusing(suspect) {
+            return;
+        }
+        self.stats.accusations += 1;
+        let (nonce, probe_nonce) = (self.next_nonce(), self.next_nonce());
+        let accusation = Accusation {
+            suspect,
+            nonce,
+            probe_nonce,
+            cause,
+            said,
+            next_round: now + self.config.accusation_retry(),
+            give_up: now + self.config.accusation_give_up(),
+            tree: Subtree::default(),
+        };
+        self.quorum_state().accusations.push(accusation);
+        self.start_round(suspect);
+        self.check_quorum(now);
+        self.rearm_quorum(now);
+    }
+
+    /// Floods the current round of the accusation of `suspect`, and probes
+    /// the suspect directly: if that send fails with proof (a crashed
+    /// process), the suspect is declared at once, so a chain of crashed
+    /// ranks is declared at in-band speed.
+    fn start_round(&mut self, suspect: Rank) {
+        let mask = self.flood_mask(self.me, NO_RANK, suspect);
+        let Some(q) = self.quorum.as_mut() else {
+            return;
+        };
+        let Some(a) = q.accusations.iter_mut().find(|a| a.suspect == suspect) else {
+            return;
+        };
+        a.tree = Subtree {
+            children: Vec::new(),
+            unresolved: mask,
+        };
+        let (nonce, probe_nonce) = (a.nonce, a.probe_nonce);
+        let m: Arc<[u8]> = self.encoder.suspect(self.me, nonce, suspect, 0).into();
+        self.fan_out(Kind::Suspect, m, self.me, [NO_RANK, NO_RANK]);
+        let probe = self.encoder.probe(probe_nonce, suspect);
+        self.send(suspect, Kind::Probe, probe);
+    }
+
+    /// Declares the suspects of accusations that reached a quorum: 2C > V,
+    /// or 2C = V with the lowest live rank on this side.
+    fn check_quorum(&mut self, now: Time) {
+        let live = self.live_view();
+        let me_lowest = self.lowest_live() == self.me;
+        let Some(q) = self.quorum.as_mut() else {
+            return;
+        };
+        let mut confirmed = Vec::new();
+        q.accusations.retain(|a| {
+            let votes = a.tree.count();
+            let tiebreak = a.tree.flags(me_lowest) & VOTE_TIEBREAK != 0;
+            let twice = 2 * u64::from(votes);
+            if twice > u64::from(live) || (twice == u64::from(live) && tiebreak) {
+                confirmed.push((a.suspect, a.cause, a.said, votes, twice == u64::from(live)));
+                false
+            } else {
+                true
+            }
+        });
+        for (suspect, cause, said, votes, tiebreak) in confirmed {
+            self.stats.quorum_confirmations += 1;
+            let quorum = Some(Confirmation {
+                votes,
+                live,
+                tiebreak,
+            });
+            self.declare(now, suspect, cause, FailureDetail::Silence { said, quorum });
+        }
+    }
+
+    /// The accusation of `suspect` is withdrawn: it answered, or its slot
+    /// moved. Voters drop their ballot; an emitter gets a fresh timeout
+    /// and is asked again to heartbeat here.
+    fn withdraw(&mut self, now: Time, suspect: Rank) {
+        let Some(q) = self.quorum.as_mut() else {
+            return;
+        };
+        let Some(i) = q.accusations.iter().position(|a| a.suspect == suspect) else {
+            return;
+        };
+        let a = q.accusations.swap_remove(i);
+        self.stats.refutations += 1;
+        let m: Arc<[u8]> = self
+            .encoder
+            .outcome(self.me, a.nonce, suspect, 0, OutcomeVerdict::Withdrawn)
+            .into();
+        self.fan_out(Kind::Outcome, m, self.me, [NO_RANK, NO_RANK]);
+        if self.watch.emitter == Some(suspect) {
+            self.watch.changed_at = now;
+            self.watch.still_seen_at = None;
+            let m = self
+                .encoder
+                .observe_me(self.watch.generation, self.watch.slot);
+            self.send(suspect, Kind::ObserveMe, m);
+            self.schedule_check(now);
+        }
+        self.rearm_quorum(now);
+    }
+
+    /// The emitter's slot moved: an accusation of it is withdrawn.
+    pub(super) fn quorum_emitter_alive(&mut self, now: Time, emitter: Rank) {
+        if self.accusing(emitter) {
+            self.withdraw(now, emitter);
+        }
+    }
+
+    /// A `ProbeAck` from `sender`: the suspect itself answering an
+    /// accusation's direct probe refutes it. Returns whether it was one.
+    pub(super) fn quorum_probe_ack(
+        &mut self,
+        now: Time,
+        sender: Rank,
+        nonce: u32,
+        about: Rank,
+        verdict: ProbeVerdict,
+    ) -> bool {
+        let ours = self.quorum.as_ref().is_some_and(|q| {
+            q.accusations
+                .iter()
+                .any(|a| a.suspect == about && a.probe_nonce == nonce)
+        });
+        if !ours {
+            return false;
+        }
+        if sender == about && verdict == ProbeVerdict::Alive {
+            self.withdraw(now, about);
+        }
+        true
+    }
+
+    /// No quorum in time: this rank's side of a partition holds no
+    /// majority. Tell the voters of every accusation of this rank's (they
+    /// are on this side too), then stop.
+    fn give_up_quorum(&mut self, by: Rank) {
+        if let Some(q) = self.quorum.take() {
+            for a in &q.accusations {
+                let m: Arc<[u8]> = self
+                    .encoder
+                    .outcome(self.me, a.nonce, a.suspect, 0, OutcomeVerdict::NoQuorum)
+                    .into();
+                self.flood_now(Kind::Outcome, m, self.me, NO_RANK);
+            }
+        }
+        self.stats.no_quorum_exclusions += 1;
+        self.self_exclude(by, Exclusion::NoQuorum);
+    }
+
+    // ----- timers -----
+
+    /// The quorum timer fired: new rounds, give-ups, partial votes,
+    /// expired ballots. `lagging`: this thread woke late (it may have
+    /// missed votes), so no accusation gives up on this wake-up.
+    pub(super) fn quorum_tick(&mut self, now: Time, lagging: bool) {
+        if self.participation != Participation::Active {
+            self.quorum = None;
+            return;
+        }
+        let retry = self.config.accusation_retry();
+        let Some(q) = self.quorum.as_mut() else {
+            return;
+        };
+        let mut rounds = Vec::new();
+        let mut give_up = false;
+        for a in &mut q.accusations {
+            if now >= a.give_up {
+                if lagging {
+                    a.give_up = now + retry;
+                } else {
+                    give_up = true;
+                }
+            }
+            if now >= a.next_round {
+                a.next_round = now + retry;
+                rounds.push(a.suspect);
+            }
+        }
+        q.ballots.retain(|b| b.expires > now);
+        if give_up {
+            self.give_up_quorum(self.me);
+            return;
+        }
+        for suspect in rounds {
+            self.stats.accusation_rounds += 1;
+            let nonce = self.next_nonce();
+            if let Some(a) = self
+                .quorum
+                .as_mut()
+                .and_then(|q| q.accusations.iter_mut().find(|a| a.suspect == suspect))
+            {
+                a.nonce = nonce;
+            }
+            self.start_round(suspect);
+        }
+        let due: Vec<(Rank, Rank)> = self.quorum.as_ref().map_or_else(Vec::new, |q| {
+            q.ballots
+                .iter()
+                .filter(|b| !b.closed && now >= b.vote_due)
+                .map(|b| (b.accuser, b.suspect))
+                .collect()
+        });
+        for (accuser, suspect) in due {
+            self.maybe_vote(now, accuser, suspect);
+        }
+        self.rearm_quorum(now);
+    }
+
+    /// Sets the quorum timer to the earliest thing due (freeing the state
+    /// once nothing is left).
+    fn rearm_quorum(&mut self, now: Time) {
+        let Some(q) = self.quorum.as_ref() else {
+            self.timers.stop(Timer::Quorum);
+            return;
+        };
+        let mut next = Time::NEVER;
+        for a in &q.accusations {
+            next = next.min(a.next_round).min(a.give_up);
+        }
+        for b in &q.ballots {
+            let complete_sent = b.sent.is_some_and(|(_, f)| f & VOTE_COMPLETE != 0);
+            if !b.closed && !complete_sent && b.vote_due > now {
+                next = next.min(b.vote_due);
+            }
+            next = next.min(b.expires);
+        }
+        if q.accusations.is_empty() && q.ballots.is_empty() {
+            if q.others_until <= now {
+                self.quorum = None;
+            } else {
+                next = q.others_until;
+            }
+        }
+        if next == Time::NEVER {
+            self.timers.stop(Timer::Quorum);
+        } else {
+            self.timers.set(Timer::Quorum, next);
+        }
+    }
+
+    // ----- this rank votes -----
+
+    /// Sends this rank's vote in `accuser`'s accusation of `suspect` if it
+    /// is due (the subtree is complete, or the wait is over) and differs
+    /// from the last one sent.
+    fn maybe_vote(&mut self, now: Time, accuser: Rank, suspect: Rank) {
+        let me_lowest = self.lowest_live() == self.me;
+        let Some(b) = self.quorum.as_mut().and_then(|q| {
+            q.ballots
+                .iter_mut()
+                .find(|b| b.accuser == accuser && b.suspect == suspect && !b.closed)
+        }) else {
+            return;
+        };
+        let count = b.tree.count();
+        let flags = b.tree.flags(me_lowest);
+        let due = flags & VOTE_COMPLETE != 0 || now >= b.vote_due;
+        if !due || b.sent == Some((count, flags)) {
+            return;
+        }
+        b.sent = Some((count, flags));
+        let (parent, nonce) = (b.parent, b.nonce);
+        self.stats.votes_sent += 1;
+        let m = self.encoder.vote(accuser, nonce, count, flags);
+        self.send(parent, Kind::Vote, m);
+    }
+
+    /// A quorum message (already trusted by `on_message`); `bytes` is the
+    /// whole message, for forwarding.
+    pub(super) fn on_quorum_message(
+        &mut self,
+        now: Time,
+        sender: Rank,
+        msg: Message<'_>,
+        bytes: &[u8],
+    ) {
+        if self.participation != Participation::Active {
+            return;
+        }
+        match msg {
+            Message::Suspect {
+                accuser,
+                nonce,
+                suspect,
+                ..
+            } => self.on_suspect(now, sender, accuser, nonce, suspect, bytes),
+            Message::Vote {
+                accuser,
+                nonce,
+                count,
+                flags,
+            } => self.on_vote(now, sender, accuser, nonce, count, flags),
+            // Only the suspect refutes, whatever round it answers.
+            Message::Refute { accuser, nonce: _ }
+                if accuser == self.me && self.accusing(sender) =>
+            {
+                self.withdraw(now, sender);
+            }
+            Message::Outcome {
+                accuser,
+                nonce,
+                suspect,
+                verdict,
+                ..
+            } => self.on_outcome(now, sender, (accuser, nonce, suspect), verdict, bytes),
+            _ => {}
+        }
+    }
+
+    fn on_suspect(
+        &mut self,
+        now: Time,
+        sender: Rank,
+        accuser: Rank,
+        nonce: u32,
+        suspect: Rank,
+        bytes: &[u8],
+    ) {
+        if self.is_gone(accuser) {
+            self.stats.dropped_untrusted_origin += 1;
+            return;
+        }
+        if accuser == self.me && suspect == self.me {
+            // Nobody accuses itself: a forgery or a bug, never answered.
+            return;
+        }
+        if suspect == self.me {
+            // Reachable, so not silent: say so to the accuser.
+            let m = self.encoder.refute(accuser, nonce);
+            self.send(accuser, Kind::Refute, m);
+            return;
+        }
+        if self.is_gone(suspect) {
+            return;
+        }
+        let bit = self.slot_bit(sender);
+        if accuser == self.me {
+            // A copy of our own flood: that neighbour is no child.
+            if let Some(a) = self.quorum.as_mut().and_then(|q| {
+                q.accusations
+                    .iter_mut()
+                    .find(|a| a.suspect == suspect && a.nonce == nonce)
+            }) {
+                a.tree.unresolved &= !bit;
+            }
+            return;
+        }
+        let others_until = now + self.config.timeout;
+        let q = self.quorum_state();
+        q.others_until = q.others_until.max(others_until);
+        let existing = q
+            .ballots
+            .iter()
+            .position(|b| b.accuser == accuser && b.suspect == suspect);
+        match existing {
+            Some(i) if q.ballots[i].closed && !newer(nonce, q.ballots[i].nonce) => return,
+            Some(i) if q.ballots[i].nonce == nonce => {
+                // Another copy of a round we joined: not our child.
+                q.ballots[i].tree.unresolved &= !bit;
+                self.maybe_vote(now, accuser, suspect);
+                self.rearm_quorum(now);
+                return;
+            }
+            Some(i) if !newer(nonce, q.ballots[i].nonce) => return,
+            Some(i) => {
+                q.ballots.swap_remove(i);
+            }
+            None if q.ballots.len() >= MAX_BALLOTS => {
+                self.stats.ballots_refused += 1;
+                return;
+            }
+            None => {}
+        }
+        let mask = self.flood_mask(accuser, sender, suspect);
+        let ballot = Ballot {
+            accuser,
+            suspect,
+            nonce,
+            parent: sender,
+            tree: Subtree {
+                children: Vec::new(),
+                unresolved: mask,
+            },
+            vote_due: now + self.config.vote_wait(),
+            sent: None,
+            closed: false,
+            expires: now + self.config.timeout + self.config.timeout / 2,
+        };
+        self.quorum_state().ballots.push(ballot);
+        if let Some(fwd) = wire::forwarded(bytes, self.me) {
+            self.fan_out(Kind::Suspect, fwd.into(), accuser, [sender, NO_RANK]);
+        }
+        self.maybe_vote(now, accuser, suspect);
+        self.rearm_quorum(now);
+    }
+
+    fn on_vote(
+        &mut self,
+        now: Time,
+        sender: Rank,
+        accuser: Rank,
+        nonce: u32,
+        count: u32,
+        flags: u16,
+    ) {
+        let bit = self.slot_bit(sender);
+        let Some(q) = self.quorum.as_mut() else {
+            return;
+        };
+        if accuser == self.me {
+            if let Some(a) = q.accusations.iter_mut().find(|a| a.nonce == nonce) {
+                a.tree.record(sender, count, flags);
+                a.tree.unresolved &= !bit;
+                self.check_quorum(now);
+                self.rearm_quorum(now);
+            }
+            return;
+        }
+        let Some(b) = q
+            .ballots
+            .iter_mut()
+            .find(|b| b.accuser == accuser && b.nonce == nonce && !b.closed)
+        else {
+            return;
+        };
+        b.tree.record(sender, count, flags);
+        b.tree.unresolved &= !bit;
+        let suspect = b.suspect;
+        self.maybe_vote(now, accuser, suspect);
+        self.rearm_quorum(now);
+    }
+
+    /// The accusation `(accuser, nonce, suspect)` ended (`nonce`: its last
+    /// round).
+    fn on_outcome(
+        &mut self,
+        now: Time,
+        sender: Rank,
+        (accuser, nonce, suspect): (Rank, u32, Rank),
+        verdict: OutcomeVerdict,
+        bytes: &[u8],
+    ) {
+        if self.is_gone(accuser) {
+            return;
+        }
+        // Only ballot holders act and pass it on: they are exactly the
+        // ranks the accusation's floods reached, connected through them.
+        let Some(q) = self.quorum.as_mut() else {
+            return;
+        };
+        let Some(b) = q
+            .ballots
+            .iter_mut()
+            .find(|b| b.accuser == accuser && b.suspect == suspect && !b.closed)
+        else {
+            return;
+        };
+        b.closed = true;
+        if newer(nonce, b.nonce) {
+            b.nonce = nonce;
+        }
+        let Some(fwd) = wire::forwarded(bytes, self.me) else {
+            return;
+        };
+        match verdict {
+            OutcomeVerdict::Withdrawn => {
+                self.fan_out(Kind::Outcome, fwd.into(), accuser, [sender, NO_RANK]);
+                self.rearm_quorum(now);
+            }
+            OutcomeVerdict::NoQuorum => {
+                self.flood_now(Kind::Outcome, fwd.into(), accuser, sender);
+                self.give_up_quorum(accuser);
+            }
+        }
+    }
+
+    // ----- the view changed -----
+
+    /// The failed or left set grew: accusations and ballots about gone
+    /// ranks (or by gone accusers) end, neighbours gone owe no answer, and
+    /// a smaller view may now hold a quorum.
+    pub(super) fn quorum_on_gone(&mut self, now: Time) {
+        let Some(mut q) = self.quorum.take() else {
+            return;
+        };
+        q.accusations.retain(|a| !self.is_gone(a.suspect));
+        q.ballots
+            .retain(|b| !self.is_gone(b.accuser) && !self.is_gone(b.suspect));
+        for a in &mut q.accusations {
+            a.tree.unresolved = self.without_gone(a.tree.unresolved);
+        }
+        let mut voters = Vec::new();
+        for b in q.ballots.iter_mut().filter(|b| !b.closed) {
+            b.tree.unresolved = self.without_gone(b.tree.unresolved);
+            voters.push((b.accuser, b.suspect));
+        }
+        self.quorum = Some(q);
+        for (accuser, suspect) in voters {
+            self.maybe_vote(now, accuser, suspect);
+        }
+        self.check_quorum(now);
+        self.rearm_quorum(now);
+    }
+}

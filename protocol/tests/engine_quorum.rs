@@ -1,0 +1,376 @@
+//! The primary partition at one Engine, one input at a time
+//! (`FFD_QUORUM=majority`, `engine/quorum.rs`, `docs/design.md` §4.11):
+//! an accuser declares only with a majority of votes (an exact half with
+//! the lowest live rank), excludes itself without one; a voter forwards a
+//! round once, votes to its flood parent and follows the outcome; the
+//! suspect refutes; proof is declared at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ffd_protocol::wire::{self, Encoder, JobKeys, Message, OutcomeVerdict, VOTE_COMPLETE};
+use ffd_protocol::{
+    Cause, Confirmation, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid,
+    FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, Ring, Time,
+    TransportErrorKind,
+};
+
+const KEY: u64 = 0x0000_0011_0000_0011;
+
+fn keys() -> JobKeys {
+    JobKeys::new(KEY, [0x11; 32])
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn at(v: u64) -> Time {
+    Time::ZERO + ms(v)
+}
+
+/// Period 10 ms, timeout 100 ms (checks every 25 ms), no start-up grace,
+/// a majority needed for silence.
+fn config() -> EngineConfig {
+    EngineConfig {
+        period: ms(10),
+        timeout: ms(100),
+        startup_grace: Some(Duration::ZERO),
+        quorum: QuorumMode::Majority,
+        ..EngineConfig::default()
+    }
+}
+
+/// Rank `me` of a rank-ordered ring of `n` (its emitter is `me − 1`),
+/// checking its slot only.
+fn checker(n: u32, me: Rank) -> Engine {
+    let mut e = Engine::new(
+        Arc::new(config()),
+        Arc::new(Ring::by_rank(n)),
+        me,
+        keys(),
+        Time::ZERO,
+    )
+    .expect("valid engine");
+    e.model_heartbeats();
+    drain(&mut e);
+    e
+}
+
+fn drain(e: &mut Engine) -> Vec<Output> {
+    std::iter::from_fn(|| e.poll_output())
+        .take(100_000)
+        .collect()
+}
+
+fn events(outs: &[Output]) -> Vec<Event> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (to, kind, message) of every send, decoded.
+fn sent_kinds(outs: &[Output], n: u32) -> Vec<(Rank, Kind, Message<'static>)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Send { to, message } => {
+                let bytes: &'static [u8] = Box::leak(message.to_vec().into_boxed_slice());
+                let (h, m) = wire::decode(bytes, &keys(), *to, n).expect("valid bytes");
+                Some((*to, h.kind, m))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// (to, message) of every send, decoded.
+fn sent(outs: &[Output], n: u32) -> Vec<(Rank, Message<'static>)> {
+    sent_kinds(outs, n)
+        .into_iter()
+        .map(|(to, _, m)| (to, m))
+        .collect()
+}
+
+fn kinds_to(outs: &[Output], n: u32, kind: Kind) -> Vec<Rank> {
+    let mut v: Vec<Rank> = sent_kinds(outs, n)
+        .into_iter()
+        .filter(|(_, k, _)| *k == kind)
+        .map(|(to, _, _)| to)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// `unsealed` from its sender, sealed for `to` with a fresh sequence number.
+fn deliver(e: &mut Engine, now: Time, unsealed: Vec<u8>) -> Vec<Output> {
+    static SEQ: AtomicU64 = AtomicU64::new(1);
+    let bytes = wire::seal(
+        &unsealed,
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        e.me(),
+        &keys(),
+    );
+    e.handle(
+        now,
+        Input::Message {
+            from: None,
+            bytes: &bytes,
+        },
+    )
+    .expect("accepted");
+    drain(e)
+}
+
+/// Runs `e`'s deadlines up to `until`, its slot never written: everything
+/// it output.
+fn run_until(e: &mut Engine, until: Time) -> Vec<Output> {
+    let mut outs = Vec::new();
+    while let Some(d) = e.next_deadline() {
+        if d > until {
+            break;
+        }
+        e.handle_timeout(d, |_| 0);
+        outs.extend(drain(e));
+    }
+    outs
+}
+
+/// The nonce of the accusation round `outs` flooded.
+fn round(outs: &[Output], n: u32) -> u32 {
+    sent(outs, n)
+        .into_iter()
+        .find_map(|(_, m)| match m {
+            Message::Suspect { nonce, .. } => Some(nonce),
+            _ => None,
+        })
+        .expect("a Suspect flood")
+}
+
+#[test]
+fn silence_is_an_accusation_declared_once_a_majority_votes() {
+    let n = 5;
+    let mut e = checker(n, 2);
+    // Its emitter 1 stands still for the timeout: an accusation, not a
+    // declaration: the flood and a direct probe of the suspect.
+    let outs = run_until(&mut e, at(110));
+    assert!(events(&outs).is_empty(), "{:?}", events(&outs));
+    assert_eq!(kinds_to(&outs, n, Kind::Suspect), vec![0, 1, 3, 4]);
+    assert_eq!(kinds_to(&outs, n, Kind::Probe), vec![1]);
+    assert_eq!(e.stats().accusations, 1);
+    let nonce = round(&outs, n);
+    // Rank 0's subtree of 2 (itself and 4) votes: 3 of 5 live ranks.
+    let outs = deliver(
+        &mut e,
+        at(112),
+        Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
+    );
+    assert_eq!(
+        events(&outs),
+        vec![Event::Failed {
+            rank: 1,
+            detector: 2,
+            cause: Cause::Timeout,
+            hops: 0,
+            detail: FailureDetail::Silence {
+                said: FabricSaid::Nothing,
+                quorum: Some(Confirmation {
+                    votes: 3,
+                    live: 5,
+                    tiebreak: false
+                }),
+            },
+        }]
+    );
+    assert_eq!(e.stats().quorum_confirmations, 1);
+    assert!(!kinds_to(&outs, n, Kind::Notice).is_empty());
+}
+
+#[test]
+fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
+    let n = 4;
+    // Rank 0 (the lowest) accuses 3; rank 1 votes: 2 of 4 with the
+    // tie-break.
+    let mut low = checker(n, 0);
+    let outs = run_until(&mut low, at(110));
+    let nonce = round(&outs, n);
+    let outs = deliver(&mut low, at(112), Encoder::new(KEY, 1).vote(0, nonce, 1, 0));
+    assert!(
+        matches!(
+            events(&outs)[..],
+            [Event::Failed {
+                rank: 3,
+                detail: FailureDetail::Silence {
+                    quorum: Some(Confirmation {
+                        votes: 2,
+                        live: 4,
+                        tiebreak: true
+                    }),
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{outs:?}"
+    );
+    // Rank 2 accuses 1; rank 3 votes: 2 of 4 without rank 0. No quorum:
+    // new rounds, then it excludes itself one give-up window after the
+    // accusation began, and tells its voters.
+    let mut high = checker(n, 2);
+    let outs = run_until(&mut high, at(110));
+    let first = round(&outs, n);
+    let outs = deliver(
+        &mut high,
+        at(112),
+        Encoder::new(KEY, 3).vote(2, first, 1, 0),
+    );
+    assert!(events(&outs).is_empty(), "{outs:?}");
+    let mut outs = Vec::new();
+    let mut excluded_at = None;
+    while let Some(d) = high.next_deadline() {
+        assert!(d <= at(400), "still not excluded at {d}");
+        high.handle_timeout(d, |_| 0);
+        outs.extend(drain(&mut high));
+        if high.participation() == Participation::Excluded {
+            excluded_at = Some(d);
+            break;
+        }
+    }
+    // Within 2 x timeout of the silence's start (its emitter never wrote).
+    let excluded_at = excluded_at.expect("excluded");
+    assert!(excluded_at <= at(200), "excluded at {excluded_at}");
+    assert!(high.stats().accusation_rounds >= 1);
+    assert_eq!(
+        events(&outs),
+        vec![Event::SelfExcluded {
+            by: 2,
+            why: Exclusion::NoQuorum
+        }]
+    );
+    let outcomes: Vec<OutcomeVerdict> = sent(&outs, n)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            Message::Outcome { verdict, .. } => Some(verdict),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !outcomes.is_empty() && outcomes.iter().all(|v| *v == OutcomeVerdict::NoQuorum),
+        "{outcomes:?}"
+    );
+    assert_eq!(high.stats().no_quorum_exclusions, 1);
+}
+
+#[test]
+fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
+    let n = 8;
+    let mut v = checker(n, 2);
+    let suspect = Encoder::new(KEY, 1).suspect(1, 7, 5, 0);
+    let outs = deliver(&mut v, at(1), suspect.clone());
+    let forwarded = kinds_to(&outs, n, Kind::Suspect);
+    assert!(
+        !forwarded.is_empty() && !forwarded.contains(&1),
+        "{forwarded:?}"
+    );
+    // Its neighbours have not answered: it votes after the vote wait
+    // (timeout / 32), to its flood parent.
+    let outs = run_until(&mut v, at(1) + ms(100) / 32);
+    let votes: Vec<(Rank, Message)> = sent_kinds(&outs, n)
+        .into_iter()
+        .filter(|(_, k, _)| *k == Kind::Vote)
+        .map(|(to, _, m)| (to, m))
+        .collect();
+    assert!(
+        matches!(
+            votes[..],
+            [(
+                1,
+                Message::Vote {
+                    accuser: 1,
+                    nonce: 7,
+                    count: 1,
+                    ..
+                }
+            )]
+        ),
+        "{votes:?}"
+    );
+    // Withdrawn: passed on once; a straggling copy of the round is not
+    // forwarded again (it would circulate for ever).
+    let withdrawn = Encoder::new(KEY, 1).outcome(1, 7, 5, 0, OutcomeVerdict::Withdrawn);
+    let outs = deliver(&mut v, at(5), withdrawn.clone());
+    assert!(!kinds_to(&outs, n, Kind::Outcome).is_empty());
+    assert!(events(&outs).is_empty());
+    let late = Encoder::new(KEY, 3).suspect(1, 7, 5, 1);
+    assert!(kinds_to(&deliver(&mut v, at(6), late), n, Kind::Suspect).is_empty());
+    assert!(kinds_to(&deliver(&mut v, at(7), withdrawn), n, Kind::Outcome).is_empty());
+    // A new accusation's round with no quorum: the ballot holder excludes
+    // itself with the accuser.
+    deliver(&mut v, at(10), Encoder::new(KEY, 1).suspect(1, 9, 5, 0));
+    let outs = deliver(
+        &mut v,
+        at(80),
+        Encoder::new(KEY, 1).outcome(1, 9, 5, 0, OutcomeVerdict::NoQuorum),
+    );
+    assert_eq!(
+        events(&outs),
+        vec![Event::SelfExcluded {
+            by: 1,
+            why: Exclusion::NoQuorum
+        }]
+    );
+}
+
+#[test]
+fn the_suspect_refutes_and_the_accuser_withdraws() {
+    let n = 5;
+    // The suspect answers a flood naming it, and neither forwards nor votes.
+    let mut s = checker(n, 1);
+    let outs = deliver(&mut s, at(1), Encoder::new(KEY, 3).suspect(2, 4, 1, 1));
+    assert_eq!(kinds_to(&outs, n, Kind::Refute), vec![2]);
+    assert!(kinds_to(&outs, n, Kind::Suspect).is_empty());
+    assert!(kinds_to(&run_until(&mut s, at(20)), n, Kind::Vote).is_empty());
+    // The accuser takes the refutation: nothing is declared, the voters
+    // drop their ballots, its emitter gets a fresh timeout.
+    let mut a = checker(n, 2);
+    let outs = run_until(&mut a, at(110));
+    let nonce = round(&outs, n);
+    let outs = deliver(&mut a, at(111), Encoder::new(KEY, 1).refute(2, nonce));
+    assert!(events(&outs).is_empty());
+    assert!(!kinds_to(&outs, n, Kind::Outcome).is_empty());
+    assert_eq!(a.stats().refutations, 1);
+    assert!(events(&run_until(&mut a, at(200))).is_empty());
+}
+
+#[test]
+fn proof_is_declared_at_once_and_silence_is_accused() {
+    let n = 5;
+    let error = |evidence| Input::TransportError {
+        peer: 1,
+        kind: TransportErrorKind::HeartbeatWrite,
+        evidence,
+        said: FabricSaid::Nothing,
+    };
+    let mut e = checker(n, 2);
+    e.handle(at(5), error(Evidence::Silence)).unwrap();
+    let outs = drain(&mut e);
+    assert!(events(&outs).is_empty());
+    assert_eq!(kinds_to(&outs, n, Kind::Probe), vec![1]);
+    assert!(!kinds_to(&outs, n, Kind::Suspect).is_empty());
+    e.handle(at(6), error(Evidence::Proof)).unwrap();
+    assert_eq!(
+        events(&drain(&mut e)),
+        vec![Event::Failed {
+            rank: 1,
+            detector: 2,
+            cause: Cause::InBand,
+            hops: 0,
+            detail: FailureDetail::Proof {
+                said: FabricSaid::Nothing
+            },
+        }]
+    );
+}
