@@ -97,6 +97,22 @@ struct Accusation {
     said: FabricSaid,
     next_round: Time,
     give_up: Time,
+    /// When the count last grew (or the accusation began): a new round,
+    /// and giving up, wait until the count has stood still for
+    /// [`EngineConfig::accusation_stall`], so that an accusation whose
+    /// votes are still coming in (an overloaded machine, where each hop of
+    /// the vote tree waits for a late thread) is neither restarted from
+    /// zero nor given up.
+    ///
+    /// [`EngineConfig::accusation_stall`]: crate::EngineConfig::accusation_stall
+    grew_at: Time,
+    /// The highest count any round of it reached: growth is a count above
+    /// it (a new round counts up from one again, which is no growth).
+    best: u32,
+    /// When the current round was flooded: a stalled accusation floods
+    /// once more (votes lost with a dead flood parent come back that way)
+    /// and gives up only when that round, too, brought nothing.
+    round_at: Time,
     tree: Subtree,
 }
 
@@ -274,6 +290,9 @@ impl Engine {
             said,
             next_round: now + self.config.accusation_retry(),
             give_up: now + self.config.accusation_give_up(),
+            grew_at: now,
+            best: 1,
+            round_at: now,
             tree: Subtree::default(),
         };
         self.quorum_state().accusations.push(accusation);
@@ -424,14 +443,23 @@ impl Engine {
             return;
         }
         let retry = self.config.accusation_retry();
+        // Stretched like the timeouts while this rank's own wake-ups run
+        // late (local health, docs/design.md §4.3): its votes come late too.
+        let stall = self
+            .config
+            .accusation_stall()
+            .saturating_mul(self.local_health());
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
         let mut rounds = Vec::new();
         let mut give_up = false;
         for a in &mut q.accusations {
+            let stalled = now.saturating_since(a.grew_at) >= stall;
+            // A round flooded since the count last grew has had its time.
+            let round_done = a.round_at > a.grew_at && now.saturating_since(a.round_at) >= retry;
             if now >= a.give_up {
-                if lagging {
+                if lagging || !stalled || !round_done {
                     a.give_up = now + retry;
                 } else {
                     give_up = true;
@@ -439,7 +467,10 @@ impl Engine {
             }
             if now >= a.next_round {
                 a.next_round = now + retry;
-                rounds.push(a.suspect);
+                if stalled && !give_up {
+                    a.round_at = now;
+                    rounds.push(a.suspect);
+                }
             }
         }
         q.ballots.retain(|b| b.expires > now);
@@ -677,6 +708,10 @@ impl Engine {
             if let Some(a) = q.accusations.iter_mut().find(|a| a.nonce == nonce) {
                 a.tree.record(sender, count, flags);
                 a.tree.unresolved &= !bit;
+                if a.tree.count() > a.best {
+                    a.best = a.tree.count();
+                    a.grew_at = now;
+                }
                 self.check_quorum(now);
                 self.rearm_quorum(now);
             }
