@@ -238,13 +238,6 @@ impl Job {
                 .env("FFD_SECRET_FILE", &secret_file)
                 .env("FFD_DOMAIN", net.inner(node))
                 .env("FFD_HOSTNAME", format!("node{node}"))
-                // The per-process ring these bounds were set for. With
-                // node-local watching (FFD_LOCAL=auto) the cut-off side's
-                // self-exclusion took 0.75-1.8 s here, over the 2 x timeout
-                // + check bound: its leader accuses each rank of the other
-                // host on its own (no host-level accusation yet). Known gap
-                // of issue 12, see docs/design.md §4.10.
-                .env("FFD_LOCAL", "off")
                 .env("FFD_PERIOD", format!("{}ms", TIMEOUT.as_millis() / 10))
                 .env("FFD_TIMEOUT", format!("{}ms", TIMEOUT.as_millis()))
                 .env("FFD_CORE", "none")

@@ -406,14 +406,15 @@ impl EngineConfig {
     }
 
     /// Quorum: an accusation starts a new round, or gives up, only once
-    /// its vote count has stood still this long (half a timeout, stretched
-    /// by the rank's local health): votes still arriving mean the flood is
-    /// reaching a side that may yet be a majority, as on an overloaded
-    /// machine where every hop of the vote tree waits for a late thread. A
-    /// partition's minority stops growing once its side has voted, so it
-    /// still gives up one give-up window after the accusation began.
+    /// its vote count has stood still this long (a quarter timeout, as
+    /// [`Self::accusation_retry`], stretched by the rank's local health):
+    /// votes still arriving mean the flood is reaching a side that may yet
+    /// be a majority, as on an overloaded machine where every hop of the
+    /// vote tree waits for a late thread. A partition's minority stops
+    /// growing once its side has voted, so it still gives up one give-up
+    /// window after the accusation began.
     pub fn accusation_stall(&self) -> Duration {
-        self.half_timeout()
+        self.accusation_retry()
     }
 
     /// Quorum: while other accusations are under way (a partition or a

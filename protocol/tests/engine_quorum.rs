@@ -375,22 +375,23 @@ fn proof_is_declared_at_once_and_silence_is_accused() {
     );
 }
 
-/// An overloaded machine: the votes come, but slowly (one every 40 ms,
-/// more than a round's `timeout / 4`). While the count grows the
-/// accusation is neither restarted from zero nor given up: it reaches its
-/// quorum, and the accuser does not exclude itself (nor, through its
-/// outcome, every rank that voted).
+/// An overloaded machine: the votes come, but slowly (one every 20 ms,
+/// the last 80 ms after the first: past the 25 ms of a round and the 75 ms
+/// after which an accusation gives up). While the count grows the
+/// accusation is neither restarted from zero (a new round counts from one
+/// again) nor given up: it reaches its quorum, and the accuser does not
+/// exclude itself (nor, through its outcome, every rank that voted).
 #[test]
 fn votes_still_coming_in_hold_off_new_rounds_and_the_give_up() {
-    let n = 9;
+    let n = 11;
     let mut e = checker(n, 2);
     let outs = run_until(&mut e, at(110));
     assert!(events(&outs).is_empty(), "{:?}", events(&outs));
     let nonce = round(&outs, n);
     let mut declared = None;
     // Overlay neighbours of rank 2, each a subtree of one.
-    for (i, voter) in [0u32, 3, 4, 6].into_iter().enumerate() {
-        let t = at(112 + 40 * i as u64);
+    for (i, voter) in [0u32, 3, 4, 6, 9].into_iter().enumerate() {
+        let t = at(112 + 20 * i as u64);
         let outs = run_until(&mut e, t);
         assert!(
             events(&outs).is_empty(),
@@ -408,15 +409,15 @@ fn votes_still_coming_in_hold_off_new_rounds_and_the_give_up() {
             declared = Some((t, *rank, *detail));
         }
     }
-    let (t, rank, detail) = declared.expect("the fifth vote makes a majority of 9");
-    assert_eq!((t, rank), (at(232), 1));
+    let (t, rank, detail) = declared.expect("the sixth vote makes a majority of 11");
+    assert_eq!((t, rank), (at(192), 1));
     assert!(
         matches!(
             detail,
             FailureDetail::Silence {
                 quorum: Some(Confirmation {
-                    votes: 5,
-                    live: 9,
+                    votes: 6,
+                    live: 11,
                     ..
                 }),
                 ..

@@ -109,10 +109,6 @@ struct Accusation {
     /// The highest count any round of it reached: growth is a count above
     /// it (a new round counts up from one again, which is no growth).
     best: u32,
-    /// When the current round was flooded: a stalled accusation floods
-    /// once more (votes lost with a dead flood parent come back that way)
-    /// and gives up only when that round, too, brought nothing.
-    round_at: Time,
     tree: Subtree,
 }
 
@@ -292,7 +288,6 @@ impl Engine {
             give_up: now + self.config.accusation_give_up(),
             grew_at: now,
             best: 1,
-            round_at: now,
             tree: Subtree::default(),
         };
         self.quorum_state().accusations.push(accusation);
@@ -456,10 +451,8 @@ impl Engine {
         let mut give_up = false;
         for a in &mut q.accusations {
             let stalled = now.saturating_since(a.grew_at) >= stall;
-            // A round flooded since the count last grew has had its time.
-            let round_done = a.round_at > a.grew_at && now.saturating_since(a.round_at) >= retry;
             if now >= a.give_up {
-                if lagging || !stalled || !round_done {
+                if lagging || !stalled {
                     a.give_up = now + retry;
                 } else {
                     give_up = true;
@@ -468,7 +461,6 @@ impl Engine {
             if now >= a.next_round {
                 a.next_round = now + retry;
                 if stalled && !give_up {
-                    a.round_at = now;
                     rounds.push(a.suspect);
                 }
             }
