@@ -192,6 +192,14 @@ typedef enum {
      * excluded first). `hops` as for VIEW (0 when not decided).
      */
     FFD_EVENT_AGREED = 8,
+    /**
+     * Every rank of one host failed together (found silent in one
+     * timeout, none of them answering): `rank` is the host's lowest rank,
+     * `seq` the number of its ranks, `detector` the rank that declared
+     * them. Each rank is also reported by its own FAILED event, before
+     * this one.
+     */
+    FFD_EVENT_HOST_FAILED = 9,
 } ffd_event_kind;
 
 /**
@@ -216,6 +224,11 @@ typedef enum {
      * Another rank's notice (the reliable broadcast) told this rank.
      */
     FFD_CAUSE_NOTICE = 3,
+    /**
+     * The process exited, seen by this rank on the same host (a pidfd):
+     * proof of death.
+     */
+    FFD_CAUSE_EXITED = 4,
 } ffd_cause;
 
 /**
@@ -517,6 +530,10 @@ typedef struct {
      * The CPU the progress thread is pinned to, or -1 when unpinned.
      */
     int64_t pinned_cpu;
+    /**
+     * Failures this rank saw as a same-host process exit (FFD_CAUSE_EXITED).
+     */
+    uint64_t detections_exited;
 } ffd_stats_t;
 
 #ifdef __cplusplus

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use ffd::config::setting;
 use ffd::config::{
-    Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LogLevel,
-    ProgressMode, Source, VARIABLES,
+    Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LocalMode,
+    LogLevel, ProgressMode, Source, VARIABLES,
 };
 use ffd::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
 
@@ -48,6 +48,7 @@ fn defaults_are_documented_values() {
     assert_eq!(cfg.ring_seed(), None);
     assert_eq!(cfg.core(), CoreChoice::Auto);
     assert_eq!(cfg.progress(), ProgressMode::Sleep);
+    assert_eq!(cfg.local(), LocalMode::Auto);
     assert_eq!(cfg.log(), LogLevel::Warn);
     assert_eq!(cfg.event_queue(), 1024);
     assert!(cfg.deliver_own());
@@ -473,6 +474,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .ring_seed(7)
         .core(CoreChoice::Cpu(1))
         .progress(ProgressMode::Spin)
+        .local(LocalMode::Off)
         .log(LogLevel::Debug)
         .event_queue(16)
         .deliver_own(false)

@@ -10,14 +10,21 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ffd::bootstrap::LocalBootstrap;
-use ffd::config::{Config, CoreChoice};
+use ffd::config::{Config, CoreChoice, LocalMode};
 use ffd::protocol::Event;
 use ffd::runtime::{
     Callback, Detector, DetectorError, DetectorEvent, DetectorState, Fault, Liveness, StopCause,
     StopReason,
 };
 
+/// Threads of one process stand in for the ranks (one pid, one host):
+/// every rank on the fabric ring, as these tests expect. Node-local
+/// watching has its own test below and its process tests in cli/tests.
 fn config() -> Config {
+    config_with(LocalMode::Off)
+}
+
+fn config_with(local: LocalMode) -> Config {
     Config::builder()
         .provider("tcp")
         .domain("lo")
@@ -25,6 +32,7 @@ fn config() -> Config {
         .timeout(Duration::from_millis(100))
         .startup_grace(Duration::from_millis(200))
         .core(CoreChoice::None)
+        .local(local)
         .build()
         .expect("valid config")
 }
@@ -68,6 +76,31 @@ fn wait_for_event(
         let _ = nix::poll::poll(&mut pfd, ms);
     }
     None
+}
+
+/// With host groups (one host here), only the leader, rank 0, writes
+/// heartbeats; every rank checks its local emitter's counter; nobody is
+/// declared.
+#[test]
+fn with_host_groups_a_quiet_host_heartbeats_from_its_leader_only() {
+    let detectors = start_group(4, &config_with(LocalMode::Auto));
+    let quiet = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < quiet {
+        for d in &detectors {
+            if let Some(e) = d.try_next_event() {
+                panic!("rank {} saw {e:?}; stats {:?}", d.rank(), d.stats());
+            }
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    for d in &detectors {
+        assert_eq!(d.epoch(), 0);
+        let stats = d.stats();
+        // One host: no fabric ring at all, even for the leader.
+        assert_eq!(stats.engine.heartbeats_written, 0, "rank {}", d.rank());
+        assert!(stats.engine.local_checks > 0, "rank {}", d.rank());
+        assert_eq!(stats.runtime.transport_errors, 0);
+    }
 }
 
 #[test]

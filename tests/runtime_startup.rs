@@ -169,6 +169,12 @@ fn a_provider_or_setting_mismatch_fails_every_rank() {
         errors[1],
         "rank 0 runs with ring shuffle, this rank with topology"
     );
+
+    let errors = exchange_errors(2, 1, |r| r.settings.local = ffd::config::LocalMode::Off);
+    assert_eq!(
+        errors[0],
+        "rank 1 runs with local watching off, this rank with auto"
+    );
 }
 
 #[test]
@@ -345,14 +351,14 @@ fn exchange_rejects_what_no_honest_bootstrap_returns() {
         "the bootstrap returned 2 contributions for a job of 3 ranks"
     );
     assert_eq!(
-        canned_error(vec![good(0), b"FFDR\x02\x00".to_vec(), good(2)]),
+        canned_error(vec![good(0), b"FFDR\x03\x00".to_vec(), good(2)]),
         "rank 1's bootstrap record is truncated: 6 bytes, the fixed header needs 2 more"
     );
     let mut v9 = good(2);
     v9[4] = 9;
     assert_eq!(
         canned_error(vec![good(0), good(1), v9]),
-        "rank 2's bootstrap record is of record version 9, this rank reads version 2"
+        "rank 2's bootstrap record is of record version 9, this rank reads version 3"
     );
     let mut empty = Canned {
         rank: 0,

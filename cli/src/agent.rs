@@ -243,6 +243,10 @@ pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
             epoch: Some(event.epoch),
             detail: Some(runtime::evidence::describe_failure(*cause, detail)),
         },
+        Event::HostFailed { host, ranks } => AgentEvent::HostFailed {
+            host: *host,
+            ranks: ranks.clone(),
+        },
         Event::Left { rank } => AgentEvent::Left { rank: *rank },
         Event::SelfExcluded { by, why } => AgentEvent::SelfExcluded {
             by: Some(*by),

@@ -1,7 +1,8 @@
 //! `ffd info`: the effective settings and where each came from, how
 //! messages are authenticated and what dropping one is counted as, the
-//! providers libfabric offers here, what the chosen one requires, and where
-//! the progress thread would run.
+//! providers libfabric offers here, what the chosen one requires, whether
+//! same-host ranks can watch each other through pidfds, and where the
+//! progress thread would run.
 //!
 //! Owns: the report. Must not: open an endpoint or talk to other ranks.
 
@@ -9,7 +10,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
-use ffd::config::{Config, Env, var};
+use ffd::config::{Config, Env, LocalMode, var};
+use ffd::fabric::local::pidfd_probe;
 use ffd::fabric::{self, Info};
 use ffd::runtime::placement;
 
@@ -136,6 +138,9 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         pci.as_deref().unwrap_or("none reported")
     )?;
 
+    writeln!(out, "\nnode-local watching (FFD_LOCAL={}):", config.local())?;
+    writeln!(out, "  {}", local_watching(config.local()))?;
+
     writeln!(out, "\nprogress thread (FFD_CORE={}):", config.core())?;
     match placement::choose(config.core(), pci.as_deref()) {
         Ok(p) => writeln!(out, "  {}", p.reason)?,
@@ -145,6 +150,25 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How same-host ranks would watch each other here: pidfds, or why not.
+fn local_watching(mode: LocalMode) -> String {
+    match mode {
+        LocalMode::Off => "off: every rank heartbeats over the fabric".to_owned(),
+        LocalMode::Counters => {
+            "counters in shared memory only (an exit is found in a timeout)".to_owned()
+        }
+        LocalMode::Auto => match pidfd_probe() {
+            Ok(()) => "pidfd available: a same-host exit is seen at once (proof); \
+                       hangs through counters in shared memory"
+                .to_owned(),
+            Err(why) => format!(
+                "pidfd unavailable ({why}): same-host exits and hangs through counters \
+                 in shared memory (an exit is found in a timeout)"
+            ),
+        },
+    }
 }
 
 fn libfabric_version() -> String {

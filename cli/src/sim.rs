@@ -99,6 +99,14 @@ pub struct SimArgs {
     /// Count notice copies per directed link (reports the maximum).
     #[arg(long)]
     pub track_links: bool,
+    /// Node-local watching (FFD_LOCAL=auto): same-host ranks watch each
+    /// other (an exit seen after --exit-latency, hangs by counters), one
+    /// leader per host on the fabric ring.
+    #[arg(long)]
+    pub local: bool,
+    /// With --local: how long a pidfd takes to wake a same-host watcher.
+    #[arg(long, value_name = "D", default_value = "150us", value_parser = parse_duration)]
+    pub exit_latency: Duration,
     /// Print nothing but errors.
     #[arg(long)]
     pub quiet: bool,
@@ -147,6 +155,8 @@ impl SimArgs {
             connect: self.connect,
         };
         cfg.faults = self.fail.clone();
+        cfg.local = self.local;
+        cfg.exit_latency = self.exit_latency;
         cfg.seed = self.seed;
         cfg.duration = self.duration;
         cfg.track_links = self.track_links;

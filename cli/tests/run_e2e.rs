@@ -1,5 +1,6 @@
 //! Multi-process detection through the real launcher and agents:
-//! `ffd run` over `tcp;ofi_rxm` on loopback, period 10 ms, timeout 100 ms.
+//! `ffd run` over `tcp;ofi_rxm` on loopback, period 10 ms, timeout 100 ms,
+//! every rank on the fabric ring (`FFD_LOCAL=off`).
 //! Each test reads the `--json` report. Jobs run one at a time so that two
 //! jobs do not compete for the machine's two cores.
 
@@ -31,6 +32,9 @@ fn run_job(args: &[&str]) -> (Value, Output) {
         .arg("--json")
         .arg(&json)
         .env_remove("FFD_LOG")
+        // The per-process fabric ring these tests were written for; node-local
+        // watching (the default) has its own in local_e2e.rs.
+        .env("FFD_LOCAL", "off")
         .output()
         .expect("ffd run starts");
     let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {

@@ -110,6 +110,8 @@ static const char *cause_name(ffd_cause c) {
         return "inband";
     case FFD_CAUSE_NOTICE:
         return "notice";
+    case FFD_CAUSE_EXITED:
+        return "exited";
     default:
         return "none";
     }

@@ -283,6 +283,8 @@ pub enum EngineConfigError {
     EmptyRing,
     #[error("rank {rank} is outside the job of {size} ranks")]
     RankOutOfRange { rank: Rank, size: u32 },
+    #[error("the host groups name {hosts} ranks, the ring {ring}")]
+    HostsMismatch { hosts: u32, ring: u32 },
 }
 
 impl EngineConfig {

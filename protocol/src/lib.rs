@@ -14,6 +14,7 @@
 mod config;
 pub mod duration;
 mod engine;
+mod hosts;
 pub mod overlay;
 pub mod ranks;
 mod ring;
@@ -30,9 +31,10 @@ pub use config::{
 };
 pub use engine::{
     AgreeAbort, Cause, Confirmation, Engine, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
-    HandleError, HeartbeatMode, Input, Output, Participation, Stats, TransportErrorKind, View,
-    slot_digest, slot_generation, slot_value,
+    HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats, TransportErrorKind,
+    View, slot_digest, slot_generation, slot_value,
 };
+pub use hosts::Hosts;
 pub use overlay::Overlay;
 pub use ranks::{RankList, RankSet};
 pub use ring::Ring;

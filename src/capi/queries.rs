@@ -437,6 +437,7 @@ pub unsafe extern "C" fn ffd_stats(h: *const ffd_t, out: *mut ffd_stats_t) -> ff
             wakeups: r.lateness.total,
             wakeup_late_max_ns: r.lateness.max_us.saturating_mul(1000),
             pinned_cpu: h.detector.placement().cpu.map_or(-1, |c| c as i64),
+            detections_exited: e.detections_by(Cause::Exited),
         };
         // SAFETY: non-NULL and valid for a write (contract).
         unsafe { *out = stats };

@@ -50,6 +50,10 @@ fn loopback_config() -> *mut ffd_config_t {
         ("FFD_CORE", "none"),
         ("FFD_STARTUP_GRACE", "200ms"),
         ("FFD_LOG", "error"),
+        // Threads of one process stand in for the ranks: one pid, one
+        // host; every rank on the fabric ring, as these tests expect
+        // (node-local watching is tested with processes, cli/tests).
+        ("FFD_LOCAL", "off"),
     ] {
         let (name, value) = (c(name), c(value));
         // SAFETY: a live config and NUL-terminated strings.

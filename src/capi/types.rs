@@ -120,6 +120,12 @@ pub enum ffd_event_kind {
     /// says done (decided, or FFD_ERR_STOPPED when this rank left or was
     /// excluded first). `hops` as for VIEW (0 when not decided).
     FFD_EVENT_AGREED = 8,
+    /// Every rank of one host failed together (found silent in one
+    /// timeout, none of them answering): `rank` is the host's lowest rank,
+    /// `seq` the number of its ranks, `detector` the rank that declared
+    /// them. Each rank is also reported by its own FAILED event, before
+    /// this one.
+    FFD_EVENT_HOST_FAILED = 9,
 }
 
 /// How this rank learned of a failure (ffd_event_t::cause).
@@ -136,6 +142,9 @@ pub enum ffd_cause {
     FFD_CAUSE_INBAND = 2,
     /// Another rank's notice (the reliable broadcast) told this rank.
     FFD_CAUSE_NOTICE = 3,
+    /// The process exited, seen by this rank on the same host (a pidfd):
+    /// proof of death.
+    FFD_CAUSE_EXITED = 4,
 }
 
 /// What stopped a detector (ffd_event_t::stop_cause, ffd_state_t::stop_cause).
@@ -276,6 +285,8 @@ pub struct ffd_stats_t {
     pub wakeup_late_max_ns: u64,
     /// The CPU the progress thread is pinned to, or -1 when unpinned.
     pub pinned_cpu: i64,
+    /// Failures this rank saw as a same-host process exit (FFD_CAUSE_EXITED).
+    pub detections_exited: u64,
 }
 
 /// The host's fixed-length allgather: every rank contributes `len` bytes at
@@ -430,8 +441,15 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
                 Cause::Timeout => ffd_cause::FFD_CAUSE_TIMEOUT,
                 Cause::InBand => ffd_cause::FFD_CAUSE_INBAND,
                 Cause::Notice => ffd_cause::FFD_CAUSE_NOTICE,
+                Cause::Exited => ffd_cause::FFD_CAUSE_EXITED,
             };
             c.hops = u32::from(*hops);
+        }
+        protocol::Event::HostFailed { ranks, .. } => {
+            c.kind = ffd_event_kind::FFD_EVENT_HOST_FAILED;
+            c.rank = ranks.first().copied().unwrap_or(0);
+            c.detector = me;
+            c.seq = ranks.len() as u64;
         }
         protocol::Event::Left { rank } => {
             c.kind = ffd_event_kind::FFD_EVENT_LEFT;

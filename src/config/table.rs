@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::builder::Resolver;
 use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
 use super::values::{
-    CoreChoice, DURATION_FORM, EagainLimit, LogLevel, ProgressMode, any, check_provider,
+    CoreChoice, DURATION_FORM, EagainLimit, LocalMode, LogLevel, ProgressMode, any, check_provider,
     check_token, duration, flag, format_duration, normalise_domain, parse_integer, positive, word,
     yes_no,
 };
@@ -166,6 +166,18 @@ settings_table! {
             check: any,
             show: ToString::to_string,
             set(progress: ProgressMode) => progress,
+        }
+        local: LocalMode => LocalMode {
+            var: LOCAL = "FFD_LOCAL",
+            accepted: "auto|counters|off",
+            help: "Same-host ranks watch each other (pidfd, shared-memory counters) \
+                   and one leader per host heartbeats over the fabric; counters: without \
+                   pidfds; off: every rank heartbeats over the fabric",
+            default: LocalMode::Auto,
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(local: LocalMode) => local,
         }
         log: LogLevel => LogLevel {
             var: LOG = "FFD_LOG",
@@ -355,6 +367,12 @@ mod tests {
         assert_eq!(
             setting::EVENT_QUEUE.accepted,
             format!("an integer from 1 to {MAX_EVENT_QUEUE}, e.g. `1024`")
+        );
+        assert_eq!(
+            setting::LOCAL.accepted,
+            [LocalMode::Auto, LocalMode::Counters, LocalMode::Off]
+                .map(|m| m.to_string())
+                .join("|")
         );
         assert_eq!(
             setting::HEALTH_MAX.accepted,

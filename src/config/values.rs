@@ -1,5 +1,5 @@
 //! The value types of the settings that are the library's own
-//! ([`CoreChoice`], [`ProgressMode`], [`LogLevel`], [`EagainLimit`]) and
+//! ([`CoreChoice`], [`ProgressMode`], [`LocalMode`], [`LogLevel`], [`EagainLimit`]) and
 //! the small parsers and range checks the settings table is built from.
 //!
 //! Owns: each value's words (parse and display) and the problem texts of
@@ -90,6 +90,25 @@ pub enum ProgressMode {
 }
 
 worded!(ProgressMode { Sleep => "sleep", Spin => "spin" });
+
+/// Whether ranks of one host watch each other locally and share one fabric
+/// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LocalMode {
+    /// Host groups: same-host ranks watch each other (pidfd for exits,
+    /// counters in shared memory for hangs); one leader per host runs the
+    /// fabric ring.
+    #[default]
+    Auto,
+    /// Host groups as `auto`, but without pidfds: exits too are found by
+    /// the counters (in a timeout). For kernels or sandboxes where pidfds
+    /// misbehave, and to test the fallback.
+    Counters,
+    /// Every rank on the fabric ring, as before host groups.
+    Off,
+}
+
+worded!(LocalMode { Auto => "auto", Counters => "counters", Off => "off" });
 
 /// Log level (`FFD_LOG`), ordered from quietest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

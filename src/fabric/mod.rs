@@ -60,6 +60,7 @@ mod cq;
 mod endpoint;
 mod error;
 mod info;
+pub mod local;
 mod mr;
 mod resources;
 

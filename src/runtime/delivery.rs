@@ -83,6 +83,11 @@ impl Delivery {
                     "emitter {rank} is slow: its slot stood still for {stalled_for:?}"
                 ));
             }
+            protocol::Event::HostFailed { host, ranks } => {
+                self.logger.info(format_args!(
+                    "host {host} failed: ranks {ranks:?}, declared by this rank"
+                ));
+            }
             protocol::Event::ViewChange { id, failed, .. } => {
                 self.logger.info(format_args!(
                     "view {id}: {} out ({})",

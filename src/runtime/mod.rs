@@ -36,6 +36,7 @@ pub mod events;
 pub mod evidence;
 pub mod failed_bits;
 mod link;
+mod local;
 mod log;
 pub mod placement;
 mod progress;
@@ -156,6 +157,10 @@ pub enum StartError {
         what: &'static str,
         source: std::io::Error,
     },
+    /// The host's counter segment for node-local watching could not be
+    /// made (`FFD_LOCAL=off` does without it).
+    #[error("node-local watching: {0}")]
+    Local(#[from] crate::fabric::local::SegmentError),
 }
 
 /// What the host asked for that could not be done.

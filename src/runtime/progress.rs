@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -36,10 +36,12 @@ use super::AgreeError;
 use super::delivery::Delivery;
 use super::evidence::{classify_completion, classify_post};
 use super::link::{self, Linked, WARM_UP};
+use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
 use super::state::{StopCause, StopReason};
 use super::stats::RuntimeCounters;
 use super::{Callback, PublishedState, SlotRegion};
+use crate::fabric::local::monotonic_ns;
 
 pub(super) use super::link::Link;
 
@@ -120,6 +122,9 @@ pub(super) struct Progress<'d> {
     _av: AddressVector,
     /// Readable when the host sent a command.
     wake: UnixStream,
+    /// The epoll set of same-host pidfds and `wake` (a second fd of it),
+    /// readable on a command or an exit: waited on instead of `wake`.
+    exits_fd: Option<OwnedFd>,
     core: Core<'d>,
 }
 
@@ -128,6 +133,8 @@ pub(super) struct Progress<'d> {
 struct Core<'d> {
     shared: Arc<PublishedState>,
     engine: Engine,
+    /// Same-host watching (`FFD_LOCAL`): the counters and the pidfds.
+    local: Option<LocalWatching>,
     /// This rank's slot page: the Engine reads one slot, and clears one
     /// when it reassigns it (`Output::ClearSlot`).
     slots: SlotRegion,
@@ -170,6 +177,8 @@ pub(super) struct EngineSeed {
     /// The job key and the message key (start-up derives it from the
     /// job's secret).
     pub keys: JobKeys,
+    /// Host groups and local watching (`None`: `FFD_LOCAL=off`).
+    pub local: Option<LocalPlan>,
 }
 
 /// The progress thread's body: the linking phase, then the Engine's loop,
@@ -222,20 +231,54 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
         Linked::Abandoned => return End::Left,
         Linked::Failed(reason) => return End::Stopped(reason),
     };
-    let now =
-        Time::from_nanos(u64::try_from(parts.started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    let elapsed = u64::try_from(parts.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let now = Time::from_nanos(elapsed);
+    // After the barrier every local rank has its segment: open it.
+    let mut fallback = Vec::new();
+    let local = match parts.seed.local.take() {
+        None => None,
+        Some(plan) => {
+            let hosts = Arc::clone(&plan.hosts);
+            fallback.clone_from(&plan.fallback);
+            let origin = monotonic_ns().saturating_sub(elapsed);
+            match LocalWatching::start(plan, parts.seed.me, parts.wake.as_fd(), origin) {
+                Ok(w) => Some((hosts, w)),
+                Err(why) => {
+                    return End::Stopped(StopReason::new(
+                        StopCause::Engine,
+                        format!("node-local watching could not start: {why}"),
+                    ));
+                }
+            }
+        }
+    };
     let seed = &parts.seed;
-    let engine = match Engine::new(
-        Arc::clone(&seed.config),
-        Arc::clone(&seed.ring),
-        seed.me,
-        seed.keys.clone(),
-        now,
-    ) {
+    let engine = match &local {
+        None => Engine::new(
+            Arc::clone(&seed.config),
+            Arc::clone(&seed.ring),
+            seed.me,
+            seed.keys.clone(),
+            now,
+        ),
+        Some((hosts, _)) => Engine::with_hosts(
+            Arc::clone(&seed.config),
+            Arc::clone(&seed.ring),
+            Arc::clone(hosts),
+            seed.me,
+            seed.keys.clone(),
+            now,
+        ),
+    };
+    let engine = match engine {
         Ok(e) => e,
         Err(e) => return End::Stopped(StopReason::new(StopCause::Engine, e.to_string())),
     };
-    let mut progress = Progress::new(parts, engine, delivery);
+    let mut progress = Progress::new(parts, engine, local.map(|(_, w)| w), delivery);
+    if let Some(w) = &progress.core.local {
+        progress.core.counters.local_pidfds = w.pidfds() as u64;
+        progress.core.counters.local_fallback = fallback.join("; ");
+    }
     let core = &mut progress.core;
     core.counters.link_messages_held = held.messages.len() as u64;
     core.counters.link_dropped_foreign = held.dropped_foreign;
@@ -248,14 +291,25 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
 }
 
 impl<'d> Progress<'d> {
-    fn new(parts: Parts, engine: Engine, delivery: &'d mut Delivery) -> Self {
+    fn new(
+        parts: Parts,
+        engine: Engine,
+        local: Option<LocalWatching>,
+        delivery: &'d mut Delivery,
+    ) -> Self {
+        let exits_fd = local
+            .as_ref()
+            .and_then(LocalWatching::wait_fd)
+            .and_then(|fd| fd.try_clone_to_owned().ok());
         Progress {
             endpoint: parts.endpoint,
             _av: parts._av,
             wake: parts.wake,
+            exits_fd,
             core: Core {
                 shared: parts.shared,
                 engine,
+                local,
                 slots: parts.slots,
                 peers: parts.peers,
                 started: parts.started,
@@ -287,6 +341,7 @@ impl<'d> Progress<'d> {
         let Progress {
             endpoint,
             wake,
+            exits_fd,
             core,
             ..
         } = &mut self;
@@ -306,8 +361,10 @@ impl<'d> Progress<'d> {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
+            core.take_exits();
             core.on_deadline();
             core.carry_out(endpoint);
+            core.bump();
             core.retry_pending(endpoint);
             core.publish(false);
             if core.finished() {
@@ -318,8 +375,9 @@ impl<'d> Progress<'d> {
                 continue;
             }
             let timeout = core.sleep_for();
-            if let Err(e) = endpoint.wait_or(timeout, wake.as_fd(), &mut |c| core.on_completion(c))
-            {
+            // With pidfds, their epoll set (which holds the wake socket too).
+            let wake_fd = exits_fd.as_ref().map_or(wake.as_fd(), AsFd::as_fd);
+            if let Err(e) = endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
                 core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
                 break;
             }
@@ -418,7 +476,8 @@ impl Core<'_> {
         }
     }
 
-    /// The Engine's deadline has come: read the watched slot, then tick.
+    /// The Engine's deadline has come: read the watched slot and the local
+    /// emitter's counter, then tick.
     fn on_deadline(&mut self) {
         let Some(deadline) = self.engine.next_deadline() else {
             return;
@@ -429,8 +488,32 @@ impl Core<'_> {
         }
         self.counters.lateness.record(now - deadline);
         let slots = self.slots.memory();
-        self.engine
-            .handle_timeout(now, |slot| slots.read(usize::from(slot)));
+        let local = self.local.as_ref();
+        self.engine.handle_timeout_with(
+            now,
+            |slot| slots.read(usize::from(slot)),
+            |rank| local.and_then(|l| l.read(rank)),
+        );
+    }
+
+    /// Same-host processes that exited since the last look: proof, to the
+    /// Engine at once.
+    fn take_exits(&mut self) {
+        if let Some(local) = self.local.as_mut() {
+            let now = Time::from_nanos(
+                u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            );
+            let n = local.take_exits(&mut self.engine, now);
+            self.counters.local_exits_seen += n as u64;
+        }
+    }
+
+    /// This thread woke: its counter in the host's segment says so (one
+    /// plain store, no syscall of its own).
+    fn bump(&self) {
+        if let Some(local) = &self.local {
+            local.bump(self.engine.digest());
+        }
     }
 
     fn on_completion(&mut self, completion: Completion<'_>) {
@@ -553,15 +636,14 @@ impl Core<'_> {
         let now = Instant::now();
         let since = *self.refused_since.entry(peer).or_insert(now);
         let bound = self.refusal_bound(peer);
-        if now.duration_since(since) > bound {
+        let run = now.duration_since(since);
+        if run > bound {
             self.counters.unreachable_verdicts += 1;
             self.logger.info(format_args!(
-                "rank {peer} unreachable: posts refused for {:?}",
-                now.duration_since(since)
+                "rank {peer} unreachable: posts refused for {run:?}"
             ));
             self.pending.retain(|(to, _)| *to != peer);
             let t = self.now();
-            let run = now.duration_since(since);
             self.transport_error(
                 t,
                 peer,

@@ -96,6 +96,14 @@ pub struct RuntimeCounters {
     pub link_dropped_over_cap: u64,
     /// Wake-ups for a deadline and how late they ran.
     pub lateness: LatenessHistogram,
+    /// Other ranks of this host watched through a pidfd from the start
+    /// (the rest by their counters only; `local_fallback` says why).
+    pub local_pidfds: u64,
+    /// Why some local ranks are watched by their counters only (empty: all
+    /// have a pidfd, or this rank is alone on its host).
+    pub local_fallback: String,
+    /// Same-host exits seen through pidfds.
+    pub local_exits_seen: u64,
 }
 
 /// One consistent picture of the detector's counters ([`super::Detector::stats`]).

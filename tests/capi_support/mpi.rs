@@ -139,7 +139,7 @@ pub fn check_job(out: &Output, expect: &Expect<'_>) -> BTreeMap<u32, Report> {
             };
             let cause = cause.strip_prefix("cause ").expect("cause").to_owned();
             assert!(
-                ["inband", "timeout", "notice"].contains(&cause.as_str()),
+                ["inband", "timeout", "notice", "exited"].contains(&cause.as_str()),
                 "`{line}`"
             );
             assert_eq!(

@@ -14,6 +14,7 @@
 //! {"event":"ready","pid":1234,"core":1,"me":3,"t_ms":0.0,"unix_ms":...}
 //! {"event":"failed","rank":5,"cause":"inband","detector":4,"hops":0,"epoch":1,
 //!  "detail":"in-band, error completion FI_ECANCELED/ENOTCONN: proof","me":3,...}
+//! {"event":"host_failed","host":1,"ranks":[1,4,7],"me":2,...}
 //! {"event":"left","rank":5,"me":3,...}
 //! {"event":"self_excluded","by":4,"why":"named","me":3,...}
 //! {"event":"slow_emitter","rank":2,"late_ms":37.0,"me":3,...}
@@ -60,6 +61,8 @@ pub enum AgentEvent {
         #[serde(default)]
         detail: Option<String>,
     },
+    /// This rank declared every rank of host `host` failed in one notice.
+    HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` shut down cleanly.
     Left { rank: Rank },
     /// This rank stops participating: the others declared it failed (`why`
@@ -114,9 +117,10 @@ pub enum AgentEvent {
 
 impl AgentEvent {
     /// The event kinds of the contract (the `event` values).
-    pub const KINDS: [&'static str; 12] = [
+    pub const KINDS: [&'static str; 13] = [
         "ready",
         "failed",
+        "host_failed",
         "left",
         "self_excluded",
         "slow_emitter",
@@ -134,6 +138,7 @@ impl AgentEvent {
         match self {
             AgentEvent::Ready { .. } => "ready",
             AgentEvent::Failed { .. } => "failed",
+            AgentEvent::HostFailed { .. } => "host_failed",
             AgentEvent::Left { .. } => "left",
             AgentEvent::SelfExcluded { .. } => "self_excluded",
             AgentEvent::SlowEmitter { .. } => "slow_emitter",
@@ -249,6 +254,10 @@ mod tests {
                 epoch: Some(1),
                 detail: Some("in-band, error completion FI_ECANCELED/ENOTCONN: proof".into()),
             },
+            AgentEvent::HostFailed {
+                host: 1,
+                ranks: vec![1, 4, 7],
+            },
             AgentEvent::Left { rank: 5 },
             AgentEvent::SelfExcluded {
                 by: Some(4),
@@ -315,6 +324,7 @@ mod tests {
             &[
                 "cause", "detail", "detector", "epoch", "event", "hops", "rank",
             ],
+            &["event", "host", "ranks"],
             &["event", "rank"],
             &["by", "event", "why"],
             &["event", "late_ms", "rank"],

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// SIGCONT a stopped rank at TIME after job start (repeatable).
     #[arg(long, value_name = "RANK@TIME")]
     pub cont: Vec<RankAt>,
+    /// SIGKILL every rank of emulated host HOST (with `--hosts H`: the
+    /// ranks r with r mod H = HOST) at TIME after job start (repeatable).
+    #[arg(long = "kill-host", value_name = "HOST@TIME")]
+    pub kill_host: Vec<RankAt>,
     /// Every running agent starts an agreement at TIME after job start
     /// (repeatable): the timeline shows the decisions, the JSON report's
     /// `agreements` their latency.
@@ -100,6 +104,10 @@ pub enum UsageError {
     Schedule(#[from] ScheduleError),
     #[error("the agents would reject their settings: {0}")]
     Config(#[from] ConfigError),
+    #[error("--kill-host {0} needs --hosts H (the emulated hosts to kill one of)")]
+    KillHostWithoutHosts(RankAt),
+    #[error("--kill-host {at}: host {} is not in the job (hosts 0 to {})", .at.rank, .hosts - 1)]
+    HostOutOfRange { at: RankAt, hosts: u32 },
     #[error("--agree {}: not before the end of the run (--duration {})", format_duration(*.at), format_duration(*.duration))]
     AgreeAfterEnd { at: Duration, duration: Duration },
 }
@@ -107,8 +115,24 @@ pub enum UsageError {
 /// The job the options describe, with `env` the launcher's `FFD_*`
 /// variables (which the agents inherit); also the settings' warnings.
 pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), UsageError> {
+    // A host kill is a kill of each of its ranks at the same time.
+    let mut kills = args.kill.clone();
+    for &at in &args.kill_host {
+        let hosts = args.hosts.ok_or(UsageError::KillHostWithoutHosts(at))?;
+        if at.rank >= hosts.min(args.ranks) {
+            return Err(UsageError::HostOutOfRange {
+                at,
+                hosts: hosts.min(args.ranks),
+            });
+        }
+        kills.extend(
+            (at.rank..args.ranks)
+                .step_by(hosts as usize)
+                .map(|rank| RankAt { rank, at: at.at }),
+        );
+    }
     let faults = [
-        (FaultKind::Kill, &args.kill),
+        (FaultKind::Kill, &kills),
         (FaultKind::Stop, &args.stop),
         (FaultKind::Cont, &args.cont),
     ]
@@ -407,6 +431,27 @@ mod tests {
         assert_eq!(host(0).as_deref(), Some("node0"));
         assert_eq!(host(3).as_deref(), Some("node1"));
         assert_eq!(host(4).as_deref(), Some("node0"));
+    }
+
+    #[test]
+    fn a_host_kill_kills_every_rank_of_the_emulated_host_at_once() {
+        let plan = plan_of(&["-n", "7", "--hosts", "3", "--kill-host", "1@2s"], &[]).unwrap();
+        let kills: Vec<(u32, Duration)> = plan
+            .schedule
+            .faults()
+            .iter()
+            .map(|f| (f.rank, f.at))
+            .collect();
+        let two = Duration::from_secs(2);
+        assert_eq!(kills, vec![(1, two), (4, two)]);
+        assert_eq!(
+            plan_of(&["-n", "4", "--kill-host", "1@2s"], &[]).unwrap_err(),
+            "--kill-host 1@2s needs --hosts H (the emulated hosts to kill one of)"
+        );
+        assert_eq!(
+            plan_of(&["-n", "4", "--hosts", "2", "--kill-host", "2@2s"], &[]).unwrap_err(),
+            "--kill-host 2@2s: host 2 is not in the job (hosts 0 to 1)"
+        );
     }
 
     #[test]

@@ -59,7 +59,7 @@ impl Engine {
             None => true,
             Some(o) if self.is_gone(o) => true,
             Some(o) if o == sender => generation >= self.beat.generation,
-            Some(o) => self.ring.distance(self.me, sender) > self.ring.distance(self.me, o),
+            Some(o) => self.farther_observer(sender, o),
         };
         if !accept {
             self.stats.observe_me_stale += 1;

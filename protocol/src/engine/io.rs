@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::config::Rank;
+use crate::config::{Rank, Time};
 use crate::wire::{Kind, RejectReason, Sealed};
 
 /// The heartbeat value an emitter writes into its observer's slot:
@@ -56,6 +56,12 @@ pub enum Input<'a> {
         evidence: Evidence,
         said: FabricSaid,
     },
+    /// A process of this rank's host exited: `rank`'s (seen through a pidfd
+    /// by the driver). Proof of death: declared at once with
+    /// [`Cause::Exited`]. Only for Engines with host groups
+    /// ([`Engine::with_hosts`](super::Engine::with_hosts)); ignored
+    /// otherwise, and for ranks of other hosts.
+    Exited { rank: Rank },
     /// A message to `to` left this process: the transport completed its
     /// send, so the link to `to` is up. The Engine reads only the ones
     /// about an emitter it just mended to (its clock starts then, see
@@ -161,6 +167,15 @@ pub enum Output {
     Event(Event),
 }
 
+/// What a driver saw of one local rank's counter in shared memory
+/// (`docs/design.md` §4.10): when that rank's progress thread last woke, in
+/// this Engine's time, and the digest fold of its failed ∪ left set then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalBeat {
+    pub at: Time,
+    pub digest: u32,
+}
+
 /// How a failure became known to this rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(
@@ -169,22 +184,27 @@ pub enum Output {
     serde(rename_all = "lowercase")
 )]
 pub enum Cause {
-    /// This rank's emitter's slot stood still for the timeout.
+    /// This rank's emitter's slot (or its local emitter's counter) stood
+    /// still for the timeout.
     Timeout,
     /// A transport error (or an unreachable verdict) on a ring link.
     InBand,
     /// A notice (or a sync exchange) from another rank.
     Notice,
+    /// The process exited: seen on its own host through a pidfd (proof).
+    Exited,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 3] = [Cause::Timeout, Cause::InBand, Cause::Notice];
+    pub const ALL: [Cause; 4] = [Cause::Timeout, Cause::InBand, Cause::Notice, Cause::Exited];
+    pub const COUNT: usize = Self::ALL.len();
 
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::Timeout => "timeout",
             Cause::InBand => "inband",
             Cause::Notice => "notice",
+            Cause::Exited => "exited",
         }
     }
 }
@@ -279,6 +299,11 @@ pub enum Event {
         hops: u16,
         detail: FailureDetail,
     },
+    /// Every rank of host `host` (an index of
+    /// [`Hosts`](crate::Hosts), numbered by lowest rank) failed together:
+    /// this rank declared them in one notice after none of them answered
+    /// (`docs/design.md` §4.10). Follows their `Failed` events.
+    HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` left cleanly.
     Left { rank: Rank },
     /// This rank must stop participating: it was declared failed by others
@@ -396,7 +421,7 @@ pub struct Stats {
     pub dropped_untrusted_origin: u64,
     pub notices_forwarded: u64,
     /// Failures this rank learned, indexed like [`Cause::ALL`].
-    pub detections: [u64; 3],
+    pub detections: [u64; Cause::COUNT],
     pub departures_learned: u64,
     pub mendings: u64,
     pub observe_me_accepted: u64,
@@ -470,6 +495,21 @@ pub struct Stats {
     /// Accusations of others this rank took no part in: it already held the
     /// most ballots it keeps.
     pub ballots_refused: u64,
+    /// Checks of the local emitter's counter in shared memory.
+    pub local_checks: u64,
+    /// Local emitters declared after their counter stood still.
+    pub local_hangs: u64,
+    /// Same-host exits reported by the driver (pidfd), already known or not.
+    pub exits_seen: u64,
+    /// Fabric emitters whose host was checked before declaring (a probe
+    /// to each of its live ranks).
+    pub host_checks: u64,
+    /// Host checks that found the whole host silent: one notice named
+    /// every rank of it.
+    pub hosts_declared: u64,
+    /// Times this rank became its host's leader after the one before it
+    /// failed or left.
+    pub leader_takeovers: u64,
     /// View changes raised (`Event::ViewChange`).
     pub views_raised: u64,
     /// User agreements decided here (`Event::Agreed`).

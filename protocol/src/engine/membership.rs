@@ -70,6 +70,58 @@ impl Engine {
         self.after_gone_changed(now);
     }
 
+    /// Declares `ranks` (ascending) failed together: report each with
+    /// `detail`, tell each (if it is only stopped or cut off, it learns it is
+    /// out as soon as it runs again; not after an exit), broadcast one
+    /// notice naming all of them (`broadcast`; a same-host exit is
+    /// broadcast by one rank of the host only), mend. Ranks already gone,
+    /// and this rank, are skipped. Node-local watching's exits and whole
+    /// hosts (`local`); from silence only through
+    /// [`Engine::declare_silent`].
+    pub(super) fn declare_now(
+        &mut self,
+        now: Time,
+        ranks: &[Rank],
+        cause: Cause,
+        detail: FailureDetail,
+        broadcast: bool,
+    ) {
+        if self.participation != Participation::Active {
+            return;
+        }
+        let new: Vec<Rank> = ranks
+            .iter()
+            .copied()
+            .filter(|&r| r != self.me && !self.is_gone(r))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        self.failed.insert_sorted(&new);
+        for &rank in &new {
+            self.stats.detections[cause as usize] += 1;
+            self.push_event(Event::Failed {
+                rank,
+                detector: self.me,
+                cause,
+                hops: 0,
+                detail,
+            });
+        }
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &new, &[]).into();
+        if cause != Cause::Exited {
+            for &rank in &new {
+                self.stats.exclusions_sent += 1;
+                self.send_shared(rank, Kind::Notice, m.clone());
+            }
+        }
+        if broadcast {
+            let skip = if new.len() == 1 { new[0] } else { NO_RANK };
+            self.fan_out(Kind::Notice, m, self.me, [skip, NO_RANK]);
+        }
+        self.after_gone_changed(now);
+    }
+
     /// Adds the listed ranks; returns the ones that were new. (Lists are
     /// ascending, so the new ones merge into the sets in one pass.)
     pub(super) fn learn(
@@ -130,6 +182,7 @@ impl Engine {
                 self.mend(now);
             }
         }
+        self.after_gone_changed_local(now);
         self.quorum_on_gone(now);
         self.views_on_gone(now);
     }
@@ -143,6 +196,7 @@ impl Engine {
         self.participation = Participation::Excluded;
         self.timers = TimerTable::NONE;
         self.quorum = None;
+        self.host_check = None;
         self.fanouts.clear();
         self.pending_write = None;
         self.suspect = None;

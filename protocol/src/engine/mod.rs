@@ -80,6 +80,7 @@ mod broadcast;
 mod health;
 mod heartbeat;
 mod io;
+mod local;
 mod membership;
 mod observation;
 mod payloads;
@@ -91,6 +92,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::config::{EngineConfig, EngineConfigError, Rank, Time};
+use super::hosts::Hosts;
 use super::overlay::Overlay;
 use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
@@ -101,9 +103,10 @@ use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
     AgreeAbort, Cause, Confirmation, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
-    HandleError, HeartbeatMode, Input, Output, Participation, Stats, TransportErrorKind, View,
-    slot_digest, slot_generation, slot_value,
+    HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats, TransportErrorKind,
+    View, slot_digest, slot_generation, slot_value,
 };
+use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
@@ -126,15 +129,21 @@ enum Timer {
     ViewBatch = 4,
     /// Accusations and ballots (`quorum`): new rounds, give-ups, votes.
     Quorum = 5,
+    /// Next check of the local emitter's counter (host groups).
+    LocalCheck = 6,
+    /// A silent leader's host had its time to answer (host groups).
+    HostCheck = 7,
 }
 
-const TIMERS: [Timer; 6] = [
+const TIMERS: [Timer; 8] = [
     Timer::Beat,
     Timer::Check,
     Timer::Suspect,
     Timer::LeaveBatch,
     Timer::ViewBatch,
     Timer::Quorum,
+    Timer::LocalCheck,
+    Timer::HostCheck,
 ];
 
 /// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer
@@ -226,6 +235,14 @@ pub struct Engine {
     quorum: Option<Box<quorum::Quorum>>,
     /// Views and agreements (`views`), made at their first use.
     views: Option<Box<Views>>,
+    /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
+    hosts: Option<Arc<Hosts>>,
+    /// The local emitter's counter (host groups).
+    local: LocalWatch,
+    /// Whether this rank led its host at the last change of the gone set.
+    leading: bool,
+    /// A silent leader's host being checked (host groups).
+    host_check: Option<HostCheck>,
 }
 
 impl Engine {
@@ -242,7 +259,41 @@ impl Engine {
         keys: impl Into<Arc<JobKeys>>,
         now: Time,
     ) -> Result<Engine, EngineConfigError> {
-        let keys = keys.into();
+        Engine::build(config, ring, None, me, keys.into(), now)
+    }
+
+    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.10):
+    /// same-host ranks watch each other (exits through
+    /// [`Input::Exited`], hangs through the counters the driver reads for
+    /// [`Engine::handle_timeout_with`]), and only each host's leader (its
+    /// lowest live rank) heartbeats over the fabric, on the ring of hosts.
+    /// Notices still travel over `ring`, which orders every rank. `hosts`
+    /// must describe the same N ranks.
+    pub fn with_hosts(
+        config: Arc<EngineConfig>,
+        ring: Arc<Ring>,
+        hosts: Arc<Hosts>,
+        me: Rank,
+        keys: impl Into<Arc<JobKeys>>,
+        now: Time,
+    ) -> Result<Engine, EngineConfigError> {
+        if hosts.ranks() != ring.len() {
+            return Err(EngineConfigError::HostsMismatch {
+                hosts: hosts.ranks(),
+                ring: ring.len(),
+            });
+        }
+        Engine::build(config, ring, Some(hosts), me, keys.into(), now)
+    }
+
+    fn build(
+        config: Arc<EngineConfig>,
+        ring: Arc<Ring>,
+        hosts: Option<Arc<Hosts>>,
+        me: Rank,
+        keys: Arc<JobKeys>,
+        now: Time,
+    ) -> Result<Engine, EngineConfigError> {
         config.validate()?;
         let n = ring.len();
         if n == 0 {
@@ -251,10 +302,30 @@ impl Engine {
         if me >= n {
             return Err(EngineConfigError::RankOutOfRange { rank: me, size: n });
         }
-        let emitter = ring.predecessors(me).next();
-        let observer = ring.successors(me).next();
+        let none = |_| false;
+        let (emitter, observer, local_emitter, leading) = match &hosts {
+            None => (
+                ring.predecessors(me).next(),
+                ring.successors(me).next(),
+                None,
+                true,
+            ),
+            Some(h) if h.is_leader(me, none) => (
+                h.fabric_emitter(me, none),
+                h.fabric_observer(me, none),
+                h.local_emitter(me, none),
+                true,
+            ),
+            Some(h) => (None, None, h.local_emitter(me, none), false),
+        };
         let grace_end = now + config.startup_grace();
         let mut timers = TimerTable::NONE;
+        if local_emitter.is_some() {
+            timers.set(
+                Timer::LocalCheck,
+                (now + config.check_interval()).min(grace_end),
+            );
+        }
         if emitter.is_some() {
             // Check from the start: an emitter never heard from has until
             // grace_end + timeout (changed_at below), but one whose beats
@@ -310,6 +381,14 @@ impl Engine {
             stats: Stats::default(),
             config,
             ring,
+            hosts,
+            local: LocalWatch {
+                emitter: local_emitter,
+                baseline: grace_end,
+                ..LocalWatch::default()
+            },
+            leading,
+            host_check: None,
         };
         engine.write_beat_now(now);
         Ok(engine)
@@ -401,6 +480,10 @@ impl Engine {
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
+    /// The host groups, if this Engine watches by hosts.
+    pub fn hosts(&self) -> Option<&Arc<Hosts>> {
+        self.hosts.as_ref()
+    }
     /// The local health multiplier, 1 ..= `health_max`: how many timeouts
     /// this rank currently waits before declaring its emitter, because its
     /// own wake-ups ran late (`docs/design.md` §4.3). Drivers stretch their
@@ -473,6 +556,10 @@ impl Engine {
                 self.on_transport_error(now, peer, kind, evidence, said);
                 Ok(())
             }
+            Input::Exited { rank } => {
+                self.on_exited(now, rank);
+                Ok(())
+            }
             Input::Sent { to } => {
                 self.on_sent(now, to);
                 Ok(())
@@ -498,9 +585,28 @@ impl Engine {
     /// two at about 15 ns per step, 18 ns per heartbeat period, at every N
     /// (2^10 … 2^20) and known-failure count (0 … 1000).
     pub fn handle_timeout(&mut self, now: Time, read_slot: impl FnOnce(u16) -> u64) {
+        self.handle_timeout_with(now, read_slot, |_| None);
+    }
+
+    /// [`Engine::handle_timeout`] for an Engine with host groups: the
+    /// Engine also calls `read_local(rank)` once for its local emitter
+    /// ([`Engine::local_emitter`]), whose answer is that rank's counter in
+    /// shared memory (`None`: never written). An Engine with a local
+    /// emitter that is driven by `handle_timeout` alone sees no local
+    /// beats and declares it after the timeout.
+    pub fn handle_timeout_with(
+        &mut self,
+        now: Time,
+        read_slot: impl FnOnce(u16) -> u64,
+        read_local: impl FnOnce(Rank) -> Option<LocalBeat>,
+    ) {
         if let Some(slot) = self.watched_slot() {
             let value = read_slot(slot);
             self.on_slot(now, slot, value);
+        }
+        if let Some(e) = self.local.emitter {
+            let beat = read_local(e);
+            self.on_local_beat(now, beat);
         }
         self.on_tick(now);
     }
@@ -556,6 +662,14 @@ impl Engine {
         if self.timers.get(Timer::ViewBatch) <= now {
             self.timers.stop(Timer::ViewBatch);
             self.on_view_batch(now);
+        }
+        if self.timers.get(Timer::LocalCheck) <= now {
+            self.timers.stop(Timer::LocalCheck);
+            self.check_local(now, lagging);
+        }
+        if self.timers.get(Timer::HostCheck) <= now {
+            self.timers.stop(Timer::HostCheck);
+            self.resolve_host_check(now, lagging);
         }
     }
 

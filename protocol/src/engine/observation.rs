@@ -213,6 +213,7 @@ impl Engine {
         self.watch.changed_at = self.watch.changed_at.max(now);
         self.watch.still_seen_at = None;
         self.watch.mismatch_since = None;
+        self.local_self_lag(now);
         if self.participation != Participation::Active {
             return;
         }
@@ -239,7 +240,7 @@ impl Engine {
         if !lagging {
             let (limit, cause) = self.stillness_limit(now);
             if now >= self.watch.changed_at && now - self.watch.changed_at >= limit {
-                self.on_silence(now, emitter, cause, FabricSaid::Nothing);
+                self.on_silent_emitter(now, emitter, cause);
                 // Declared (and mended), or excluded: nothing more to check
                 // here. Accused: keep reading the slot meanwhile.
                 if self.watch.emitter != Some(emitter)
@@ -308,7 +309,9 @@ impl Engine {
         left: RankList<'_>,
         marks: Marks<'_>,
     ) {
-        let neighbour = self.watch.emitter == Some(sender) || self.beat.observer == Some(sender);
+        let neighbour = self.watch.emitter == Some(sender)
+            || self.beat.observer == Some(sender)
+            || self.is_local_neighbour(sender);
         if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
             self.stats.sync_requests_refused += 1;
             return;
@@ -420,6 +423,9 @@ impl Engine {
         if self.quorum_probe_ack(now, sender, nonce, about, verdict) {
             return;
         }
+        if verdict == ProbeVerdict::Alive && self.on_host_check_ack(now, nonce, about) {
+            return;
+        }
         if let Some(s) = self.suspect {
             if s.rank == about && s.nonce == nonce {
                 match verdict {
@@ -451,7 +457,7 @@ impl Engine {
     /// link that is at once, and the new emitter has one timeout. With
     /// nobody left, there is no emitter (and no error).
     pub(super) fn mend(&mut self, now: Time) {
-        let candidate = self.ring.predecessors(self.me).find(|&r| !self.is_gone(r));
+        let candidate = self.emitter_candidate();
         self.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;

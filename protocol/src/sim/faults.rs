@@ -162,7 +162,15 @@ impl Simulator {
         self.held.remove(&r);
         self.held_errors.remove(&r);
         self.track(r, label);
-        if let Some(d) = self.cfg.net.inband_latency {
+        self.announce_exit(r);
+        // With local watching a `host` fault is a host lost whole (power,
+        // network): no kernel is left to reset its connections, so no
+        // in-band error; its observer finds it silent and checks the host.
+        let silent = self.cfg.local && label == "host";
+        if silent {
+            self.state[r as usize].flags |= super::LOST;
+        }
+        if let (Some(d), false) = (self.cfg.net.inband_latency, silent) {
             for (_, writer) in self.slots.writers_into(r) {
                 if self.state[writer as usize].status == Status::Up {
                     let at = self.slots.next_write(writer, now) + d;

@@ -146,6 +146,7 @@ impl Simulator {
             }
             Event::Left { .. } => self.left_events += 1,
             Event::SlowEmitter { .. } => self.slow_warnings += 1,
+            Event::HostFailed { .. } => self.host_failed_events += 1,
             Event::Payload { origin, seq, .. } => {
                 self.payloads += 1;
                 self.payload_log
@@ -248,6 +249,13 @@ impl Simulator {
                     .then(|| self.link_notices.values().copied().max().unwrap_or(0)),
                 messages,
                 events: self.events,
+                local: self.cfg.local,
+                fabric_heartbeats_per_s: self.heartbeat_streams() as f64
+                    / self.cfg.engine.period.as_secs_f64(),
+                messages_per_failure: (!self.tracks.is_empty()).then(|| {
+                    self.by_kind[Kind::Notice.index()].count as f64 / self.tracks.len() as f64
+                }),
+                host_failed_events: self.host_failed_events,
                 virtual_end_ms: ms(end),
                 wall_s: 0.0,
                 peak_rss_mb: 0.0,

@@ -45,10 +45,11 @@ pub use report::{
 };
 pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 
+use crate::ranks::fold_digest;
 use crate::wire::{JobKeys, Kind, Sealed};
 use crate::{
-    Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Input, Output, Rank, Ring, Time,
-    TransportErrorKind,
+    Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Hosts, Input, LocalBeat, Output,
+    Rank, Ring, Time, TransportErrorKind,
 };
 use agenda::Agenda;
 use agreements::{AgreeTrack, ViewTrack};
@@ -77,6 +78,14 @@ pub struct SimConfig {
     pub linger: Option<Duration>,
     /// Count notice copies per directed link (memory: one entry per link used).
     pub track_links: bool,
+    /// Node-local watching (`docs/design.md` §4.10): Engines with host
+    /// groups, a ring of host leaders, local counters modelled as the time
+    /// of each rank's last wake-up, and a crashed process's exit seen by
+    /// every live rank of its host after `exit_latency`. (A whole host that
+    /// fails sees no exit: nobody is left on it.)
+    pub local: bool,
+    /// How long a pidfd takes to wake a same-host watcher after an exit.
+    pub exit_latency: Duration,
 }
 
 impl SimConfig {
@@ -97,8 +106,13 @@ impl SimConfig {
             duration: None,
             linger: None,
             track_links: false,
+            local: false,
+            exit_latency: SimConfig::DEFAULT_EXIT_LATENCY,
         }
     }
+
+    /// A pidfd wake-up measured on the project's machine (about 0.14 ms).
+    pub const DEFAULT_EXIT_LATENCY: Duration = Duration::from_micros(150);
 }
 
 /// A simulation that cannot start.
@@ -142,6 +156,8 @@ struct SimRank {
 const FAULTY: u8 = 1;
 const EXCLUDED: u8 = 2;
 const LEFT: u8 = 4;
+/// Crashed with its whole host (local watching): nothing bounces.
+const LOST: u8 = 8;
 
 enum What {
     Timer(Rank),
@@ -166,6 +182,11 @@ enum What {
     Action(u32),
     Leave(Rank),
     Close(Rank),
+    /// `to`'s pidfd of same-host `rank` became readable.
+    Exited {
+        to: Rank,
+        rank: Rank,
+    },
 }
 
 /// The input of a modelled transport error: an error from a dead process
@@ -242,6 +263,8 @@ pub struct Simulator {
     no_quorum_excluded: Vec<Rank>,
     left_events: u64,
     slow_warnings: u64,
+    /// `HostFailed` events raised (by any rank).
+    host_failed_events: u64,
     payloads: u64,
     payload_log: PayloadLog,
     dropped: u64,
@@ -252,6 +275,11 @@ pub struct Simulator {
     keys: Arc<JobKeys>,
     /// The wire bytes of the message being delivered.
     scratch: Vec<u8>,
+    /// Host groups (`SimConfig::local`).
+    hosts: Option<Arc<Hosts>>,
+    /// Each rank's counter: its last wake-up and digest fold then (local
+    /// watching only; empty otherwise).
+    counters: Vec<Option<LocalBeat>>,
     /// `agree@T` faults so far (the sequence number of the latest).
     agree_calls: u64,
     /// Per user agreement (index `seq - 1`) and per view id (`id - 1`).
@@ -292,18 +320,41 @@ impl Simulator {
             cfg.seed ^ 0x6666_6464_5349_4D00,
             SIM_MESSAGE_KEY,
         ));
+        let groups = cfg.local.then(|| {
+            Arc::new(Hosts::blocks(
+                engine_cfg.ring,
+                n,
+                cfg.hosts,
+                engine_cfg.ring_seed,
+            ))
+        });
         let mut engines = Vec::with_capacity(n as usize);
         for r in 0..n {
-            let mut e = Engine::new(
-                engine_cfg.clone(),
-                ring.clone(),
-                r,
-                keys.clone(),
-                Time::ZERO,
-            )?;
+            let mut e = match &groups {
+                None => Engine::new(
+                    engine_cfg.clone(),
+                    ring.clone(),
+                    r,
+                    keys.clone(),
+                    Time::ZERO,
+                )?,
+                Some(h) => Engine::with_hosts(
+                    engine_cfg.clone(),
+                    ring.clone(),
+                    h.clone(),
+                    r,
+                    keys.clone(),
+                    Time::ZERO,
+                )?,
+            };
             e.model_heartbeats();
             engines.push(e);
         }
+        let counters = if cfg.local {
+            vec![None; n as usize]
+        } else {
+            Vec::new()
+        };
         let slots = SlotModel::new(ring.clone(), cfg.engine.period);
         Ok(Simulator {
             n,
@@ -345,6 +396,7 @@ impl Simulator {
             no_quorum_excluded: Vec::new(),
             left_events: 0,
             slow_warnings: 0,
+            host_failed_events: 0,
             payloads: 0,
             payload_log: PayloadLog::default(),
             dropped: 0,
@@ -353,6 +405,8 @@ impl Simulator {
             notice_cache: None,
             keys,
             scratch: Vec::new(),
+            hosts: groups,
+            counters,
             agree_calls: 0,
             agreements: Vec::new(),
             views: Vec::new(),
@@ -522,7 +576,38 @@ impl Simulator {
                     self.slots.stop(r, now);
                 }
             }
+            What::Exited { to, rank } => {
+                // A stopped watcher learns it from the notices it finds.
+                if self.state[to as usize].status == Status::Up {
+                    let _ = self.engines[to as usize].handle(now, Input::Exited { rank });
+                    self.after_handle(to);
+                }
+            }
         }
+    }
+
+    /// A process of a host crashed: every rank of its host still up sees
+    /// the exit after the pidfd latency (local watching only).
+    pub(super) fn announce_exit(&mut self, r: Rank) {
+        let Some(hosts) = self.hosts.clone() else {
+            return;
+        };
+        let at = self.now + self.cfg.exit_latency;
+        for &to in hosts.members(hosts.host_of(r)) {
+            if to != r && self.state[to as usize].status == Status::Up {
+                self.queue.push(at, What::Exited { to, rank: r });
+            }
+        }
+    }
+
+    /// Fabric heartbeat streams running now (one RDMA write per period
+    /// each in the runtime).
+    fn heartbeat_streams(&self) -> u64 {
+        (0..self.n)
+            .filter(|&r| {
+                self.state[r as usize].status == Status::Up && self.slots.target(r).is_some()
+            })
+            .count() as u64
     }
 
     /// Hands `message`'s wire bytes to `to`'s Engine, from `from` as the
@@ -542,7 +627,19 @@ impl Simulator {
     pub(super) fn tick(&mut self, r: Rank) {
         let now = self.now;
         let slots = &self.slots;
-        self.engines[r as usize].handle_timeout(now, |slot| slots.read(r, slot, now));
+        let counters = &self.counters;
+        self.engines[r as usize].handle_timeout_with(
+            now,
+            |slot| slots.read(r, slot, now),
+            |e| counters.get(e as usize).copied().flatten(),
+        );
+        if let Some(c) = self.counters.get_mut(r as usize) {
+            // This rank woke: its counter says so.
+            *c = Some(LocalBeat {
+                at: now,
+                digest: fold_digest(self.engines[r as usize].digest()),
+            });
+        }
         self.after_handle(r);
     }
 

@@ -276,6 +276,10 @@ impl Simulator {
     /// back to the sender after the in-band latency, as proof (the dead
     /// process's kernel answers).
     pub(super) fn bounce(&mut self, sender: Rank, dead: Rank, kind: TransportErrorKind) {
+        if self.state[dead as usize].flags & super::LOST != 0 {
+            // Lost with its host: no kernel answers for it.
+            return;
+        }
         if let Some(d) = self.cfg.net.inband_latency {
             if matches!(
                 self.state[sender as usize].status,

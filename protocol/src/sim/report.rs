@@ -146,6 +146,21 @@ pub struct Totals {
     pub max_notices_per_link: Option<u32>,
     pub messages: BTreeMap<String, KindTotals>,
     pub events: u64,
+    /// Node-local watching (host groups, a ring of host leaders).
+    #[serde(default)]
+    pub local: bool,
+    /// Fabric heartbeat writes per second at the end of the run: streams
+    /// running (one per rank, or one per host leader with local watching)
+    /// over the period.
+    #[serde(default)]
+    pub fabric_heartbeats_per_s: f64,
+    /// Notice copies sent in the run over the failures injected (a notice
+    /// naming a whole host counts once; null: none injected).
+    #[serde(default)]
+    pub messages_per_failure: Option<f64>,
+    /// `HostFailed` events raised by any rank.
+    #[serde(default)]
+    pub host_failed_events: u64,
     pub virtual_end_ms: f64,
     pub wall_s: f64,
     pub peak_rss_mb: f64,
@@ -328,6 +343,15 @@ impl fmt::Display for SimReport {
             kinds.join(", "),
             t.dropped_by_network,
             t.never_left
+        )?;
+        writeln!(
+            f,
+            "local watching {}: fabric heartbeats {:.0}/s, notice messages per failure {}, host failures {}",
+            if t.local { "on" } else { "off" },
+            t.fabric_heartbeats_per_s,
+            t.messages_per_failure
+                .map_or_else(|| "-".to_owned(), |m| format!("{m:.1}")),
+            t.host_failed_events
         )?;
         for a in &self.agreements {
             writeln!(

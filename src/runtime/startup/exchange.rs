@@ -250,7 +250,7 @@ fn check_agreement(mine: &PeerRecord, r: &PeerRecord) -> Result<(), ExchangeErro
         });
     }
     let (a, b) = (&r.settings, &mine.settings);
-    let differs: [(&'static str, String, String); 5] = [
+    let differs: [(&'static str, String, String); 6] = [
         (
             "period",
             format_duration(a.period),
@@ -264,6 +264,7 @@ fn check_agreement(mine: &PeerRecord, r: &PeerRecord) -> Result<(), ExchangeErro
         ("inband", a.inband.to_string(), b.inband.to_string()),
         ("bcast", a.bcast.to_string(), b.bcast.to_string()),
         ("ring", a.ring.to_string(), b.ring.to_string()),
+        ("local watching", a.local.to_string(), b.local.to_string()),
     ];
     for (setting, theirs, ours) in differs {
         if theirs != ours {

@@ -12,7 +12,9 @@
 //!
 //! The steps, each a function below, in the order `start` runs them:
 //! `open_fabric`, `exchange_records` (with this rank's claim on the job's
-//! secret, `keys`), `insert_peers`, `agree_engine`, `choose_placement`,
+//! secret, `keys`), `insert_peers`, `agree_engine` (with the host groups
+//! unless `FFD_LOCAL=off`, then `local::plan`: the host's counter segment
+//! and the pidfds), `choose_placement`,
 //! `seed_engine` (the message key), `plan_links`, `publish_state`,
 //! `wake_socket`, `spawn_progress`, `await_links`.
 
@@ -24,8 +26,8 @@ mod record;
 
 pub use exchange::{ExchangeError, JobView, exchange};
 pub use record::{
-    AgreedSettings, FINGERPRINT_LEN, PeerRecord, RECORD_VERSION, RecordError, SecretClaim, host_id,
-    local_hostname, random_job_key,
+    AgreedSettings, FINGERPRINT_LEN, PeerRecord, ProcessIdentity, RECORD_VERSION, RecordError,
+    SecretClaim, host_id, local_hostname, random_job_key, start_time_of, this_process,
 };
 
 use std::io::Write;
@@ -37,13 +39,14 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
-use crate::config::{Config, Env, ProgressMode};
+use crate::config::{Config, Env, LocalMode, ProgressMode};
 use crate::fabric::{
     AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
 };
-use crate::protocol::{self, EngineConfig, Rank, Ring};
+use crate::protocol::{self, EngineConfig, Hosts, Rank, Ring};
 
 use super::link::LinkProgress;
+use super::local;
 use super::log::Logger;
 use super::placement::{self, Placement};
 use super::progress::{self, EngineSeed};
@@ -74,7 +77,16 @@ pub(super) fn start(
     let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
     phases.done("address exchange");
     let peers = insert_peers(&fabric, &view)?;
-    let (engine_config, ring) = agree_engine(engine_config, &view);
+    let (engine_config, ring, hosts) = agree_engine(config, engine_config, &view);
+    let local = match hosts {
+        Some(hosts) => Some(local::plan(config.local(), &view, hosts, me)?),
+        None => None,
+    };
+    if let Some(plan) = &local {
+        for why in &plan.fallback {
+            logger.info(format_args!("local watching without pidfd: {why}"));
+        }
+    }
     let placement = choose_placement(config, &fabric.info)?;
     phases.done("placement");
     let (provider, domain) = (fabric.info.provider(), fabric.info.domain_name());
@@ -85,7 +97,7 @@ pub(super) fn start(
 
     // Time zero of the detector's clock and of its events.
     let started = Instant::now();
-    let seed = seed_engine(engine_config, ring, &view, &secret)?;
+    let seed = seed_engine(engine_config, ring, local, &view, &secret)?;
     let max_payload = seed.config.max_payload;
     let links = plan_links(&seed, size, &peers);
     let published = publish_state(config, me, size, &placement, &provider, &domain)?;
@@ -238,6 +250,8 @@ fn exchange_records(
     record.slot_addr = remote.addr;
     record.slot_key = remote.key;
     record.secret = claim;
+    record.settings.local = config.local();
+    record.process = this_process();
     if me == 0 {
         record.job_key = random_job_key().map_err(|source| {
             abandon_exchange(
@@ -299,9 +313,13 @@ fn insert_peers(fabric: &OwnFabric, view: &JobView) -> Result<Vec<RemoteRegion>,
 }
 
 /// The Engine's settings as the job agreed them (rank 0's ring seed, the
-/// payload bounded by what the runtime carries), and the ring they build
-/// over every rank's host.
-fn agree_engine(engine_config: EngineConfig, view: &JobView) -> (EngineConfig, Arc<Ring>) {
+/// payload bounded by what the runtime carries), the ring they build over
+/// every rank's host, and the host groups unless `FFD_LOCAL=off`.
+fn agree_engine(
+    config: &Config,
+    engine_config: EngineConfig,
+    view: &JobView,
+) -> (EngineConfig, Arc<Ring>, Option<Arc<Hosts>>) {
     let hosts: Vec<u64> = view.records.iter().map(|r| r.host_id).collect();
     let engine_config = EngineConfig {
         ring_seed: view.ring_seed,
@@ -309,7 +327,9 @@ fn agree_engine(engine_config: EngineConfig, view: &JobView) -> (EngineConfig, A
         ..engine_config
     };
     let ring = Arc::new(Ring::new(engine_config.ring, &hosts, view.ring_seed));
-    (engine_config, ring)
+    let groups = (config.local() != LocalMode::Off)
+        .then(|| Arc::new(Hosts::new(engine_config.ring, &hosts, view.ring_seed)));
+    (engine_config, ring, groups)
 }
 
 /// Where the progress thread will run: `FFD_CORE`, or a core near the NIC
@@ -326,6 +346,7 @@ fn choose_placement(config: &Config, info: &Info) -> Result<Placement, StartErro
 fn seed_engine(
     engine_config: EngineConfig,
     ring: Arc<Ring>,
+    local: Option<local::LocalPlan>,
     view: &JobView,
     secret: &JobSecret,
 ) -> Result<EngineSeed, StartError> {
@@ -334,6 +355,7 @@ fn seed_engine(
     Ok(EngineSeed {
         config,
         ring,
+        local,
         me: view.rank,
         keys: keys::job_keys(secret, view.job_key),
     })
@@ -352,7 +374,15 @@ struct LinkPlan {
 /// warm up, from the ring and the overlay the Engine will use.
 fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan {
     let (ring, me) = (&seed.ring, seed.me);
-    let target = ring.successors(me).next().map(|o| (o, peers[o as usize]));
+    // With host groups only leaders heartbeat, to the next host's leader.
+    let observer = match &seed.local {
+        None => ring.successors(me).next(),
+        Some(plan) if plan.hosts.is_leader(me, |_| false) => {
+            plan.hosts.fabric_observer(me, |_| false)
+        }
+        Some(_) => None,
+    };
+    let target = observer.map(|o| (o, peers[o as usize]));
     let warm = protocol::Overlay::new(seed.config.bcast, size)
         .neighbours(ring.position_of(me))
         .into_iter()

@@ -6,7 +6,7 @@
 //! each other (that is `exchange`'s job), or carry the bytes anywhere (the
 //! [`Bootstrap`](crate::bootstrap::Bootstrap) transport does).
 //!
-//! Format, little-endian, version [`RECORD_VERSION`] = 2:
+//! Format, little-endian, version [`RECORD_VERSION`] = 3:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -27,11 +27,20 @@
 //! | 74 | 1 | ring: 0 topology, 1 shuffle, 2 rank |
 //! | 75 | 1 | secret claim: 0 none, 1 drawn (rank 0's secret follows), 2 held (its fingerprint follows) |
 //! | 76 | 32 | the drawn secret; or the 8-byte fingerprint, then 24 zeros; or 32 zeros |
-//! | 108 | 1+n | hostname, UTF-8, n ≤ 255 |
+//! | 108 | 4 | process id (as this rank's pid namespace numbers it) |
+//! | 112 | 8 | pid namespace: the inode of `/proc/self/ns/pid` (0: unknown) |
+//! | 120 | 8 | process start time, clock ticks since boot (`/proc/self/stat` field 22; 0: unknown) |
+//! | 128 | 1 | local watching (`FFD_LOCAL`): 0 auto, 1 off, 2 counters |
+//! | 129 | 1+n | hostname, UTF-8, n ≤ 255 |
 //! | | 1+n | provider name, UTF-8, n ≤ 255 |
 //! | | 2+n | fabric address, n ≤ 4096 |
 //!
 //! Nothing may follow the fabric address.
+//!
+//! Version 3 added the process identity (pid, pid namespace, start time)
+//! that a same-host watcher checks before it trusts a pid (a recycled pid
+//! or one of another namespace is refused, `docs/design.md` §4.10), and the
+//! local watching setting every rank must share.
 //!
 //! Version 2 turned the reserved byte at 75 into the secret claim and added
 //! the 32 bytes after it ([`SecretClaim`], `docs/design.md` §5.3). A rank
@@ -51,14 +60,15 @@
 use std::time::Duration;
 
 use crate::bootstrap::secret::{JobSecret, SECRET_LEN};
+use crate::config::LocalMode;
 use crate::protocol::wire;
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};
 
 /// The version of the record format above.
-pub const RECORD_VERSION: u16 = 2;
+pub const RECORD_VERSION: u16 = 3;
 
 const MAGIC: [u8; 4] = *b"FFDR";
-const FIXED_LEN: usize = 108;
+const FIXED_LEN: usize = 129;
 /// Bytes of a secret's fingerprint in a record.
 pub const FINGERPRINT_LEN: usize = 8;
 const MAX_NAME: usize = 255;
@@ -74,9 +84,14 @@ pub struct AgreedSettings {
     pub inband: InbandMode,
     pub bcast: BcastKind,
     pub ring: RingKind,
+    /// Host groups and local watching, or the per-process ring
+    /// (`FFD_LOCAL`): the ring's shape, so every rank must agree.
+    pub local: LocalMode,
 }
 
 impl AgreedSettings {
+    /// The engine's settings, with local watching `auto` (the caller sets
+    /// `local` from its configuration).
     pub fn of(engine: &EngineConfig) -> Self {
         AgreedSettings {
             period: engine.period,
@@ -84,8 +99,22 @@ impl AgreedSettings {
             inband: engine.inband,
             bcast: engine.bcast,
             ring: engine.ring,
+            local: LocalMode::default(),
         }
     }
+}
+
+/// Who a rank's process is, as a same-host watcher must check it: a pid
+/// alone may be recycled, or belong to another pid namespace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessIdentity {
+    /// The process id in the rank's own pid namespace.
+    pub pid: u32,
+    /// The inode of the rank's `/proc/self/ns/pid` (0: unknown).
+    pub pid_namespace: u64,
+    /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field
+    /// 22; 0: unknown).
+    pub start_time: u64,
 }
 
 /// What a rank's record says about the job's secret.
@@ -169,6 +198,8 @@ pub struct PeerRecord {
     /// The job's secret as this rank knows it (never the secret itself,
     /// except rank 0's drawn one).
     pub secret: SecretClaim,
+    /// This rank's process, for its same-host watchers.
+    pub process: ProcessIdentity,
 }
 
 impl PeerRecord {
@@ -196,6 +227,7 @@ impl PeerRecord {
             ring_seed: engine.ring_seed,
             settings: AgreedSettings::of(engine),
             secret: SecretClaim::None,
+            process: ProcessIdentity::default(),
         }
     }
 
@@ -237,6 +269,10 @@ impl PeerRecord {
         out.push(ring_code(self.settings.ring));
         out.push(self.secret.code());
         out.extend_from_slice(&self.secret.material());
+        out.extend_from_slice(&self.process.pid.to_le_bytes());
+        out.extend_from_slice(&self.process.pid_namespace.to_le_bytes());
+        out.extend_from_slice(&self.process.start_time.to_le_bytes());
+        out.push(local_code(self.settings.local));
         for text in [&self.hostname, &self.provider] {
             out.push(text.len() as u8); // checked above: ≤ 255
             out.extend_from_slice(text.as_bytes());
@@ -274,6 +310,12 @@ impl PeerRecord {
         let ring = decode_code("ring", r.u8()?, &RING)?;
         let claim = r.u8()?;
         let secret = SecretClaim::decode(claim, r.array()?)?;
+        let process = ProcessIdentity {
+            pid: r.u32()?,
+            pid_namespace: r.u64()?,
+            start_time: r.u64()?,
+        };
+        let local = decode_code("local", r.u8()?, &LOCAL)?;
         let hostname = r.text("hostname")?;
         let provider = r.text("provider")?;
         let addr_len = usize::from(r.u16()?);
@@ -308,8 +350,10 @@ impl PeerRecord {
                 inband,
                 bcast,
                 ring,
+                local,
             },
             secret,
+            process,
         })
     }
 }
@@ -392,6 +436,7 @@ impl<'a> RecordReader<'a> {
 const INBAND: [InbandMode; 3] = [InbandMode::Declare, InbandMode::Suspect, InbandMode::Off];
 const BCAST: [BcastKind; 2] = [BcastKind::Bmg, BcastKind::Chord];
 const RING: [RingKind; 3] = [RingKind::Topology, RingKind::Shuffle, RingKind::Rank];
+const LOCAL: [LocalMode; 3] = [LocalMode::Auto, LocalMode::Off, LocalMode::Counters];
 
 fn inband_code(v: InbandMode) -> u8 {
     match v {
@@ -414,6 +459,14 @@ fn ring_code(v: RingKind) -> u8 {
     }
 }
 
+fn local_code(v: LocalMode) -> u8 {
+    match v {
+        LocalMode::Auto => 0,
+        LocalMode::Off => 1,
+        LocalMode::Counters => 2,
+    }
+}
+
 fn decode_code<T: Copy>(field: &'static str, code: u8, table: &[T]) -> Result<T, RecordError> {
     table
         .get(usize::from(code))
@@ -427,6 +480,33 @@ pub fn host_id(hostname: &str) -> u64 {
     hostname.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// This process's identity for same-host watchers: its pid, the inode of
+/// its pid namespace and its start time. The last two are 0 where `/proc`
+/// does not tell (a watcher then trusts the pid only in its own namespace
+/// by the start time it reads, and says why it fell back when it cannot).
+pub fn this_process() -> ProcessIdentity {
+    let pid = std::process::id();
+    let pid_namespace = std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0);
+    ProcessIdentity {
+        pid,
+        pid_namespace,
+        start_time: start_time_of("self").unwrap_or(0),
+    }
+}
+
+/// The start time (clock ticks since boot, field 22 of `/proc/<pid>/stat`)
+/// of the process `pid` (a number, or `self`) as this process's pid
+/// namespace sees it; `None` if it cannot be read.
+pub fn start_time_of(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 2 (the command) is in parentheses and may hold spaces: count
+    // from the last ')'. Field 3 is the first after it; 22 is the 20th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// This machine's host name, from the kernel (`/proc/sys/kernel/hostname`),
@@ -470,6 +550,12 @@ mod tests {
         r.settings.bcast = BcastKind::Chord;
         r.secret = SecretClaim::Held {
             fingerprint: [1, 2, 3, 4, 5, 6, 7, 8],
+        };
+        r.settings.local = LocalMode::Off;
+        r.process = ProcessIdentity {
+            pid: 4242,
+            pid_namespace: 4_026_531_836,
+            start_time: 123_456,
         };
         r
     }
@@ -538,7 +624,7 @@ mod tests {
         v1[4] = 1;
         assert_eq!(
             PeerRecord::decode(&v1).unwrap_err().to_string(),
-            "is of record version 1, this rank reads version 2"
+            "is of record version 1, this rank reads version 3"
         );
         let mut claim = bytes.clone();
         claim[75] = 3;
@@ -564,9 +650,20 @@ mod tests {
             PeerRecord::decode(&utf),
             Err(RecordError::NotUtf8 { field: "hostname" })
         );
+        let mut local = bytes.clone();
+        local[128] = 3;
         assert_eq!(
-            PeerRecord::decode(&bytes[..112]).unwrap_err().to_string(),
-            "is truncated: 112 bytes, the hostname needs 3 more"
+            PeerRecord::decode(&local),
+            Err(RecordError::UnknownCode {
+                field: "local",
+                code: 3
+            })
+        );
+        assert_eq!(
+            PeerRecord::decode(&bytes[..FIXED_LEN + 4])
+                .unwrap_err()
+                .to_string(),
+            "is truncated: 133 bytes, the hostname needs 3 more"
         );
     }
 
@@ -606,6 +703,25 @@ mod tests {
         let b = random_job_key().unwrap();
         assert_ne!(a, 0);
         assert_ne!(a, b, "two 64-bit draws collided");
+    }
+
+    #[test]
+    fn the_process_identity_is_at_its_documented_offsets() {
+        let bytes = sample().encode().unwrap();
+        assert_eq!(bytes[108..112], 4242u32.to_le_bytes());
+        assert_eq!(bytes[112..120], 4_026_531_836u64.to_le_bytes());
+        assert_eq!(bytes[120..128], 123_456u64.to_le_bytes());
+        assert_eq!(bytes[128], 1, "local off");
+    }
+
+    #[test]
+    fn this_process_knows_its_pid_namespace_and_start_time() {
+        let me = this_process();
+        assert_eq!(me.pid, std::process::id());
+        assert_ne!(me.pid_namespace, 0);
+        assert_ne!(me.start_time, 0);
+        assert_eq!(start_time_of(&me.pid.to_string()), Some(me.start_time));
+        assert_eq!(start_time_of("0"), None);
     }
 
     #[test]

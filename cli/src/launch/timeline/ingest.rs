@@ -113,6 +113,14 @@ impl Timeline {
                     }
                 }
             }
+            AgentEvent::HostFailed { host, ranks } => say(
+                true,
+                Happening::HostFailed {
+                    rank,
+                    host: *host,
+                    ranks,
+                },
+            ),
             AgentEvent::Left { rank: gone } => {
                 let gone = *gone;
                 if gone >= self.info.ranks {

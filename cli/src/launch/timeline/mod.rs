@@ -163,6 +163,12 @@ enum Happening<'a> {
         rank: Rank,
         gone: Rank,
     },
+    /// `rank` declared every rank of host `host` in one notice.
+    HostFailed {
+        rank: Rank,
+        host: u32,
+        ranks: &'a [Rank],
+    },
     SelfExcluded {
         rank: Rank,
         /// Who told it, or whose accusation found no quorum.

@@ -102,6 +102,13 @@ fn words(what: &Happening<'_>) -> String {
             )
         }
         Happening::SawLeave { rank, gone } => format!("rank {rank} saw rank {gone} leave"),
+        Happening::HostFailed { rank, host, ranks } => {
+            let list: Vec<String> = ranks.iter().map(ToString::to_string).collect();
+            format!(
+                "rank {rank} declared host {host} failed: ranks {} in one notice",
+                list.join(", ")
+            )
+        }
         Happening::SelfExcluded { rank, by, why } => {
             let by = by.map_or_else(String::new, |b| format!("rank {b}'s "));
             match why {

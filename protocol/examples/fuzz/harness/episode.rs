@@ -20,10 +20,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
-    BcastKind, Engine, EngineConfig, Evidence, FabricSaid, HandleError, InbandMode, Input, Output,
-    QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind, slot_value,
+    BcastKind, Engine, EngineConfig, Evidence, FabricSaid, HandleError, Hosts, InbandMode, Input,
+    LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -57,6 +58,8 @@ struct Node {
     /// Modelled mode: where this rank's heartbeats go (observer, slot,
     /// generation, digest fold).
     stream: Option<(Rank, u16, u32, u32)>,
+    /// Host groups: this rank's counter (its last wake-up).
+    counter: Option<LocalBeat>,
 }
 
 /// One step of an episode.
@@ -199,6 +202,13 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
     let outsider = JobKeys::new(keys.job_key(), [0xA5; 32]);
     let steps = 50 + dice.below(3000);
     let modelled = dice.chance(15);
+    // Host groups (node-local watching) in some episodes: ranks round-robin
+    // over 1..=n hosts.
+    let hosts = dice.chance(25).then(|| {
+        let h = 1 + dice.below32(n);
+        let ids: Vec<u32> = (0..n).map(|r| r % h).collect();
+        Arc::new(Hosts::new(config.ring, &ids, config.ring_seed))
+    });
     let config = Arc::new(config);
     let ring = Arc::new(ring);
     let mut ep = Episode {
@@ -218,8 +228,18 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
         keys: keys.clone(),
     };
     for r in 0..n {
-        let Ok(mut engine) = Engine::new(config.clone(), ring.clone(), r, keys.clone(), Time::ZERO)
-        else {
+        let made = match &hosts {
+            None => Engine::new(config.clone(), ring.clone(), r, keys.clone(), Time::ZERO),
+            Some(h) => Engine::with_hosts(
+                config.clone(),
+                ring.clone(),
+                h.clone(),
+                r,
+                keys.clone(),
+                Time::ZERO,
+            ),
+        };
+        let Ok(mut engine) = made else {
             return;
         };
         if modelled {
@@ -232,6 +252,7 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
             crashed: false,
             page: vec![0; usize::from(SLOTS)],
             stream: None,
+            counter: None,
         });
     }
     // Outputs once every rank exists: a first heartbeat goes to a later one.
@@ -651,10 +672,30 @@ impl Episode<'_> {
             4 => u64::MAX,
             _ => normal,
         };
+        // The local emitter's counter: its last wake-up mostly, else none,
+        // one from the future, garbage.
+        let local = self.nodes[r as usize]
+            .engine
+            .local_emitter()
+            .and_then(|e| self.nodes[e as usize].counter);
+        let local = match dice.below(25) {
+            0 => None,
+            1 => Some(LocalBeat {
+                at: now + Duration::from_micros(dice.below(1_000_000)),
+                digest: dice.u32(),
+            }),
+            2 => Some(LocalBeat {
+                at: Time::from_nanos(dice.u64()),
+                digest: dice.u32(),
+            }),
+            _ => local,
+        };
         self.tally.input(Column::Engine, InputKind::Timeout);
         let engine = &mut self.nodes[r as usize].engine;
         let before = engine.next_deadline();
-        engine.handle_timeout(now, |_| reading);
+        engine.handle_timeout_with(now, |_| reading, |_| local);
+        let digest = fold_digest(engine.digest());
+        self.nodes[r as usize].counter = Some(LocalBeat { at: now, digest });
         self.tally.done();
         self.settle(r, Call::Timeout, before);
     }
@@ -679,6 +720,19 @@ impl Episode<'_> {
         let Some(r) = self.target(dice) else {
             return;
         };
+        if dice.chance(20) {
+            // A same-host exit (the pidfd of a crashed rank, mostly; any
+            // rank, this one included, sometimes).
+            let crashed: Vec<Rank> = (0..self.n)
+                .filter(|&x| self.nodes[x as usize].crashed)
+                .collect();
+            let rank = match (crashed.is_empty(), dice.below(4)) {
+                (false, 0..=2) => crashed[dice.below(crashed.len() as u64) as usize],
+                _ => dice.below32(self.n + 1),
+            };
+            let _ = self.engine_call(r, InputKind::Exited, Input::Exited { rank });
+            return;
+        }
         let view = self.view(r);
         let peer = match dice.below(4) {
             0 => view.observer.unwrap_or(0),

@@ -61,6 +61,7 @@ input_kinds! {
     Unkeyed => "generated message, sealed without the secret", decoder 5, engine 3;
     RandomBytes => "random bytes", decoder 10, engine 4;
     TransportError => "transport error", decoder 0, engine 0;
+    Exited => "same-host exit", decoder 0, engine 0;
     Sent => "send completion", decoder 0, engine 0;
     Timeout => "timeout with a slot reading", decoder 0, engine 0;
     Broadcast => "broadcast", decoder 0, engine 0;
@@ -180,6 +181,7 @@ impl Tally {
             Event::SelfExcluded { .. } => "SelfExcluded event",
             Event::SlowEmitter { .. } => "SlowEmitter event",
             Event::Payload { .. } => "Payload event",
+            Event::HostFailed { .. } => "HostFailed event",
             Event::ViewChange { .. } => "ViewChange event",
             Event::Agreed { .. } => "Agreed event",
             Event::AgreeAborted { .. } => "AgreeAborted event",

@@ -1,0 +1,284 @@
+//! Node-local watching through the real launcher and agents
+//! (`docs/design.md` §4.10): `ffd run` over `tcp;ofi_rxm` on loopback,
+//! period 10 ms, timeout 100 ms, `FFD_LOCAL=auto` unless a test says
+//! otherwise. A kill is seen through a pidfd (cause `exited`), a hang
+//! through the shared-memory counters, a dead leader is replaced, a whole
+//! emulated host is one notice. Jobs run one at a time (two cores).
+
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const TIMEOUT_MS: f64 = 100.0;
+
+/// Runs `ffd run` with `args` and `FFD_LOCAL=local`; returns the JSON
+/// report and the output.
+fn run_job(local: &str, args: &[&str]) -> (Value, Output) {
+    run_job_with(local, &[], args)
+}
+
+/// `run_job` with more variables for the agents.
+fn run_job_with(local: &str, env: &[(&str, &str)], args: &[&str]) -> (Value, Output) {
+    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!(
+        "ffd-local-e2e-{}-{}-{}",
+        std::process::id(),
+        local,
+        args.join("_").replace(['/', '@'], "-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ffd"))
+        .arg("run")
+        .args(["--period", "10ms", "--timeout", "100ms"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .env_remove("FFD_LOG")
+        .env("FFD_LOCAL", local)
+        .envs(env.iter().copied())
+        .output()
+        .expect("ffd run starts");
+    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}); stdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (serde_json::from_str(&text).expect("valid JSON"), out)
+}
+
+fn failure_of(report: &Value, rank: u64) -> &Value {
+    report["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rank"] == rank)
+        .unwrap_or_else(|| panic!("no failure entry for rank {rank}: {report:#}"))
+}
+
+/// How long after its fault `rank` was first declared, in ms.
+fn delay_of(report: &Value, rank: u64) -> f64 {
+    let f = failure_of(report, rank);
+    f["detected_at_ms"].as_f64().unwrap() - f["injected_at_ms"].as_f64().unwrap()
+}
+
+fn assert_all_learned(report: &Value, rank: u64, survivors: &[u64]) {
+    let f = failure_of(report, rank);
+    let notified: Vec<u64> = f["notified"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    for s in survivors {
+        assert!(
+            notified.contains(s),
+            "rank {s} never learned rank {rank} failed: {f:#}"
+        );
+    }
+}
+
+fn assert_no_false_reports(report: &Value) {
+    assert_eq!(report["false_reports"], serde_json::json!([]), "{report:#}");
+}
+
+/// Whether this machine lets a process open pidfds (Linux ≥ 5.3, no
+/// seccomp rule against it); the tests that need one say so and pass.
+fn pidfds_here() -> bool {
+    match ffd::fabric::local::pidfd_probe() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("skipped: no pidfd here ({why})");
+            false
+        }
+    }
+}
+
+#[test]
+fn a_killed_rank_is_declared_exited_by_its_host_and_every_survivor_is_told() {
+    if !pidfds_here() {
+        return;
+    }
+    let (report, _) = run_job(
+        "auto",
+        &["-n", "6", "--kill", "2@500ms", "--duration", "1500ms"],
+    );
+    let f = failure_of(&report, 2);
+    assert_eq!(f["cause"], "exited", "{f:#}");
+    let delay = delay_of(&report, 2);
+    // A pidfd wakes its watcher in about 0.15 ms once the process is gone;
+    // the kernel's teardown of a process on a loaded machine takes longer.
+    assert!(
+        (0.0..TIMEOUT_MS).contains(&delay),
+        "{delay} ms after the kill"
+    );
+    assert_all_learned(&report, 2, &[0, 1, 3, 4, 5]);
+    assert_no_false_reports(&report);
+    // Each survivor watched every other rank through a pidfd and saw the
+    // exit itself (unless the first notice reached it before its own
+    // thread ran: then it learned it from that notice).
+    let stats = report["stats"].as_object().unwrap();
+    for (rank, s) in stats {
+        if rank != "2" {
+            assert_eq!(s["runtime"]["local_pidfds"], 5, "rank {rank}: {s}");
+            assert_eq!(s["runtime"]["local_exits_seen"], 1, "rank {rank}: {s}");
+            let d = &s["engine"]["detections"];
+            let known = d["exited"].as_u64().unwrap() + d["notice"].as_u64().unwrap();
+            assert_eq!(known, 1, "rank {rank}: {s}");
+        }
+    }
+}
+
+#[test]
+fn a_stopped_rank_is_found_through_its_counter_by_its_local_observer() {
+    let (report, _) = run_job(
+        "auto",
+        &["-n", "4", "--stop", "2@500ms", "--duration", "1500ms"],
+    );
+    let f = failure_of(&report, 2);
+    assert_eq!(
+        (&f["cause"], &f["detector"]),
+        (&"timeout".into(), &3.into()),
+        "{f:#}"
+    );
+    let delay = delay_of(&report, 2);
+    assert!(
+        (TIMEOUT_MS * 0.5..=TIMEOUT_MS + 500.0).contains(&delay),
+        "{delay} ms"
+    );
+    assert_all_learned(&report, 2, &[0, 1, 3]);
+    assert_no_false_reports(&report);
+    assert_eq!(
+        report["failures"].as_array().unwrap().len(),
+        1,
+        "{report:#}"
+    );
+}
+
+#[test]
+fn without_pidfds_the_counters_still_catch_a_kill() {
+    let (report, _) = run_job(
+        "counters",
+        &["-n", "4", "--kill", "1@500ms", "--duration", "1500ms"],
+    );
+    let f = failure_of(&report, 1);
+    assert_eq!(
+        (&f["cause"], &f["detector"]),
+        (&"timeout".into(), &2.into()),
+        "{f:#}"
+    );
+    assert!(delay_of(&report, 1) <= TIMEOUT_MS + 500.0);
+    assert_all_learned(&report, 1, &[0, 2, 3]);
+    assert_no_false_reports(&report);
+    for (rank, s) in report["stats"].as_object().unwrap() {
+        assert_eq!(s["runtime"]["local_pidfds"], 0, "rank {rank}: {s}");
+    }
+}
+
+#[test]
+fn a_whole_emulated_host_is_declared_in_one_notice() {
+    // 3 hosts of 2: host 1 = ranks 1 and 4, silenced together. (Stopped,
+    // not killed: a killed process's sockets are reset by its kernel, and
+    // that in-band proof names each rank on its own, as it should; a host
+    // that loses power or its network says nothing.)
+    // One notice for the host: silence declared at once (with the default
+    // FFD_QUORUM=majority each rank is an accusation of its own).
+    let (report, out) = run_job_with(
+        "auto",
+        &[("FFD_QUORUM", "off")],
+        &[
+            "-n",
+            "6",
+            "--hosts",
+            "3",
+            "--stop",
+            "1@500ms",
+            "--stop",
+            "4@500ms",
+            "--duration",
+            "1500ms",
+        ],
+    );
+    let (a, b) = (failure_of(&report, 1), failure_of(&report, 4));
+    assert_eq!(
+        (&a["cause"], &b["cause"]),
+        (&"timeout".into(), &"timeout".into())
+    );
+    assert_eq!(
+        a["detector"], b["detector"],
+        "one rank declared both: {report:#}"
+    );
+    for dead in [1, 4] {
+        assert!(delay_of(&report, dead) <= TIMEOUT_MS + 500.0);
+        assert_all_learned(&report, dead, &[0, 2, 3, 5]);
+    }
+    assert_no_false_reports(&report);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("declared host 1 failed: ranks 1, 4 in one notice"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_killed_leader_is_replaced_and_the_next_failure_is_still_found() {
+    if !pidfds_here() {
+        return;
+    }
+    // 2 hosts of 3: host 0 = {0, 2, 4} led by 0, host 1 = {1, 3, 5} led by 1.
+    // Rank 0 dies: rank 2 leads host 0. Then host 1 falls silent whole:
+    // only the fabric ring, now led by rank 2 on host 0, can find it.
+    let (report, out) = run_job_with(
+        "auto",
+        &[("FFD_QUORUM", "off")],
+        &[
+            "-n",
+            "6",
+            "--hosts",
+            "2",
+            "--kill",
+            "0@500ms",
+            "--stop",
+            "1@1500ms",
+            "--stop",
+            "3@1500ms",
+            "--stop",
+            "5@1500ms",
+            "--duration",
+            "2500ms",
+        ],
+    );
+    // Its host saw the exit; its fabric neighbour may see the reset of its
+    // connection first: both are proof.
+    let cause = failure_of(&report, 0)["cause"].as_str().unwrap().to_owned();
+    assert!(cause == "exited" || cause == "inband", "{cause}");
+    assert_all_learned(&report, 0, &[2, 4]);
+    for dead in [1, 3, 5] {
+        let f = failure_of(&report, dead);
+        assert_eq!(
+            (&f["cause"], &f["detector"]),
+            (&"timeout".into(), &2.into()),
+            "{f:#}"
+        );
+        assert!(delay_of(&report, dead) <= TIMEOUT_MS + 500.0);
+        assert_all_learned(&report, dead, &[2, 4]);
+    }
+    assert_no_false_reports(&report);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("rank 2 declared host 1 failed: ranks 1, 3, 5 in one notice"),
+        "{stdout}"
+    );
+}

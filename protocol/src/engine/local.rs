@@ -1,0 +1,407 @@
+//! Host groups in the Engine: local watching and the fabric ring of hosts
+//! (`docs/design.md` §4.10).
+//!
+//! Owns: this rank's local watch (its nearest live same-host predecessor's
+//! counter in shared memory, judged by the rules of the fabric slot: the
+//! timeout, the self-lag guard, slow-emitter warnings, the digest sync),
+//! same-host exits (proof, declared at once by every local rank, broadcast
+//! by the lowest live one), who is a leader and what a leader observes
+//! (the emitter candidate and the `ObserveMe` order of a ring of hosts),
+//! the whole-host check before a silent leader is declared, and
+//! [`Engine::declare_silent`], the one place every declaration resting on
+//! silence passes. Must not: read shared memory or a pidfd (the driver
+//! does and hands in [`LocalBeat`]s and [`Input::Exited`](super::Input)),
+//! send per-period messages, or change the failed set except through
+//! `membership`.
+
+use std::time::Duration;
+
+use super::{Cause, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Participation, Timer};
+use crate::config::QuorumMode;
+use crate::config::{Rank, Time};
+use crate::wire::Kind;
+
+/// This rank's watch of its local emitter's counter.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LocalWatch {
+    /// The nearest live same-host rank below this one (wrapping); `None`
+    /// without host groups or when alone on the host.
+    pub(super) emitter: Option<Rank>,
+    /// The newest wake-up of the emitter seen in its counter.
+    pub(super) seen_at: Option<Time>,
+    /// The emitter is judged from `max(baseline, seen_at)`: the start-up
+    /// grace, a local mending, a stall of this rank's own; cleared by a
+    /// newer wake-up (the emitter showed it is alive).
+    pub(super) baseline: Time,
+    pub(super) digest: u32,
+    pub(super) mismatch_since: Option<Time>,
+    pub(super) sync_not_before: Time,
+    pub(super) slow_warned_at: Option<Time>,
+}
+
+/// A silent leader's host being checked before anyone is declared.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HostCheck {
+    host: u32,
+    leader: Rank,
+    nonce: u32,
+    /// The watch's `changed_at` when the check began: a slot that moves
+    /// meanwhile ends the check (the leader was slow).
+    changed_at: Time,
+}
+
+impl Engine {
+    /// Whether this rank leads its host (always, without host groups).
+    pub fn is_leader(&self) -> bool {
+        self.hosts
+            .as_ref()
+            .is_none_or(|h| h.is_leader(self.me, |r| self.is_gone(r)))
+    }
+
+    /// The rank whose counter this rank watches in shared memory, if any.
+    pub fn local_emitter(&self) -> Option<Rank> {
+        self.local.emitter
+    }
+
+    /// How long the local emitter's counter may stand still before it is
+    /// declared: the timeout, stretched by the local health multiplier as
+    /// the fabric slot's is (`health`).
+    pub(super) fn local_limit(&self) -> Duration {
+        self.health.stretch(self.config.timeout)
+    }
+
+    /// The emitter this rank should observe over the fabric: its nearest
+    /// live ring predecessor, or with host groups, as its host's leader,
+    /// the leader of the nearest live host before its own.
+    pub(super) fn emitter_candidate(&self) -> Option<Rank> {
+        let gone = |r| self.is_gone(r);
+        match &self.hosts {
+            None => self.ring.predecessors(self.me).find(|&r| !gone(r)),
+            Some(h) if h.is_leader(self.me, gone) => h.fabric_emitter(self.me, gone),
+            Some(_) => None,
+        }
+    }
+
+    /// Whether an `ObserveMe` from `sender` supersedes the one from our
+    /// current observer `current`: observers only move outward along the
+    /// ring; with host groups, to a farther host, or on the same host to a
+    /// higher rank (its new leader).
+    pub(super) fn farther_observer(&self, sender: Rank, current: Rank) -> bool {
+        match &self.hosts {
+            None => self.ring.distance(self.me, sender) > self.ring.distance(self.me, current),
+            Some(h) => {
+                (h.host_distance(self.me, sender), sender)
+                    > (h.host_distance(self.me, current), current)
+            }
+        }
+    }
+
+    /// Whether `peer` is this rank's local emitter or local observer (they
+    /// may ask each other for their sets).
+    pub(super) fn is_local_neighbour(&self, peer: Rank) -> bool {
+        self.local.emitter == Some(peer)
+            || self
+                .hosts
+                .as_ref()
+                .and_then(|h| h.local_observer(self.me, |r| self.is_gone(r)))
+                == Some(peer)
+    }
+
+    // ----- exits -----
+
+    /// A same-host process exited: proof. Every local rank declares it at
+    /// once; only the lowest live local rank broadcasts the notice (the
+    /// others would send duplicates: every local rank saw the exit itself).
+    pub(super) fn on_exited(&mut self, now: Time, rank: Rank) {
+        self.stats.exits_seen += 1;
+        let Some(hosts) = self.hosts.clone() else {
+            return;
+        };
+        if rank >= self.ring.len()
+            || rank == self.me
+            || !hosts.same_host(rank, self.me)
+            || self.is_gone(rank)
+            || self.participation != Participation::Active
+        {
+            return;
+        }
+        let broadcaster = hosts
+            .members(hosts.host_of(self.me))
+            .iter()
+            .copied()
+            .find(|&r| r != rank && !self.is_gone(r));
+        let broadcast = broadcaster == Some(self.me);
+        let proof = FailureDetail::Proof {
+            said: FabricSaid::Nothing,
+        };
+        self.declare_now(now, &[rank], Cause::Exited, proof, broadcast);
+    }
+
+    // ----- the local counter -----
+
+    /// The driver's reading of the local emitter's counter (`None`: never
+    /// written). A newer wake-up is a beat; a gap between two that exceeds
+    /// a check interval plus the slow-emitter threshold raises
+    /// `SlowEmitter` (the emitter bumps at every wake-up, at least every
+    /// check interval).
+    pub(super) fn on_local_beat(&mut self, now: Time, reading: Option<LocalBeat>) {
+        let (Some(emitter), Some(beat)) = (self.local.emitter, reading) else {
+            return;
+        };
+        if self.participation == Participation::Excluded {
+            return;
+        }
+        if self.local.seen_at.is_some_and(|t| beat.at <= t) {
+            self.local.digest = beat.digest;
+            return;
+        }
+        if let Some(previous) = self.local.seen_at {
+            let stalled_for = beat.at - previous;
+            let quiet = self
+                .local
+                .slow_warned_at
+                .is_none_or(|t| now - t >= self.config.timeout);
+            let slow = self.config.check_interval() + self.config.slow_emitter_after();
+            if stalled_for >= slow && quiet {
+                self.local.slow_warned_at = Some(now);
+                self.stats.slow_emitter_warnings += 1;
+                self.push_event(Event::SlowEmitter {
+                    rank: emitter,
+                    stalled_for,
+                });
+            }
+        }
+        self.local.seen_at = Some(beat.at);
+        self.local.baseline = Time::ZERO;
+        self.local.digest = beat.digest;
+    }
+
+    /// The local emitter is judged from this instant.
+    fn local_since(&self) -> Time {
+        self.local
+            .baseline
+            .max(self.local.seen_at.unwrap_or(Time::ZERO))
+    }
+
+    pub(super) fn schedule_local_check(&mut self, now: Time) {
+        if self.local.emitter.is_none() || self.participation != Participation::Active {
+            self.timers.stop(Timer::LocalCheck);
+            return;
+        }
+        let expiry = self.local_since() + self.local_limit();
+        let next = (now + self.config.check_interval())
+            .min(expiry)
+            .max(now + Duration::from_nanos(1));
+        self.timers.set(Timer::LocalCheck, next);
+    }
+
+    /// A check of the local emitter: declared when its counter stood still
+    /// for the timeout (not on a wake-up that ran late: this rank's own
+    /// stall is not its emitter's); a digest that differs from ours for
+    /// `sync_after` asks it for its sets, as over the fabric.
+    pub(super) fn check_local(&mut self, now: Time, lagging: bool) {
+        self.stats.local_checks += 1;
+        if self.participation != Participation::Active {
+            return;
+        }
+        let Some(emitter) = self.local.emitter else {
+            return;
+        };
+        let since = self.local_since();
+        if !lagging && now >= since && now - since >= self.local_limit() {
+            self.stats.local_hangs += 1;
+            self.declare_silent(now, &[emitter], Cause::Timeout);
+            return;
+        }
+        if self.local.seen_at.is_some() && self.local.digest != self.my_digest32() {
+            match self.local.mismatch_since {
+                None => self.local.mismatch_since = Some(now),
+                Some(since) => {
+                    if now - since >= self.config.sync_after() && now >= self.local.sync_not_before
+                    {
+                        self.local.sync_not_before = now + self.config.timeout;
+                        self.send_sync_request(emitter);
+                    }
+                }
+            }
+        } else {
+            self.local.mismatch_since = None;
+        }
+        self.schedule_local_check(now);
+    }
+
+    /// This rank woke late: its local emitter gets a full timeout from now.
+    pub(super) fn local_self_lag(&mut self, now: Time) {
+        self.local.baseline = self.local.baseline.max(now);
+        self.local.mismatch_since = None;
+    }
+
+    /// The local ring after the gone set grew: watch the nearest live
+    /// same-host predecessor; take over the fabric watch on becoming the
+    /// host's leader.
+    pub(super) fn after_gone_changed_local(&mut self, now: Time) {
+        let Some(hosts) = self.hosts.clone() else {
+            return;
+        };
+        let emitter = hosts.local_emitter(self.me, |r| self.is_gone(r));
+        if emitter != self.local.emitter {
+            self.local.emitter = emitter;
+            self.local.seen_at = None;
+            self.local.baseline = now;
+            self.local.mismatch_since = None;
+            self.local.slow_warned_at = None;
+            self.schedule_local_check(now);
+        }
+        let leads = hosts.is_leader(self.me, |r| self.is_gone(r));
+        if leads && !self.leading {
+            self.stats.leader_takeovers += 1;
+        }
+        self.leading = leads;
+        if leads && self.watch.emitter.is_none() && self.emitter_candidate().is_some() {
+            // A new leader: observe the previous host's leader (ObserveMe
+            // switches its heartbeats to us); the next host's leader mends
+            // to us when it learns that ours failed.
+            self.mend(now);
+        }
+    }
+
+    // ----- whole hosts -----
+
+    /// The fabric emitter stood still for the timeout. With host groups,
+    /// and other live ranks on its host, check the host first: a probe to
+    /// each of its live ranks; a quarter timeout without any answer
+    /// declares the whole host in one notice, an answer declares only the
+    /// leader. Otherwise declare it.
+    pub(super) fn on_silent_emitter(&mut self, now: Time, emitter: Rank, cause: Cause) {
+        if cause == Cause::Timeout {
+            if let Some(hosts) = self.hosts.clone() {
+                if self.host_check.is_some() {
+                    return;
+                }
+                let host = hosts.host_of(emitter);
+                let live: Vec<Rank> = hosts
+                    .members(host)
+                    .iter()
+                    .copied()
+                    .filter(|&r| !self.is_gone(r))
+                    .collect();
+                if live.len() > 1 {
+                    self.stats.host_checks += 1;
+                    self.nonce = self.nonce.wrapping_add(1);
+                    for &r in &live {
+                        let m = self.encoder.probe(self.nonce, r);
+                        self.send(r, Kind::Probe, m);
+                    }
+                    self.host_check = Some(HostCheck {
+                        host,
+                        leader: emitter,
+                        nonce: self.nonce,
+                        changed_at: self.watch.changed_at,
+                    });
+                    self.timers
+                        .set(Timer::HostCheck, now + self.config.timeout / 4);
+                    return;
+                }
+            }
+        }
+        self.declare_silent(now, &[emitter], cause);
+    }
+
+    /// A probe's answer: if it is about a rank of the host being checked
+    /// and says alive, only the leader is declared, now. Returns whether
+    /// the answer belonged to the host check.
+    pub(super) fn on_host_check_ack(&mut self, now: Time, nonce: u32, about: Rank) -> bool {
+        let Some(check) = self.host_check else {
+            return false;
+        };
+        let ours = check.nonce == nonce
+            && self
+                .hosts
+                .as_ref()
+                .is_some_and(|h| h.host_of(about) == check.host);
+        if ours {
+            self.host_check = None;
+            self.timers.stop(Timer::HostCheck);
+            if self.watch.emitter == Some(check.leader) {
+                self.declare_silent(now, &[check.leader], Cause::Timeout);
+            }
+        }
+        ours
+    }
+
+    /// The host check's window closed without an answer: the whole host
+    /// is declared, unless the leader's slot moved meanwhile (it was slow)
+    /// or this rank mended elsewhere.
+    pub(super) fn resolve_host_check(&mut self, now: Time, lagging: bool) {
+        let Some(check) = self.host_check else {
+            return;
+        };
+        if lagging {
+            // No verdict on a late wake-up: answers may be waiting.
+            self.timers
+                .set(Timer::HostCheck, now + self.config.timeout / 4);
+            return;
+        }
+        self.host_check = None;
+        let moved = self.watch.changed_at > check.changed_at;
+        if self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved {
+            self.schedule_check(now);
+            return;
+        }
+        let Some(hosts) = self.hosts.clone() else {
+            return;
+        };
+        let live: Vec<Rank> = hosts
+            .members(check.host)
+            .iter()
+            .copied()
+            .filter(|&r| !self.is_gone(r))
+            .collect();
+        self.declare_silent(now, &live, Cause::Timeout);
+    }
+
+    /// Every declaration of node-local watching that rests on silence
+    /// passes here (a local counter that stood still, a silent leader, a
+    /// silent host): `ranks` ascending. With `FFD_QUORUM=off`, declared in
+    /// one notice, and when they are every live rank of one host (more than
+    /// one), the host is reported failed too. With `majority`, each goes
+    /// through the quorum's door ([`Engine::on_silence`]): an accusation a
+    /// majority confirms (one per rank; a host-level accusation is not
+    /// built yet).
+    pub(super) fn declare_silent(&mut self, now: Time, ranks: &[Rank], cause: Cause) {
+        if self.participation != Participation::Active {
+            return;
+        }
+        if self.config.quorum == QuorumMode::Majority {
+            for &r in ranks {
+                self.on_silence(now, r, cause, FabricSaid::Nothing);
+            }
+            return;
+        }
+        let whole_host = match (&self.hosts, ranks) {
+            (Some(h), [first, _, ..]) => {
+                let host = h.host_of(*first);
+                let live: Vec<Rank> = h
+                    .members(host)
+                    .iter()
+                    .copied()
+                    .filter(|&r| !self.is_gone(r))
+                    .collect();
+                (live == ranks).then_some(host)
+            }
+            _ => None,
+        };
+        let detail = FailureDetail::Silence {
+            said: FabricSaid::Nothing,
+            quorum: None,
+        };
+        self.declare_now(now, ranks, cause, detail, true);
+        if let Some(host) = whole_host {
+            self.stats.hosts_declared += 1;
+            self.push_event(Event::HostFailed {
+                host,
+                ranks: ranks.to_vec(),
+            });
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! Engines with host groups (`docs/design.md` §4.10): leaders and the ring
+//! of hosts, local watching (exits as proof, hangs through the counters),
+//! leader failover, and a whole host declared in one notice.
+//!
+//! A small driver runs every Engine on virtual time in 1 ms steps:
+//! heartbeats land in a slot map, messages are delivered within the step,
+//! and each rank's counter is the time of its last wake-up.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ffd_protocol::ranks::fold_digest;
+use ffd_protocol::wire::{self, JobKeys};
+use ffd_protocol::{
+    Cause, Engine, EngineConfig, Event, FabricSaid, FailureDetail, Hosts, Input, Kind, LocalBeat,
+    Output, QuorumMode, Rank, Ring, RingKind, Time,
+};
+
+const KEY: u64 = 0x5EED_0000_1111_2222;
+
+/// An exit: proof, nothing from the fabric.
+const PROOF: FailureDetail = FailureDetail::Proof {
+    said: FabricSaid::Nothing,
+};
+/// A silence declared at once (`FFD_QUORUM=off`).
+const SILENCE: FailureDetail = FailureDetail::Silence {
+    said: FabricSaid::Nothing,
+    quorum: None,
+};
+
+fn keys() -> Arc<JobKeys> {
+    Arc::new(JobKeys::new(KEY, [0x24; 32]))
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Up,
+    Hung,
+    Dead,
+}
+
+struct Cluster {
+    engines: Vec<Engine>,
+    status: Vec<Status>,
+    hosts: Arc<Hosts>,
+    now: Time,
+    /// (observer, slot) → value.
+    slots: BTreeMap<(Rank, u16), u64>,
+    /// Each rank's counter: its last wake-up, and its digest fold then.
+    counters: Vec<Option<LocalBeat>>,
+    /// Every event, with the rank that raised it and when.
+    events: Vec<(Rank, Time, Event)>,
+    /// Notices sent, by sender.
+    notices: Vec<(Rank, Rank)>,
+}
+
+impl Cluster {
+    /// `n` ranks, rank r on host r mod `h`, silence declared at once.
+    fn new(n: u32, h: u32) -> Cluster {
+        Cluster::with_quorum(n, h, QuorumMode::Off)
+    }
+
+    fn with_quorum(n: u32, h: u32, quorum: QuorumMode) -> Cluster {
+        let ids: Vec<u32> = (0..n).map(|r| r % h).collect();
+        let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
+        let ring = Arc::new(Ring::topology(&ids));
+        let config = Arc::new(EngineConfig {
+            period: ms(10),
+            timeout: ms(100),
+            startup_grace: Some(ms(100)),
+            // Off: one notice per silent host; the quorum's accusations
+            // are per rank (a test below runs a silent host under it).
+            quorum,
+            ..EngineConfig::default()
+        });
+        let keys = keys();
+        let engines = (0..n)
+            .map(|r| {
+                Engine::with_hosts(
+                    Arc::clone(&config),
+                    Arc::clone(&ring),
+                    Arc::clone(&hosts),
+                    r,
+                    Arc::clone(&keys),
+                    Time::ZERO,
+                )
+                .expect("valid engine")
+            })
+            .collect();
+        let mut c = Cluster {
+            engines,
+            status: vec![Status::Up; n as usize],
+            hosts,
+            now: Time::ZERO,
+            slots: BTreeMap::new(),
+            counters: vec![None; n as usize],
+            events: Vec::new(),
+            notices: Vec::new(),
+        };
+        let mut queue = VecDeque::new();
+        for r in 0..n {
+            c.drain(r, &mut queue);
+        }
+        c.deliver(queue);
+        c
+    }
+
+    fn n(&self) -> u32 {
+        self.engines.len() as u32
+    }
+
+    fn drain(&mut self, r: Rank, queue: &mut VecDeque<(Rank, Rank, Vec<u8>)>) {
+        while let Some(o) = self.engines[r as usize].poll_output() {
+            match o {
+                Output::WriteHeartbeat { to, slot, value } => {
+                    if self.status[to as usize] != Status::Dead {
+                        self.slots.insert((to, slot), value);
+                    }
+                }
+                Output::ClearSlot { slot } => {
+                    self.slots.remove(&(r, slot));
+                }
+                Output::Send { to, message } => {
+                    let bytes = message.to_vec();
+                    if wire::peek_kind(&bytes) == Some(Kind::Notice) {
+                        self.notices.push((r, to));
+                    }
+                    queue.push_back((to, r, bytes));
+                }
+                Output::Event(e) => self.events.push((r, self.now, e)),
+                Output::HeartbeatStream { .. } => {}
+            }
+        }
+    }
+
+    fn deliver(&mut self, mut queue: VecDeque<(Rank, Rank, Vec<u8>)>) {
+        while let Some((to, from, bytes)) = queue.pop_front() {
+            if self.status[to as usize] != Status::Up {
+                continue;
+            }
+            let _ = self.engines[to as usize].handle(
+                self.now,
+                Input::Message {
+                    from: Some(from),
+                    bytes: &bytes,
+                },
+            );
+            self.drain(to, &mut queue);
+        }
+    }
+
+    /// One millisecond: every running rank whose deadline came wakes,
+    /// reads its slot and its local emitter's counter, and bumps its own.
+    fn step(&mut self) {
+        self.now += ms(1);
+        let mut queue = VecDeque::new();
+        for r in 0..self.n() {
+            if self.status[r as usize] != Status::Up {
+                continue;
+            }
+            let due = self.engines[r as usize]
+                .next_deadline()
+                .is_some_and(|d| d <= self.now);
+            if !due {
+                continue;
+            }
+            let now = self.now;
+            let slots = &self.slots;
+            let counters = &self.counters;
+            self.engines[r as usize].handle_timeout_with(
+                now,
+                |slot| slots.get(&(r, slot)).copied().unwrap_or(0),
+                |e| counters[e as usize],
+            );
+            self.counters[r as usize] = Some(LocalBeat {
+                at: now,
+                digest: fold_digest(self.engines[r as usize].digest()),
+            });
+            self.drain(r, &mut queue);
+        }
+        self.deliver(queue);
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.step();
+        }
+    }
+
+    /// SIGKILL: the process is gone; its host's running ranks see the exit.
+    fn kill(&mut self, victim: Rank) {
+        self.status[victim as usize] = Status::Dead;
+        let mut queue = VecDeque::new();
+        let hosts = Arc::clone(&self.hosts);
+        for &r in hosts.members(hosts.host_of(victim)) {
+            if self.status[r as usize] == Status::Up {
+                let _ = self.engines[r as usize].handle(self.now, Input::Exited { rank: victim });
+                self.drain(r, &mut queue);
+            }
+        }
+        self.deliver(queue);
+    }
+
+    /// Every rank that is up knows `rank` failed.
+    fn all_know(&self, rank: Rank) -> bool {
+        (0..self.n())
+            .filter(|&r| self.status[r as usize] == Status::Up)
+            .all(|r| self.engines[r as usize].is_failed(rank))
+    }
+
+    fn failed_events(&self, rank: Rank) -> Vec<(Rank, Cause, FailureDetail)> {
+        self.events
+            .iter()
+            .filter_map(|(by, _, e)| match e {
+                Event::Failed {
+                    rank: r,
+                    cause,
+                    detail,
+                    ..
+                } if *r == rank => Some((*by, *cause, *detail)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn host_failed(&self) -> Vec<(Rank, u32, Vec<Rank>)> {
+        self.events
+            .iter()
+            .filter_map(|(by, _, e)| match e {
+                Event::HostFailed { host, ranks } => Some((*by, *host, ranks.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn only_leaders_are_on_the_fabric_ring_and_every_rank_watches_locally() {
+    // 3 hosts × 3 ranks: host 0 = {0, 3, 6}, 1 = {1, 4, 7}, 2 = {2, 5, 8}.
+    let c = Cluster::new(9, 3);
+    for r in 0..9 {
+        let e = &c.engines[r as usize];
+        let leader = r < 3;
+        assert_eq!(e.is_leader(), leader, "rank {r}");
+        if leader {
+            assert_eq!(e.emitter(), Some((r + 2) % 3), "rank {r}'s fabric emitter");
+            assert_eq!(
+                e.observer(),
+                Some((r + 1) % 3),
+                "rank {r}'s fabric observer"
+            );
+        } else {
+            assert_eq!((e.emitter(), e.observer()), (None, None), "rank {r}");
+        }
+        let local = if r < 3 { r + 6 } else { r - 3 };
+        assert_eq!(e.local_emitter(), Some(local), "rank {r}'s local emitter");
+    }
+}
+
+#[test]
+fn non_leaders_write_no_heartbeats_and_nobody_is_declared_while_all_run() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(1000));
+    for r in 0..9u32 {
+        let beats = c.engines[r as usize].stats().heartbeats_written;
+        if r < 3 {
+            assert!(beats >= 90, "leader {r} wrote {beats} beats");
+        } else {
+            assert_eq!(beats, 0, "non-leader {r} wrote heartbeats");
+        }
+        assert!(c.engines[r as usize].failed().is_empty(), "rank {r}");
+        assert!(c.engines[r as usize].stats().local_checks > 0, "rank {r}");
+    }
+    assert!(c.events.is_empty(), "{:?}", c.events);
+}
+
+#[test]
+fn an_exit_is_declared_by_every_local_rank_and_broadcast_by_the_lowest() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    c.kill(3);
+    // Both of its host's survivors declared it themselves, as proof.
+    let events = c.failed_events(3);
+    for r in [0, 6] {
+        assert!(events.contains(&(r, Cause::Exited, PROOF)), "{events:?}");
+    }
+    // Only rank 0, the lowest live rank of the host, sent notices.
+    let senders: Vec<Rank> = c.notices.iter().map(|&(s, _)| s).collect();
+    assert!(senders.contains(&0) && !senders.contains(&6), "{senders:?}");
+    assert!(c.all_know(3), "everyone learned it within the step");
+    // Rank 6 now watches rank 0's counter.
+    assert_eq!(c.engines[6].local_emitter(), Some(0));
+    c.run_for(ms(500));
+    assert_eq!(c.failed_events(3).len(), 8, "each survivor once");
+    assert!(
+        (0..9)
+            .filter(|&r| r != 3)
+            .all(|r| c.engines[r].failed() == [3]),
+        "no other rank declared"
+    );
+}
+
+#[test]
+fn a_dead_leader_is_replaced_and_the_next_failure_is_still_found() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    c.kill(0);
+    assert!(c.all_know(0));
+    // Rank 3 leads host 0 now: it watches host 2's leader, and host 1's
+    // leader mended to it.
+    assert!(c.engines[3].is_leader());
+    assert_eq!(c.engines[3].stats().leader_takeovers, 1);
+    assert_eq!(c.engines[3].emitter(), Some(2));
+    assert_eq!(c.engines[1].emitter(), Some(3));
+    c.run_for(ms(200));
+    assert_eq!(c.engines[2].observer(), Some(3), "host 2 beats to rank 3");
+    assert!(c.engines[3].stats().heartbeats_written > 0);
+    assert!(c.engines[3].stats().observe_me_accepted > 0);
+    // The next failure: the new leader hangs. Its local observer (rank 6)
+    // finds it through its counter, within a timeout and a check.
+    c.status[3] = Status::Hung;
+    let hung_at = c.now;
+    c.run_for(ms(200));
+    assert!(c.all_know(3), "the hung leader was found");
+    let (first_by, first_at) = c
+        .events
+        .iter()
+        .find_map(|(by, t, e)| match e {
+            Event::Failed { rank: 3, .. } => Some((*by, *t)),
+            _ => None,
+        })
+        .expect("declared");
+    assert!(
+        first_at - hung_at <= ms(100 + 25 + 2),
+        "{:?}",
+        first_at - hung_at
+    );
+    assert!([6, 1].contains(&first_by), "declared by {first_by}");
+    // Rank 6 leads host 0 now, alone on it.
+    c.run_for(ms(300));
+    assert!(c.engines[6].is_leader());
+    assert_eq!(c.engines[6].local_emitter(), None);
+    assert_eq!(c.engines[1].emitter(), Some(6));
+    assert!(
+        (0..9)
+            .filter(|&r| ![0, 3].contains(&r))
+            .all(|r| c.engines[r].failed() == [0, 3]),
+        "nobody else declared"
+    );
+}
+
+#[test]
+fn a_silent_host_is_declared_in_one_notice_naming_every_rank() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    // Host 1 loses power: no exit is seen anywhere.
+    for r in [1, 4, 7] {
+        c.status[r as usize] = Status::Dead;
+    }
+    let cut_at = c.now;
+    c.run_for(ms(300));
+    for r in [1, 4, 7] {
+        assert!(c.all_know(r), "rank {r}");
+    }
+    // Host 2's leader observed host 1's: it checked the host, heard
+    // nothing, and declared all three at once.
+    let host_failed = c.host_failed();
+    assert_eq!(host_failed, vec![(2, 1, vec![1, 4, 7])]);
+    assert_eq!(c.engines[2].stats().host_checks, 1);
+    assert_eq!(c.engines[2].stats().hosts_declared, 1);
+    let at = c
+        .events
+        .iter()
+        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
+        .unwrap();
+    assert!(at - cut_at <= ms(100 + 25 + 25 + 2), "{:?}", at - cut_at);
+    for r in [1, 4, 7] {
+        let events = c.failed_events(r);
+        assert!(events.contains(&(2, Cause::Timeout, SILENCE)));
+        assert_eq!(events.len(), 6, "each survivor once: {events:?}");
+    }
+    // One notice from the detector named the three: rank 2's first notice
+    // copies all carry the same list (one broadcast step, not three).
+    assert_eq!(c.engines[2].stats().detections_by(Cause::Timeout), 3);
+    assert_eq!(c.engines[2].emitter(), Some(0), "host 2 now watches host 0");
+}
+
+#[test]
+fn a_silent_leader_whose_host_answers_is_declared_alone() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    // Leader 1 hangs; ranks 4 and 7 run and answer the host check.
+    c.status[1] = Status::Hung;
+    c.run_for(ms(400));
+    assert!(c.all_know(1));
+    assert!(c.host_failed().is_empty(), "{:?}", c.host_failed());
+    for r in [4, 7] {
+        assert!(!c.engines[0].is_failed(r), "rank {r}");
+    }
+    assert!(c.engines[4].is_leader());
+    assert_eq!(
+        c.engines[2].emitter(),
+        Some(4),
+        "host 2 watches the new leader"
+    );
+}
+
+#[test]
+fn a_hung_non_leader_is_found_by_its_local_observer() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    c.status[4] = Status::Hung;
+    let hung_at = c.now;
+    c.run_for(ms(300));
+    assert!(c.all_know(4));
+    let events = c.failed_events(4);
+    let (by, cause, _) = events[0];
+    assert_eq!((by, cause), (7, Cause::Timeout), "{events:?}");
+    assert_eq!(c.engines[7].stats().local_hangs, 1);
+    let at = c
+        .events
+        .iter()
+        .find_map(|(_, t, e)| matches!(e, Event::Failed { rank: 4, .. }).then_some(*t))
+        .unwrap();
+    // The counter says when rank 4 last woke: declared a timeout after
+    // that, at the first check.
+    assert!(at - hung_at <= ms(100 + 2), "{:?}", at - hung_at);
+    assert_eq!(c.engines[7].local_emitter(), Some(1));
+}
+
+#[test]
+fn host_groups_must_describe_the_ring() {
+    let hosts = Arc::new(Hosts::new(RingKind::Topology, &[0u32, 0, 1], 0));
+    let err = Engine::with_hosts(
+        Arc::new(EngineConfig::default()),
+        Arc::new(Ring::by_rank(4)),
+        hosts,
+        0,
+        keys(),
+        Time::ZERO,
+    )
+    .unwrap_err();
+    assert_eq!(err.to_string(), "the host groups name 3 ranks, the ring 4");
+}
+
+#[test]
+fn an_excluded_rank_raises_nothing_from_its_counter_or_host_checks() {
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    // Rank 4 hangs, is declared by its local observer, then runs again:
+    // the first notice it finds excludes it.
+    c.status[4] = Status::Hung;
+    c.run_for(ms(300));
+    assert!(c.all_know(4));
+    c.status[4] = Status::Up;
+    c.run_for(ms(300));
+    let excluded_at = c
+        .events
+        .iter()
+        .find_map(|(by, t, e)| (*by == 4 && matches!(e, Event::SelfExcluded { .. })).then_some(*t))
+        .expect("rank 4 learned it was excluded");
+    // Its emitter's counter kept moving, its own timers were due: nothing
+    // more came from it.
+    let after: Vec<&Event> = c
+        .events
+        .iter()
+        .filter(|(by, t, _)| *by == 4 && *t > excluded_at)
+        .map(|(_, _, e)| e)
+        .collect();
+    assert!(after.is_empty(), "{after:?}");
+}
+
+#[test]
+fn under_a_majority_a_silent_host_is_accused_rank_by_rank_and_found() {
+    let mut c = Cluster::with_quorum(9, 3, QuorumMode::Majority);
+    c.run_for(ms(300));
+    for r in [1, 4, 7] {
+        c.status[r as usize] = Status::Dead;
+    }
+    c.run_for(ms(600));
+    for r in [1, 4, 7] {
+        assert!(c.all_know(r), "rank {r}");
+        let confirmed = c.failed_events(r).iter().any(|(_, cause, detail)| {
+            *cause == Cause::Timeout
+                && matches!(
+                    detail,
+                    FailureDetail::Silence {
+                        quorum: Some(_),
+                        ..
+                    }
+                )
+        });
+        assert!(confirmed, "rank {r}: {:?}", c.failed_events(r));
+    }
+    assert!(c.host_failed().is_empty(), "no host-level accusation yet");
+    for r in [0, 2, 3, 5, 6, 8] {
+        assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
+    }
+}

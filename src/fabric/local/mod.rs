@@ -1,0 +1,36 @@
+//! Same-host watching's system edge (`docs/design.md` §4.10): process
+//! file descriptors (pidfd) that turn another process's exit into a
+//! readable fd, an epoll set that joins them to the progress thread's
+//! wake socket, the per-host shared-memory segment of wake-up counters,
+//! and the monotonic clock those counters carry.
+//!
+//! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
+//! segment and its layout, `clock_gettime(CLOCK_MONOTONIC)`; every
+//! `unsafe` block here carries a `// SAFETY:` line. Must not: decide who
+//! failed (the Engine does, from what the runtime hands it), or block:
+//! every call here returns at once.
+
+mod pidfd;
+mod segment;
+
+pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
+pub use segment::{HostSegment, SegmentError, segment_name};
+
+/// Now on `CLOCK_MONOTONIC`, in ns: the clock every process of a host
+/// shares (Rust's `Instant` reads the same clock on Linux), so a wake-up
+/// time written by one process means the same instant to another.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
+    // exists on Linux, and clock_gettime writes only `ts`.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if ret != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}

@@ -1,0 +1,249 @@
+//! Process file descriptors: `pidfd_open(2)` (Linux ≥ 5.3) gives an fd
+//! that becomes readable when the process exits, and an epoll set that
+//! holds them with the progress thread's wake socket, so one `poll` on
+//! the epoll fd wakes the thread for a command, a completion-queue event
+//! (the caller polls the CQ fd beside it) or an exit.
+//!
+//! Owns: opening, polling and closing pidfds and the epoll set. Must not:
+//! trust a pid by itself (the caller checks the pid namespace and start
+//! time, see `runtime::local`), or block.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// Why a pidfd could not be had for a process.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PidfdUnavailable {
+    #[error("pidfd_open is not supported by this kernel (Linux 5.3 or later needed)")]
+    NotSupported,
+    #[error("pidfd_open was refused: no permission (seccomp or a security module)")]
+    NoPermission,
+    #[error("process {pid} does not exist")]
+    NoSuchProcess { pid: u32 },
+    #[error("pidfd_open failed: {0}")]
+    Other(String),
+}
+
+/// An open pidfd: readable once the process has exited.
+#[derive(Debug)]
+pub struct PidFd {
+    fd: OwnedFd,
+    pid: u32,
+}
+
+impl PidFd {
+    /// Opens a pidfd for `pid` (of this process's pid namespace).
+    pub fn open(pid: u32) -> Result<PidFd, PidfdUnavailable> {
+        let Ok(raw_pid) = libc::pid_t::try_from(pid) else {
+            return Err(PidfdUnavailable::NoSuchProcess { pid });
+        };
+        // SAFETY: pidfd_open takes a pid and flags (0) and returns a new fd
+        // or -1; it touches no memory of ours.
+        let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0) };
+        if ret < 0 {
+            let err = io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::ENOSYS) => PidfdUnavailable::NotSupported,
+                Some(libc::EPERM) | Some(libc::EACCES) => PidfdUnavailable::NoPermission,
+                Some(libc::ESRCH) => PidfdUnavailable::NoSuchProcess { pid },
+                _ => PidfdUnavailable::Other(err.to_string()),
+            });
+        }
+        let Ok(raw) = RawFd::try_from(ret) else {
+            return Err(PidfdUnavailable::Other(format!("fd {ret} out of range")));
+        };
+        // SAFETY: `raw` is the fresh fd pidfd_open returned; nothing else
+        // owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(PidFd { fd, pid })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether the process has exited (the pidfd is readable), now.
+    pub fn exited(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, a zero timeout: poll returns at once.
+        let ret = unsafe { libc::poll(&mut pfd, 1, 0) };
+        ret > 0 && pfd.revents != 0
+    }
+}
+
+impl AsFd for PidFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Whether this process may open pidfds at all, or why not (for `ffd
+/// info`): it opens one for itself.
+pub fn pidfd_probe() -> Result<(), PidfdUnavailable> {
+    PidFd::open(std::process::id()).map(drop)
+}
+
+/// An epoll set of the watched pidfds and the wake socket. Its own fd is
+/// readable when any of them is: hand it to the completion queue's wait
+/// as the wake fd.
+#[derive(Debug)]
+pub struct ExitWatch {
+    epoll: OwnedFd,
+    /// The watched pidfds, with a token each (the caller's rank).
+    watched: Vec<(u64, PidFd)>,
+}
+
+/// The token of the wake socket in the epoll set.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+impl ExitWatch {
+    /// An epoll set holding `wake` (a readable socket that asks the thread
+    /// for attention) and `pidfds`, each with its token.
+    pub fn new(wake: BorrowedFd<'_>, pidfds: Vec<(u64, PidFd)>) -> io::Result<ExitWatch> {
+        // SAFETY: epoll_create1 takes flags and returns a new fd or -1.
+        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is the fresh fd epoll_create1 returned.
+        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+        let watch = ExitWatch {
+            epoll,
+            watched: pidfds,
+        };
+        watch.add(wake, WAKE_TOKEN)?;
+        for (token, fd) in &watch.watched {
+            watch.add(fd.as_fd(), *token)?;
+        }
+        Ok(watch)
+    }
+
+    fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: both fds are open (`fd` is borrowed for the call), `ev`
+        // is a valid event the kernel copies.
+        let ret = unsafe {
+            libc::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut ev,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// How many processes are watched.
+    pub fn len(&self) -> usize {
+        self.watched.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.watched.is_empty()
+    }
+
+    /// The tokens of the watched processes that exited since the last
+    /// call, now; they are no longer watched.
+    pub fn take_exited(&mut self, out: &mut Vec<u64>) {
+        if self.watched.is_empty() {
+            return;
+        }
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        loop {
+            // SAFETY: `events` holds 16 writable entries; timeout 0
+            // returns at once.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    events.len() as i32,
+                    0,
+                )
+            };
+            if n <= 0 {
+                return;
+            }
+            let mut any = false;
+            for ev in &events[..n as usize] {
+                let token = ev.u64;
+                if token == WAKE_TOKEN {
+                    continue;
+                }
+                if let Some(i) = self.watched.iter().position(|(t, _)| *t == token) {
+                    let (_, fd) = self.watched.swap_remove(i);
+                    // SAFETY: both fds are open; a null event is allowed
+                    // for EPOLL_CTL_DEL.
+                    unsafe {
+                        libc::epoll_ctl(
+                            self.epoll.as_raw_fd(),
+                            libc::EPOLL_CTL_DEL,
+                            fd.as_fd().as_raw_fd(),
+                            std::ptr::null_mut(),
+                        );
+                    }
+                    out.push(token);
+                    any = true;
+                }
+            }
+            if !any || (n as usize) < events.len() {
+                return;
+            }
+        }
+    }
+}
+
+impl AsFd for ExitWatch {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+    use std::process::Command;
+
+    #[test]
+    fn an_exit_makes_the_pidfd_and_the_epoll_set_readable() {
+        if pidfd_probe().is_err() {
+            eprintln!("skipped: pidfd_open is not available here");
+            return;
+        }
+        let (wake, _other) = UnixStream::pair().unwrap();
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let fd = PidFd::open(child.id()).unwrap();
+        assert!(!fd.exited());
+        let mut watch = ExitWatch::new(wake.as_fd(), vec![(7, fd)]).unwrap();
+        let mut out = Vec::new();
+        watch.take_exited(&mut out);
+        assert!(out.is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        watch.take_exited(&mut out);
+        assert_eq!(out, vec![7]);
+        assert!(watch.is_empty());
+        watch.take_exited(&mut out);
+        assert_eq!(out, vec![7], "reported once");
+    }
+
+    #[test]
+    fn a_missing_process_is_named() {
+        // Pid 2^22 + 1 is above the default pid_max of this machine's kind.
+        match PidFd::open(4_194_305) {
+            Err(PidfdUnavailable::NoSuchProcess { pid }) => assert_eq!(pid, 4_194_305),
+            Err(PidfdUnavailable::NotSupported) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}

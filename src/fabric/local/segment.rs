@@ -1,0 +1,300 @@
+//! The per-host shared-memory segment of wake-up counters
+//! (`/dev/shm/ffd-<job key>-<host id>`): one 64-byte line per local rank,
+//! each written by its owner only, with a plain store at every wake-up.
+//!
+//! Layout: line 0 is the header (magic `FFDLOCAL` u64, local rank count
+//! u32, ranks that mapped it u32); line 1 + i belongs to the host's i-th
+//! rank (rank order): its last wake-up on `CLOCK_MONOTONIC` in ns (u64, 0:
+//! never) and the digest fold of its failed ∪ left set then (u64, low 32
+//! bits). Lines are cache-line aligned so that no two writers share one.
+//!
+//! Owns: creating (the host's lowest rank), opening (the others, after a
+//! start-up barrier), unlinking once every local rank mapped it (so a
+//! `kill -9` leaves nothing in `/dev/shm`), and the atomic accesses into
+//! the mapping. Must not: be read or written outside `AtomicU64` accesses
+//! (other processes write it concurrently).
+
+use std::ffi::CString;
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"FFDLOCAL");
+const LINE: usize = 64;
+
+/// The segment's name for a job and a host (`shm_open` form, one leading
+/// slash; it appears as `/dev/shm/ffd-…`).
+pub fn segment_name(job_key: u64, host_id: u64) -> String {
+    format!("/ffd-{job_key:016x}-{host_id:016x}")
+}
+
+/// Why the segment could not be made or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    #[error("{what} of the shared-memory segment {name} failed: {source}")]
+    Io {
+        what: &'static str,
+        name: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the shared-memory segment {name} is not this job's ({why})")]
+    Foreign { name: String, why: String },
+}
+
+/// A mapping of the segment.
+#[derive(Debug)]
+pub struct HostSegment {
+    base: *mut u8,
+    len: usize,
+    count: u32,
+    name: String,
+    /// This process created it: it unlinks it on drop if the others did not.
+    creator: bool,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics (see
+// `line`); the pointer is owned by this value and unmapped once, on drop.
+unsafe impl Send for HostSegment {}
+
+fn io_error(what: &'static str, name: &str) -> SegmentError {
+    SegmentError::Io {
+        what,
+        name: name.to_owned(),
+        source: io::Error::last_os_error(),
+    }
+}
+
+impl HostSegment {
+    fn len_for(count: u32) -> usize {
+        LINE * (1 + count as usize)
+    }
+
+    /// Creates the segment `name` for `count` local ranks (an earlier
+    /// leftover of the same name is replaced) and maps it; this process
+    /// counts as having mapped it.
+    pub fn create(name: &str, count: u32) -> Result<HostSegment, SegmentError> {
+        let cname = c_name(name)?;
+        let len = Self::len_for(count);
+        let mut fd = open(&cname, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR);
+        if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+            // SAFETY: a NUL-terminated name; shm_unlink reads only it.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+            fd = open(&cname, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR);
+        }
+        if fd < 0 {
+            return Err(io_error("creation", name));
+        }
+        // SAFETY: `fd` is the open shm object; ftruncate sets its size.
+        let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+        let mapped = if sized { map(fd, len) } else { None };
+        // SAFETY: `fd` is ours; the mapping (if any) keeps the object.
+        unsafe { libc::close(fd) };
+        let Some(base) = mapped else {
+            // SAFETY: as above.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+            return Err(io_error("sizing or mapping", name));
+        };
+        let seg = HostSegment {
+            base,
+            len,
+            count,
+            name: name.to_owned(),
+            creator: true,
+        };
+        seg.header_count().store(count, Ordering::Relaxed);
+        seg.header_mapped().store(1, Ordering::Relaxed);
+        seg.header_magic().store(MAGIC, Ordering::Release);
+        if count <= 1 {
+            seg.unlink();
+        }
+        Ok(seg)
+    }
+
+    /// Opens and maps the segment another local rank created for `count`
+    /// ranks; the last of them to map it unlinks it.
+    pub fn open(name: &str, count: u32) -> Result<HostSegment, SegmentError> {
+        let cname = c_name(name)?;
+        let len = Self::len_for(count);
+        let fd = open(&cname, libc::O_RDWR);
+        if fd < 0 {
+            return Err(io_error("opening", name));
+        }
+        // SAFETY: a zeroed stat is a valid out-parameter for fstat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open; fstat writes only `st`.
+        let ok = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size as usize >= len;
+        let mapped = if ok { map(fd, len) } else { None };
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        let Some(base) = mapped else {
+            return Err(SegmentError::Foreign {
+                name: name.to_owned(),
+                why: format!("smaller than {len} bytes, or not mappable"),
+            });
+        };
+        let seg = HostSegment {
+            base,
+            len,
+            count,
+            name: name.to_owned(),
+            creator: false,
+        };
+        if seg.header_magic().load(Ordering::Acquire) != MAGIC
+            || seg.header_count().load(Ordering::Relaxed) != count
+        {
+            return Err(SegmentError::Foreign {
+                name: name.to_owned(),
+                why: format!("no header for {count} ranks"),
+            });
+        }
+        if seg.header_mapped().fetch_add(1, Ordering::AcqRel) + 1 >= count {
+            seg.unlink();
+        }
+        Ok(seg)
+    }
+
+    fn unlink(&self) {
+        if let Ok(cname) = CString::new(self.name.as_str()) {
+            // SAFETY: a NUL-terminated name; ENOENT (already gone) is fine.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+        }
+    }
+
+    /// The segment's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The u64 at byte `offset` of the mapping, as an atomic.
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        assert!(offset + 8 <= self.len && offset % 8 == 0);
+        // SAFETY: `offset` is 8-aligned and inside the mapping (checked),
+        // which is page-aligned and lives as long as `self`; the memory is
+        // shared with other processes, so it is only ever accessed as an
+        // atomic.
+        unsafe { &*(self.base.add(offset) as *const AtomicU64) }
+    }
+
+    fn header_magic(&self) -> &AtomicU64 {
+        self.word(0)
+    }
+
+    fn header_u32(&self, offset: usize) -> &AtomicU32 {
+        assert!(offset + 4 <= LINE && offset % 4 == 0);
+        // SAFETY: 4-aligned, inside the header line of the live mapping;
+        // only accessed as an atomic.
+        unsafe { &*(self.base.add(offset) as *const AtomicU32) }
+    }
+
+    fn header_count(&self) -> &AtomicU32 {
+        self.header_u32(8)
+    }
+
+    fn header_mapped(&self) -> &AtomicU32 {
+        self.header_u32(12)
+    }
+
+    /// Writes local rank `index`'s wake-up (`at_ns` on `CLOCK_MONOTONIC`,
+    /// never 0) and digest fold: two plain stores.
+    pub fn store(&self, index: u32, at_ns: u64, digest: u32) {
+        if index < self.count {
+            let line = LINE * (1 + index as usize);
+            self.word(line + 8)
+                .store(u64::from(digest), Ordering::Relaxed);
+            self.word(line).store(at_ns.max(1), Ordering::Release);
+        }
+    }
+
+    /// Local rank `index`'s last wake-up and digest fold (`None`: never
+    /// written).
+    pub fn load(&self, index: u32) -> Option<(u64, u32)> {
+        if index >= self.count {
+            return None;
+        }
+        let line = LINE * (1 + index as usize);
+        let at = self.word(line).load(Ordering::Acquire);
+        let digest = self.word(line + 8).load(Ordering::Relaxed) as u32;
+        (at != 0).then_some((at, digest))
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        if self.creator && self.header_mapped().load(Ordering::Acquire) < self.count {
+            // Not every local rank mapped it (one failed at start): leave
+            // nothing behind.
+            self.unlink();
+        }
+        // SAFETY: `base`/`len` are the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn c_name(name: &str) -> Result<CString, SegmentError> {
+    CString::new(name).map_err(|_| SegmentError::Foreign {
+        name: name.escape_debug().to_string(),
+        why: "a NUL in the name".to_owned(),
+    })
+}
+
+fn open(name: &CString, flags: libc::c_int) -> libc::c_int {
+    // SAFETY: a NUL-terminated name; shm_open returns an fd or -1.
+    unsafe { libc::shm_open(name.as_ptr(), flags | libc::O_CLOEXEC, 0o600) }
+}
+
+/// Maps `len` bytes of `fd` shared, read-write; `None` on failure.
+fn map(fd: libc::c_int, len: usize) -> Option<*mut u8> {
+    // SAFETY: a fresh shared mapping of an fd sized to at least `len`;
+    // the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p.cast())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_rank_to_map_it_unlinks_it_and_writes_are_shared() {
+        let name = format!("/ffd-test-{}-segment", std::process::id());
+        let path = format!("/dev/shm{name}");
+        let a = HostSegment::create(&name, 3).unwrap();
+        assert!(std::path::Path::new(&path).exists());
+        let b = HostSegment::open(&name, 3).unwrap();
+        assert!(
+            std::path::Path::new(&path).exists(),
+            "one rank still to map"
+        );
+        let c = HostSegment::open(&name, 3).unwrap();
+        assert!(!std::path::Path::new(&path).exists(), "unlinked");
+        assert_eq!(b.load(0), None);
+        a.store(0, 12345, 0xdead_beef);
+        assert_eq!(b.load(0), Some((12345, 0xdead_beef)));
+        c.store(2, 7, 1);
+        assert_eq!(a.load(2), Some((7, 1)));
+        assert_eq!(a.load(3), None, "outside the host");
+        assert!(matches!(
+            HostSegment::open(&name, 3),
+            Err(SegmentError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn a_segment_of_another_size_is_refused() {
+        let name = format!("/ffd-test-{}-size", std::process::id());
+        let _a = HostSegment::create(&name, 2).unwrap();
+        let err = HostSegment::open(&name, 4).unwrap_err();
+        assert!(err.to_string().contains("not this job's"), "{err}");
+        drop(_a);
+        assert!(!std::path::Path::new(&format!("/dev/shm{name}")).exists());
+    }
+}

@@ -1,0 +1,213 @@
+//! Same-host watching in the runtime (`docs/design.md` §4.10): which local
+//! ranks this rank can watch through a pidfd and why not the others, the
+//! host's counter segment, and the progress thread's part in it (bump its
+//! own counter at every wake-up, read its local emitter's, hand exits to
+//! the Engine).
+//!
+//! Owns: the checks before a pid is trusted (same pid namespace, same
+//! start time as the rank's record), the fallback reasons, creating the
+//! segment on the host's lowest rank at start-up and opening it on the
+//! others once every rank is linked. Must not: judge anyone (the Engine
+//! does), or touch the fabric.
+
+#![forbid(unsafe_code)]
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+
+use crate::config::LocalMode;
+use crate::fabric::local::{
+    ExitWatch, HostSegment, PidFd, PidfdUnavailable, SegmentError, monotonic_ns, segment_name,
+};
+use crate::protocol::ranks::fold_digest;
+use crate::protocol::{Engine, Hosts, Input, LocalBeat, Rank, Time};
+
+use super::startup::{JobView, start_time_of};
+
+/// What start-up prepared for local watching.
+#[derive(Debug)]
+pub(super) struct LocalPlan {
+    pub hosts: Arc<Hosts>,
+    /// This rank's host's ranks other than itself exist: the segment, as
+    /// created here (the host's lowest rank) or to be opened once linked.
+    pub segment: Option<SegmentPlan>,
+    /// Pidfds of the other local ranks that passed the checks, by rank.
+    pub pidfds: Vec<(Rank, PidFd)>,
+    /// Why the others are watched by their counters only.
+    pub fallback: Vec<String>,
+}
+
+#[derive(Debug)]
+pub(super) enum SegmentPlan {
+    Created(HostSegment),
+    Open { name: String, count: u32 },
+}
+
+/// Plans local watching for `me`: the host groups, the segment (created
+/// now on the host's lowest rank, before the barrier after which the
+/// others open it), and a pidfd for every other local rank whose process
+/// this rank can prove is the rank's (`LocalMode::Counters`: none).
+pub(super) fn plan(
+    mode: LocalMode,
+    view: &JobView,
+    hosts: Arc<Hosts>,
+    me: Rank,
+) -> Result<LocalPlan, SegmentError> {
+    let host = hosts.host_of(me);
+    let members = hosts.members(host).to_vec();
+    let mut plan = LocalPlan {
+        hosts,
+        segment: None,
+        pidfds: Vec::new(),
+        fallback: Vec::new(),
+    };
+    if members.len() < 2 {
+        return Ok(plan);
+    }
+    let host_id = view.records[me as usize].host_id;
+    let name = segment_name(view.job_key, host_id);
+    let count = members.len() as u32;
+    plan.segment = Some(if members[0] == me {
+        SegmentPlan::Created(HostSegment::create(&name, count)?)
+    } else {
+        SegmentPlan::Open { name, count }
+    });
+    if mode == LocalMode::Counters {
+        plan.fallback
+            .push("FFD_LOCAL=counters: exits are found by the counters".to_owned());
+        return Ok(plan);
+    }
+    let mine = &view.records[me as usize].process;
+    for &r in members.iter().filter(|&&r| r != me) {
+        let theirs = &view.records[r as usize].process;
+        let refused = if mine.pid_namespace == 0 || theirs.pid_namespace != mine.pid_namespace {
+            Some("it runs in another pid namespace".to_owned())
+        } else {
+            match PidFd::open(theirs.pid) {
+                Err(PidfdUnavailable::NoSuchProcess { .. }) => {
+                    // Gone already: its counter never moves, its local
+                    // observer declares it after the start-up grace.
+                    Some("its process is gone".to_owned())
+                }
+                Err(e) => Some(e.to_string()),
+                Ok(fd) => {
+                    // Opened first, checked after: a pid recycled before
+                    // the open has another start time.
+                    if start_time_of(&theirs.pid.to_string()) == Some(theirs.start_time)
+                        && theirs.start_time != 0
+                    {
+                        plan.pidfds.push((r, fd));
+                        None
+                    } else {
+                        Some(format!(
+                            "pid {} has another start time than its record (recycled?)",
+                            theirs.pid
+                        ))
+                    }
+                }
+            }
+        };
+        if let Some(why) = refused {
+            plan.fallback.push(format!("rank {r}: {why}"));
+        }
+    }
+    Ok(plan)
+}
+
+/// The progress thread's local watching.
+#[derive(Debug)]
+pub(super) struct LocalWatching {
+    hosts: Arc<Hosts>,
+    segment: Option<HostSegment>,
+    my_index: u32,
+    exits: Option<ExitWatch>,
+    /// `CLOCK_MONOTONIC` at the detector's time zero, in ns.
+    origin_ns: u64,
+    exited: Vec<u64>,
+}
+
+impl LocalWatching {
+    /// Opens the segment (unless this rank created it) and the epoll set
+    /// of pidfds and `wake`. `origin_ns`: the detector's time zero on
+    /// `CLOCK_MONOTONIC`.
+    pub(super) fn start(
+        plan: LocalPlan,
+        me: Rank,
+        wake: BorrowedFd<'_>,
+        origin_ns: u64,
+    ) -> Result<LocalWatching, String> {
+        let segment = match plan.segment {
+            None => None,
+            Some(SegmentPlan::Created(s)) => Some(s),
+            Some(SegmentPlan::Open { name, count }) => {
+                Some(HostSegment::open(&name, count).map_err(|e| e.to_string())?)
+            }
+        };
+        let members = plan.hosts.members(plan.hosts.host_of(me));
+        let my_index = members.binary_search(&me).unwrap_or(0) as u32;
+        let exits = if plan.pidfds.is_empty() {
+            None
+        } else {
+            let fds = plan
+                .pidfds
+                .into_iter()
+                .map(|(r, fd)| (u64::from(r), fd))
+                .collect();
+            Some(ExitWatch::new(wake, fds).map_err(|e| format!("epoll for pidfds: {e}"))?)
+        };
+        Ok(LocalWatching {
+            hosts: plan.hosts,
+            segment,
+            my_index,
+            exits,
+            origin_ns,
+            exited: Vec::new(),
+        })
+    }
+
+    /// The fd to wait on beside the completion queue: the epoll set
+    /// (pidfds and the wake socket) if there is one.
+    pub(super) fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.exits.as_ref().map(AsFd::as_fd)
+    }
+
+    /// This rank woke: one store into its line of the segment.
+    pub(super) fn bump(&self, digest: u64) {
+        if let Some(s) = &self.segment {
+            s.store(self.my_index, monotonic_ns(), fold_digest(digest));
+        }
+    }
+
+    /// `rank`'s counter, in the Engine's time.
+    pub(super) fn read(&self, rank: Rank) -> Option<LocalBeat> {
+        let s = self.segment.as_ref()?;
+        let members = self.hosts.members(self.hosts.host_of(rank));
+        let index = members.binary_search(&rank).ok()? as u32;
+        let (at_ns, digest) = s.load(index)?;
+        Some(LocalBeat {
+            at: Time::from_nanos(at_ns.saturating_sub(self.origin_ns)),
+            digest,
+        })
+    }
+
+    /// Hands the exits seen since the last call to the Engine; returns
+    /// how many.
+    pub(super) fn take_exits(&mut self, engine: &mut Engine, now: Time) -> usize {
+        let Some(exits) = self.exits.as_mut() else {
+            return 0;
+        };
+        self.exited.clear();
+        exits.take_exited(&mut self.exited);
+        for &token in &self.exited {
+            if let Ok(rank) = Rank::try_from(token) {
+                let _ = engine.handle(now, Input::Exited { rank });
+            }
+        }
+        self.exited.len()
+    }
+
+    /// Local ranks watched through a pidfd, still running.
+    pub(super) fn pidfds(&self) -> usize {
+        self.exits.as_ref().map_or(0, ExitWatch::len)
+    }
+}
