@@ -5,14 +5,12 @@
 //! through the shared-memory counters, a dead leader is replaced, a whole
 //! emulated host is one notice. Jobs run one at a time (two cores).
 
-use std::process::{Command, Output};
-use std::sync::Mutex;
+use std::process::Output;
 
 use serde_json::Value;
 
-static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-const TIMEOUT_MS: f64 = 100.0;
+mod support;
+use support::{TIMEOUT_MS, assert_all_learned, assert_no_false_reports, failure_of, output_text};
 
 /// Runs `ffd run` with `args` and `FFD_LOCAL=local`; returns the JSON
 /// report and the output.
@@ -20,78 +18,18 @@ fn run_job(local: &str, args: &[&str]) -> (Value, Output) {
     run_job_with(local, &[], args)
 }
 
-/// `run_job` with more variables for the agents.
+/// `run_job` with more variables for the agents; the launcher must
+/// succeed.
 fn run_job_with(local: &str, env: &[(&str, &str)], args: &[&str]) -> (Value, Output) {
-    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "ffd-local-e2e-{}-{}-{}",
-        std::process::id(),
-        local,
-        args.join("_").replace(['/', '@'], "-")
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ffd"))
-        .arg("run")
-        .args(["--period", "10ms", "--timeout", "100ms"])
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .env_remove("FFD_LOG")
-        .env("FFD_LOCAL", local)
-        .envs(env.iter().copied())
-        .output()
-        .expect("ffd run starts");
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {
-        panic!(
-            "no report ({e}); stdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (serde_json::from_str(&text).expect("valid JSON"), out)
-}
-
-fn failure_of(report: &Value, rank: u64) -> &Value {
-    report["failures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["rank"] == rank)
-        .unwrap_or_else(|| panic!("no failure entry for rank {rank}: {report:#}"))
+    let (report, out) = support::run_job(local, env, args);
+    assert!(out.status.success(), "{}", output_text(&out));
+    (report, out)
 }
 
 /// How long after its fault `rank` was first declared, in ms.
 fn delay_of(report: &Value, rank: u64) -> f64 {
     let f = failure_of(report, rank);
     f["detected_at_ms"].as_f64().unwrap() - f["injected_at_ms"].as_f64().unwrap()
-}
-
-fn assert_all_learned(report: &Value, rank: u64, survivors: &[u64]) {
-    let f = failure_of(report, rank);
-    let notified: Vec<u64> = f["notified"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
-    for s in survivors {
-        assert!(
-            notified.contains(s),
-            "rank {s} never learned rank {rank} failed: {f:#}"
-        );
-    }
-}
-
-fn assert_no_false_reports(report: &Value) {
-    assert_eq!(report["false_reports"], serde_json::json!([]), "{report:#}");
 }
 
 /// Whether this machine lets a process open pidfds (Linux ≥ 5.3, no

@@ -5,77 +5,24 @@
 //! jobs do not compete for the machine's two cores.
 
 use std::process::{Command, Output};
-use std::sync::Mutex;
 
 use serde_json::Value;
 
-static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+mod support;
+use support::{ONE_JOB_AT_A_TIME, TIMEOUT_MS, assert_no_false_reports, failure_of};
 
-const TIMEOUT_MS: f64 = 100.0;
-
-/// Runs `ffd run` with `args` (plus the JSON report) and returns the report
-/// and the process output. `ffd run` reaps its agents on every path and
-/// bounds its own run time, so the test only bounds the launcher.
+/// Runs `ffd run` with `args` on the per-process fabric ring these tests
+/// were written for (node-local watching, the default, has its own in
+/// local_e2e.rs): the report and the process output.
 fn run_job(args: &[&str]) -> (Value, Output) {
-    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "ffd-e2e-{}-{}",
-        std::process::id(),
-        args.join("_").replace(['/', '@'], "-")
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ffd"))
-        .arg("run")
-        .args(["--period", "10ms", "--timeout", "100ms"])
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .env_remove("FFD_LOG")
-        // The per-process fabric ring these tests were written for; node-local
-        // watching (the default) has its own in local_e2e.rs.
-        .env("FFD_LOCAL", "off")
-        .output()
-        .expect("ffd run starts");
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {
-        panic!(
-            "no report ({e}); stdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    (serde_json::from_str(&text).expect("valid JSON"), out)
+    support::run_job("off", &[], args)
 }
 
-fn failure_of(report: &Value, rank: u64) -> &Value {
-    report["failures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["rank"] == rank)
-        .unwrap_or_else(|| panic!("no failure entry for rank {rank}: {report:#}"))
-}
-
-fn assert_no_false_reports(report: &Value) {
-    assert_eq!(report["false_reports"], serde_json::json!([]), "{report:#}");
-}
-
-/// Every rank in `survivors` learned `rank` failed.
+/// Every rank in `survivors` learned `rank` failed, and the report says
+/// when the last one did.
 fn assert_all_learned(report: &Value, rank: u64, survivors: &[u64]) {
+    support::assert_all_learned(report, rank, survivors);
     let f = failure_of(report, rank);
-    let notified: Vec<u64> = f["notified"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
-    for s in survivors {
-        assert!(
-            notified.contains(s),
-            "rank {s} never learned rank {rank} failed: {f:#}"
-        );
-    }
     assert!(!f["all_notified_at_ms"].is_null(), "{f:#}");
 }
 
