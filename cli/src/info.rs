@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use ffd::config::{Config, Env, LocalMode, var};
-use ffd::fabric::local::pidfd_probe;
+use ffd::fabric::local::{exit_word_probe, pidfd_probe};
 use ffd::fabric::{self, Info};
 use ffd::runtime::placement;
 
@@ -152,22 +152,30 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// How same-host ranks would watch each other here: pidfds, or why not.
+/// How same-host ranks would watch each other here: exit words, pidfds,
+/// or why not.
 fn local_watching(mode: LocalMode) -> String {
+    let pidfd = match pidfd_probe() {
+        Ok(()) => "pidfd available: a same-host exit is seen once the kernel has \
+                   torn the process down (proof)"
+            .to_owned(),
+        Err(why) => format!("pidfd unavailable ({why}): an exit is found in a timeout"),
+    };
     match mode {
         LocalMode::Off => "off: every rank heartbeats over the fabric".to_owned(),
         LocalMode::Counters => {
             "counters in shared memory only (an exit is found in a timeout)".to_owned()
         }
-        LocalMode::Auto => match pidfd_probe() {
-            Ok(()) => "pidfd available: a same-host exit is seen at once (proof); \
-                       hangs through counters in shared memory"
-                .to_owned(),
-            Err(why) => format!(
-                "pidfd unavailable ({why}): same-host exits and hangs through counters \
-                 in shared memory (an exit is found in a timeout)"
-            ),
-        },
+        LocalMode::Pidfd => format!("{pidfd}; hangs through counters in shared memory"),
+        LocalMode::Auto => {
+            let words = match exit_word_probe() {
+                Ok(()) => "exit words available (robust futexes, futex_waitv): a same-host \
+                           exit is seen as it begins, before the teardown (proof)"
+                    .to_owned(),
+                Err(why) => format!("exit words unavailable ({why})"),
+            };
+            format!("{words}; {pidfd}; hangs through counters in shared memory")
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Node-local watching through the real launcher and agents
 //! (`docs/design.md` §4.10): `ffd run` over `tcp;ofi_rxm` on loopback,
 //! period 10 ms, timeout 100 ms, `FFD_LOCAL=auto` unless a test says
-//! otherwise. A kill is seen through a pidfd (cause `exited`), a hang
+//! otherwise. A kill is seen through exit words as it begins, or with
+//! `FFD_LOCAL=pidfd` through a pidfd once it is over (cause `exited`), a hang
 //! through the shared-memory counters, a dead leader is replaced, a whole
 //! emulated host is one notice. Jobs run one at a time (two cores).
 
@@ -44,13 +45,63 @@ fn pidfds_here() -> bool {
     }
 }
 
+/// Whether this machine has exit words (`futex_waitv`, Linux ≥ 5.16).
+fn exit_words_here() -> bool {
+    match ffd::fabric::local::exit_word_probe() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("skipped: no exit words here ({why})");
+            false
+        }
+    }
+}
+
 #[test]
-fn a_killed_rank_is_declared_exited_by_its_host_and_every_survivor_is_told() {
-    if !pidfds_here() {
+fn a_killed_rank_is_declared_exited_through_its_exit_words() {
+    if !exit_words_here() {
         return;
     }
     let (report, _) = run_job(
         "auto",
+        &["-n", "6", "--kill", "2@500ms", "--duration", "1500ms"],
+    );
+    let f = failure_of(&report, 2);
+    assert_eq!(f["cause"], "exited", "{f:#}");
+    let delay = delay_of(&report, 2);
+    assert!(
+        (0.0..TIMEOUT_MS).contains(&delay),
+        "{delay} ms after the kill"
+    );
+    assert_all_learned(&report, 2, &[0, 1, 3, 4, 5]);
+    assert_no_false_reports(&report);
+    // Every survivor held a word for each other rank and waited on the
+    // words the others held for it; rank 2's thread died holding them, so
+    // each survivor's exit-word thread saw the death (whether its Engine
+    // heard it first from there, from the pidfd, or from a notice).
+    for (rank, s) in report["stats"].as_object().unwrap() {
+        if rank != "2" {
+            assert_eq!(s["runtime"]["local_exit_words"], 5, "rank {rank}: {s}");
+            assert_eq!(s["runtime"]["local_exit_words_seen"], 1, "rank {rank}: {s}");
+            let d = &s["engine"]["detections"];
+            let known = d["exited"].as_u64().unwrap() + d["notice"].as_u64().unwrap();
+            assert_eq!(known, 1, "rank {rank}: {s}");
+        }
+    }
+    // The others left cleanly at the end: released words are no deaths.
+    assert_eq!(
+        report["failures"].as_array().unwrap().len(),
+        1,
+        "{report:#}"
+    );
+}
+
+#[test]
+fn with_pidfds_only_a_killed_rank_is_declared_exited_and_every_survivor_is_told() {
+    if !pidfds_here() {
+        return;
+    }
+    let (report, _) = run_job(
+        "pidfd",
         &["-n", "6", "--kill", "2@500ms", "--duration", "1500ms"],
     );
     let f = failure_of(&report, 2);
@@ -66,12 +117,13 @@ fn a_killed_rank_is_declared_exited_by_its_host_and_every_survivor_is_told() {
     assert_no_false_reports(&report);
     // Each survivor watched every other rank through a pidfd and saw the
     // exit itself (unless the first notice reached it before its own
-    // thread ran: then it learned it from that notice).
+    // thread ran: then it learned it from that notice); no exit words.
     let stats = report["stats"].as_object().unwrap();
     for (rank, s) in stats {
         if rank != "2" {
             assert_eq!(s["runtime"]["local_pidfds"], 5, "rank {rank}: {s}");
             assert_eq!(s["runtime"]["local_exits_seen"], 1, "rank {rank}: {s}");
+            assert_eq!(s["runtime"]["local_exit_words"], 0, "rank {rank}: {s}");
             let d = &s["engine"]["detections"];
             let known = d["exited"].as_u64().unwrap() + d["notice"].as_u64().unwrap();
             assert_eq!(known, 1, "rank {rank}: {s}");
@@ -122,6 +174,7 @@ fn without_pidfds_the_counters_still_catch_a_kill() {
     assert_no_false_reports(&report);
     for (rank, s) in report["stats"].as_object().unwrap() {
         assert_eq!(s["runtime"]["local_pidfds"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local_exit_words"], 0, "rank {rank}: {s}");
     }
 }
 

@@ -169,10 +169,11 @@ settings_table! {
         }
         local: LocalMode => LocalMode {
             var: LOCAL = "FFD_LOCAL",
-            accepted: "auto|counters|off",
-            help: "Same-host ranks watch each other (pidfd, shared-memory counters) \
-                   and one leader per host heartbeats over the fabric; counters: without \
-                   pidfds; off: every rank heartbeats over the fabric",
+            accepted: "auto|pidfd|counters|off",
+            help: "Same-host ranks watch each other (exit words, pidfd, shared-memory \
+                   counters) and one leader per host heartbeats over the fabric; pidfd: \
+                   without exit words; counters: without exit words or pidfds; off: every \
+                   rank heartbeats over the fabric",
             default: LocalMode::Auto,
             parse: word,
             check: any,

@@ -95,20 +95,24 @@ worded!(ProgressMode { Sleep => "sleep", Spin => "spin" });
 /// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LocalMode {
-    /// Host groups: same-host ranks watch each other (pidfd for exits,
-    /// counters in shared memory for hangs); one leader per host runs the
-    /// fabric ring.
+    /// Host groups: same-host ranks watch each other (exit words and
+    /// pidfds for exits, counters in shared memory for hangs); one leader
+    /// per host runs the fabric ring.
     #[default]
     Auto,
-    /// Host groups as `auto`, but without pidfds: exits too are found by
-    /// the counters (in a timeout). For kernels or sandboxes where pidfds
+    /// Host groups as `auto`, but exits through pidfds only (seen once the
+    /// kernel has torn the process down): where robust futexes misbehave,
+    /// and to test that path.
+    Pidfd,
+    /// Host groups as `auto`, but without exit words or pidfds: exits too
+    /// are found by the counters (in a timeout). For kernels or sandboxes where pidfds
     /// misbehave, and to test the fallback.
     Counters,
     /// Every rank on the fabric ring, as before host groups.
     Off,
 }
 
-worded!(LocalMode { Auto => "auto", Counters => "counters", Off => "off" });
+worded!(LocalMode { Auto => "auto", Pidfd => "pidfd", Counters => "counters", Off => "off" });
 
 /// Log level (`FFD_LOG`), ordered from quietest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use crate::config::LocalMode;
 use crate::fabric::local::{
-    ExitWatch, HostSegment, PidFd, PidfdUnavailable, SegmentError, monotonic_ns, segment_name,
+    ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable, SegmentError, WordEvent,
+    monotonic_ns, segment_name,
 };
 use crate::protocol::ranks::fold_digest;
 use crate::protocol::{Engine, Hosts, Input, LocalBeat, Rank, Time};
@@ -33,6 +34,8 @@ pub(super) struct LocalPlan {
     pub segment: Option<SegmentPlan>,
     /// Pidfds of the other local ranks that passed the checks, by rank.
     pub pidfds: Vec<(Rank, PidFd)>,
+    /// Watch the other local ranks' exit words too (`FFD_LOCAL=auto`).
+    pub exit_words: bool,
     /// Why the others are watched by their counters only.
     pub fallback: Vec<String>,
 }
@@ -59,6 +62,7 @@ pub(super) fn plan(
         hosts,
         segment: None,
         pidfds: Vec::new(),
+        exit_words: false,
         fallback: Vec::new(),
     };
     if members.len() < 2 {
@@ -77,6 +81,7 @@ pub(super) fn plan(
             .push("FFD_LOCAL=counters: exits are found by the counters".to_owned());
         return Ok(plan);
     }
+    plan.exit_words = mode == LocalMode::Auto;
     let mine = &view.records[me as usize].process;
     for &r in members.iter().filter(|&&r| r != me) {
         let theirs = &view.records[r as usize].process;
@@ -118,12 +123,19 @@ pub(super) fn plan(
 #[derive(Debug)]
 pub(super) struct LocalWatching {
     hosts: Arc<Hosts>,
-    segment: Option<HostSegment>,
+    segment: Option<Arc<HostSegment>>,
     my_index: u32,
+    /// The threads that hold this rank's exit words and watch the others'
+    /// (dropped before `exits`, whose epoll set holds their eventfd).
+    words: Option<ExitWords>,
     exits: Option<ExitWatch>,
     /// `CLOCK_MONOTONIC` at the detector's time zero, in ns.
     origin_ns: u64,
     exited: Vec<u64>,
+    word_events: Vec<(u64, WordEvent)>,
+    /// Same-host exits seen through exit words so far.
+    words_seen: u64,
+    broken_told: bool,
 }
 
 impl LocalWatching {
@@ -135,17 +147,37 @@ impl LocalWatching {
         me: Rank,
         wake: BorrowedFd<'_>,
         origin_ns: u64,
+        fallback: &mut Vec<String>,
     ) -> Result<LocalWatching, String> {
         let segment = match plan.segment {
             None => None,
-            Some(SegmentPlan::Created(s)) => Some(s),
-            Some(SegmentPlan::Open { name, count }) => {
-                Some(HostSegment::open(&name, count).map_err(|e| e.to_string())?)
-            }
+            Some(SegmentPlan::Created(s)) => Some(Arc::new(s)),
+            Some(SegmentPlan::Open { name, count }) => Some(Arc::new(
+                HostSegment::open(&name, count).map_err(|e| e.to_string())?,
+            )),
         };
         let members = plan.hosts.members(plan.hosts.host_of(me));
         let my_index = members.binary_search(&me).unwrap_or(0) as u32;
-        let exits = if plan.pidfds.is_empty() {
+        let words = match &segment {
+            Some(seg) if plan.exit_words => {
+                let peers = members
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &r)| r != me && (my_index as usize) < MAX_HELD)
+                    .map(|(i, &r)| (i as u32, u64::from(r)))
+                    .collect::<Vec<_>>();
+                match ExitWords::start(Arc::clone(seg), my_index, peers, &format!("ffd-exits-{me}"))
+                {
+                    Ok(w) => Some(w),
+                    Err(why) => {
+                        fallback.push(format!("exit words: {why}"));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let exits = if plan.pidfds.is_empty() && words.is_none() {
             None
         } else {
             let fds = plan
@@ -153,15 +185,20 @@ impl LocalWatching {
                 .into_iter()
                 .map(|(r, fd)| (u64::from(r), fd))
                 .collect();
-            Some(ExitWatch::new(wake, fds).map_err(|e| format!("epoll for pidfds: {e}"))?)
+            let bell = words.as_ref().map(ExitWords::bell);
+            Some(ExitWatch::new(wake, fds, bell).map_err(|e| format!("epoll for pidfds: {e}"))?)
         };
         Ok(LocalWatching {
             hosts: plan.hosts,
             segment,
             my_index,
+            words,
             exits,
             origin_ns,
             exited: Vec::new(),
+            word_events: Vec::new(),
+            words_seen: 0,
+            broken_told: false,
         })
     }
 
@@ -190,9 +227,22 @@ impl LocalWatching {
         })
     }
 
-    /// Hands the exits seen since the last call to the Engine; returns
-    /// how many.
+    /// Hands the exits seen since the last call to the Engine (exit words
+    /// first: they come before the process is torn down, its pidfd after);
+    /// returns how many came through pidfds.
     pub(super) fn take_exits(&mut self, engine: &mut Engine, now: Time) -> usize {
+        if let Some(words) = &self.words {
+            self.word_events.clear();
+            words.take(&mut self.word_events);
+            for &(token, event) in &self.word_events {
+                if event == WordEvent::Died {
+                    if let Ok(rank) = Rank::try_from(token) {
+                        self.words_seen += 1;
+                        let _ = engine.handle(now, Input::Exited { rank });
+                    }
+                }
+            }
+        }
         let Some(exits) = self.exits.as_mut() else {
             return 0;
         };
@@ -204,6 +254,24 @@ impl LocalWatching {
             }
         }
         self.exited.len()
+    }
+
+    /// Local ranks watched through exit words, and the exits seen so.
+    pub(super) fn exit_words(&self) -> (usize, u64) {
+        (
+            self.words.as_ref().map_or(0, ExitWords::len),
+            self.words_seen,
+        )
+    }
+
+    /// Why the exit-word threads stopped watching, once, if they did.
+    pub(super) fn take_exit_words_broken(&mut self) -> Option<String> {
+        if self.broken_told {
+            return None;
+        }
+        let why = self.words.as_ref().and_then(ExitWords::broken)?;
+        self.broken_told = true;
+        Some(why)
     }
 
     /// Local ranks watched through a pidfd, still running.

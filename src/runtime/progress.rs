@@ -241,7 +241,13 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
             let hosts = Arc::clone(&plan.hosts);
             fallback.clone_from(&plan.fallback);
             let origin = monotonic_ns().saturating_sub(elapsed);
-            match LocalWatching::start(plan, parts.seed.me, parts.wake.as_fd(), origin) {
+            match LocalWatching::start(
+                plan,
+                parts.seed.me,
+                parts.wake.as_fd(),
+                origin,
+                &mut fallback,
+            ) {
                 Ok(w) => Some((hosts, w)),
                 Err(why) => {
                     return End::Stopped(StopReason::new(
@@ -277,6 +283,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
     let mut progress = Progress::new(parts, engine, local.map(|(_, w)| w), delivery);
     if let Some(w) = &progress.core.local {
         progress.core.counters.local_pidfds = w.pidfds() as u64;
+        progress.core.counters.local_exit_words = w.exit_words().0 as u64;
         progress.core.counters.local_fallback = fallback.join("; ");
     }
     let core = &mut progress.core;
@@ -505,6 +512,20 @@ impl Core<'_> {
             );
             let n = local.take_exits(&mut self.engine, now);
             self.counters.local_exits_seen += n as u64;
+            let (watched, seen) = local.exit_words();
+            self.counters.local_exit_words = watched as u64;
+            self.counters.local_exit_words_seen = seen;
+            if let Some(why) = local.take_exit_words_broken() {
+                self.logger.warn(format_args!(
+                    "exit words stopped ({why}): same-host exits are found by pidfds \
+                     and counters only"
+                ));
+                let fallback = &mut self.counters.local_fallback;
+                if !fallback.is_empty() {
+                    fallback.push_str("; ");
+                }
+                fallback.push_str(&format!("exit words stopped: {why}"));
+            }
         }
     }
 

@@ -104,6 +104,13 @@ pub struct RuntimeCounters {
     pub local_fallback: String,
     /// Same-host exits seen through pidfds.
     pub local_exits_seen: u64,
+    /// Other local ranks watched through their exit words (robust futexes
+    /// in the host's segment: an exit seen before the kernel tears the
+    /// process down; 0 where `futex_waitv` is missing, `local_fallback`
+    /// says why).
+    pub local_exit_words: u64,
+    /// Same-host exits seen through exit words.
+    pub local_exit_words_seen: u64,
 }
 
 /// One consistent picture of the detector's counters ([`super::Detector::stats`]).

@@ -1,18 +1,24 @@
 //! Same-host watching's system edge (`docs/design.md` §4.10): process
 //! file descriptors (pidfd) that turn another process's exit into a
-//! readable fd, an epoll set that joins them to the progress thread's
-//! wake socket, the per-host shared-memory segment of wake-up counters,
-//! and the monotonic clock those counters carry.
+//! readable fd, exit words (robust futexes in the host's segment) that
+//! turn it into a wake-up before the kernel tears the process down, an
+//! epoll set that joins both to the progress thread's wake socket, the
+//! per-host shared-memory segment of wake-up counters, and the monotonic
+//! clock those counters carry.
 //!
 //! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
-//! segment and its layout, `clock_gettime(CLOCK_MONOTONIC)`; every
+//! segment and its layout, `set_robust_list`/`futex_waitv` and the
+//! exit-word threads, `clock_gettime(CLOCK_MONOTONIC)`; every
 //! `unsafe` block here carries a `// SAFETY:` line. Must not: decide who
-//! failed (the Engine does, from what the runtime hands it), or block:
-//! every call here returns at once.
+//! failed (the Engine does, from what the runtime hands it), or block the
+//! progress thread: every call it makes here returns at once (only the
+//! exit-word threads wait).
 
+mod exit_word;
 mod pidfd;
 mod segment;
 
+pub use exit_word::{ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use segment::{HostSegment, SegmentError, segment_name};
 

@@ -102,8 +102,13 @@ const WAKE_TOKEN: u64 = u64::MAX;
 
 impl ExitWatch {
     /// An epoll set holding `wake` (a readable socket that asks the thread
-    /// for attention) and `pidfds`, each with its token.
-    pub fn new(wake: BorrowedFd<'_>, pidfds: Vec<(u64, PidFd)>) -> io::Result<ExitWatch> {
+    /// for attention), `pidfds`, each with its token, and `bell` (the exit
+    /// words' eventfd: readable like `wake`, read by their owner).
+    pub fn new(
+        wake: BorrowedFd<'_>,
+        pidfds: Vec<(u64, PidFd)>,
+        bell: Option<BorrowedFd<'_>>,
+    ) -> io::Result<ExitWatch> {
         // SAFETY: epoll_create1 takes flags and returns a new fd or -1.
         let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if raw < 0 {
@@ -116,6 +121,9 @@ impl ExitWatch {
             watched: pidfds,
         };
         watch.add(wake, WAKE_TOKEN)?;
+        if let Some(bell) = bell {
+            watch.add(bell, WAKE_TOKEN)?;
+        }
         for (token, fd) in &watch.watched {
             watch.add(fd.as_fd(), *token)?;
         }
@@ -224,7 +232,7 @@ mod tests {
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
         let fd = PidFd::open(child.id()).unwrap();
         assert!(!fd.exited());
-        let mut watch = ExitWatch::new(wake.as_fd(), vec![(7, fd)]).unwrap();
+        let mut watch = ExitWatch::new(wake.as_fd(), vec![(7, fd)], None).unwrap();
         let mut out = Vec::new();
         watch.take_exited(&mut out);
         assert!(out.is_empty());

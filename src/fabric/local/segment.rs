@@ -7,6 +7,9 @@
 //! rank (rank order): its last wake-up on `CLOCK_MONOTONIC` in ns (u64, 0:
 //! never) and the digest fold of its failed ∪ left set then (u64, low 32
 //! bits). Lines are cache-line aligned so that no two writers share one.
+//! After the lines, the exit-word matrix: `count × count` slots of 8
+//! bytes, slot `[o][w]` (at `o × count + w`) holding in its low 32 bits
+//! the futex word rank `o` holds for its watcher `w` (`exit_word.rs`).
 //!
 //! Owns: creating (the host's lowest rank), opening (the others, after a
 //! start-up barrier), unlinking once every local rank mapped it (so a
@@ -53,8 +56,11 @@ pub struct HostSegment {
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics (see
-// `line`); the pointer is owned by this value and unmapped once, on drop.
+// `word`); the pointer is owned by this value and unmapped once, on drop.
 unsafe impl Send for HostSegment {}
+// SAFETY: as above: every access is atomic, so sharing `&HostSegment`
+// between threads is no different from sharing it between processes.
+unsafe impl Sync for HostSegment {}
 
 fn io_error(what: &'static str, name: &str) -> SegmentError {
     SegmentError::Io {
@@ -65,8 +71,12 @@ fn io_error(what: &'static str, name: &str) -> SegmentError {
 }
 
 impl HostSegment {
-    fn len_for(count: u32) -> usize {
+    fn lines_len(count: u32) -> usize {
         LINE * (1 + count as usize)
+    }
+
+    fn len_for(count: u32) -> usize {
+        Self::lines_len(count) + 8 * count as usize * count as usize
     }
 
     /// Creates the segment `name` for `count` local ranks (an earlier
@@ -192,6 +202,26 @@ impl HostSegment {
 
     fn header_mapped(&self) -> &AtomicU32 {
         self.header_u32(12)
+    }
+
+    /// Local ranks on this segment.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The exit word local rank `owner` holds for its watcher `watcher`
+    /// (`None` outside the host).
+    pub fn exit_word(&self, owner: u32, watcher: u32) -> Option<&AtomicU32> {
+        if owner >= self.count || watcher >= self.count {
+            return None;
+        }
+        let slot = owner as usize * self.count as usize + watcher as usize;
+        let offset = Self::lines_len(self.count) + 8 * slot;
+        assert!(offset + 4 <= self.len);
+        // SAFETY: 8-aligned (the lines end on a 64-byte boundary), inside
+        // the live mapping (checked); shared with other processes, so only
+        // ever accessed as an atomic (and by the kernel as a futex word).
+        Some(unsafe { &*(self.base.add(offset) as *const AtomicU32) })
     }
 
     /// Writes local rank `index`'s wake-up (`at_ns` on `CLOCK_MONOTONIC`,

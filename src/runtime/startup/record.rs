@@ -436,7 +436,12 @@ impl<'a> RecordReader<'a> {
 const INBAND: [InbandMode; 3] = [InbandMode::Declare, InbandMode::Suspect, InbandMode::Off];
 const BCAST: [BcastKind; 2] = [BcastKind::Bmg, BcastKind::Chord];
 const RING: [RingKind; 3] = [RingKind::Topology, RingKind::Shuffle, RingKind::Rank];
-const LOCAL: [LocalMode; 3] = [LocalMode::Auto, LocalMode::Off, LocalMode::Counters];
+const LOCAL: [LocalMode; 4] = [
+    LocalMode::Auto,
+    LocalMode::Off,
+    LocalMode::Counters,
+    LocalMode::Pidfd,
+];
 
 fn inband_code(v: InbandMode) -> u8 {
     match v {
@@ -464,6 +469,7 @@ fn local_code(v: LocalMode) -> u8 {
         LocalMode::Auto => 0,
         LocalMode::Off => 1,
         LocalMode::Counters => 2,
+        LocalMode::Pidfd => 3,
     }
 }
 
