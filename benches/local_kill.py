@@ -31,8 +31,9 @@ on a bridge, the host's veth taken down: no reset, timeouts only; needs
 root, skipped otherwise).
 
 FFD_LOCAL: when `ffd info` lists it, ffd runs once with FFD_LOCAL=auto
-(label "ffd") and once with FFD_LOCAL=off; before that setting exists,
-ffd is the per-process fabric ring (label "ffd").
+(label "ffd"), once with FFD_LOCAL=pidfd (same host only, where this ffd
+accepts it) and once with FFD_LOCAL=off; before that setting exists, ffd
+is the per-process fabric ring (label "ffd").
 
     benches/local_kill.py [--quick] [--trials 10] [--sizes 8,32]
                           [--period 10ms --timeout 100ms] [--hosts 4]
@@ -362,10 +363,12 @@ def main():
     rows = []
     try:
         rows += same_host(a, modes, why is None, progress)
+        # Across hosts "pidfd" differs from "auto" only in a same-host kill.
+        host_modes = [m for m in modes if m != "pidfd"]
         if "hosts" not in skip:
-            rows += across_hosts(a, modes, kill_host, progress)
+            rows += across_hosts(a, host_modes, kill_host, progress)
         if netns_why is None:
-            rows += netns_cut(a, modes, progress)
+            rows += netns_cut(a, host_modes, progress)
     finally:
         ls.end_started()
     load_end = os.getloadavg()

@@ -25,23 +25,29 @@ _started = []
 
 
 def local_modes():
-    """The FFD_LOCAL values to measure: ["auto", "off"], or [None] when
-    this ffd does not know the setting (main before issue 12)."""
+    """The FFD_LOCAL values to measure: ["auto", "pidfd", "off"] ("pidfd"
+    only where this ffd accepts it: exit words came after it), or [None]
+    when this ffd does not know the setting (main before issue 12)."""
     out = subprocess.run([FFD, "info"], capture_output=True, text=True, timeout=120).stdout
-    if any(line.split()[:1] == ["FFD_LOCAL"] for line in out.splitlines()):
-        return ["auto", "off"]
-    return [None]
+    if not any(line.split()[:1] == ["FFD_LOCAL"] for line in out.splitlines()):
+        return [None]
+    pidfd = subprocess.run([FFD, "info"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "FFD_LOCAL": "pidfd"}).returncode == 0
+    return ["auto", "pidfd", "off"] if pidfd else ["auto", "off"]
 
 
 def mode_label(mode):
     """How a row names the ffd it measured."""
-    return {None: "ffd", "auto": "ffd", "off": "ffd FFD_LOCAL=off"}[mode]
+    return {None: "ffd", "auto": "ffd", "pidfd": "ffd FFD_LOCAL=pidfd",
+            "off": "ffd FFD_LOCAL=off"}[mode]
 
 
 def mode_description(mode):
     return {
         None: "per-process fabric ring (this ffd has no FFD_LOCAL)",
-        "auto": "FFD_LOCAL=auto: same-host watching, ring of host leaders",
+        "auto": "FFD_LOCAL=auto: same-host watching (exit words, pidfds, counters), "
+                "ring of host leaders",
+        "pidfd": "FFD_LOCAL=pidfd: as auto, exits through pidfds only",
         "off": "FFD_LOCAL=off: per-process fabric ring",
     }[mode]
 

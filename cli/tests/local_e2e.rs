@@ -178,17 +178,15 @@ fn without_pidfds_the_counters_still_catch_a_kill() {
     }
 }
 
-#[test]
-fn a_whole_emulated_host_is_declared_in_one_notice() {
-    // 3 hosts of 2: host 1 = ranks 1 and 4, silenced together. (Stopped,
-    // not killed: a killed process's sockets are reset by its kernel, and
-    // that in-band proof names each rank on its own, as it should; a host
-    // that loses power or its network says nothing.)
-    // One notice for the host: silence declared at once (with the default
-    // FFD_QUORUM=majority each rank is an accusation of its own).
+/// 3 hosts of 2: host 1 = ranks 1 and 4, silenced together (stopped, not
+/// killed: a killed process's sockets are reset by its kernel, and that
+/// in-band proof names each rank on its own, as it should; a host that
+/// loses power or its network says nothing). One notice for the host,
+/// under `quorum` (`FFD_QUORUM`).
+fn a_whole_emulated_host_is_declared_in_one_notice(quorum: &str) {
     let (report, out) = run_job_with(
         "auto",
-        &[("FFD_QUORUM", "off")],
+        &[("FFD_QUORUM", quorum)],
         &[
             "-n",
             "6",
@@ -221,6 +219,16 @@ fn a_whole_emulated_host_is_declared_in_one_notice() {
         stdout.contains("declared host 1 failed: ranks 1, 4 in one notice"),
         "{stdout}"
     );
+}
+
+#[test]
+fn a_whole_emulated_host_is_declared_in_one_notice_at_once_without_a_quorum() {
+    a_whole_emulated_host_is_declared_in_one_notice("off");
+}
+
+#[test]
+fn a_whole_emulated_host_is_one_accusation_and_one_notice_under_a_majority() {
+    a_whole_emulated_host_is_declared_in_one_notice("majority");
 }
 
 #[test]

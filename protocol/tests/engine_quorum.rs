@@ -268,7 +268,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
 fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
     let n = 8;
     let mut v = checker(n, 2);
-    let suspect = Encoder::new(KEY, 1).suspect(1, 7, 5, 0);
+    let suspect = Encoder::new(KEY, 1).suspect(1, 7, 5, 0, 0);
     let outs = deliver(&mut v, at(1), suspect.clone());
     let forwarded = kinds_to(&outs, n, Kind::Suspect);
     assert!(
@@ -304,12 +304,12 @@ fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
     let outs = deliver(&mut v, at(5), withdrawn.clone());
     assert!(!kinds_to(&outs, n, Kind::Outcome).is_empty());
     assert!(events(&outs).is_empty());
-    let late = Encoder::new(KEY, 3).suspect(1, 7, 5, 1);
+    let late = Encoder::new(KEY, 3).suspect(1, 7, 5, 1, 0);
     assert!(kinds_to(&deliver(&mut v, at(6), late), n, Kind::Suspect).is_empty());
     assert!(kinds_to(&deliver(&mut v, at(7), withdrawn), n, Kind::Outcome).is_empty());
     // A new accusation's round with no quorum: the ballot holder excludes
     // itself with the accuser.
-    deliver(&mut v, at(10), Encoder::new(KEY, 1).suspect(1, 9, 5, 0));
+    deliver(&mut v, at(10), Encoder::new(KEY, 1).suspect(1, 9, 5, 0, 0));
     let outs = deliver(
         &mut v,
         at(80),
@@ -329,7 +329,7 @@ fn the_suspect_refutes_and_the_accuser_withdraws() {
     let n = 5;
     // The suspect answers a flood naming it, and neither forwards nor votes.
     let mut s = checker(n, 1);
-    let outs = deliver(&mut s, at(1), Encoder::new(KEY, 3).suspect(2, 4, 1, 1));
+    let outs = deliver(&mut s, at(1), Encoder::new(KEY, 3).suspect(2, 4, 1, 1, 0));
     assert_eq!(kinds_to(&outs, n, Kind::Refute), vec![2]);
     assert!(kinds_to(&outs, n, Kind::Suspect).is_empty());
     assert!(kinds_to(&run_until(&mut s, at(20)), n, Kind::Vote).is_empty());

@@ -477,29 +477,78 @@ fn an_excluded_rank_raises_nothing_from_its_counter_or_host_checks() {
 }
 
 #[test]
-fn under_a_majority_a_silent_host_is_accused_rank_by_rank_and_found() {
+fn under_a_majority_a_silent_host_is_one_accusation_and_one_notice() {
     let mut c = Cluster::with_quorum(9, 3, QuorumMode::Majority);
     c.run_for(ms(300));
     for r in [1, 4, 7] {
         c.status[r as usize] = Status::Dead;
     }
+    let cut_at = c.now;
     c.run_for(ms(600));
     for r in [1, 4, 7] {
         assert!(c.all_know(r), "rank {r}");
-        let confirmed = c.failed_events(r).iter().any(|(_, cause, detail)| {
-            *cause == Cause::Timeout
+        let events = c.failed_events(r);
+        // Declared by host 2's leader once 4 of the 6 live ranks (with
+        // itself) confirmed: each survivor learned it once.
+        let confirmed = events.iter().any(|(by, cause, detail)| {
+            *by == 2
+                && *cause == Cause::Timeout
                 && matches!(
                     detail,
                     FailureDetail::Silence {
-                        quorum: Some(_),
+                        quorum: Some(q),
                         ..
-                    }
+                    } if 2 * q.votes > q.live
                 )
         });
-        assert!(confirmed, "rank {r}: {:?}", c.failed_events(r));
+        assert!(confirmed, "rank {r}: {events:?}");
+        assert_eq!(events.len(), 6, "each survivor once: {events:?}");
     }
-    assert!(c.host_failed().is_empty(), "no host-level accusation yet");
+    // One accusation of the host, not one per rank, and one notice
+    // naming the three with a host-failed event.
+    assert_eq!(c.host_failed(), vec![(2, 1, vec![1, 4, 7])]);
+    assert_eq!(c.engines[2].stats().accusations, 1);
+    assert_eq!(c.engines[2].stats().hosts_declared, 1);
+    let at = c
+        .events
+        .iter()
+        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
+        .unwrap();
+    // A timeout, the host check's quarter, then a round of votes.
+    assert!(at - cut_at <= ms(100 + 25 + 25 + 100), "{:?}", at - cut_at);
     for r in [0, 2, 3, 5, 6, 8] {
         assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
     }
+}
+
+#[test]
+fn a_rank_of_an_accused_host_refutes_the_accusation() {
+    let mut c = Cluster::with_quorum(9, 3, QuorumMode::Majority);
+    c.run_for(ms(300));
+    // Rank 2 accuses host 1 (its leader, rank 1, with SUSPECT_HOST):
+    // rank 4 is on host 1 and alive, so it refutes; rank 5 (host 2) takes
+    // a ballot and votes instead.
+    let suspect = wire::Encoder::new(KEY, 2).suspect(2, 77, 1, 0, wire::SUSPECT_HOST);
+    let bytes = wire::seal(&suspect, 1_000_000, 4, &keys());
+    c.engines[4]
+        .handle(
+            c.now,
+            Input::Message {
+                from: Some(2),
+                bytes: &bytes,
+            },
+        )
+        .expect("accepted");
+    let mut refuted = false;
+    while let Some(o) = c.engines[4].poll_output() {
+        if let Output::Send { to: 2, message } = &o {
+            refuted |= message.kind() == Some(Kind::Refute);
+            assert_ne!(
+                message.kind(),
+                Some(Kind::Vote),
+                "a rank of the host never votes"
+            );
+        }
+    }
+    assert!(refuted, "rank 4 refutes the accusation of its host");
 }

@@ -82,7 +82,13 @@ fn any_message() -> impl Strategy<Value = Vec<u8>> {
                 4 => e.probe(x, (y % u64::from(N)) as u32),
                 5 => e.probe_ack(x, (y % u64::from(N)) as u32, ProbeVerdict::Silent),
                 6 => e.payload(x % N, y, 3, &bytes),
-                7 => e.suspect(x % N, y as u32, (y % u64::from(N)) as u32, 2),
+                7 => e.suspect(
+                    x % N,
+                    y as u32,
+                    (y % u64::from(N)) as u32,
+                    2,
+                    (y % 2) as u16,
+                ),
                 8 => e.vote(x % N, y as u32, 1, (y % 4) as u16),
                 9 => e.refute(x % N, y as u32),
                 10 => e.outcome(

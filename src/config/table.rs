@@ -371,9 +371,14 @@ mod tests {
         );
         assert_eq!(
             setting::LOCAL.accepted,
-            [LocalMode::Auto, LocalMode::Counters, LocalMode::Off]
-                .map(|m| m.to_string())
-                .join("|")
+            [
+                LocalMode::Auto,
+                LocalMode::Pidfd,
+                LocalMode::Counters,
+                LocalMode::Off
+            ]
+            .map(|m| m.to_string())
+            .join("|")
         );
         assert_eq!(
             setting::HEALTH_MAX.accepted,

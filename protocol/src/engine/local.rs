@@ -362,20 +362,14 @@ impl Engine {
 
     /// Every declaration of node-local watching that rests on silence
     /// passes here (a local counter that stood still, a silent leader, a
-    /// silent host): `ranks` ascending. With `FFD_QUORUM=off`, declared in
-    /// one notice, and when they are every live rank of one host (more than
-    /// one), the host is reported failed too. With `majority`, each goes
-    /// through the quorum's door ([`Engine::on_silence`]): an accusation a
-    /// majority confirms (one per rank; a host-level accusation is not
-    /// built yet).
+    /// silent host): `ranks` ascending. When they are every live rank of
+    /// one host (more than one), the host is reported failed too, and all
+    /// of them are named in one notice: with `FFD_QUORUM=off` at once,
+    /// with `majority` once a majority confirms one accusation of the
+    /// whole host ([`Engine::accuse_host`]). Otherwise each rank goes
+    /// through the quorum's door ([`Engine::on_silence`]).
     pub(super) fn declare_silent(&mut self, now: Time, ranks: &[Rank], cause: Cause) {
         if self.participation != Participation::Active {
-            return;
-        }
-        if self.config.quorum == QuorumMode::Majority {
-            for &r in ranks {
-                self.on_silence(now, r, cause, FabricSaid::Nothing);
-            }
             return;
         }
         let whole_host = match (&self.hosts, ranks) {
@@ -391,6 +385,17 @@ impl Engine {
             }
             _ => None,
         };
+        if self.config.quorum == QuorumMode::Majority {
+            match whole_host {
+                Some(host) => self.accuse_host(now, host, ranks, cause),
+                None => {
+                    for &r in ranks {
+                        self.on_silence(now, r, cause, FabricSaid::Nothing);
+                    }
+                }
+            }
+            return;
+        }
         let detail = FailureDetail::Silence {
             said: FabricSaid::Nothing,
             quorum: None,

@@ -3,8 +3,10 @@
 //! (`FFD_QUORUM=majority`, `docs/design.md` §4.11).
 //!
 //! Owns: [`Engine::on_silence`], the one door every declaration from
-//! silence goes through (timeouts, refusal runs, silent probes; the
-//! node-local watcher of issue 12 will use it too); this rank's own
+//! silence goes through (timeouts, refusal runs, silent probes, the
+//! node-local watcher's silences), and [`Engine::accuse_host`] for a host
+//! found silent whole (one accusation, flag `SUSPECT_HOST`, refuted by any
+//! rank of that host, declared in one notice); this rank's own
 //! accusations (the direct probe of the suspect, the flood of `Suspect`,
 //! the count of votes, confirmation, refutation, new rounds, giving up)
 //! and its ballots in the accusations of others (the flood parent, the
@@ -27,6 +29,7 @@
 
 use std::sync::Arc;
 
+use super::io::Event;
 use super::trust::{LinkKey, link_key};
 use super::{
     Cause, Confirmation, Engine, Exclusion, FabricSaid, FailureDetail, NO_RANK, Participation,
@@ -35,7 +38,7 @@ use super::{
 use crate::config::{QuorumMode, Rank, Time};
 use crate::overlay::{Links, MAX_LINKS, levels};
 use crate::wire::{
-    self, Kind, Message, OutcomeVerdict, ProbeVerdict, VOTE_COMPLETE, VOTE_TIEBREAK,
+    self, Kind, Message, OutcomeVerdict, ProbeVerdict, SUSPECT_HOST, VOTE_COMPLETE, VOTE_TIEBREAK,
 };
 
 /// Ballots (accusations of others) a rank takes part in at once. A
@@ -87,7 +90,12 @@ impl Subtree {
 /// An accusation of this rank's.
 #[derive(Clone, Debug)]
 struct Accusation {
+    /// The rank accused; of a whole host, its leader (lowest live rank).
     suspect: Rank,
+    /// A whole-host accusation: the host and the ranks of it this rank
+    /// held live when it began (ascending, the suspect first); all are
+    /// declared in one notice once confirmed. Empty for one rank.
+    host: Option<(u32, Vec<Rank>)>,
     /// The current round.
     nonce: u32,
     /// The nonce of the direct probe of the suspect (its `ProbeAck`
@@ -142,6 +150,18 @@ pub(super) struct Quorum {
     others_until: Time,
 }
 
+impl Accusation {
+    /// Whether `rank` is accused by it (the suspect, or a rank of the
+    /// accused host).
+    fn covers(&self, rank: Rank) -> bool {
+        self.suspect == rank || self.host.as_ref().is_some_and(|(_, m)| m.contains(&rank))
+    }
+
+    fn flags(&self) -> u16 {
+        if self.host.is_some() { SUSPECT_HOST } else { 0 }
+    }
+}
+
 /// `a` is a later round than `b` (nonces count up, wrapping).
 fn newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
@@ -172,7 +192,31 @@ impl Engine {
     pub(super) fn accusing(&self, rank: Rank) -> bool {
         self.quorum
             .as_ref()
-            .is_some_and(|q| q.accusations.iter().any(|a| a.suspect == rank))
+            .is_some_and(|q| q.accusations.iter().any(|a| a.covers(rank)))
+    }
+
+    /// A whole host found silent (its leader's timeout, then no answer to
+    /// a probe of each of its `ranks`, ascending) under `majority`: one
+    /// accusation of the host, flooded with [`SUSPECT_HOST`] (any rank of
+    /// the host that hears it refutes), and once a majority confirms it
+    /// every rank of the host is declared in one notice with a
+    /// `HostFailed` event.
+    pub(super) fn accuse_host(&mut self, now: Time, host: u32, ranks: &[Rank], cause: Cause) {
+        let Some(&leader) = ranks.first() else {
+            return;
+        };
+        if self.participation != Participation::Active
+            || ranks.iter().any(|&r| r == self.me || self.accusing(r))
+        {
+            return;
+        }
+        self.begin_accusation(
+            now,
+            leader,
+            Some((host, ranks.to_vec())),
+            cause,
+            FabricSaid::Nothing,
+        );
     }
 
     /// Whether other ranks' accusations are under way here (a partition or
@@ -206,7 +250,11 @@ impl Engine {
 
     /// The overlay slots of the ranks this rank forwards a flood rooted at
     /// `root` to, less `skip`, the suspect and ranks known gone.
-    fn flood_mask(&self, root: Rank, skip: Rank, suspect: Rank) -> u64 {
+    fn flood_mask(&self, root: Rank, skip: Rank, suspect: Rank, host: bool) -> u64 {
+        let host_of_suspect = match (&self.hosts, host) {
+            (Some(h), true) => Some(h.host_of(suspect)),
+            _ => None,
+        };
         let mut buf: Links = [0; MAX_LINKS];
         let len = self
             .overlay
@@ -216,6 +264,11 @@ impl Engine {
             let r = self.ring.rank_at(p);
             if r == skip || r == suspect || r == self.me || self.is_gone(r) {
                 continue;
+            }
+            if let (Some(h), Some(hosts)) = (host_of_suspect, &self.hosts) {
+                if hosts.host_of(r) == h {
+                    continue;
+                }
             }
             if let LinkKey::Overlay(k) = link_key(&self.ring, self.my_pos, r) {
                 mask |= 1 << k;
@@ -276,10 +329,22 @@ impl Engine {
         if self.accusing(suspect) {
             return;
         }
+        self.begin_accusation(now, suspect, None, cause, said);
+    }
+
+    fn begin_accusation(
+        &mut self,
+        now: Time,
+        suspect: Rank,
+        host: Option<(u32, Vec<Rank>)>,
+        cause: Cause,
+        said: FabricSaid,
+    ) {
         self.stats.accusations += 1;
         let (nonce, probe_nonce) = (self.next_nonce(), self.next_nonce());
         let accusation = Accusation {
             suspect,
+            host,
             nonce,
             probe_nonce,
             cause,
@@ -301,7 +366,12 @@ impl Engine {
     /// process), the suspect is declared at once, so a chain of crashed
     /// ranks is declared at in-band speed.
     fn start_round(&mut self, suspect: Rank) {
-        let mask = self.flood_mask(self.me, NO_RANK, suspect);
+        let host = self.quorum.as_ref().is_some_and(|q| {
+            q.accusations
+                .iter()
+                .any(|a| a.suspect == suspect && a.host.is_some())
+        });
+        let mask = self.flood_mask(self.me, NO_RANK, suspect, host);
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
@@ -312,11 +382,20 @@ impl Engine {
             children: Vec::new(),
             unresolved: mask,
         };
-        let (nonce, probe_nonce) = (a.nonce, a.probe_nonce);
-        let m: Arc<[u8]> = self.encoder.suspect(self.me, nonce, suspect, 0).into();
+        let (nonce, probe_nonce, flags) = (a.nonce, a.probe_nonce, a.flags());
+        let probed = match &a.host {
+            Some((_, members)) => members.clone(),
+            None => vec![suspect],
+        };
+        let m: Arc<[u8]> = self
+            .encoder
+            .suspect(self.me, nonce, suspect, 0, flags)
+            .into();
         self.fan_out(Kind::Suspect, m, self.me, [NO_RANK, NO_RANK]);
-        let probe = self.encoder.probe(probe_nonce, suspect);
-        self.send(suspect, Kind::Probe, probe);
+        for r in probed {
+            let probe = self.encoder.probe(probe_nonce, r);
+            self.send(r, Kind::Probe, probe);
+        }
     }
 
     /// Declares the suspects of accusations that reached a quorum: 2C > V,
@@ -333,20 +412,37 @@ impl Engine {
             let tiebreak = a.tree.flags(me_lowest) & VOTE_TIEBREAK != 0;
             let twice = 2 * u64::from(votes);
             if twice > u64::from(live) || (twice == u64::from(live) && tiebreak) {
-                confirmed.push((a.suspect, a.cause, a.said, votes, twice == u64::from(live)));
+                confirmed.push((
+                    a.suspect,
+                    a.host.clone(),
+                    a.cause,
+                    a.said,
+                    votes,
+                    twice == u64::from(live),
+                ));
                 false
             } else {
                 true
             }
         });
-        for (suspect, cause, said, votes, tiebreak) in confirmed {
+        for (suspect, host, cause, said, votes, tiebreak) in confirmed {
             self.stats.quorum_confirmations += 1;
             let quorum = Some(Confirmation {
                 votes,
                 live,
                 tiebreak,
             });
-            self.declare(now, suspect, cause, FailureDetail::Silence { said, quorum });
+            let detail = FailureDetail::Silence { said, quorum };
+            match host {
+                None => self.declare(now, suspect, cause, detail),
+                Some((host, members)) => {
+                    let ranks: Vec<Rank> =
+                        members.into_iter().filter(|&r| !self.is_gone(r)).collect();
+                    self.declare_now(now, &ranks, cause, detail, true);
+                    self.stats.hosts_declared += 1;
+                    self.push_event(Event::HostFailed { host, ranks });
+                }
+            }
         }
     }
 
@@ -357,10 +453,11 @@ impl Engine {
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
-        let Some(i) = q.accusations.iter().position(|a| a.suspect == suspect) else {
+        let Some(i) = q.accusations.iter().position(|a| a.covers(suspect)) else {
             return;
         };
         let a = q.accusations.swap_remove(i);
+        let suspect = a.suspect;
         self.stats.refutations += 1;
         let m: Arc<[u8]> = self
             .encoder
@@ -399,7 +496,7 @@ impl Engine {
         let ours = self.quorum.as_ref().is_some_and(|q| {
             q.accusations
                 .iter()
-                .any(|a| a.suspect == about && a.probe_nonce == nonce)
+                .any(|a| a.covers(about) && a.probe_nonce == nonce)
         });
         if !ours {
             return false;
@@ -571,8 +668,12 @@ impl Engine {
                 accuser,
                 nonce,
                 suspect,
+                flags,
                 ..
-            } => self.on_suspect(now, sender, accuser, nonce, suspect, bytes),
+            } => {
+                let host = flags & SUSPECT_HOST != 0;
+                self.on_suspect(now, sender, (accuser, nonce, suspect, host), bytes);
+            }
             Message::Vote {
                 accuser,
                 nonce,
@@ -596,15 +697,16 @@ impl Engine {
         }
     }
 
+    /// `round`: the accuser, the round's nonce, the suspect, and whether
+    /// the suspect's whole host is accused.
     fn on_suspect(
         &mut self,
         now: Time,
         sender: Rank,
-        accuser: Rank,
-        nonce: u32,
-        suspect: Rank,
+        round: (Rank, u32, Rank, bool),
         bytes: &[u8],
     ) {
+        let (accuser, nonce, suspect, host) = round;
         if self.is_gone(accuser) {
             self.stats.dropped_untrusted_origin += 1;
             return;
@@ -613,7 +715,16 @@ impl Engine {
             // Nobody accuses itself: a forgery or a bug, never answered.
             return;
         }
-        if suspect == self.me {
+        let my_host_accused = host
+            && self
+                .hosts
+                .as_ref()
+                .is_some_and(|h| h.host_of(suspect) == h.host_of(self.me));
+        if host && self.hosts.is_none() {
+            // Host groups are agreed at start: a forgery or a bug.
+            return;
+        }
+        if suspect == self.me || (my_host_accused && accuser != self.me) {
             // Reachable, so not silent: say so to the accuser.
             let m = self.encoder.refute(accuser, nonce);
             self.send(accuser, Kind::Refute, m);
@@ -660,7 +771,7 @@ impl Engine {
             }
             None => {}
         }
-        let mask = self.flood_mask(accuser, sender, suspect);
+        let mask = self.flood_mask(accuser, sender, suspect, host);
         let ballot = Ballot {
             accuser,
             suspect,
@@ -776,7 +887,15 @@ impl Engine {
         let Some(mut q) = self.quorum.take() else {
             return;
         };
-        q.accusations.retain(|a| !self.is_gone(a.suspect));
+        // A host accusation ends too once one of its ranks is gone: the
+        // rest, if silent, are found again under the next leader.
+        q.accusations.retain(|a| {
+            !self.is_gone(a.suspect)
+                && !a
+                    .host
+                    .as_ref()
+                    .is_some_and(|(_, m)| m.iter().any(|&r| self.is_gone(r)))
+        });
         q.ballots
             .retain(|b| !self.is_gone(b.accuser) && !self.is_gone(b.suspect));
         for a in &mut q.accusations {

@@ -38,7 +38,7 @@ use super::ranks::{ListError, RankList, encode_rank_list};
 
 pub use agree::{AgreeDown, AgreeUp, AgreementId, WireValue};
 pub use marks::{MAX_MARKS, MAX_MARKS_LEN, Marks};
-pub use quorum::{OutcomeVerdict, VOTE_COMPLETE, VOTE_TIEBREAK};
+pub use quorum::{OutcomeVerdict, SUSPECT_HOST, VOTE_COMPLETE, VOTE_TIEBREAK};
 pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
 
 pub const MAGIC: [u8; 4] = *b"FFDP";
@@ -254,12 +254,14 @@ pub enum Message<'a> {
         hops: u16,
         bytes: &'a [u8],
     },
-    /// `accuser` finds `suspect` silent; round `nonce` of its accusation.
+    /// `accuser` finds `suspect` silent (with [`SUSPECT_HOST`] in `flags`:
+    /// its whole host); round `nonce` of its accusation.
     Suspect {
         accuser: Rank,
         nonce: u32,
         suspect: Rank,
         hops: u16,
+        flags: u16,
     },
     /// The sender's subtree of round `nonce` of `accuser`'s accusation:
     /// `count` ranks, `flags` ([`VOTE_TIEBREAK`], [`VOTE_COMPLETE`]).

@@ -3,14 +3,15 @@
 //! holds.
 //!
 //! ```text
-//! Suspect  (8)  accuser u32, nonce u32, suspect u32, hops u16, 0 u16
+//! Suspect  (8)  accuser u32, nonce u32, suspect u32, hops u16, flags u16
 //! Vote     (9)  accuser u32, nonce u32, count u32, flags u16, 0 u16
 //! Refute  (10)  accuser u32, nonce u32
 //! Outcome (11)  accuser u32, nonce u32, suspect u32, hops u16, verdict u8, 0 u8
 //! ```
 //!
-//! Vote flags: bit 0 [`VOTE_TIEBREAK`], bit 1 [`VOTE_COMPLETE`]; the other
-//! bits are reserved (zero). Owns: these layouts. Must not: panic, or
+//! Suspect flags: bit 0 [`SUSPECT_HOST`]. Vote flags: bit 0
+//! [`VOTE_TIEBREAK`], bit 1 [`VOTE_COMPLETE`]. The other bits are reserved
+//! (zero). Owns: these layouts. Must not: panic, or
 //! accept a count of 0 or above N, an unknown verdict, or reserved bits.
 
 use super::{Encoder, Kind, Message, Reader, RejectReason};
@@ -23,6 +24,12 @@ pub const VOTE_TIEBREAK: u16 = 1;
 /// (voted or forwarded its own copy): the count will not grow.
 pub const VOTE_COMPLETE: u16 = 2;
 const VOTE_FLAGS: u16 = VOTE_TIEBREAK | VOTE_COMPLETE;
+
+/// Suspect flag: the accusation is of the suspect's whole host (every rank
+/// of it the accuser holds live; the suspect is its leader). Any rank of
+/// that host refutes it.
+pub const SUSPECT_HOST: u16 = 1;
+const SUSPECT_FLAGS: u16 = SUSPECT_HOST;
 
 /// How an accusation ended without a declaration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,12 +63,16 @@ pub(super) fn decode<'a>(
         Kind::Suspect => {
             let suspect = r.rank(n)?;
             let hops = r.u16()?;
-            r.zero16()?;
+            let flags = r.u16()?;
+            if flags & !SUSPECT_FLAGS != 0 {
+                return Err(RejectReason::ReservedBits);
+            }
             Message::Suspect {
                 accuser,
                 nonce,
                 suspect,
                 hops,
+                flags,
             }
         }
         Kind::Vote => {
@@ -101,13 +112,20 @@ pub(super) fn decode<'a>(
 }
 
 impl Encoder {
-    pub fn suspect(&self, accuser: Rank, nonce: u32, suspect: Rank, hops: u16) -> Vec<u8> {
+    pub fn suspect(
+        &self,
+        accuser: Rank,
+        nonce: u32,
+        suspect: Rank,
+        hops: u16,
+        flags: u16,
+    ) -> Vec<u8> {
         let mut out = self.start(Kind::Suspect, 16);
         out.extend_from_slice(&accuser.to_le_bytes());
         out.extend_from_slice(&nonce.to_le_bytes());
         out.extend_from_slice(&suspect.to_le_bytes());
         out.extend_from_slice(&hops.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&flags.to_le_bytes());
         Self::finish(out)
     }
 
@@ -168,12 +186,23 @@ mod tests {
     fn every_quorum_body_round_trips() {
         let e = Encoder::new(KEY, 1);
         assert_eq!(
-            roundtrip(&e.suspect(1, 7, 4, 0)),
+            roundtrip(&e.suspect(1, 7, 4, 0, 0)),
             Ok(Message::Suspect {
                 accuser: 1,
                 nonce: 7,
                 suspect: 4,
-                hops: 0
+                hops: 0,
+                flags: 0
+            })
+        );
+        assert_eq!(
+            roundtrip(&e.suspect(1, 7, 4, 0, SUSPECT_HOST)),
+            Ok(Message::Suspect {
+                accuser: 1,
+                nonce: 7,
+                suspect: 4,
+                hops: 0,
+                flags: SUSPECT_HOST
             })
         );
         assert_eq!(
@@ -222,8 +251,12 @@ mod tests {
             Err(RejectReason::ReservedBits)
         );
         assert_eq!(
-            roundtrip(&e.suspect(10, 7, 4, 0)),
+            roundtrip(&e.suspect(10, 7, 4, 0, 0)),
             Err(RejectReason::RankOutOfRange)
+        );
+        assert_eq!(
+            roundtrip(&e.suspect(1, 7, 4, 0, 2)),
+            Err(RejectReason::ReservedBits)
         );
         let mut bad = e.outcome(3, 9, 4, 0, OutcomeVerdict::Withdrawn);
         let at = bad.len() - 2;
@@ -243,7 +276,7 @@ mod tests {
     fn floods_are_forwarded_with_one_more_hop() {
         let e = Encoder::new(KEY, 1);
         for m in [
-            e.suspect(1, 7, 4, 2),
+            e.suspect(1, 7, 4, 2, SUSPECT_HOST),
             e.outcome(1, 7, 4, 2, OutcomeVerdict::Withdrawn),
         ] {
             let f = forwarded(&seal(&m, 3, 5, &keys()), 5).expect("a flood");

@@ -524,6 +524,16 @@ mod tests {
         let holder = ExitWords::start(Arc::clone(&a), 0, vec![(1, 71)], "t-h").unwrap();
         let word = a.exit_word(0, 1).unwrap();
         assert_ne!(word.load(Ordering::Acquire) & FUTEX_TID_MASK, 0);
+        // A release the watcher never saw held is no event: wait until it
+        // waits on the held word (it sets FUTEX_WAITERS first).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while word.load(Ordering::Acquire) & FUTEX_WAITERS == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the watcher never waited"
+            );
+            std::thread::yield_now();
+        }
         drop(holder);
         assert_eq!(wait_for(&watcher, 1), vec![(70, WordEvent::Released)]);
         assert_eq!(word.load(Ordering::Acquire), 0);

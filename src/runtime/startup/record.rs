@@ -30,7 +30,7 @@
 //! | 108 | 4 | process id (as this rank's pid namespace numbers it) |
 //! | 112 | 8 | pid namespace: the inode of `/proc/self/ns/pid` (0: unknown) |
 //! | 120 | 8 | process start time, clock ticks since boot (`/proc/self/stat` field 22; 0: unknown) |
-//! | 128 | 1 | local watching (`FFD_LOCAL`): 0 auto, 1 off, 2 counters |
+//! | 128 | 1 | local watching (`FFD_LOCAL`): 0 auto, 1 off, 2 counters, 3 pidfd |
 //! | 129 | 1+n | hostname, UTF-8, n ≤ 255 |
 //! | | 1+n | provider name, UTF-8, n ≤ 255 |
 //! | | 2+n | fabric address, n ≤ 4096 |
@@ -657,12 +657,12 @@ mod tests {
             Err(RecordError::NotUtf8 { field: "hostname" })
         );
         let mut local = bytes.clone();
-        local[128] = 3;
+        local[128] = 4;
         assert_eq!(
             PeerRecord::decode(&local),
             Err(RecordError::UnknownCode {
                 field: "local",
-                code: 3
+                code: 4
             })
         );
         assert_eq!(

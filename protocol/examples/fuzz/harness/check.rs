@@ -565,7 +565,8 @@ pub fn reencode(job_key: u64, sender: Rank, message: &Message<'_>) -> Option<Vec
             nonce,
             suspect,
             hops,
-        } => enc.suspect(accuser, nonce, suspect, hops),
+            flags,
+        } => enc.suspect(accuser, nonce, suspect, hops, flags),
         Message::Vote {
             accuser,
             nonce,

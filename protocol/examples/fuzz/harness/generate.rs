@@ -391,7 +391,13 @@ fn agreement_root(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Rank {
 
 fn suspect(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
     let accuser = accuser(dice, view, enc);
-    enc.suspect(accuser, nonce(dice), rank(dice, view), hops(dice))
+    // Flags: none, the whole host, or a reserved bit (refused).
+    let flags = match dice.below(10) {
+        0..=5 => 0,
+        6..=8 => ffd_protocol::wire::SUSPECT_HOST,
+        _ => 2,
+    };
+    enc.suspect(accuser, nonce(dice), rank(dice, view), hops(dice), flags)
 }
 
 fn vote(dice: &mut Dice, view: &View<'_>, enc: &Encoder) -> Vec<u8> {
