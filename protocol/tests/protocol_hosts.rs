@@ -13,8 +13,8 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, FabricSaid, FailureDetail, Hosts, Input, Kind, LocalBeat,
-    Output, QuorumMode, Rank, Ring, RingKind, Time,
+    Cause, Engine, EngineConfig, Event, Evidence, FabricSaid, FailureDetail, Hosts, Input, Kind,
+    LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind,
 };
 
 const KEY: u64 = 0x5EED_0000_1111_2222;
@@ -551,4 +551,86 @@ fn a_rank_of_an_accused_host_refutes_the_accusation() {
         }
     }
     assert!(refuted, "rank 4 refutes the accusation of its host");
+}
+
+#[test]
+fn a_host_whose_leader_is_proven_dead_is_checked_whole_at_once() {
+    // Every process of host 1 is killed together (the kernel lives, so
+    // the link to the leader is refused: proof). Host 2's leader, rank 2,
+    // watches rank 1: instead of mending to rank 4 and then 7, finding each
+    // dead only when its own link fails, it probes both at once and
+    // accuses the rest of the host as one.
+    let mut c = Cluster::with_quorum(9, 3, QuorumMode::Majority);
+    c.run_for(ms(300));
+    assert_eq!(c.engines[2].emitter(), Some(1));
+    for r in [1, 4, 7] {
+        c.status[r as usize] = Status::Dead;
+    }
+    let killed_at = c.now;
+    let _ = c.engines[2].handle(
+        c.now,
+        Input::TransportError {
+            peer: 1,
+            kind: TransportErrorKind::Send,
+            evidence: Evidence::Proof,
+            said: FabricSaid::Nothing,
+        },
+    );
+    let mut queue = VecDeque::new();
+    c.drain(2, &mut queue);
+    c.deliver(queue);
+    c.run_for(ms(400));
+    for r in [1, 4, 7] {
+        assert!(c.all_know(r), "rank {r}");
+    }
+    assert_eq!(c.failed_events(1)[0].1, Cause::InBand);
+    assert_eq!(c.host_failed(), vec![(2, 1, vec![4, 7])]);
+    assert_eq!(c.engines[2].stats().host_checks, 1);
+    let at = c
+        .events
+        .iter()
+        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
+        .unwrap();
+    // A quarter timeout for the probes, then a round of votes: well
+    // inside the timeout that mending to rank 4 first would take.
+    assert!(at - killed_at <= ms(25 + 50), "{:?}", at - killed_at);
+    for r in [0, 2, 3, 5, 6, 8] {
+        assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
+    }
+}
+
+#[test]
+fn when_a_leader_exits_and_its_host_follows_the_observer_checks_the_rest_at_once() {
+    // Rank 1, host 1's leader, is killed; ranks 4 and 7 see the exit, rank
+    // 4 broadcasts it, and then both are killed too before anyone else
+    // hears from them (a whole host's processes killed one after another).
+    // Rank 2, which watched rank 1, mends to rank 4 and probes the rest of
+    // host 1 at once instead of waiting for rank 4's link.
+    let mut c = Cluster::with_quorum(9, 3, QuorumMode::Majority);
+    c.run_for(ms(300));
+    assert_eq!(c.engines[2].emitter(), Some(1));
+    c.status[1] = Status::Dead;
+    let mut queue = VecDeque::new();
+    for r in [4, 7] {
+        let _ = c.engines[r as usize].handle(c.now, Input::Exited { rank: 1 });
+        c.drain(r, &mut queue);
+    }
+    c.status[4] = Status::Dead;
+    c.status[7] = Status::Dead;
+    let killed_at = c.now;
+    c.deliver(queue);
+    c.run_for(ms(400));
+    for r in [1, 4, 7] {
+        assert!(c.all_know(r), "rank {r}");
+    }
+    assert_eq!(c.host_failed(), vec![(2, 1, vec![4, 7])]);
+    let at = c
+        .events
+        .iter()
+        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
+        .unwrap();
+    assert!(at - killed_at <= ms(25 + 50), "{:?}", at - killed_at);
+    for r in [0, 2, 3, 5, 6, 8] {
+        assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
+    }
 }

@@ -48,6 +48,9 @@ pub(super) struct HostCheck {
     /// The watch's `changed_at` when the check began: a slot that moves
     /// meanwhile ends the check (the leader was slow).
     changed_at: Time,
+    /// The leader is already declared on proof (an in-band error): the
+    /// check is about the rest of its host only.
+    after_proof: bool,
 }
 
 impl Engine {
@@ -297,6 +300,7 @@ impl Engine {
                         leader: emitter,
                         nonce: self.nonce,
                         changed_at: self.watch.changed_at,
+                        after_proof: false,
                     });
                     self.timers
                         .set(Timer::HostCheck, now + self.config.timeout / 4);
@@ -305,6 +309,53 @@ impl Engine {
             }
         }
         self.declare_silent(now, &[emitter], cause);
+    }
+
+    /// `leader`, a leader of another host, is gone: this rank declared it
+    /// on proof (an in-band error on the fabric link between them, either
+    /// way round), or it was its fabric emitter and it now mends to the
+    /// next rank of the same host. That host's other ranks may be gone too
+    /// (a whole host's processes killed at once): rather than mend to each
+    /// in turn, finding each dead only when its own new link fails (a
+    /// link that never came up counts only after the link grace), probe
+    /// them all now; a quarter timeout without any answer declares them as
+    /// one silent host ([`Engine::declare_silent`]), an answer ends the
+    /// check (the next leader takes over as usual).
+    pub(super) fn check_rest_of_host(&mut self, now: Time, leader: Rank) {
+        let Some(hosts) = self.hosts.clone() else {
+            return;
+        };
+        if self.host_check.is_some() || self.participation != Participation::Active {
+            return;
+        }
+        let host = hosts.host_of(leader);
+        if host == hosts.host_of(self.me) {
+            return;
+        }
+        let live: Vec<Rank> = hosts
+            .members(host)
+            .iter()
+            .copied()
+            .filter(|&r| !self.is_gone(r))
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        self.stats.host_checks += 1;
+        self.nonce = self.nonce.wrapping_add(1);
+        for &r in &live {
+            let m = self.encoder.probe(self.nonce, r);
+            self.send(r, Kind::Probe, m);
+        }
+        self.host_check = Some(HostCheck {
+            host,
+            leader,
+            nonce: self.nonce,
+            changed_at: self.watch.changed_at,
+            after_proof: true,
+        });
+        self.timers
+            .set(Timer::HostCheck, now + self.config.timeout / 4);
     }
 
     /// A probe's answer: if it is about a rank of the host being checked
@@ -322,7 +373,10 @@ impl Engine {
         if ours {
             self.host_check = None;
             self.timers.stop(Timer::HostCheck);
-            if self.watch.emitter == Some(check.leader) {
+            if check.after_proof {
+                // Someone of the host runs: the watch goes on as usual.
+                self.schedule_check(now);
+            } else if self.watch.emitter == Some(check.leader) {
                 self.declare_silent(now, &[check.leader], Cause::Timeout);
             }
         }
@@ -344,7 +398,8 @@ impl Engine {
         }
         self.host_check = None;
         let moved = self.watch.changed_at > check.changed_at;
-        if self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved {
+        let stale = self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved;
+        if !check.after_proof && stale {
             self.schedule_check(now);
             return;
         }
@@ -358,6 +413,9 @@ impl Engine {
             .filter(|&r| !self.is_gone(r))
             .collect();
         self.declare_silent(now, &live, Cause::Timeout);
+        if check.after_proof {
+            self.schedule_check(now);
+        }
     }
 
     /// Every declaration of node-local watching that rests on silence

@@ -457,6 +457,7 @@ impl Engine {
     /// link that is at once, and the new emitter has one timeout. With
     /// nobody left, there is no emitter (and no error).
     pub(super) fn mend(&mut self, now: Time) {
+        let previous = self.watch.emitter;
         let candidate = self.emitter_candidate();
         self.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
@@ -485,6 +486,13 @@ impl Engine {
             }
         }
         self.schedule_check(now);
+        // The emitter failed and its host's next rank takes over: the rest
+        // of that host may have gone with it.
+        if let (Some(p), Some(e), Some(h)) = (previous, candidate, &self.hosts) {
+            if self.is_gone(p) && h.host_of(p) == h.host_of(e) {
+                self.check_rest_of_host(now, p);
+            }
+        }
     }
 
     // ----- in-band evidence -----
@@ -526,7 +534,8 @@ impl Engine {
         match self.config.inband {
             InbandMode::Declare if is_observer || is_emitter => match evidence {
                 Evidence::Proof => {
-                    self.declare(now, peer, Cause::InBand, FailureDetail::Proof { said })
+                    self.declare(now, peer, Cause::InBand, FailureDetail::Proof { said });
+                    self.check_rest_of_host(now, peer);
                 }
                 Evidence::Silence => self.on_silence(now, peer, Cause::InBand, said),
             },
