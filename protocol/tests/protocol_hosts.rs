@@ -229,6 +229,14 @@ impl Cluster {
             .collect()
     }
 
+    /// When the first `HostFailed` was raised.
+    fn host_failed_at(&self) -> Time {
+        self.events
+            .iter()
+            .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
+            .expect("a host-failed event")
+    }
+
     fn host_failed(&self) -> Vec<(Rank, u32, Vec<Rank>)> {
         self.events
             .iter()
@@ -374,11 +382,7 @@ fn a_silent_host_is_declared_in_one_notice_naming_every_rank() {
     assert_eq!(host_failed, vec![(2, 1, vec![1, 4, 7])]);
     assert_eq!(c.engines[2].stats().host_checks, 1);
     assert_eq!(c.engines[2].stats().hosts_declared, 1);
-    let at = c
-        .events
-        .iter()
-        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
-        .unwrap();
+    let at = c.host_failed_at();
     assert!(at - cut_at <= ms(100 + 25 + 25 + 2), "{:?}", at - cut_at);
     for r in [1, 4, 7] {
         let events = c.failed_events(r);
@@ -509,11 +513,7 @@ fn under_a_majority_a_silent_host_is_one_accusation_and_one_notice() {
     assert_eq!(c.host_failed(), vec![(2, 1, vec![1, 4, 7])]);
     assert_eq!(c.engines[2].stats().accusations, 1);
     assert_eq!(c.engines[2].stats().hosts_declared, 1);
-    let at = c
-        .events
-        .iter()
-        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
-        .unwrap();
+    let at = c.host_failed_at();
     // A timeout, the host check's quarter, then a round of votes.
     assert!(at - cut_at <= ms(100 + 25 + 25 + 100), "{:?}", at - cut_at);
     for r in [0, 2, 3, 5, 6, 8] {
@@ -586,11 +586,7 @@ fn a_host_whose_leader_is_proven_dead_is_checked_whole_at_once() {
     assert_eq!(c.failed_events(1)[0].1, Cause::InBand);
     assert_eq!(c.host_failed(), vec![(2, 1, vec![4, 7])]);
     assert_eq!(c.engines[2].stats().host_checks, 1);
-    let at = c
-        .events
-        .iter()
-        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
-        .unwrap();
+    let at = c.host_failed_at();
     // A quarter timeout for the probes, then a round of votes: well
     // inside the timeout that mending to rank 4 first would take.
     assert!(at - killed_at <= ms(25 + 50), "{:?}", at - killed_at);
@@ -624,11 +620,7 @@ fn when_a_leader_exits_and_its_host_follows_the_observer_checks_the_rest_at_once
         assert!(c.all_know(r), "rank {r}");
     }
     assert_eq!(c.host_failed(), vec![(2, 1, vec![4, 7])]);
-    let at = c
-        .events
-        .iter()
-        .find_map(|(_, t, e)| matches!(e, Event::HostFailed { .. }).then_some(*t))
-        .unwrap();
+    let at = c.host_failed_at();
     assert!(at - killed_at <= ms(25 + 50), "{:?}", at - killed_at);
     for r in [0, 2, 3, 5, 6, 8] {
         assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");

@@ -19,6 +19,7 @@ use std::time::Duration;
 use super::{Cause, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Participation, Timer};
 use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
+use crate::hosts::Hosts;
 use crate::wire::Kind;
 
 /// This rank's watch of its local emitter's counter.
@@ -282,28 +283,9 @@ impl Engine {
                     return;
                 }
                 let host = hosts.host_of(emitter);
-                let live: Vec<Rank> = hosts
-                    .members(host)
-                    .iter()
-                    .copied()
-                    .filter(|&r| !self.is_gone(r))
-                    .collect();
+                let live = self.live_of_host(&hosts, host);
                 if live.len() > 1 {
-                    self.stats.host_checks += 1;
-                    self.nonce = self.nonce.wrapping_add(1);
-                    for &r in &live {
-                        let m = self.encoder.probe(self.nonce, r);
-                        self.send(r, Kind::Probe, m);
-                    }
-                    self.host_check = Some(HostCheck {
-                        host,
-                        leader: emitter,
-                        nonce: self.nonce,
-                        changed_at: self.watch.changed_at,
-                        after_proof: false,
-                    });
-                    self.timers
-                        .set(Timer::HostCheck, now + self.config.timeout / 4);
+                    self.begin_host_check(now, host, emitter, &live, false);
                     return;
                 }
             }
@@ -332,18 +314,35 @@ impl Engine {
         if host == hosts.host_of(self.me) {
             return;
         }
-        let live: Vec<Rank> = hosts
+        let live = self.live_of_host(&hosts, host);
+        if !live.is_empty() {
+            self.begin_host_check(now, host, leader, &live, true);
+        }
+    }
+
+    /// The ranks of `host` not known gone, ascending.
+    fn live_of_host(&self, hosts: &Hosts, host: u32) -> Vec<Rank> {
+        hosts
             .members(host)
             .iter()
             .copied()
             .filter(|&r| !self.is_gone(r))
-            .collect();
-        if live.is_empty() {
-            return;
-        }
+            .collect()
+    }
+
+    /// Probes each of `live` (of `host`, whose leader is `leader`) and
+    /// resolves the check a quarter timeout later.
+    fn begin_host_check(
+        &mut self,
+        now: Time,
+        host: u32,
+        leader: Rank,
+        live: &[Rank],
+        after_proof: bool,
+    ) {
         self.stats.host_checks += 1;
         self.nonce = self.nonce.wrapping_add(1);
-        for &r in &live {
+        for &r in live {
             let m = self.encoder.probe(self.nonce, r);
             self.send(r, Kind::Probe, m);
         }
@@ -352,7 +351,7 @@ impl Engine {
             leader,
             nonce: self.nonce,
             changed_at: self.watch.changed_at,
-            after_proof: true,
+            after_proof,
         });
         self.timers
             .set(Timer::HostCheck, now + self.config.timeout / 4);
@@ -406,12 +405,7 @@ impl Engine {
         let Some(hosts) = self.hosts.clone() else {
             return;
         };
-        let live: Vec<Rank> = hosts
-            .members(check.host)
-            .iter()
-            .copied()
-            .filter(|&r| !self.is_gone(r))
-            .collect();
+        let live = self.live_of_host(&hosts, check.host);
         self.declare_silent(now, &live, Cause::Timeout);
         if check.after_proof {
             self.schedule_check(now);
@@ -433,13 +427,7 @@ impl Engine {
         let whole_host = match (&self.hosts, ranks) {
             (Some(h), [first, _, ..]) => {
                 let host = h.host_of(*first);
-                let live: Vec<Rank> = h
-                    .members(host)
-                    .iter()
-                    .copied()
-                    .filter(|&r| !self.is_gone(r))
-                    .collect();
-                (live == ranks).then_some(host)
+                (self.live_of_host(h, host) == ranks).then_some(host)
             }
             _ => None,
         };
