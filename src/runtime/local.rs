@@ -1,8 +1,9 @@
 //! Same-host watching in the runtime (`docs/design.md` §4.10): which local
 //! ranks this rank can watch through a pidfd and why not the others, the
-//! host's counter segment, and the progress thread's part in it (bump its
-//! own counter at every wake-up, read its local emitter's, hand exits to
-//! the Engine).
+//! host's counter segment, the exit-word threads (started once the
+//! segment is open), and the progress thread's part in it (bump its own
+//! counter at every wake-up, read its local emitter's, hand exits seen
+//! through exit words or pidfds to the Engine).
 //!
 //! Owns: the checks before a pid is trusted (same pid namespace, same
 //! start time as the rank's record), the fallback reasons, creating the
