@@ -136,6 +136,8 @@ pub(super) struct LocalWatching {
     word_events: Vec<(u64, WordEvent)>,
     /// Same-host exits seen through exit words so far.
     words_seen: u64,
+    /// Why a watch loop ended, until the progress thread logs it.
+    broken: Option<String>,
     broken_told: bool,
 }
 
@@ -199,6 +201,7 @@ impl LocalWatching {
             exited: Vec::new(),
             word_events: Vec::new(),
             words_seen: 0,
+            broken: None,
             broken_told: false,
         })
     }
@@ -230,9 +233,16 @@ impl LocalWatching {
 
     /// Hands the exits seen since the last call to the Engine (exit words
     /// first: they come before the process is torn down, its pidfd after);
-    /// returns how many came through pidfds.
+    /// returns how many came through pidfds. One `epoll_wait` with no
+    /// timeout; the exit words' eventfd and queue are read only when the
+    /// epoll set says they rang.
     pub(super) fn take_exits(&mut self, engine: &mut Engine, now: Time) -> usize {
-        if let Some(words) = &self.words {
+        let Some(exits) = self.exits.as_mut() else {
+            return 0;
+        };
+        self.exited.clear();
+        let rung = exits.take_exited(&mut self.exited);
+        if let (true, Some(words)) = (rung, &self.words) {
             self.word_events.clear();
             words.take(&mut self.word_events);
             for &(token, event) in &self.word_events {
@@ -243,12 +253,10 @@ impl LocalWatching {
                     }
                 }
             }
+            if self.broken.is_none() && !self.broken_told {
+                self.broken = words.broken();
+            }
         }
-        let Some(exits) = self.exits.as_mut() else {
-            return 0;
-        };
-        self.exited.clear();
-        exits.take_exited(&mut self.exited);
         for &token in &self.exited {
             if let Ok(rank) = Rank::try_from(token) {
                 let _ = engine.handle(now, Input::Exited { rank });
@@ -267,10 +275,7 @@ impl LocalWatching {
 
     /// Why the exit-word threads stopped watching, once, if they did.
     pub(super) fn take_exit_words_broken(&mut self) -> Option<String> {
-        if self.broken_told {
-            return None;
-        }
-        let why = self.words.as_ref().and_then(ExitWords::broken)?;
+        let why = self.broken.take()?;
         self.broken_told = true;
         Some(why)
     }

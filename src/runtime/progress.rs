@@ -512,9 +512,7 @@ impl Core<'_> {
             );
             let n = local.take_exits(&mut self.engine, now);
             self.counters.local_exits_seen += n as u64;
-            let (watched, seen) = local.exit_words();
-            self.counters.local_exit_words = watched as u64;
-            self.counters.local_exit_words_seen = seen;
+            self.counters.local_exit_words_seen = local.exit_words().1;
             if let Some(why) = local.take_exit_words_broken() {
                 self.logger.warn(format_args!(
                     "exit words stopped ({why}): same-host exits are found by pidfds \

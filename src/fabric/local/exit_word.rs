@@ -133,6 +133,10 @@ impl Shared {
         if let Ok(mut seen) = self.seen.lock() {
             seen.append(events);
         }
+        self.bell();
+    }
+
+    fn bell(&self) {
         let one: u64 = 1;
         // SAFETY: the eventfd is open for the life of `self`; write reads
         // 8 bytes from `one`. A full counter (EAGAIN) still reads ready.
@@ -214,8 +218,9 @@ impl ExitWords {
         self.watched == 0
     }
 
-    /// Readable when something was seen: add it to the progress thread's
-    /// epoll set.
+    /// Readable when something was seen, or a watch loop ended: add it
+    /// to the progress thread's epoll set, and call [`Self::take`] and
+    /// [`Self::broken`] only when it is.
     pub fn bell(&self) -> BorrowedFd<'_> {
         self.shared.bell.as_fd()
     }
@@ -400,6 +405,7 @@ fn run(
         if let Ok(mut broken) = shared.broken.lock() {
             broken.get_or_insert(why);
         }
+        shared.bell();
     }
 }
 

@@ -95,10 +95,14 @@ pub struct ExitWatch {
     epoll: OwnedFd,
     /// The watched pidfds, with a token each (the caller's rank).
     watched: Vec<(u64, PidFd)>,
+    /// An exit-word eventfd is in the set.
+    bell: bool,
 }
 
 /// The token of the wake socket in the epoll set.
 const WAKE_TOKEN: u64 = u64::MAX;
+/// The token of the exit words' eventfd.
+const BELL_TOKEN: u64 = u64::MAX - 1;
 
 impl ExitWatch {
     /// An epoll set holding `wake` (a readable socket that asks the thread
@@ -119,10 +123,11 @@ impl ExitWatch {
         let watch = ExitWatch {
             epoll,
             watched: pidfds,
+            bell: bell.is_some(),
         };
         watch.add(wake, WAKE_TOKEN)?;
         if let Some(bell) = bell {
-            watch.add(bell, WAKE_TOKEN)?;
+            watch.add(bell, BELL_TOKEN)?;
         }
         for (token, fd) in &watch.watched {
             watch.add(fd.as_fd(), *token)?;
@@ -161,10 +166,12 @@ impl ExitWatch {
     }
 
     /// The tokens of the watched processes that exited since the last
-    /// call, now; they are no longer watched.
-    pub fn take_exited(&mut self, out: &mut Vec<u64>) {
-        if self.watched.is_empty() {
-            return;
+    /// call, now; they are no longer watched. Returns whether the exit
+    /// words' eventfd is readable (its owner reads it).
+    pub fn take_exited(&mut self, out: &mut Vec<u64>) -> bool {
+        let mut rung = false;
+        if self.watched.is_empty() && !self.bell {
+            return rung;
         }
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
         loop {
@@ -179,12 +186,16 @@ impl ExitWatch {
                 )
             };
             if n <= 0 {
-                return;
+                return rung;
             }
             let mut any = false;
             for ev in &events[..n as usize] {
                 let token = ev.u64;
                 if token == WAKE_TOKEN {
+                    continue;
+                }
+                if token == BELL_TOKEN {
+                    rung = true;
                     continue;
                 }
                 if let Some(i) = self.watched.iter().position(|(t, _)| *t == token) {
@@ -204,7 +215,7 @@ impl ExitWatch {
                 }
             }
             if !any || (n as usize) < events.len() {
-                return;
+                return rung;
             }
         }
     }
