@@ -81,18 +81,24 @@ fn wait_for_event(
 /// With host groups (one host here), only the leader, rank 0, writes
 /// heartbeats; every rank checks its local emitter's counter; nobody is
 /// declared.
-#[test]
-fn with_host_groups_a_quiet_host_heartbeats_from_its_leader_only() {
-    let detectors = start_group(4, &config_with(LocalMode::Auto));
-    let quiet = Instant::now() + Duration::from_millis(400);
+/// No rank raises any event for `d` (a steady state observed, not a wait
+/// for something to happen).
+fn assert_quiet_for(detectors: &[Detector], span: Duration) {
+    let quiet = Instant::now() + span;
     while Instant::now() < quiet {
-        for d in &detectors {
+        for d in detectors {
             if let Some(e) = d.try_next_event() {
                 panic!("rank {} saw {e:?}; stats {:?}", d.rank(), d.stats());
             }
         }
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn with_host_groups_a_quiet_host_heartbeats_from_its_leader_only() {
+    let detectors = start_group(4, &config_with(LocalMode::Auto));
+    assert_quiet_for(&detectors, Duration::from_millis(400));
     for d in &detectors {
         assert_eq!(d.epoch(), 0);
         let stats = d.stats();
@@ -108,15 +114,7 @@ fn a_quiet_job_reports_nobody_and_every_rank_is_alive() {
     let config = config();
     let detectors = start_group(4, &config);
     // Four timeouts of steady state.
-    let quiet = Instant::now() + Duration::from_millis(400);
-    while Instant::now() < quiet {
-        for d in &detectors {
-            if let Some(e) = d.try_next_event() {
-                panic!("rank {} saw {e:?}; stats {:?}", d.rank(), d.stats());
-            }
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+    assert_quiet_for(&detectors, Duration::from_millis(400));
     for d in &detectors {
         assert_eq!(d.epoch(), 0);
         assert!((0..4).all(|r| d.is_alive(r)));

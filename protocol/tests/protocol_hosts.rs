@@ -73,8 +73,8 @@ impl Cluster {
             period: ms(10),
             timeout: ms(100),
             startup_grace: Some(ms(100)),
-            // Off: one notice per silent host; the quorum's accusations
-            // are per rank (a test below runs a silent host under it).
+            // Off: one notice per silent host at once; under majority the
+            // host is one accusation first (tests below run it).
             quorum,
             ..EngineConfig::default()
         });

@@ -14,7 +14,7 @@ fn config(n: u32, hosts: u32, faults: &[&str], seed: u64) -> SimConfig {
     cfg.hosts = hosts;
     cfg.local = true;
     // Silence declared at once: one notice per silent host (with the
-    // default majority each rank is an accusation of its own).
+    // default majority the host is one accusation first).
     cfg.engine.quorum = QuorumMode::Off;
     cfg.faults = faults
         .iter()

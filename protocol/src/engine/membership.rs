@@ -48,26 +48,11 @@ fn unknown_ranks(list: RankList<'_>, me: Rank, a: &[Rank], b: &[Rank]) -> Vec<Ra
 impl Engine {
     /// This rank declares `rank` failed: report (with the evidence,
     /// `detail`), tell `rank` itself (if it is only stopped or cut off, it
-    /// learns it is out as soon as it runs again), broadcast, mend. From
-    /// silence, callers go through `quorum::on_silence`, never here.
+    /// learns it is out as soon as it runs again), broadcast, mend: the
+    /// one-rank [`Engine::declare_now`]. From silence, callers go through
+    /// `quorum::on_silence`, never here.
     pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause, detail: FailureDetail) {
-        if rank == self.me || self.is_gone(rank) || self.participation != Participation::Active {
-            return;
-        }
-        self.failed.insert(rank);
-        self.stats.detections[cause as usize] += 1;
-        self.push_event(Event::Failed {
-            rank,
-            detector: self.me,
-            cause,
-            hops: 0,
-            detail,
-        });
-        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[rank], &[]).into();
-        self.stats.exclusions_sent += 1;
-        self.send_shared(rank, Kind::Notice, m.clone());
-        self.fan_out(Kind::Notice, m, self.me, [rank, NO_RANK]);
-        self.after_gone_changed(now);
+        self.declare_now(now, &[rank], cause, detail, true);
     }
 
     /// Declares `ranks` (ascending) failed together: report each with
