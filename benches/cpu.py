@@ -2,7 +2,7 @@
 """CPU that an idle detector costs each process, per heartbeat period.
 
 An `ffd run -n N --hosts H` job with no faults, at period 1 ms and 10 ms
-(timeout 5 periods). Once every rank is ready and the start-up grace has
+(timeout 10 periods, ffd's default ratio, or --timeout-periods K). Once every rank is ready and the start-up grace has
 passed, each agent's CPU time is read from /proc/<pid>/stat (utime +
 stime, what getrusage(RUSAGE_SELF) reports, all threads) at the start and
 the end of --seconds, and divided by the periods in between: µs of CPU per
@@ -16,6 +16,13 @@ auto rows separate leaders from the other ranks; before that, every rank
 is on the fabric ring and one row covers them all.
 
     benches/cpu.py [--quick] [--seconds 60] [--ranks 8] [--hosts 2] [--periods 1ms,10ms]
+                   [--timeout-periods 10,5]
+
+A rank that is not its host's leader wakes a few times per timeout
+(4, a fixed setting of the protocol) to check its local emitter and bump its own
+counter; a leader also every period for its fabric heartbeat. So the
+non-leaders' cost per period falls with a longer timeout, the leaders'
+hardly.
 
 --quick: 15 s per setting (about 2 minutes in all).
 Writes target/bench/cpu.json.
@@ -76,10 +83,10 @@ def agents_of(launcher_pid, ranks, bound_s=120):
     raise RuntimeError(f"ffd run (pid {launcher_pid}): {len(found)}/{ranks} agents found within {bound_s} s")
 
 
-def measure(ranks, hosts, period_ms, seconds, mode):
+def measure(ranks, hosts, period_ms, timeout_periods, seconds, mode):
     """One job; per-rank CPU over `seconds` after every rank is ready."""
     args = [FFD, "run", "-n", str(ranks), "--hosts", str(hosts), "--period", f"{period_ms:g}ms",
-            "--timeout", f"{5 * period_ms:g}ms", "--duration", f"{seconds + 30}s"]
+            "--timeout", f"{timeout_periods * period_ms:g}ms", "--duration", f"{seconds + 30}s"]
     env = {**{k: v for k, v in os.environ.items() if k != "FFD_LOCAL"}, **ls.mode_env(mode)}
     job = ls.spawn(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     try:
@@ -138,10 +145,12 @@ def main():
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--hosts", type=int, default=2, help="emulated hosts (rank r on host r mod H)")
     p.add_argument("--periods", default="1ms,10ms", help="comma-separated heartbeat periods (ms)")
+    p.add_argument("--timeout-periods", default="10", help="comma-separated timeouts, in periods")
     a = p.parse_args()
     if a.quick:
         a.seconds = 15.0
     periods = [float(x.strip().removesuffix("ms")) for x in a.periods.split(",")]
+    ratios = [int(x) for x in a.timeout_periods.split(",")]
     signal.signal(signal.SIGTERM, interrupted)
     build()
     # "pidfd" differs from "auto" only in how an exit is seen, not in cost.
@@ -149,30 +158,32 @@ def main():
     t0 = time.monotonic()
     results, rows = [], []
     try:
-        for period_ms in periods:
-            for mode in modes:
-                m = measure(a.ranks, a.hosts, period_ms, a.seconds, mode)
-                # Leaders differ from the others only with host groups.
-                roles = ["all", "leaders", "others"] if mode == "auto" else ["all"]
-                for role in roles:
-                    s = summary(m["ranks"], role)
-                    if s is None:
-                        continue
-                    rows.append([f"{period_ms:g}ms", ls.mode_label(mode), role, s["processes"],
-                                 fmt(s["us_per_period_mean"], 2), fmt(s["us_per_period_min"], 2),
-                                 fmt(s["us_per_period_max"], 2), fmt(s["schedstat_us_per_period_mean"], 2),
-                                 f"{100 * s['system_share']:.0f}%", fmt(s["core_percent_mean"], 2),
-                                 f"{m['load_start']:.1f}-{m['load_end']:.1f}"])
-                    results.append({"period_ms": period_ms, "ffd_local": mode, "detector": ls.mode_label(mode),
-                                    **s, "load_start": m["load_start"], "load_end": m["load_end"]})
-                results.append({"period_ms": period_ms, "ffd_local": mode, "role": "per rank",
-                                "seconds": m["seconds"], "periods": m["periods"], "ranks": m["ranks"]})
-                print(f"[{time.monotonic() - t0:5.0f} s] period {period_ms:g} ms, {ls.mode_label(mode)}: "
-                      f"{fmt(summary(m['ranks'], 'all')['us_per_period_mean'], 2)} µs/period/process", flush=True)
+        for period_ms, ratio, mode in ((pm, k, md) for pm in periods for k in ratios for md in modes):
+            m = measure(a.ranks, a.hosts, period_ms, ratio, a.seconds, mode)
+            # Leaders differ from the others only with host groups.
+            roles = ["all", "leaders", "others"] if mode == "auto" else ["all"]
+            for role in roles:
+                s = summary(m["ranks"], role)
+                if s is None:
+                    continue
+                rows.append([f"{period_ms:g}ms", f"{ratio * period_ms:g}ms", ls.mode_label(mode), role,
+                             s["processes"], fmt(s["us_per_period_mean"], 2), fmt(s["us_per_period_min"], 2),
+                             fmt(s["us_per_period_max"], 2), fmt(s["schedstat_us_per_period_mean"], 2),
+                             f"{100 * s['system_share']:.0f}%", fmt(s["core_percent_mean"], 2),
+                             f"{m['load_start']:.1f}-{m['load_end']:.1f}"])
+                results.append({"period_ms": period_ms, "timeout_ms": ratio * period_ms, "ffd_local": mode,
+                                "detector": ls.mode_label(mode),
+                                **s, "load_start": m["load_start"], "load_end": m["load_end"]})
+            results.append({"period_ms": period_ms, "timeout_ms": ratio * period_ms, "ffd_local": mode,
+                            "role": "per rank",
+                            "seconds": m["seconds"], "periods": m["periods"], "ranks": m["ranks"]})
+            print(f"[{time.monotonic() - t0:5.0f} s] period {period_ms:g} ms, timeout {ratio * period_ms:g} ms, "
+                  f"{ls.mode_label(mode)}: "
+                  f"{fmt(summary(m['ranks'], 'all')['us_per_period_mean'], 2)} µs/period/process", flush=True)
     finally:
         ls.end_started()
     print()
-    table(["period", "ffd", "role", "processes", "µs/period mean", "min", "max", "schedstat µs/period",
+    table(["period", "timeout", "ffd", "role", "processes", "µs/period mean", "min", "max", "schedstat µs/period",
            "system", "% of a core", "load"], rows)
     print(f"({a.ranks} ranks on {a.hosts} emulated hosts, {a.seconds:g} s per setting; "
           f"µs of CPU (utime+stime) per process per heartbeat period)")

@@ -3,7 +3,7 @@
 //!
 //! Owns: `fi_cq_open` with the best wait object the provider offers, reads
 //! (`fi_cq_read`/`fi_cq_readfrom`), error reads (`fi_cq_readerr`,
-//! `fi_cq_strerror`), and waiting (`FI_WAIT_FD` + `fi_trywait` + poll(2),
+//! `fi_cq_strerror`), and waiting (`FI_WAIT_FD` + `fi_trywait` + ppoll(2),
 //! or `fi_cq_sread`, or short sleeps when there is no wait object). Must
 //! not: interpret op contexts; the endpoint does that.
 
@@ -391,22 +391,30 @@ impl CompletionQueue {
     /// Like [`wait_readable`](Self::wait_readable), but also returns as
     /// soon as `wake` becomes readable (a host thread asking the progress
     /// thread for attention). Without a wait fd it sleeps at most 1 ms, so
-    /// `wake` is noticed within a millisecond there too.
+    /// `wake` is noticed within a millisecond there too. Returns which of
+    /// the queue and `wake` may be readable: both when it could not tell
+    /// (no wait fd, or `fi_trywait` found the queue busy). `armed` says
+    /// that the last wait's `fi_trywait` succeeded, that wait timed out on
+    /// the queue, and the provider was not called since: the fd is still
+    /// armed, and this wait skips `fi_trywait` (on `ofi_rxm` it runs the
+    /// provider's progress, most of an idle wake-up's system time).
     pub fn wait_readable_or(
         &self,
         timeout: Duration,
         wake: BorrowedFd<'_>,
-    ) -> Result<(), FabricError> {
+        armed: bool,
+    ) -> Result<Readiness, FabricError> {
         match (self.inner.wait, self.inner.fd) {
             (WaitKind::Fd, Some(fd)) => {
-                if self.try_wait()? {
-                    poll_fds(fd, Some(wake), timeout)?;
+                if !armed && !self.try_wait()? {
+                    return Ok(Readiness::BOTH);
                 }
-                Ok(())
+                let (queue, wake) = poll_fds(fd, Some(wake), timeout)?;
+                Ok(Readiness { queue, wake })
             }
             _ => {
                 std::thread::sleep(timeout.min(Duration::from_millis(1)));
-                Ok(())
+                Ok(Readiness::BOTH)
             }
         }
     }
@@ -417,12 +425,31 @@ impl CompletionQueue {
     }
 }
 
+/// What a wait saw: whether the completion queue and the wake fd may have
+/// something to read. `false` is certain (the wait timed out on it), `true`
+/// may be spurious.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    pub queue: bool,
+    pub wake: bool,
+}
+
+impl Readiness {
+    /// Both may be readable: what a wait that could not tell reports.
+    pub const BOTH: Self = Self {
+        queue: true,
+        wake: true,
+    };
+}
+
 /// poll(2) for readability, retrying on EINTR within the timeout.
 fn poll_fd(fd: RawFd, timeout: Duration) -> Result<bool, FabricError> {
     poll_fds(fd, None, timeout).map(|(cq, _)| cq)
 }
 
-/// poll(2) on `fd` and, if given, `extra`; returns which were readable.
+/// ppoll(2) on `fd` and, if given, `extra`; returns which were readable.
+/// The timeout is passed to the nanosecond: poll(2)'s whole milliseconds
+/// rounded a 1 ms period's 1.0x ms sleep up to 2 ms.
 fn poll_fds(
     fd: RawFd,
     extra: Option<BorrowedFd<'_>>,
@@ -431,8 +458,10 @@ fn poll_fds(
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        // Round up so a sub-millisecond timeout still sleeps.
-        let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(left.subsec_nanos()),
+        };
         let mut pfds = [
             libc::pollfd {
                 fd,
@@ -447,14 +476,74 @@ fn poll_fds(
         ];
         let count: libc::nfds_t = if extra.is_some() { 2 } else { 1 };
         // SAFETY: pfds holds `count` valid pollfds; fd stays open while the
-        // CQ lives and `extra` is borrowed for the duration of the call.
-        let ret = unsafe { libc::poll(pfds.as_mut_ptr(), count, ms) };
+        // CQ lives and `extra` is borrowed for the duration of the call;
+        // `ts` is a valid timespec and the signal mask pointer is NULL
+        // (the thread's mask is left as it is).
+        let ret = unsafe { libc::ppoll(pfds.as_mut_ptr(), count, &ts, ptr::null()) };
         if ret >= 0 {
             return Ok((pfds[0].revents != 0, pfds[1].revents != 0));
         }
         let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
         if errno != libc::EINTR || left.is_zero() {
-            return Err(FabricError::call("poll", errno));
+            return Err(FabricError::call("ppoll", errno));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixDatagram;
+
+    /// A wait of 1.2 ms sleeps about 1.2 ms, not 2: poll(2)'s whole
+    /// milliseconds, rounded up, stretched a 1 ms heartbeat period to 2.
+    /// The median of 21 waits absorbs the odd late wake-up of a busy
+    /// machine.
+    #[test]
+    fn waits_are_not_rounded_up_to_whole_milliseconds() {
+        let (quiet, _peer) = UnixDatagram::pair().unwrap();
+        let (other, _peer2) = UnixDatagram::pair().unwrap();
+        let mut took: Vec<Duration> = (0..21)
+            .map(|_| {
+                let start = Instant::now();
+                let (a, b) = poll_fds(
+                    quiet.as_raw_fd(),
+                    Some(other.as_fd()),
+                    Duration::from_micros(1200),
+                )
+                .unwrap();
+                assert!(!a && !b, "nothing was written, nothing is readable");
+                start.elapsed()
+            })
+            .collect();
+        took.sort();
+        let median = took[took.len() / 2];
+        assert!(
+            median >= Duration::from_micros(1200),
+            "woke early: {median:?}"
+        );
+        assert!(
+            median < Duration::from_micros(1900),
+            "a 1.2 ms wait took {median:?} (median of 21): rounded up to 2 ms?"
+        );
+    }
+
+    /// Readiness names the fd that fired.
+    #[test]
+    fn the_fd_that_fired_is_named() {
+        let (cq_side, cq_peer) = UnixDatagram::pair().unwrap();
+        let (wake, wake_peer) = UnixDatagram::pair().unwrap();
+        wake_peer.send(b"x").unwrap();
+        let seen = poll_fds(
+            cq_side.as_raw_fd(),
+            Some(wake.as_fd()),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(seen, (false, true));
+        cq_peer.send(b"y").unwrap();
+        let seen = poll_fds(cq_side.as_raw_fd(), None, Duration::from_secs(5)).unwrap();
+        assert_eq!(seen, (true, false));
     }
 }

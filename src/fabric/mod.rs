@@ -64,8 +64,8 @@ pub mod local;
 mod mr;
 mod resources;
 
-pub use cq::{CompletionQueue, CqEntry, CqRead, RawCqError, WaitKind, WaitPreference};
-pub use endpoint::{Completion, Endpoint, EndpointConfig, MAX_WRITE_TOKEN, RetryBound};
+pub use cq::{CompletionQueue, CqEntry, CqRead, RawCqError, Readiness, WaitKind, WaitPreference};
+pub use endpoint::{Completion, Endpoint, EndpointConfig, MAX_WRITE_TOKEN, RetryBound, Waited};
 pub use error::{CqError, FabricError, FailedOp, strerror};
 pub use info::{
     FabricVersions, Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings,

@@ -354,21 +354,32 @@ impl<'d> Progress<'d> {
         } = &mut self;
         // Engine::new produced the first heartbeat.
         core.carry_out(endpoint);
+        // Whether the wake socket (and the exits' epoll set that holds it),
+        // and the completion queue, may be readable: `false` only after a
+        // wait that timed out on them (and read the queue just before), so
+        // a plain heartbeat wake-up reads neither again.
+        let mut woken = true;
+        let mut queue = true;
         while !core.finished() {
-            // Empty the wake socket first: a command sent after this point
-            // writes a fresh byte, so the next wait returns at once.
-            let mut sink = [0u8; 64];
-            while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
+            if woken {
+                // Empty the wake socket first: a command sent after this
+                // point writes a fresh byte, so the next wait returns at once.
+                let mut sink = [0u8; 64];
+                while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
+            }
             core.take_commands();
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
-                None => endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)),
+                None if queue => endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)),
+                None => Ok(0),
             };
             if let Err(e) = polled {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
-            core.take_exits();
+            if woken {
+                core.take_exits();
+            }
             core.on_deadline();
             core.carry_out(endpoint);
             core.bump();
@@ -384,9 +395,12 @@ impl<'d> Progress<'d> {
             let timeout = core.sleep_for();
             // With pidfds, their epoll set (which holds the wake socket too).
             let wake_fd = exits_fd.as_ref().map_or(wake.as_fd(), AsFd::as_fd);
-            if let Err(e) = endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
-                core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
-                break;
+            match endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
+                Ok(waited) => (queue, woken) = (waited.queue, waited.woken),
+                Err(e) => {
+                    core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
+                    break;
+                }
             }
         }
         // What the last completions produced (the SelfExcluded event when

@@ -19,6 +19,16 @@ use crate::fabric::error::{CqError, FabricError, FailedOp, strerror};
 use crate::fabric::resources::FiAddr;
 
 /// A completed operation, as [`Endpoint::poll`] hands it out.
+/// What [`Endpoint::wait_or`] did: the completions it handled, and whether
+/// the queue and its wake fd may be readable now (`false` only when the
+/// wait timed out on them: the caller can skip reading them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waited {
+    pub completions: usize,
+    pub queue: bool,
+    pub woken: bool,
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Completion<'a> {
     /// A send finished; its buffer is free again.
@@ -57,6 +67,8 @@ impl Endpoint {
         sink: &mut dyn FnMut(Completion<'_>),
     ) -> Result<usize, FabricError> {
         self.repost_pending();
+        self.posted = false;
+        self.armed = false;
         let mut handled = 0;
         while handled < max.max(1) {
             let want = self.entries.len().min(max.max(1) - handled);
@@ -122,20 +134,46 @@ impl Endpoint {
 
     /// Sleeps until something completes, `wake` becomes readable, or
     /// `timeout` passes, then handles what completed as
-    /// [`poll`](Self::poll) does. Returns how many completions were handled.
-    /// This is the progress thread's idle wait: it never consumes `wake`.
+    /// [`poll`](Self::poll) does. Returns how many completions were handled
+    /// and what may still be readable (see [`Waited`]). This is the
+    /// progress thread's idle wait: it never consumes `wake`.
     pub fn wait_or(
         &mut self,
         timeout: Duration,
         wake: BorrowedFd<'_>,
         sink: &mut dyn FnMut(Completion<'_>),
-    ) -> Result<usize, FabricError> {
-        let n = self.poll(usize::MAX, sink)?;
+    ) -> Result<Waited, FabricError> {
+        // The caller read the queue after its last wake-up; read it again
+        // only if something was posted since (its completion, or the
+        // provider's progress on it, may be due). Otherwise `fi_trywait`
+        // below finds anything that arrived meanwhile.
+        let n = if self.posted {
+            self.poll(usize::MAX, sink)?
+        } else {
+            0
+        };
         if n > 0 || timeout.is_zero() {
-            return Ok(n);
+            return Ok(Waited {
+                completions: n,
+                queue: true,
+                woken: true,
+            });
         }
-        self.inner.cq.wait_readable_or(timeout, wake)?;
-        self.poll(usize::MAX, sink)
+        let seen = self.inner.cq.wait_readable_or(timeout, wake, self.armed)?;
+        // A wait that timed out on the queue leaves its fd armed.
+        self.armed = !seen.queue;
+        // A queue the wait timed out on has nothing to read: no second
+        // read (the provider's progress call is most of a wake-up's cost).
+        let completions = if seen.queue {
+            self.poll(usize::MAX, sink)?
+        } else {
+            0
+        };
+        Ok(Waited {
+            completions,
+            queue: seen.queue,
+            woken: seen.wake,
+        })
     }
 
     /// Handles one read result; returns how many completions it handled.

@@ -31,7 +31,7 @@ mod completion;
 mod context;
 mod post;
 
-pub use completion::Completion;
+pub use completion::{Completion, Waited};
 pub use context::MAX_WRITE_TOKEN;
 pub use post::RetryBound;
 
@@ -125,6 +125,14 @@ pub struct Endpoint {
     send_meta: Vec<(u64, FiAddr)>,
     /// Completed receive buffers that could not be posted again yet.
     repost: Vec<usize>,
+    /// A send or write was tried since the queue was last read: its
+    /// completion (or the provider's progress on it) may be waiting, so
+    /// [`wait_or`](Self::wait_or) reads the queue before it sleeps.
+    posted: bool,
+    /// The last wait armed the queue's fd (`fi_trywait` succeeded) and
+    /// timed out on it, and nothing was read or posted since: the next
+    /// wait may sleep on the fd without `fi_trywait`.
+    armed: bool,
     entries: Vec<CqEntry>,
     sources: Vec<FiAddr>,
 }
@@ -236,6 +244,8 @@ impl Endpoint {
             send_free: (0..cfg.send_buffers).rev().collect(),
             send_meta: vec![(0, FiAddr::UNSPEC); cfg.send_buffers],
             repost: Vec::with_capacity(cfg.recv_buffers),
+            posted: false,
+            armed: false,
             entries: vec![CqEntry::default(); 64],
             sources: vec![FiAddr::UNSPEC; 64],
         };

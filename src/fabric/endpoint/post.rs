@@ -79,6 +79,8 @@ impl Endpoint {
     ) -> Result<(), FabricError> {
         let addr = slot_addr(remote, slot)?;
         let buf = value.to_ne_bytes();
+        self.posted = true;
+        self.armed = false;
         // SAFETY: the endpoint is live; buf is 8 readable bytes, copied
         // before the call returns (inject); 8 <= inject_size (checked at
         // open).
@@ -140,6 +142,8 @@ impl Endpoint {
         if self.cfg.delivery_complete {
             flags |= sys::FI_DELIVERY_COMPLETE;
         }
+        self.posted = true;
+        self.armed = false;
         // SAFETY: the endpoint is live; msg and everything it points to are
         // valid for the call, and FI_INJECT makes the provider copy the 8
         // source bytes before returning (8 <= inject_size, checked at open).
@@ -169,6 +173,8 @@ impl Endpoint {
         // SAFETY: buffer i is free (no operation points into it), lies in
         // the pool and holds send_size >= bytes.len() bytes.
         unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+        self.posted = true;
+        self.armed = false;
         // SAFETY: the endpoint is live; buffer i stays untouched by us until
         // its completion returns it to send_free; desc as in post_recv.
         let ret = unsafe {
