@@ -428,3 +428,50 @@ fn votes_still_coming_in_hold_off_new_rounds_and_the_give_up() {
     assert_eq!(e.participation(), Participation::Active);
     assert_eq!(e.stats().no_quorum_exclusions, 0);
 }
+
+/// An accuser whose own wake-ups run so late that its local health sits at
+/// the ceiling does not give up its side for want of votes (issue 14: at
+/// N = 128 on 2 cores with a 20 ms timeout, ranks whose wake-ups ran
+/// hundreds of ms late excluded themselves one after the other, each
+/// taking its voters with it). Its late wake-ups already defer the
+/// give-up; the on-time wake-ups between them must too, while the health
+/// stays at the ceiling. Once it runs on time long enough for the health
+/// to fall (the ceiling's stretch, 4 timeouts), a minority side still
+/// gives up.
+#[test]
+fn an_accuser_at_the_health_ceiling_defers_its_give_up_until_its_health_falls() {
+    let n = 4;
+    let mut high = checker(n, 2);
+    let outs = run_until(&mut high, at(110));
+    round(&outs, n);
+    // Three wake-ups 60 ms late (late after 25 ms): health 1 -> 4.
+    let mut last_late = at(110);
+    for _ in 0..3 {
+        let d = high.next_deadline().expect("a deadline");
+        last_late = d + ms(60);
+        high.handle_timeout(last_late, |_| 0);
+        drain(&mut high);
+    }
+    assert_eq!(high.local_health(), 4, "the ceiling (health_max 4)");
+    // From here every wake-up is on time. Without the rule the accuser
+    // excludes itself at the first on-time wake-up past its give-up
+    // window (about 200 ms, as in the test above).
+    let mut excluded_at = None;
+    while let Some(d) = high.next_deadline() {
+        assert!(d <= last_late + ms(2000), "still not excluded at {d}");
+        high.handle_timeout(d, |_| 0);
+        drain(&mut high);
+        if high.participation() == Participation::Excluded {
+            excluded_at = Some(d);
+            break;
+        }
+    }
+    let excluded_at = excluded_at.expect("a minority side still gives up");
+    assert!(
+        excluded_at >= last_late + ms(400),
+        "gave up at {excluded_at}, health {} (last late wake-up {last_late})",
+        high.local_health()
+    );
+    assert!(high.local_health() < 4);
+    assert_eq!(high.stats().no_quorum_exclusions, 1);
+}

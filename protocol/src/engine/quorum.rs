@@ -541,6 +541,12 @@ impl Engine {
             .config
             .accusation_stall()
             .saturating_mul(self.local_health());
+        // At the health ceiling this rank's wake-ups have been running
+        // late for a while: the votes it lacks may be its own lateness (or
+        // its voters'), and giving up would take its voters with it, a
+        // cascade on an overloaded host (issue 14). It keeps its side
+        // until the health falls: a ceiling's stretch of on-time running.
+        let stretched = self.config.health_max > 1 && self.local_health() >= self.config.health_max;
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
@@ -549,7 +555,7 @@ impl Engine {
         for a in &mut q.accusations {
             let stalled = now.saturating_since(a.grew_at) >= stall;
             if now >= a.give_up {
-                if lagging || !stalled {
+                if lagging || stretched || !stalled {
                     a.give_up = now + retry;
                 } else {
                     give_up = true;
