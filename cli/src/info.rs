@@ -142,8 +142,12 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
     writeln!(out, "  {}", local_watching(config.local()))?;
 
     writeln!(out, "\nprogress thread (FFD_CORE={}):", config.core())?;
-    match placement::choose(config.core(), pci.as_deref()) {
-        Ok(p) => writeln!(out, "  {}", p.reason)?,
+    match placement::choose(config.core(), pci.as_deref(), 0) {
+        Ok(p) => writeln!(
+            out,
+            "  {}\n  (as a host's first rank; with auto the others spread over the same CPUs)",
+            p.reason
+        )?,
         Err(e) => {
             writeln!(err, "ffd info: {e}")?;
             return Ok(ExitCode::from(2));

@@ -87,7 +87,7 @@ pub(super) fn start(
             logger.info(format_args!("local watching without pidfd: {why}"));
         }
     }
-    let placement = choose_placement(config, &fabric.info)?;
+    let placement = choose_placement(config, &fabric.info, &view)?;
     phases.done("placement");
     let (provider, domain) = (fabric.info.provider(), fabric.info.domain_name());
     logger.info(format_args!(
@@ -333,10 +333,19 @@ fn agree_engine(
 }
 
 /// Where the progress thread will run: `FFD_CORE`, or a core near the NIC
-/// of the chosen domain.
-fn choose_placement(config: &Config, info: &Info) -> Result<Placement, StartError> {
+/// of the chosen domain, spread over the host's ranks.
+fn choose_placement(config: &Config, info: &Info, view: &JobView) -> Result<Placement, StartError> {
     let nic = info.pci_address().map(|p| p.to_string());
-    Ok(placement::choose(config.core(), nic.as_deref())?)
+    let host = view.records[view.rank as usize].host_id;
+    let local_index = view.records[..view.rank as usize]
+        .iter()
+        .filter(|r| r.host_id == host)
+        .count();
+    Ok(placement::choose(
+        config.core(),
+        nic.as_deref(),
+        local_index,
+    )?)
 }
 
 /// What the progress thread builds the Engine from once every rank is
