@@ -33,11 +33,14 @@ root, skipped otherwise).
 FFD_LOCAL: when `ffd info` lists it, ffd runs once with FFD_LOCAL=auto
 (label "ffd"), once with FFD_LOCAL=pidfd (same host only, where this ffd
 accepts it) and once with FFD_LOCAL=off; before that setting exists, ffd
-is the per-process fabric ring (label "ffd").
+is the per-process fabric ring (label "ffd"). --sched normal,fifo runs
+each same-host ffd mode twice, the second with the progress thread under
+SCHED_FIFO (FFD_SCHED=fifo, label "... FFD_SCHED=fifo").
 
     benches/local_kill.py [--quick] [--trials 10] [--sizes 8,32]
                           [--period 10ms --timeout 100ms] [--hosts 4]
                           [--poll-us 200] [--skip ulfm,hosts,netns]
+                          [--sched normal|fifo|normal,fifo]
 
 --quick: about 2 minutes (N = 8 only, 4 trials, fewer host trials).
 Writes target/bench/local_kill.json (everything, with every sample) and
@@ -104,12 +107,15 @@ def summarize(samples):
             "propagate_p99_ms": percentile(col("propagate_ms"), 99)}
 
 
-def ffd_job(n, fault_args, duration_ms, period, timeout, mode, hosts=None):
+def ffd_job(n, fault_args, duration_ms, period, timeout, mode, hosts=None, sched="normal"):
     args = ["-n", str(n), "--period", period, "--timeout", timeout, *fault_args,
             "--duration", f"{duration_ms}ms"]
     if hosts:
         args += ["--hosts", str(hosts)]
-    report, _ = run_job(args, env=ls.mode_env(mode), timeout=300)
+    env = ls.mode_env(mode)
+    if sched != "normal":
+        env["FFD_SCHED"] = sched
+    report, _ = run_job(args, env=env, timeout=300)
     return report
 
 
@@ -117,7 +123,7 @@ def same_host(a, modes, with_ulfm, progress):
     """Interleaved ffd/ULFM rounds on one host; returns result rows."""
     rows = []
     period_ms, timeout_ms = ms(a.period), ms(a.timeout)
-    detectors = [("ffd", m) for m in modes] + ([("ulfm", None)] if with_ulfm else [])
+    detectors = [("ffd", m, s) for m in modes for s in a.sched] + ([("ulfm", None, None)] if with_ulfm else [])
     for n in a.sizes:
         per_job = max(1, min(5, n // 4))
         for fault in ["kill", "stop"]:
@@ -136,7 +142,8 @@ def same_host(a, modes, with_ulfm, progress):
                     jobs[d] += 1
                     if d[0] == "ffd":
                         faults = [x for i, v in enumerate(victims) for x in (f"--{fault}", f"{v}@{1000 + 1000 * i}ms")]
-                        report = ffd_job(n, faults, 1000 * len(victims) + 1500, a.period, a.timeout, d[1])
+                        report = ffd_job(n, faults, 1000 * len(victims) + 1500, a.period, a.timeout, d[1],
+                                         sched=d[2])
                         got = ffd_samples(report, fault)
                         false_reports[d] += len(report["false_reports"])
                     else:
@@ -147,6 +154,7 @@ def same_host(a, modes, with_ulfm, progress):
                         f"rank {s['rank']} every survivor {fmt(s['all_ms'], 2)} ms ({s['cause']})" for s in got))
             for d in detectors:
                 rows.append({"scope": "same host", "detector": label(d), "ffd_local": d[1] if d[0] == "ffd" else None,
+                             "ffd_sched": d[2],
                              "ranks": n, "hosts": 1, "fault": fault, "jobs": jobs[d],
                              "false_reports": false_reports[d], **summarize(samples[d]),
                              "log2_n": n.bit_length() - 1, "samples": samples[d]})
@@ -154,8 +162,10 @@ def same_host(a, modes, with_ulfm, progress):
 
 
 def label(d):
-    kind, mode = d
-    return "ULFM (Open MPI 5)" if kind == "ulfm" else ls.mode_label(mode)
+    kind, mode, sched = d
+    if kind == "ulfm":
+        return "ULFM (Open MPI 5)"
+    return ls.mode_label(mode) + ("" if sched == "normal" else f" FFD_SCHED={sched}")
 
 
 def across_hosts(a, modes, kill_host, progress):
@@ -329,11 +339,16 @@ def main():
     p.add_argument("--netns-ranks", type=int, default=8, help="ranks of the network-namespace job")
     p.add_argument("--netns-trials", type=int, default=5, help="netns cuts per FFD_LOCAL mode")
     p.add_argument("--poll-us", type=int, default=200, help="ulfm_detect's sleep between MPI_Test polls")
+    p.add_argument("--sched", default="normal",
+                   help="FFD_SCHED of the same-host ffd jobs, comma-separated to run each: normal, fifo")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: ulfm, hosts, netns")
     a = p.parse_args()
     if a.quick:
         a.sizes, a.trials, a.host_trials, a.netns_trials = "8", 4, 2, 1
     a.sizes = [int(x) for x in a.sizes.split(",")]
+    a.sched = [x for x in a.sched.split(",") if x]
+    if not a.sched or any(x not in ("normal", "fifo") for x in a.sched):
+        p.error(f"--sched: `{','.join(a.sched)}`: use normal, fifo or normal,fifo")
     skip = {x for x in a.skip.split(",") if x}
     if a.hosts < 2:
         p.error("--hosts must be at least 2")
@@ -379,7 +394,7 @@ def main():
     print(f"took {took:.0f} s; load average at start {load_start[0]:.1f}, at end {load_end[0]:.1f}")
     meta = {"machine": machine(), "period": a.period, "timeout": a.timeout, "poll_us": a.poll_us,
             "ffd_modes": [ls.mode_description(m) for m in modes], "kill_host_option": kill_host,
-            "load_start": load_start, "load_end": load_end, "seconds": took, "notes": notes,
+            "sched": a.sched, "load_start": load_start, "load_end": load_end, "seconds": took, "notes": notes,
             "quick": a.quick}
     write_json("local_kill", {"benchmark": "local_kill", **meta, "results": rows})
     ulfm_rows = [{k: v for k, v in r.items() if k != "samples"} for r in rows if r["scope"] == "same host"]

@@ -13,7 +13,10 @@ Two MPIs, each with its own build of the program:
 
 Settings: none; ffd at period 1 ms and 10 ms with ffd's own ratio,
 timeout 10 periods (10 ms / 100 ms is the default); and ffd at 1 ms with
-a tight timeout of 5 periods (FFD_DOMAIN=lo throughout). A round runs every (MPI, setting) once, in an order that
+a tight timeout of 5 periods; both 1 ms settings again with the progress
+thread under SCHED_FIFO (`FFD_SCHED=fifo`, "fifo": its wake-ups preempt
+the spinning ranks instead of waiting for a scheduler tick) (FFD_DOMAIN=lo
+throughout). A round runs every (MPI, setting) once, in an order that
 rotates every round, so drifts in the machine's load hit all alike. Each
 run ping-pongs for --seconds; its figure is the mean one-way latency (µs)
 over the whole run, which counts every interruption (the detector's and
@@ -45,8 +48,9 @@ from common import OUT, ROOT, fmt, machine, median, table, write_json
 
 SOURCE = os.path.join(ROOT, "benches", "mpi_pingpong.c")
 MPICH = os.path.join(ROOT, "target", "venv", "mpich")
-# (period, timeout) ms
-SETTINGS = [("none", None), ("1ms", (1, 10)), ("1ms/5ms", (1, 5)), ("10ms", (10, 100))]
+# (period ms, timeout ms, FFD_SCHED)
+SETTINGS = [("none", None), ("1ms", (1, 10, "normal")), ("1ms/5ms", (1, 5, "normal")),
+            ("1ms fifo", (1, 10, "fifo")), ("1ms/5ms fifo", (1, 5, "fifo")), ("10ms", (10, 100, "normal"))]
 
 
 def libffd():
@@ -76,8 +80,8 @@ def compile_with(mpicc, flags, name, env=None):
 def ffd_env(timing):
     if timing is None:
         return {}
-    period, timeout = timing
-    return {"FFD_DOMAIN": "lo", "FFD_PERIOD": f"{period}ms", "FFD_TIMEOUT": f"{timeout}ms"}
+    period, timeout, sched = timing
+    return {"FFD_DOMAIN": "lo", "FFD_PERIOD": f"{period}ms", "FFD_TIMEOUT": f"{timeout}ms", "FFD_SCHED": sched}
 
 
 class OpenMPI:
@@ -193,6 +197,7 @@ def main():
             mb = median(batches[(mpi.name, name)])
             results.append({"mpi": mpi.name, "version": mpi.version, "detector": name,
                             "period_ms": timing[0] if timing else None, "timeout_ms": timing[1] if timing else None,
+                            "sched": timing[2] if timing else None,
                             "median_us": m, "ratio_to_none": m / base, "samples_us": samples[(mpi.name, name)],
                             "median_batch_us": mb, "batch_ratio_to_none": mb / base_batch,
                             "batch_samples_us": batches[(mpi.name, name)],

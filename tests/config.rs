@@ -7,7 +7,7 @@ use std::time::Duration;
 use ffd::config::setting;
 use ffd::config::{
     Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LocalMode,
-    LogLevel, ProgressMode, Source, VARIABLES,
+    LogLevel, ProgressMode, SchedPolicy, Source, VARIABLES,
 };
 use ffd::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
 
@@ -328,6 +328,14 @@ fn core_progress_log() {
         err(&[("FFD_PROGRESS", "busy")]),
         "FFD_PROGRESS=`busy` is not recognised; accepted: sleep|spin"
     );
+    assert_eq!(
+        from(&[("FFD_SCHED", "FIFO")]).unwrap().sched(),
+        SchedPolicy::Fifo
+    );
+    assert_eq!(
+        err(&[("FFD_SCHED", "rr")]),
+        "FFD_SCHED=`rr` is not recognised; accepted: normal|fifo"
+    );
     for (text, level) in [
         ("off", LogLevel::Off),
         ("error", LogLevel::Error),
@@ -474,6 +482,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .ring_seed(7)
         .core(CoreChoice::Cpu(1))
         .progress(ProgressMode::Spin)
+        .sched(SchedPolicy::Fifo)
         .local(LocalMode::Off)
         .log(LogLevel::Debug)
         .event_queue(16)

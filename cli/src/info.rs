@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
-use ffd::config::{Config, Env, LocalMode, var};
-use ffd::fabric::local::{exit_word_probe, pidfd_probe};
+use ffd::config::{Config, Env, LocalMode, SchedPolicy, var};
+use ffd::fabric::local::{
+    FIFO_PRIORITY, exit_word_probe, fifo_refusal, pidfd_probe, set_current_thread_fifo,
+};
 use ffd::fabric::{self, Info};
 use ffd::runtime::placement;
 
@@ -153,7 +155,29 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
             return Ok(ExitCode::from(2));
         }
     }
+    writeln!(
+        out,
+        "  scheduling (FFD_SCHED={}): {}",
+        config.sched(),
+        scheduling(config.sched())
+    )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The policy the progress thread would run under here: `fifo` is tried
+/// on a thread of its own, which then ends.
+fn scheduling(sched: SchedPolicy) -> String {
+    match sched {
+        SchedPolicy::Normal => "normal (SCHED_OTHER)".to_owned(),
+        SchedPolicy::Fifo => match std::thread::spawn(set_current_thread_fifo).join() {
+            Ok(Ok(())) => format!("SCHED_FIFO priority {FIFO_PRIORITY}, allowed here"),
+            Ok(Err(e)) => format!(
+                "refused here ({}): the thread would keep the normal policy",
+                fifo_refusal(&e)
+            ),
+            Err(_) => "could not be tried (the trial thread panicked)".to_owned(),
+        },
+    }
 }
 
 /// How same-host ranks would watch each other here: exit words, pidfds,

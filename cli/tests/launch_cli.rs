@@ -1,4 +1,4 @@
-//! `ffd run` with bad usage, as a process: exit status 2, a message on
+//! `ffd run` (and `ffd info`) with bad usage, as a process: exit status 2, a message on
 //! standard error naming the option and its accepted form, nothing started
 //! and nothing on standard output. Every wait on the child is bounded.
 
@@ -12,9 +12,15 @@ const BOUND: Duration = Duration::from_secs(20);
 
 /// Runs `ffd run ARGS` with extra environment; (status code, stdout, stderr).
 fn ffd_run(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    ffd("run", args, env)
+}
+
+/// Runs `ffd SUBCOMMAND ARGS` with extra environment and no other `FFD_*`
+/// variable; (status code, stdout, stderr).
+fn ffd(subcommand: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ffd"));
     command
-        .arg("run")
+        .arg(subcommand)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -38,7 +44,7 @@ fn ffd_run(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String)
     let Ok((out, err)) = rx.recv_timeout(BOUND) else {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("ffd run {args:?} did not exit");
+        panic!("ffd {subcommand} {args:?} did not exit");
     };
     (child.wait().expect("reaped").code(), out, err)
 }
@@ -117,4 +123,42 @@ fn help_lists_the_fault_options() {
     ] {
         assert!(out.contains(option), "{option} in:\n{out}");
     }
+}
+
+#[test]
+fn info_says_whether_the_progress_thread_may_run_under_fifo_and_refuses_a_bad_policy() {
+    // What this process may do, asked from a thread of its own; `ffd
+    // info` runs with the same credentials and limits.
+    let allowed = thread::spawn(ffd::fabric::local::set_current_thread_fifo)
+        .join()
+        .unwrap()
+        .is_ok();
+    let (code, out, err) = ffd("info", &[], &[("FFD_SCHED", "fifo")]);
+    assert_eq!(code, Some(0), "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("scheduling (FFD_SCHED=fifo): "))
+        .unwrap_or_else(|| panic!("no scheduling line in:\n{out}"));
+    if allowed {
+        assert!(
+            line.ends_with("SCHED_FIFO priority 1, allowed here"),
+            "{line}"
+        );
+    } else {
+        assert!(
+            line.contains("refused here") && line.contains("CAP_SYS_NICE"),
+            "{line}"
+        );
+    }
+    let (_, out, _) = ffd("info", &[], &[]);
+    assert!(
+        out.contains("scheduling (FFD_SCHED=normal): normal (SCHED_OTHER)"),
+        "{out}"
+    );
+    let (code, out, err) = ffd("info", &[], &[("FFD_SCHED", "rr")]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        err.contains("FFD_SCHED=`rr` is not recognised; accepted: normal|fifo"),
+        "{err}"
+    );
 }

@@ -61,8 +61,15 @@ fn exit_words_here() -> bool {
 /// watching or from the first notice, whichever reached its Engine
 /// first), nobody live is reported. Returns the report.
 fn a_killed_rank_is_exited_for_every_survivor(local: &str) -> Value {
-    let (report, _) = run_job(
+    a_killed_rank_is_exited_for_every_survivor_with(local, &[])
+}
+
+/// `a_killed_rank_is_exited_for_every_survivor` with more variables for
+/// the agents.
+fn a_killed_rank_is_exited_for_every_survivor_with(local: &str, env: &[(&str, &str)]) -> Value {
+    let (report, _) = run_job_with(
         local,
+        env,
         &["-n", "6", "--kill", "2@500ms", "--duration", "1500ms"],
     );
     let f = failure_of(&report, 2);
@@ -100,6 +107,9 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
         return;
     }
     let report = a_killed_rank_is_exited_for_every_survivor("auto");
+    for (rank, s) in survivors(&report, 2) {
+        assert_eq!(s["sched"], "normal", "rank {rank}: {s}");
+    }
     // Every survivor held a word for each other rank and waited on the
     // words the others held for it; rank 2's thread died holding them, so
     // each survivor's exit-word thread saw the death (whether its Engine
@@ -114,6 +124,30 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
         1,
         "{report:#}"
     );
+}
+
+#[test]
+fn under_fifo_the_progress_threads_run_real_time_and_a_kill_is_still_exited_everywhere() {
+    // Whether this process may use SCHED_FIFO (root, CAP_SYS_NICE or
+    // `ulimit -r`), asked from a thread of its own: the agents inherit it.
+    let allowed = std::thread::spawn(ffd::fabric::local::set_current_thread_fifo)
+        .join()
+        .unwrap();
+    let report = a_killed_rank_is_exited_for_every_survivor_with("auto", &[("FFD_SCHED", "fifo")]);
+    for (rank, s) in survivors(&report, 2) {
+        let sched = s["sched"].as_str().unwrap_or_default();
+        match &allowed {
+            Ok(()) => assert_eq!(sched, "fifo", "rank {rank}: {s}"),
+            Err(e) => {
+                eprintln!("SCHED_FIFO refused here ({e}): checking that the agents say so");
+                assert!(
+                    sched.starts_with("normal (FFD_SCHED=fifo refused: ")
+                        && sched.contains("CAP_SYS_NICE"),
+                    "rank {rank}: {s}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -187,6 +187,7 @@ by_copy!(
     crate::protocol::RingKind,
     super::CoreChoice,
     super::ProgressMode,
+    super::SchedPolicy,
     super::LocalMode,
     super::LogLevel
 );

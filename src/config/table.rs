@@ -16,9 +16,9 @@ use std::time::Duration;
 use super::builder::Resolver;
 use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
 use super::values::{
-    CoreChoice, DURATION_FORM, EagainLimit, LocalMode, LogLevel, ProgressMode, any, check_provider,
-    check_token, duration, flag, format_duration, normalise_domain, parse_integer, positive, word,
-    yes_no,
+    CoreChoice, DURATION_FORM, EagainLimit, LocalMode, LogLevel, ProgressMode, SchedPolicy, any,
+    check_provider, check_token, duration, flag, format_duration, normalise_domain, parse_integer,
+    positive, word, yes_no,
 };
 use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
@@ -166,6 +166,18 @@ settings_table! {
             check: any,
             show: ToString::to_string,
             set(progress: ProgressMode) => progress,
+        }
+        sched: SchedPolicy => SchedPolicy {
+            var: SCHED = "FFD_SCHED",
+            accepted: "normal|fifo",
+            help: "The progress thread's scheduling policy; fifo: SCHED_FIFO priority 1, \
+                   so its wake-ups preempt application threads spinning on every core \
+                   (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, else stays normal and says so)",
+            default: SchedPolicy::Normal,
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(sched: SchedPolicy) => sched,
         }
         local: LocalMode => LocalMode {
             var: LOCAL = "FFD_LOCAL",
@@ -391,6 +403,12 @@ mod tests {
         assert_eq!(
             setting::PROGRESS.accepted,
             [ProgressMode::Sleep, ProgressMode::Spin]
+                .map(|p| p.to_string())
+                .join("|")
+        );
+        assert_eq!(
+            setting::SCHED.accepted,
+            [SchedPolicy::Normal, SchedPolicy::Fifo]
                 .map(|p| p.to_string())
                 .join("|")
         );

@@ -1,5 +1,5 @@
 //! The value types of the settings that are the library's own
-//! ([`CoreChoice`], [`ProgressMode`], [`LocalMode`], [`LogLevel`], [`EagainLimit`]) and
+//! ([`CoreChoice`], [`ProgressMode`], [`SchedPolicy`], [`LocalMode`], [`LogLevel`], [`EagainLimit`]) and
 //! the small parsers and range checks the settings table is built from.
 //!
 //! Owns: each value's words (parse and display) and the problem texts of
@@ -90,6 +90,23 @@ pub enum ProgressMode {
 }
 
 worded!(ProgressMode { Sleep => "sleep", Spin => "spin" });
+
+/// The progress thread's scheduling policy (`FFD_SCHED`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SchedPolicy {
+    /// The host's normal policy (`SCHED_OTHER`): the thread waits for its
+    /// turn like the application's threads.
+    #[default]
+    Normal,
+    /// `SCHED_FIFO` at priority 1, the lowest real-time one: a wake-up
+    /// preempts any normal thread at once, so a rank whose threads spin on
+    /// every core (MPI polling) still beats and judges on time. Needs
+    /// `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of at least 1; without, the
+    /// thread keeps the normal policy and the detector says why.
+    Fifo,
+}
+
+worded!(SchedPolicy { Normal => "normal", Fifo => "fifo" });
 
 /// Whether ranks of one host watch each other locally and share one fabric
 /// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.10).

@@ -124,6 +124,9 @@ pub struct StatsSnapshot {
     #[cfg_attr(feature = "serde", serde(serialize_with = "serialize_engine_stats"))]
     pub engine: protocol::Stats,
     pub placement: Option<Placement>,
+    /// The progress thread's scheduling policy as it runs (`FFD_SCHED`):
+    /// `normal`, `fifo`, or `normal` and why `fifo` was refused.
+    pub sched: String,
     pub provider: String,
     pub domain: String,
 }

@@ -3,12 +3,14 @@
 //! readable fd, exit words (robust futexes in the host's segment) that
 //! turn it into a wake-up before the kernel tears the process down, an
 //! epoll set that joins both to the progress thread's wake socket, the
-//! per-host shared-memory segment of wake-up counters, and the monotonic
-//! clock those counters carry.
+//! per-host shared-memory segment of wake-up counters, the monotonic
+//! clock those counters carry, and the progress thread's scheduling policy
+//! (`FFD_SCHED`).
 //!
 //! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
 //! segment and its layout, `set_robust_list`/`futex_waitv` and the
-//! exit-word threads, `clock_gettime(CLOCK_MONOTONIC)`; every
+//! exit-word threads, `clock_gettime(CLOCK_MONOTONIC)`,
+//! `sched_setscheduler` of the calling thread; every
 //! `unsafe` block here carries a `// SAFETY:` line. Must not: decide who
 //! failed (the Engine does, from what the runtime hands it), or block the
 //! progress thread: every call it makes here returns at once (only the
@@ -16,10 +18,12 @@
 
 mod exit_word;
 mod pidfd;
+mod sched;
 mod segment;
 
 pub use exit_word::{ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
+pub use sched::{FIFO_PRIORITY, current_thread_is_fifo, fifo_refusal, set_current_thread_fifo};
 pub use segment::{HostSegment, SegmentError, segment_name};
 
 /// Now on `CLOCK_MONOTONIC`, in ns: the clock every process of a host

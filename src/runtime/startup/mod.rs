@@ -39,7 +39,8 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
-use crate::config::{Config, Env, LocalMode, ProgressMode};
+use crate::config::{Config, Env, LocalMode, ProgressMode, SchedPolicy};
+use crate::fabric::local as fabric_local;
 use crate::fabric::{
     AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
 };
@@ -133,7 +134,7 @@ pub(super) fn start(
         timeout: config.timeout(),
         logger,
     };
-    let (thread, exited) = spawn_progress(parts, &placement, logger)?;
+    let (thread, exited) = spawn_progress(parts, &placement, config.sched(), logger)?;
     let linking = Linking {
         linked: linked_rx,
         progress: link_progress,
@@ -449,11 +450,14 @@ fn wake_socket() -> Result<(UnixStream, UnixStream), StartError> {
 }
 
 /// Spawns the progress thread `ffd-progress-<rank>`, pinned as `placement`
-/// says (unpinned, with a warning, when that fails). Returns its handle
-/// and a receiver that disconnects when the thread ends, however it ends.
+/// says (unpinned, with a warning, when that fails) and under the
+/// scheduling policy `sched` (the normal one, with a warning, when the
+/// host refuses it; the stats name the outcome). Returns its handle and a
+/// receiver that disconnects when the thread ends, however it ends.
 fn spawn_progress(
     parts: progress::Parts,
     placement: &Placement,
+    sched: SchedPolicy,
     logger: Logger,
 ) -> Result<(JoinHandle<()>, mpsc::Receiver<()>), StartError> {
     let pin = placement.clone();
@@ -466,6 +470,11 @@ fn spawn_progress(
             if let Err(e) = placement::pin_current_thread(&pin) {
                 logger.warn(format_args!("{e}; running unpinned"));
             }
+            // Before `run`: the exit-word threads it starts inherit it.
+            let policy = apply_sched(sched, logger);
+            if let Ok(mut stats) = parts.shared.stats.lock() {
+                stats.sched = policy;
+            }
             progress::run(parts);
         })
         .map_err(|source| StartError::Io {
@@ -473,6 +482,24 @@ fn spawn_progress(
             source,
         })?;
     Ok((thread, exited))
+}
+
+/// Puts the calling thread under `sched`; returns the policy it runs
+/// under, as the stats show it.
+fn apply_sched(sched: SchedPolicy, logger: Logger) -> String {
+    match sched {
+        SchedPolicy::Normal => SchedPolicy::Normal.to_string(),
+        SchedPolicy::Fifo => match fabric_local::set_current_thread_fifo() {
+            Ok(()) => SchedPolicy::Fifo.to_string(),
+            Err(e) => {
+                let why = fabric_local::fifo_refusal(&e);
+                logger.warn(format_args!(
+                    "FFD_SCHED=fifo: {why}; the progress thread keeps the normal policy"
+                ));
+                format!("normal (FFD_SCHED=fifo refused: {why})")
+            }
+        },
+    }
 }
 
 /// Bound on the wait for this rank's links, unless 3 × (start-up grace +
