@@ -23,7 +23,7 @@ mod segment;
 
 pub use exit_word::{ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
-pub use sched::{FIFO_PRIORITY, current_thread_is_fifo, fifo_refusal, set_current_thread_fifo};
+pub use sched::{FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
 pub use segment::{HostSegment, SegmentError, segment_name};
 
 /// Now on `CLOCK_MONOTONIC`, in ns: the clock every process of a host

@@ -37,16 +37,6 @@ pub fn set_current_thread_fifo() -> io::Result<()> {
     }
 }
 
-/// Whether the calling thread runs under `SCHED_FIFO`.
-pub fn current_thread_is_fifo() -> io::Result<bool> {
-    // SAFETY: pid 0 is the calling thread; the call reads its policy only.
-    let policy = unsafe { libc::sched_getscheduler(0) };
-    if policy < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(policy == libc::SCHED_FIFO)
-}
-
 /// Why `set_current_thread_fifo` failed, in words a user can act on.
 pub fn fifo_refusal(e: &io::Error) -> String {
     if e.raw_os_error() == Some(libc::EPERM) {
@@ -62,6 +52,16 @@ pub fn fifo_refusal(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the calling thread runs under `SCHED_FIFO`.
+    fn current_thread_is_fifo() -> io::Result<bool> {
+        // SAFETY: pid 0 is the calling thread; the call reads its policy only.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        if policy < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(policy == libc::SCHED_FIFO)
+    }
 
     #[test]
     fn fifo_applies_to_the_calling_thread_only_and_is_inherited_by_its_threads() {
