@@ -422,6 +422,8 @@ impl EngineConfig {
     /// its first heartbeat within `timeout / 8` is accused at once (it
     /// writes one as soon as `ObserveMe` arrives): a chain of cut-off ranks
     /// is then declared in `timeout / 8` per link, not a timeout per link.
+    /// Only while the observer's own wake-ups keep time (local health 1):
+    /// a late observer gives the new emitter a full stretched timeout.
     pub fn first_beat_within(&self) -> Duration {
         (self.timeout / 8).max(Duration::from_nanos(1))
     }

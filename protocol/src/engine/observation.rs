@@ -72,16 +72,27 @@ impl Engine {
     /// timeout after in-band evidence (`FFD_INBAND=suspect`), or
     /// `first_beat_within` for a freshly mended emitter while other
     /// accusations are under way (`FFD_QUORUM=majority` only: a chain of
-    /// cut-off ranks is declared in an eighth of a timeout per link); all
+    /// cut-off ranks is declared in an eighth of a timeout per link) and
+    /// this rank's own wake-ups keep time (local health 1); otherwise
     /// stretched by the local health multiplier.
+    ///
+    /// Why only at health 1: the eighth assumes the new emitter writes
+    /// its first beat as soon as `ObserveMe` arrives. On an overloaded
+    /// host, which a late wake-up here betrays, a live emitter's thread
+    /// waits its turn like this one's, misses the eighth, and the
+    /// majority (whose votes count reachability) confirms it: at N = 32
+    /// with CPU hogs on 2 cores and a 10 ms timeout one false accusation
+    /// dragged 18 mended emitters after it, one after another (issue 14).
+    /// A rank running late keeps the mend rate limit instead: the next
+    /// emitter has a full stretched timeout from its link-up.
     pub(super) fn stillness_limit(&self, now: Time) -> (Duration, Cause) {
         if self.watch.hurry {
             (self.suspect_limit(), Cause::InBand)
-        } else if self.watch.awaiting_first && self.silence_around(now) {
-            (
-                self.health.stretch(self.config.first_beat_within()),
-                Cause::Timeout,
-            )
+        } else if self.watch.awaiting_first
+            && self.health.multiplier() == 1
+            && self.silence_around(now)
+        {
+            (self.config.first_beat_within(), Cause::Timeout)
         } else {
             (self.health.stretch(self.config.timeout), Cause::Timeout)
         }
