@@ -180,6 +180,7 @@ impl Cluster {
             self.counters[r as usize] = Some(LocalBeat {
                 at: now,
                 digest: fold_digest(self.engines[r as usize].digest()),
+                health: self.engines[r as usize].local_health(),
             });
             self.drain(r, &mut queue);
         }
@@ -436,6 +437,70 @@ fn a_hung_non_leader_is_found_by_its_local_observer() {
     // that, at the first check.
     assert!(at - hung_at <= ms(100 + 2), "{:?}", at - hung_at);
     assert_eq!(c.engines[7].local_emitter(), Some(1));
+}
+
+/// A counter carries its rank's local health multiplier, and the local
+/// observer judges its emitter by the larger of that and its own, at most
+/// `health_max` (4) timeouts (issue 14: at N = 64 with CPU hogs on 2
+/// cores and a 20 ms timeout, an observer running on time declared 17 live
+/// local emitters in a row, each as late as the one before; their own
+/// multipliers said so).
+#[test]
+fn a_local_emitter_is_judged_by_its_own_health_too() {
+    // (published multiplier, stillness that declares it)
+    for (published, limit) in [(1, ms(100)), (3, ms(300)), (9, ms(400))] {
+        let mut c = Cluster::new(9, 3);
+        c.run_for(ms(300));
+        c.status[4] = Status::Hung;
+        let last = c.counters[4].as_mut().expect("rank 4 woke");
+        // Its last wake-up said its own wake-ups had been running late.
+        last.health = published;
+        let last_woke = last.at;
+        c.run_for(ms(500));
+        let at = c
+            .events
+            .iter()
+            .find_map(|(_, t, e)| matches!(e, Event::Failed { rank: 4, .. }).then_some(*t))
+            .expect("declared");
+        assert!(
+            at >= last_woke + limit && at <= last_woke + limit + ms(2),
+            "published {published}: last woke at {last_woke}, declared at {at}"
+        );
+        assert_eq!(c.failed_events(4)[0].0, 7);
+        assert_eq!(c.engines[7].local_health(), 1, "the observer kept time");
+        assert!(c.all_know(4));
+    }
+}
+
+/// The mend rate limit holds for local watching too: after declaring its
+/// local emitter, a rank gives the next one a full timeout from the
+/// mending, not from that rank's last wake-up, which on an overloaded
+/// host may already be a timeout old (issue 14: observers declared their
+/// next local emitter at the first look, one after another).
+#[test]
+fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
+    // Host 1 holds ranks 1, 3, 5, 7, 9, 11: 9 watches 7, 7 watches 5.
+    let mut c = Cluster::new(12, 2);
+    c.run_for(ms(300));
+    c.status[5] = Status::Hung;
+    c.status[7] = Status::Hung;
+    c.run_for(ms(500));
+    let declared = |rank: Rank| {
+        c.events
+            .iter()
+            .find_map(|(_, t, e)| {
+                matches!(e, Event::Failed { rank: r, .. } if *r == rank).then_some(*t)
+            })
+            .expect("declared")
+    };
+    let (seven, five) = (declared(7), declared(5));
+    assert_eq!(c.failed_events(7)[0].0, 9);
+    assert_eq!(c.failed_events(5)[0].0, 9, "by 9, after its mending");
+    // Rank 5's counter was as old as 7's when 9 mended to it.
+    assert!(
+        five >= seven + ms(100) && five <= seven + ms(102),
+        "7 declared at {seven}, 5 at {five}"
+    );
 }
 
 #[test]

@@ -212,10 +212,11 @@ impl LocalWatching {
         self.exits.as_ref().map(AsFd::as_fd)
     }
 
-    /// This rank woke: one store into its line of the segment.
-    pub(super) fn bump(&self, digest: u64) {
+    /// This rank woke: one store into its line of the segment, with its
+    /// local health multiplier (its observer judges it by that too).
+    pub(super) fn bump(&self, digest: u64, health: u32) {
         if let Some(s) = &self.segment {
-            s.store(self.my_index, monotonic_ns(), fold_digest(digest));
+            s.store(self.my_index, monotonic_ns(), fold_digest(digest), health);
         }
     }
 
@@ -224,10 +225,11 @@ impl LocalWatching {
         let s = self.segment.as_ref()?;
         let members = self.hosts.members(self.hosts.host_of(rank));
         let index = members.binary_search(&rank).ok()? as u32;
-        let (at_ns, digest) = s.load(index)?;
+        let (at_ns, digest, health) = s.load(index)?;
         Some(LocalBeat {
             at: Time::from_nanos(at_ns.saturating_sub(self.origin_ns)),
             digest,
+            health,
         })
     }
 

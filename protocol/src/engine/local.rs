@@ -32,9 +32,13 @@ pub(super) struct LocalWatch {
     pub(super) seen_at: Option<Time>,
     /// The emitter is judged from `max(baseline, seen_at)`: the start-up
     /// grace, a local mending, a stall of this rank's own; cleared by a
-    /// newer wake-up (the emitter showed it is alive).
+    /// wake-up of the emitter's at or after it (the emitter showed it is
+    /// alive since).
     pub(super) baseline: Time,
     pub(super) digest: u32,
+    /// The emitter's local health multiplier, as its counter last said
+    /// (1 until read).
+    pub(super) health: u32,
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
@@ -68,10 +72,24 @@ impl Engine {
     }
 
     /// How long the local emitter's counter may stand still before it is
-    /// declared: the timeout, stretched by the local health multiplier as
-    /// the fabric slot's is (`health`).
+    /// declared: the timeout, stretched by the larger of this rank's local
+    /// health multiplier (as the fabric slot's is, `health`) and the one
+    /// the emitter published with its last wake-up, at most `health_max`.
+    ///
+    /// Why the emitter's too: on an overloaded host an observer that
+    /// happens to run on time judges by the plain timeout an emitter whose
+    /// own wake-ups run late, and declares it in the next gap; once
+    /// declared, it mends to the next rank down, as late as the first, and
+    /// so on (issue 14: at N = 64 with CPU hogs on 2 cores and a 20 ms
+    /// timeout, one rank declared 17 live local emitters in a row, 45-70 ms
+    /// apart). The emitter's multiplier is its own measure of its
+    /// lateness, the one it already judges its neighbours by; the bound on
+    /// detection stays `health_max` × timeout.
     pub(super) fn local_limit(&self) -> Duration {
-        self.health.stretch(self.config.timeout)
+        let emitter = self.local.health.clamp(1, self.config.health_max.max(1));
+        self.config
+            .timeout
+            .saturating_mul(self.health.multiplier().max(emitter))
     }
 
     /// The emitter this rank should observe over the fabric: its nearest
@@ -155,6 +173,7 @@ impl Engine {
         if self.participation == Participation::Excluded {
             return;
         }
+        self.local.health = beat.health;
         if self.local.seen_at.is_some_and(|t| beat.at <= t) {
             self.local.digest = beat.digest;
             return;
@@ -176,7 +195,15 @@ impl Engine {
             }
         }
         self.local.seen_at = Some(beat.at);
-        self.local.baseline = Time::ZERO;
+        // Only a wake-up since the baseline clears it: the first reading
+        // after a local mending (or after a stall of this rank's own) may
+        // be the emitter's last wake-up from before it, a timeout old on
+        // an overloaded host, and judging from it would declare the new
+        // emitter at once (the mend rate limit gives it a full timeout from
+        // the mending; issue 14).
+        if beat.at >= self.local.baseline {
+            self.local.baseline = Time::ZERO;
+        }
         self.local.digest = beat.digest;
     }
 
@@ -251,6 +278,7 @@ impl Engine {
         if emitter != self.local.emitter {
             self.local.emitter = emitter;
             self.local.seen_at = None;
+            self.local.health = 1;
             self.local.baseline = now;
             self.local.mismatch_since = None;
             self.local.slow_warned_at = None;

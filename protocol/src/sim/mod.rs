@@ -638,6 +638,7 @@ impl Simulator {
             *c = Some(LocalBeat {
                 at: now,
                 digest: fold_digest(self.engines[r as usize].digest()),
+                health: self.engines[r as usize].local_health(),
             });
         }
         self.after_handle(r);

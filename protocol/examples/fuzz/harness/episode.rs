@@ -683,10 +683,12 @@ impl Episode<'_> {
             1 => Some(LocalBeat {
                 at: now + Duration::from_micros(dice.below(1_000_000)),
                 digest: dice.u32(),
+                health: dice.u32(),
             }),
             2 => Some(LocalBeat {
                 at: Time::from_nanos(dice.u64()),
                 digest: dice.u32(),
+                health: 1 + dice.below32(8),
             }),
             _ => local,
         };
@@ -695,7 +697,12 @@ impl Episode<'_> {
         let before = engine.next_deadline();
         engine.handle_timeout_with(now, |_| reading, |_| local);
         let digest = fold_digest(engine.digest());
-        self.nodes[r as usize].counter = Some(LocalBeat { at: now, digest });
+        let health = engine.local_health();
+        self.nodes[r as usize].counter = Some(LocalBeat {
+            at: now,
+            digest,
+            health,
+        });
         self.tally.done();
         self.settle(r, Call::Timeout, before);
     }
