@@ -181,6 +181,7 @@ impl Cluster {
                 at: now,
                 digest: fold_digest(self.engines[r as usize].digest()),
                 health: self.engines[r as usize].local_health(),
+                runnable: false,
             });
             self.drain(r, &mut queue);
         }
@@ -444,17 +445,25 @@ fn a_hung_non_leader_is_found_by_its_local_observer() {
 /// `health_max` (4) timeouts (issue 14: at N = 64 with CPU hogs on 2
 /// cores and a 20 ms timeout, an observer running on time declared 17 live
 /// local emitters in a row, each as late as the one before; their own
-/// multipliers said so).
+/// multipliers said so). An emitter whose thread the driver found
+/// runnable (waiting for a CPU) is judged by the ceiling.
 #[test]
 fn a_local_emitter_is_judged_by_its_own_health_too() {
-    // (published multiplier, stillness that declares it)
-    for (published, limit) in [(1, ms(100)), (3, ms(300)), (9, ms(400))] {
+    // (published multiplier, thread runnable, stillness that declares it)
+    for (published, runnable, limit) in [
+        (1, false, ms(100)),
+        (3, false, ms(300)),
+        (9, false, ms(400)),
+        (1, true, ms(400)),
+    ] {
         let mut c = Cluster::new(9, 3);
         c.run_for(ms(300));
         c.status[4] = Status::Hung;
         let last = c.counters[4].as_mut().expect("rank 4 woke");
-        // Its last wake-up said its own wake-ups had been running late.
+        // Its last wake-up said its own wake-ups had been running late;
+        // the driver says its thread waits for a CPU.
         last.health = published;
+        last.runnable = runnable;
         let last_woke = last.at;
         c.run_for(ms(500));
         let at = c
@@ -464,10 +473,15 @@ fn a_local_emitter_is_judged_by_its_own_health_too() {
             .expect("declared");
         assert!(
             at >= last_woke + limit && at <= last_woke + limit + ms(2),
-            "published {published}: last woke at {last_woke}, declared at {at}"
+            "published {published}, runnable {runnable}: last woke at {last_woke}, declared at {at}"
         );
         assert_eq!(c.failed_events(4)[0].0, 7);
         assert_eq!(c.engines[7].local_health(), 1, "the observer kept time");
+        assert_eq!(
+            c.engines[7].stats().starved_emitter_checks > 0,
+            runnable,
+            "checks that found it starved"
+        );
         assert!(c.all_know(4));
     }
 }

@@ -15,6 +15,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::LocalMode;
 use crate::fabric::local::{
@@ -39,6 +40,10 @@ pub(super) struct LocalPlan {
     pub exit_words: bool,
     /// Why the others are watched by their counters only.
     pub fallback: Vec<String>,
+    /// The pid of each other local rank in this rank's pid namespace (its
+    /// record's; same namespace only), to look at its progress thread's
+    /// state when its counter stands still.
+    pub pids: Vec<(Rank, u32)>,
 }
 
 #[derive(Debug)]
@@ -65,10 +70,20 @@ pub(super) fn plan(
         pidfds: Vec::new(),
         exit_words: false,
         fallback: Vec::new(),
+        pids: Vec::new(),
     };
     if members.len() < 2 {
         return Ok(plan);
     }
+    let mine = &view.records[me as usize].process;
+    plan.pids = members
+        .iter()
+        .map(|&r| (r, &view.records[r as usize].process))
+        .filter(|&(r, p)| {
+            r != me && mine.pid_namespace != 0 && p.pid_namespace == mine.pid_namespace
+        })
+        .map(|(r, p)| (r, p.pid))
+        .collect();
     let host_id = view.records[me as usize].host_id;
     let name = segment_name(view.job_key, host_id);
     let count = members.len() as u32;
@@ -83,7 +98,6 @@ pub(super) fn plan(
         return Ok(plan);
     }
     plan.exit_words = mode == LocalMode::Auto;
-    let mine = &view.records[me as usize].process;
     for &r in members.iter().filter(|&&r| r != me) {
         let theirs = &view.records[r as usize].process;
         let refused = if mine.pid_namespace == 0 || theirs.pid_namespace != mine.pid_namespace {
@@ -139,17 +153,23 @@ pub(super) struct LocalWatching {
     /// Why a watch loop ended, until the progress thread logs it.
     broken: Option<String>,
     broken_told: bool,
+    /// The other local ranks' pids, by index among the host's ranks.
+    pids: Vec<Option<u32>>,
+    /// A counter at least this old (the timeout, in ns) makes `read` look
+    /// at its rank's progress thread in `/proc`.
+    stale_after_ns: u64,
 }
 
 impl LocalWatching {
     /// Opens the segment (unless this rank created it) and the epoll set
-    /// of pidfds and `wake`. `origin_ns`: the detector's time zero on
-    /// `CLOCK_MONOTONIC`.
+    /// of pidfds and `wake`, and writes this (the progress) thread's id
+    /// into its line. `origin_ns`: the detector's time zero on
+    /// `CLOCK_MONOTONIC`; `timeout`: the detector's.
     pub(super) fn start(
         plan: LocalPlan,
         me: Rank,
         wake: BorrowedFd<'_>,
-        origin_ns: u64,
+        (origin_ns, timeout): (u64, Duration),
         fallback: &mut Vec<String>,
     ) -> Result<LocalWatching, String> {
         let segment = match plan.segment {
@@ -161,6 +181,13 @@ impl LocalWatching {
         };
         let members = plan.hosts.members(plan.hosts.host_of(me));
         let my_index = members.binary_search(&me).unwrap_or(0) as u32;
+        if let (Some(seg), Some(tid)) = (&segment, current_thread_id()) {
+            seg.store_thread(my_index, tid);
+        }
+        let pids = members
+            .iter()
+            .map(|r| plan.pids.iter().find(|(p, _)| p == r).map(|&(_, pid)| pid))
+            .collect();
         let words = match &segment {
             Some(seg) if plan.exit_words => {
                 let peers = members
@@ -203,6 +230,8 @@ impl LocalWatching {
             words_seen: 0,
             broken: None,
             broken_told: false,
+            pids,
+            stale_after_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
         })
     }
 
@@ -226,10 +255,24 @@ impl LocalWatching {
         let members = self.hosts.members(self.hosts.host_of(rank));
         let index = members.binary_search(&rank).ok()? as u32;
         let (at_ns, digest, health) = s.load(index)?;
+        // Only a counter a timeout old costs a look into /proc: is its
+        // thread waiting for a CPU (starved), or stopped or blocked?
+        let runnable = monotonic_ns().saturating_sub(at_ns) >= self.stale_after_ns
+            && self
+                .pids
+                .get(index as usize)
+                .copied()
+                .flatten()
+                .is_some_and(|pid| {
+                    s.thread(index)
+                        .and_then(|tid| thread_state(pid, tid))
+                        .is_some_and(|state| state == 'R')
+                });
         Some(LocalBeat {
             at: Time::from_nanos(at_ns.saturating_sub(self.origin_ns)),
             digest,
             health,
+            runnable,
         })
     }
 
@@ -285,5 +328,89 @@ impl LocalWatching {
     /// Local ranks watched through a pidfd, still running.
     pub(super) fn pidfds(&self) -> usize {
         self.exits.as_ref().map_or(0, ExitWatch::len)
+    }
+}
+
+/// This thread's id, from `/proc/thread-self` (a link to `<pid>/task/<tid>`);
+/// `None` without `/proc`.
+fn current_thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// The scheduler state of thread `tid` of process `pid` (field 3 of
+/// `/proc/<pid>/task/<tid>/stat`: `R` running or waiting for a CPU, `S`
+/// asleep, `D` in uninterruptible wait, `T` stopped, …); `None` if it
+/// cannot be read (gone, another pid namespace, no `/proc`).
+fn thread_state(pid: u32, tid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // Field 2 (the command) is in parentheses and may hold spaces.
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_reads_its_own_id_and_states_say_running_asleep_or_stopped() {
+        let pid = std::process::id();
+        let me = current_thread_id().expect("/proc/thread-self");
+        assert_eq!(thread_state(pid, me), Some('R'), "reading, so running");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (id_tx, id_rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            id_tx.send(current_thread_id()).unwrap();
+            let _ = rx.recv();
+        });
+        let tid = id_rx.recv().unwrap().expect("its id");
+        assert_ne!(tid, me);
+        // It blocks in recv: asleep once it gets there (it may still be
+        // on its way for a moment).
+        let mut state = None;
+        for _ in 0..1000 {
+            state = thread_state(pid, tid);
+            if state == Some('S') {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(state, Some('S'));
+        tx.send(()).unwrap();
+        sleeper.join().unwrap();
+        assert_eq!(thread_state(pid, tid), None, "gone");
+        assert_eq!(thread_state(u32::MAX, 1), None);
+
+        // A stopped process (SIGSTOP, as `ffd run --stop` does): `T`.
+        struct Reaped(std::process::Child);
+        impl Drop for Reaped {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let child = Reaped(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("sleep"),
+        );
+        let cpid = child.0.id();
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &cpid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(stopped.success());
+        // The signal is delivered asynchronously: wait for the state,
+        // bounded.
+        let mut state = None;
+        for _ in 0..10_000 {
+            state = thread_state(cpid, cpid);
+            if state == Some('T') {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(state, Some('T'));
     }
 }

@@ -245,7 +245,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
                 plan,
                 parts.seed.me,
                 parts.wake.as_fd(),
-                origin,
+                (origin, parts.seed.config.timeout),
                 &mut fallback,
             ) {
                 Ok(w) => Some((hosts, w)),

@@ -172,7 +172,10 @@ pub enum Output {
 /// this Engine's time, the digest fold of its failed ∪ left set then, and
 /// its local health multiplier then ([`Engine::local_health`]; its
 /// observer judges it by the larger of that and its own, at most
-/// `health_max`).
+/// `health_max`). `runnable`: the driver looked at that rank's progress
+/// thread because the counter was a timeout old, and the kernel had it
+/// runnable (waiting for a CPU): starved, not stopped or blocked; such an
+/// emitter is judged by the ceiling, `health_max` timeouts.
 ///
 /// [`Engine::local_health`]: super::Engine::local_health
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +183,7 @@ pub struct LocalBeat {
     pub at: Time,
     pub digest: u32,
     pub health: u32,
+    pub runnable: bool,
 }
 
 /// How a failure became known to this rank.
@@ -477,6 +481,10 @@ pub struct Stats {
     pub health_rises: u64,
     /// The highest local health multiplier reached (0: it never rose above 1).
     pub health_peak: u64,
+    /// Local checks that found the local emitter's counter past its
+    /// timeout but its progress thread runnable (waiting for a CPU): given
+    /// the ceiling, `health_max` timeouts, instead of declared.
+    pub starved_emitter_checks: u64,
     /// Mended emitters whose link was confirmed by a completed send (their
     /// timeout started then rather than at the mending).
     pub mend_links_confirmed: u64,

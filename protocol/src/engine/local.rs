@@ -39,6 +39,9 @@ pub(super) struct LocalWatch {
     /// The emitter's local health multiplier, as its counter last said
     /// (1 until read).
     pub(super) health: u32,
+    /// The last reading found the counter a timeout old and the emitter's
+    /// progress thread runnable (waiting for a CPU).
+    pub(super) runnable: bool,
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
@@ -85,11 +88,23 @@ impl Engine {
     /// apart). The emitter's multiplier is its own measure of its
     /// lateness, the one it already judges its neighbours by; the bound on
     /// detection stays `health_max` × timeout.
+    ///
+    /// An emitter whose progress thread the kernel has runnable (the
+    /// driver looks once its counter is a timeout old) is starved, not
+    /// hung: it waits for a CPU that busier threads hold. It is judged by
+    /// the ceiling, `health_max` timeouts, the same bound; a stopped
+    /// (SIGSTOP) or blocked emitter is not runnable and keeps the limit
+    /// above.
     pub(super) fn local_limit(&self) -> Duration {
-        let emitter = self.local.health.clamp(1, self.config.health_max.max(1));
-        self.config
-            .timeout
-            .saturating_mul(self.health.multiplier().max(emitter))
+        let ceiling = self.config.health_max.max(1);
+        let m = if self.local.runnable {
+            ceiling
+        } else {
+            self.health
+                .multiplier()
+                .max(self.local.health.clamp(1, ceiling))
+        };
+        self.config.timeout.saturating_mul(m)
     }
 
     /// The emitter this rank should observe over the fabric: its nearest
@@ -174,6 +189,7 @@ impl Engine {
             return;
         }
         self.local.health = beat.health;
+        self.local.runnable = beat.runnable;
         if self.local.seen_at.is_some_and(|t| beat.at <= t) {
             self.local.digest = beat.digest;
             return;
@@ -239,6 +255,9 @@ impl Engine {
             return;
         };
         let since = self.local_since();
+        if self.local.runnable && now >= since && now - since >= self.config.timeout {
+            self.stats.starved_emitter_checks += 1;
+        }
         if !lagging && now >= since && now - since >= self.local_limit() {
             self.stats.local_hangs += 1;
             self.declare_silent(now, &[emitter], Cause::Timeout);
@@ -279,6 +298,7 @@ impl Engine {
             self.local.emitter = emitter;
             self.local.seen_at = None;
             self.local.health = 1;
+            self.local.runnable = false;
             self.local.baseline = now;
             self.local.mismatch_since = None;
             self.local.slow_warned_at = None;

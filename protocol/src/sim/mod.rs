@@ -639,6 +639,7 @@ impl Simulator {
                 at: now,
                 digest: fold_digest(self.engines[r as usize].digest()),
                 health: self.engines[r as usize].local_health(),
+                runnable: false,
             });
         }
         self.after_handle(r);

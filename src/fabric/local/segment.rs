@@ -6,7 +6,9 @@
 //! u32, ranks that mapped it u32); line 1 + i belongs to the host's i-th
 //! rank (rank order): its last wake-up on `CLOCK_MONOTONIC` in ns (u64, 0:
 //! never) and, in one u64, the digest fold of its failed ∪ left set then
-//! (low 32 bits) and its local health multiplier (high 32 bits). Lines are cache-line aligned so that no two writers share one.
+//! (low 32 bits) and its local health multiplier (high 32 bits), then the
+//! thread id of its progress thread (u64, 0: not yet written), written
+//! once when that thread starts. Lines are cache-line aligned so that no two writers share one.
 //! After the lines, the exit-word matrix: `count × count` slots of 8
 //! bytes, slot `[o][w]` (at `o × count + w`) holding in its low 32 bits
 //! the futex word rank `o` holds for its watcher `w` (`exit_word.rs`).
@@ -238,6 +240,26 @@ impl HostSegment {
         }
     }
 
+    /// Writes local rank `index`'s progress thread id (once, when that
+    /// thread starts).
+    pub fn store_thread(&self, index: u32, tid: u32) {
+        if index < self.count {
+            let line = LINE * (1 + index as usize);
+            self.word(line + 16)
+                .store(u64::from(tid), Ordering::Release);
+        }
+    }
+
+    /// Local rank `index`'s progress thread id (`None`: not written yet).
+    pub fn thread(&self, index: u32) -> Option<u32> {
+        if index >= self.count {
+            return None;
+        }
+        let line = LINE * (1 + index as usize);
+        let tid = self.word(line + 16).load(Ordering::Acquire) as u32;
+        (tid != 0).then_some(tid)
+    }
+
     /// Local rank `index`'s last wake-up, digest fold and local health
     /// multiplier (`None`: never written).
     pub fn load(&self, index: u32) -> Option<(u64, u32, u32)> {
@@ -314,6 +336,11 @@ mod tests {
         assert_eq!(b.load(0), Some((12345, 0xdead_beef, 3)));
         c.store(2, 7, 1, 1);
         assert_eq!(a.load(2), Some((7, 1, 1)));
+        assert_eq!(a.thread(2), None);
+        c.store_thread(2, 4321);
+        assert_eq!(a.thread(2), Some(4321));
+        assert_eq!(a.load(2), Some((7, 1, 1)), "its own word");
+        assert_eq!(a.thread(3), None, "outside the host");
         assert_eq!(a.load(3), None, "outside the host");
         assert!(matches!(
             HostSegment::open(&name, 3),

@@ -684,11 +684,13 @@ impl Episode<'_> {
                 at: now + Duration::from_micros(dice.below(1_000_000)),
                 digest: dice.u32(),
                 health: dice.u32(),
+                runnable: dice.below(2) == 0,
             }),
             2 => Some(LocalBeat {
                 at: Time::from_nanos(dice.u64()),
                 digest: dice.u32(),
                 health: 1 + dice.below32(8),
+                runnable: dice.below(4) == 0,
             }),
             _ => local,
         };
@@ -702,6 +704,7 @@ impl Episode<'_> {
             at: now,
             digest,
             health,
+            runnable: false,
         });
         self.tally.done();
         self.settle(r, Call::Timeout, before);
