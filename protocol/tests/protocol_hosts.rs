@@ -517,6 +517,103 @@ fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
     );
 }
 
+/// Under `FFD_QUORUM=majority` a local emitter's silence is an
+/// accusation. Meanwhile the accuser keeps waking every check interval
+/// (its wake-ups are its own counter's beats), and a suspect that refutes
+/// gets a fresh timeout. Before, the accuser stopped checking: it slept
+/// until the next message, its own counter stood still, its observer
+/// accused it in turn, and so on round the ring (issue 14: 32 ranks on
+/// 2 cores with CPU hogs, 10 ms timeout, every rank accused its emitter
+/// within 800 ms and 8 live ranks were declared).
+#[test]
+fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
+    let n = 4;
+    let ids = vec![0; n as usize];
+    let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
+    let ring = Arc::new(Ring::topology(&ids));
+    let config = Arc::new(EngineConfig {
+        period: ms(10),
+        timeout: ms(100),
+        startup_grace: Some(ms(100)),
+        quorum: QuorumMode::Majority,
+        ..EngineConfig::default()
+    });
+    let mut e = Engine::with_hosts(config, ring, hosts, 2, keys(), Time::ZERO).expect("valid");
+    assert_eq!(e.local_emitter(), Some(1));
+    // Rank 1 woke last at 150 ms, then its counter stands still.
+    let stale = LocalBeat {
+        at: Time::ZERO + ms(150),
+        digest: fold_digest(e.digest()),
+        health: 1,
+        runnable: false,
+    };
+    let decode = |outs: Vec<Output>| -> Vec<(Rank, u32)> {
+        outs.into_iter()
+            .filter_map(|o| match o {
+                Output::Send { to, message } => {
+                    let bytes: &'static [u8] = Box::leak(message.to_vec().into_boxed_slice());
+                    match wire::decode(bytes, &keys(), to, n) {
+                        Ok((_, wire::Message::Suspect { suspect, nonce, .. })) => {
+                            Some((suspect, nonce))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // Runs the deadlines up to `until`: when rank 2 first floods an
+    // accusation of 1, and the round's nonce.
+    let run = |e: &mut Engine, until: Time| -> Option<(Time, u32)> {
+        while let Some(d) = e.next_deadline() {
+            if d > until {
+                return None;
+            }
+            e.handle_timeout_with(d, |_| 0, |_| Some(stale));
+            let outs: Vec<Output> = std::iter::from_fn(|| e.poll_output()).collect();
+            if let Some(&(_, nonce)) = decode(outs).iter().find(|(s, _)| *s == 1) {
+                return Some((d, nonce));
+            }
+        }
+        None
+    };
+    let (accused, nonce) = run(&mut e, Time::ZERO + ms(1000)).expect("accused");
+    assert!(accused >= Time::ZERO + ms(250), "accused at {accused}");
+    // The accusation is under way (it has no voters here: it would give
+    // up 75 ms on): rank 2 still wakes every check interval.
+    let mut woke = accused;
+    while woke < accused + ms(50) {
+        let d = e.next_deadline().expect("a deadline");
+        assert!(d <= woke + ms(25), "woke at {woke}, next wake-up at {d}");
+        e.handle_timeout_with(d, |_| 0, |_| Some(stale));
+        std::iter::from_fn(|| e.poll_output()).for_each(drop);
+        woke = d;
+    }
+    // Rank 1 answers: withdrawn.
+    let refuted_at = woke + ms(1);
+    let refute = wire::Encoder::new(KEY, 1).refute(2, nonce);
+    let sealed = wire::seal(&refute, 1, 2, &keys());
+    e.handle(
+        refuted_at,
+        Input::Message {
+            from: None,
+            bytes: &sealed,
+        },
+    )
+    .expect("accepted");
+    std::iter::from_fn(|| e.poll_output()).for_each(drop);
+    let next = e.next_deadline().expect("still checking");
+    assert!(next <= refuted_at + ms(25), "next wake-up at {next}");
+    // A fresh timeout from the refutation, though the counter is still
+    // the old one; then accused again.
+    let (again, _) = run(&mut e, refuted_at + ms(1000)).expect("accused again");
+    assert!(
+        again >= refuted_at + ms(100) && again <= refuted_at + ms(126),
+        "refuted at {refuted_at}, accused again at {again}"
+    );
+}
+
 #[test]
 fn host_groups_must_describe_the_ring() {
     let hosts = Arc::new(Hosts::new(RingKind::Topology, &[0u32, 0, 1], 0));

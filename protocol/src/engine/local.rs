@@ -235,7 +235,14 @@ impl Engine {
             self.timers.stop(Timer::LocalCheck);
             return;
         }
+        // Past the expiry (an accusation of the emitter is under way): the
+        // next check a check interval on, as over the fabric.
         let expiry = self.local_since() + self.local_limit();
+        let expiry = if expiry > now {
+            expiry
+        } else {
+            now + self.config.check_interval()
+        };
         let next = (now + self.config.check_interval())
             .min(expiry)
             .max(now + Duration::from_nanos(1));
@@ -259,8 +266,19 @@ impl Engine {
             self.stats.starved_emitter_checks += 1;
         }
         if !lagging && now >= since && now - since >= self.local_limit() {
-            self.stats.local_hangs += 1;
-            self.declare_silent(now, &[emitter], Cause::Timeout);
+            if !self.accusing(emitter) {
+                self.stats.local_hangs += 1;
+                self.declare_silent(now, &[emitter], Cause::Timeout);
+            }
+            // Declared (and mended), or excluded: the mending or the end
+            // set the timer. Accused (`FFD_QUORUM=majority`): keep
+            // checking, and keep waking, every check interval meanwhile.
+            // (This rank's wake-ups are its own counter's beats: a rank
+            // that stopped checking slept until the next message, and its
+            // observer accused it in turn, round the ring; issue 14.)
+            if self.local.emitter == Some(emitter) && self.participation == Participation::Active {
+                self.schedule_local_check(now);
+            }
             return;
         }
         if self.local.seen_at.is_some() && self.local.digest != self.my_digest32() {

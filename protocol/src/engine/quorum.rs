@@ -473,6 +473,12 @@ impl Engine {
             self.send(suspect, Kind::ObserveMe, m);
             self.schedule_check(now);
         }
+        if self.local.emitter == Some(suspect) {
+            // The local emitter answered: a fresh timeout from now, until
+            // a wake-up of its own since shows in its counter.
+            self.local.baseline = self.local.baseline.max(now);
+            self.schedule_local_check(now);
+        }
         self.rearm_quorum(now);
     }
 
