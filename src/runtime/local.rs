@@ -241,11 +241,10 @@ impl LocalWatching {
         self.exits.as_ref().map(AsFd::as_fd)
     }
 
-    /// This rank woke: one store into its line of the segment, with its
-    /// local health multiplier (its observer judges it by that too).
-    pub(super) fn bump(&self, digest: u64, health: u32) {
+    /// This rank woke: one store into its line of the segment.
+    pub(super) fn bump(&self, digest: u64) {
         if let Some(s) = &self.segment {
-            s.store(self.my_index, monotonic_ns(), fold_digest(digest), health);
+            s.store(self.my_index, monotonic_ns(), fold_digest(digest));
         }
     }
 
@@ -254,7 +253,7 @@ impl LocalWatching {
         let s = self.segment.as_ref()?;
         let members = self.hosts.members(self.hosts.host_of(rank));
         let index = members.binary_search(&rank).ok()? as u32;
-        let (at_ns, digest, health) = s.load(index)?;
+        let (at_ns, digest) = s.load(index)?;
         // Only a counter a timeout old costs a look into /proc: is its
         // thread waiting for a CPU (starved), or stopped or blocked?
         let runnable = monotonic_ns().saturating_sub(at_ns) >= self.stale_after_ns
@@ -271,7 +270,6 @@ impl LocalWatching {
         Some(LocalBeat {
             at: Time::from_nanos(at_ns.saturating_sub(self.origin_ns)),
             digest,
-            health,
             runnable,
         })
     }

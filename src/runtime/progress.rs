@@ -545,7 +545,7 @@ impl Core<'_> {
     /// plain store, no syscall of its own).
     fn bump(&self) {
         if let Some(local) = &self.local {
-            local.bump(self.engine.digest(), self.engine.local_health());
+            local.bump(self.engine.digest());
         }
     }
 

@@ -169,20 +169,15 @@ pub enum Output {
 
 /// What a driver saw of one local rank's counter in shared memory
 /// (`docs/design.md` §4.10): when that rank's progress thread last woke, in
-/// this Engine's time, the digest fold of its failed ∪ left set then, and
-/// its local health multiplier then ([`Engine::local_health`]; its
-/// observer judges it by the larger of that and its own, at most
-/// `health_max`). `runnable`: the driver looked at that rank's progress
-/// thread because the counter was a timeout old, and the kernel had it
-/// runnable (waiting for a CPU): starved, not stopped or blocked; such an
-/// emitter is judged by the ceiling, `health_max` timeouts.
-///
-/// [`Engine::local_health`]: super::Engine::local_health
+/// this Engine's time, and the digest fold of its failed ∪ left set then.
+/// `runnable`: the driver looked at that rank's progress thread because
+/// the counter was a timeout old, and the kernel had it runnable (waiting
+/// for a CPU): starved, not stopped or blocked; such an emitter is judged
+/// by the ceiling, `health_max` timeouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalBeat {
     pub at: Time,
     pub digest: u32,
-    pub health: u32,
     pub runnable: bool,
 }
 

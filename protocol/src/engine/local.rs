@@ -31,14 +31,13 @@ pub(super) struct LocalWatch {
     /// The newest wake-up of the emitter seen in its counter.
     pub(super) seen_at: Option<Time>,
     /// The emitter is judged from `max(baseline, seen_at)`: the start-up
-    /// grace, a local mending, a stall of this rank's own; cleared by a
-    /// wake-up of the emitter's at or after it (the emitter showed it is
-    /// alive since).
+    /// grace (cleared by any wake-up read: the emitter is up), a local
+    /// mending, a refuted accusation or a stall of this rank's own
+    /// (`fresh_only`: cleared only by a wake-up at or after it, the
+    /// emitter showed it is alive since).
     pub(super) baseline: Time,
+    pub(super) fresh_only: bool,
     pub(super) digest: u32,
-    /// The emitter's local health multiplier, as its counter last said
-    /// (1 until read).
-    pub(super) health: u32,
     /// The last reading found the counter a timeout old and the emitter's
     /// progress thread runnable (waiting for a CPU).
     pub(super) runnable: bool,
@@ -75,36 +74,25 @@ impl Engine {
     }
 
     /// How long the local emitter's counter may stand still before it is
-    /// declared: the timeout, stretched by the larger of this rank's local
-    /// health multiplier (as the fabric slot's is, `health`) and the one
-    /// the emitter published with its last wake-up, at most `health_max`.
-    ///
-    /// Why the emitter's too: on an overloaded host an observer that
-    /// happens to run on time judges by the plain timeout an emitter whose
-    /// own wake-ups run late, and declares it in the next gap; once
-    /// declared, it mends to the next rank down, as late as the first, and
-    /// so on (issue 14: at N = 64 with CPU hogs on 2 cores and a 20 ms
-    /// timeout, one rank declared 17 live local emitters in a row, 45-70 ms
-    /// apart). The emitter's multiplier is its own measure of its
-    /// lateness, the one it already judges its neighbours by; the bound on
-    /// detection stays `health_max` × timeout.
+    /// declared: the timeout, stretched by the local health multiplier as
+    /// the fabric slot's is (`health`).
     ///
     /// An emitter whose progress thread the kernel has runnable (the
     /// driver looks once its counter is a timeout old) is starved, not
-    /// hung: it waits for a CPU that busier threads hold. It is judged by
-    /// the ceiling, `health_max` timeouts, the same bound; a stopped
-    /// (SIGSTOP) or blocked emitter is not runnable and keeps the limit
-    /// above.
+    /// hung: it waits for a CPU that busier threads hold, and an observer
+    /// that happened to get one first would declare it (issue 14: with CPU
+    /// hogs on 2 cores the hogs held both CPUs for ~11 ms at a time). It is
+    /// judged by the ceiling, `health_max` timeouts, the bound that holds
+    /// anyway; a stopped (SIGSTOP) or blocked emitter is not runnable and
+    /// keeps the plain limit.
     pub(super) fn local_limit(&self) -> Duration {
-        let ceiling = self.config.health_max.max(1);
-        let m = if self.local.runnable {
-            ceiling
+        if self.local.runnable {
+            self.config
+                .timeout
+                .saturating_mul(self.config.health_max.max(1))
         } else {
-            self.health
-                .multiplier()
-                .max(self.local.health.clamp(1, ceiling))
-        };
-        self.config.timeout.saturating_mul(m)
+            self.health.stretch(self.config.timeout)
+        }
     }
 
     /// The emitter this rank should observe over the fabric: its nearest
@@ -188,7 +176,6 @@ impl Engine {
         if self.participation == Participation::Excluded {
             return;
         }
-        self.local.health = beat.health;
         self.local.runnable = beat.runnable;
         if self.local.seen_at.is_some_and(|t| beat.at <= t) {
             self.local.digest = beat.digest;
@@ -217,8 +204,9 @@ impl Engine {
         // an overloaded host, and judging from it would declare the new
         // emitter at once (the mend rate limit gives it a full timeout from
         // the mending; issue 14).
-        if beat.at >= self.local.baseline {
+        if !self.local.fresh_only || beat.at >= self.local.baseline {
             self.local.baseline = Time::ZERO;
+            self.local.fresh_only = false;
         }
         self.local.digest = beat.digest;
     }
@@ -298,9 +286,19 @@ impl Engine {
         self.schedule_local_check(now);
     }
 
+    /// The local emitter is judged from `now` until a wake-up of its own
+    /// since (unless the start-up grace, which any wake-up clears, lasts
+    /// longer).
+    pub(super) fn restart_local_baseline(&mut self, now: Time) {
+        if now >= self.local.baseline {
+            self.local.baseline = now;
+            self.local.fresh_only = true;
+        }
+    }
+
     /// This rank woke late: its local emitter gets a full timeout from now.
     pub(super) fn local_self_lag(&mut self, now: Time) {
-        self.local.baseline = self.local.baseline.max(now);
+        self.restart_local_baseline(now);
         self.local.mismatch_since = None;
     }
 
@@ -315,9 +313,9 @@ impl Engine {
         if emitter != self.local.emitter {
             self.local.emitter = emitter;
             self.local.seen_at = None;
-            self.local.health = 1;
             self.local.runnable = false;
             self.local.baseline = now;
+            self.local.fresh_only = true;
             self.local.mismatch_since = None;
             self.local.slow_warned_at = None;
             self.schedule_local_check(now);

@@ -385,7 +385,6 @@ impl Engine {
             local: LocalWatch {
                 emitter: local_emitter,
                 baseline: grace_end,
-                health: 1,
                 ..LocalWatch::default()
             },
             leading,

@@ -476,7 +476,7 @@ impl Engine {
         if self.local.emitter == Some(suspect) {
             // The local emitter answered: a fresh timeout from now, until
             // a wake-up of its own since shows in its counter.
-            self.local.baseline = self.local.baseline.max(now);
+            self.restart_local_baseline(now);
             self.schedule_local_check(now);
         }
         self.rearm_quorum(now);

@@ -638,7 +638,6 @@ impl Simulator {
             *c = Some(LocalBeat {
                 at: now,
                 digest: fold_digest(self.engines[r as usize].digest()),
-                health: self.engines[r as usize].local_health(),
                 runnable: false,
             });
         }

@@ -5,10 +5,9 @@
 //! Layout: line 0 is the header (magic `FFDLOCAL` u64, local rank count
 //! u32, ranks that mapped it u32); line 1 + i belongs to the host's i-th
 //! rank (rank order): its last wake-up on `CLOCK_MONOTONIC` in ns (u64, 0:
-//! never) and, in one u64, the digest fold of its failed ∪ left set then
-//! (low 32 bits) and its local health multiplier (high 32 bits), then the
-//! thread id of its progress thread (u64, 0: not yet written), written
-//! once when that thread starts. Lines are cache-line aligned so that no two writers share one.
+//! never) and the digest fold of its failed ∪ left set then (u64, low 32
+//! bits), then the thread id of its progress thread (u64, 0: not yet
+//! written), written once when that thread starts. Lines are cache-line aligned so that no two writers share one.
 //! After the lines, the exit-word matrix: `count × count` slots of 8
 //! bytes, slot `[o][w]` (at `o × count + w`) holding in its low 32 bits
 //! the futex word rank `o` holds for its watcher `w` (`exit_word.rs`).
@@ -227,15 +226,12 @@ impl HostSegment {
     }
 
     /// Writes local rank `index`'s wake-up (`at_ns` on `CLOCK_MONOTONIC`,
-    /// never 0), digest fold and local health multiplier: two plain
-    /// stores.
-    pub fn store(&self, index: u32, at_ns: u64, digest: u32, health: u32) {
+    /// never 0) and digest fold: two plain stores.
+    pub fn store(&self, index: u32, at_ns: u64, digest: u32) {
         if index < self.count {
             let line = LINE * (1 + index as usize);
-            self.word(line + 8).store(
-                u64::from(digest) | (u64::from(health) << 32),
-                Ordering::Relaxed,
-            );
+            self.word(line + 8)
+                .store(u64::from(digest), Ordering::Relaxed);
             self.word(line).store(at_ns.max(1), Ordering::Release);
         }
     }
@@ -260,16 +256,16 @@ impl HostSegment {
         (tid != 0).then_some(tid)
     }
 
-    /// Local rank `index`'s last wake-up, digest fold and local health
-    /// multiplier (`None`: never written).
-    pub fn load(&self, index: u32) -> Option<(u64, u32, u32)> {
+    /// Local rank `index`'s last wake-up and digest fold (`None`: never
+    /// written).
+    pub fn load(&self, index: u32) -> Option<(u64, u32)> {
         if index >= self.count {
             return None;
         }
         let line = LINE * (1 + index as usize);
         let at = self.word(line).load(Ordering::Acquire);
-        let word = self.word(line + 8).load(Ordering::Relaxed);
-        (at != 0).then_some((at, word as u32, (word >> 32) as u32))
+        let digest = self.word(line + 8).load(Ordering::Relaxed) as u32;
+        (at != 0).then_some((at, digest))
     }
 }
 
@@ -332,14 +328,14 @@ mod tests {
         let c = HostSegment::open(&name, 3).unwrap();
         assert!(!std::path::Path::new(&path).exists(), "unlinked");
         assert_eq!(b.load(0), None);
-        a.store(0, 12345, 0xdead_beef, 3);
-        assert_eq!(b.load(0), Some((12345, 0xdead_beef, 3)));
-        c.store(2, 7, 1, 1);
-        assert_eq!(a.load(2), Some((7, 1, 1)));
+        a.store(0, 12345, 0xdead_beef);
+        assert_eq!(b.load(0), Some((12345, 0xdead_beef)));
+        c.store(2, 7, 1);
+        assert_eq!(a.load(2), Some((7, 1)));
         assert_eq!(a.thread(2), None);
         c.store_thread(2, 4321);
         assert_eq!(a.thread(2), Some(4321));
-        assert_eq!(a.load(2), Some((7, 1, 1)), "its own word");
+        assert_eq!(a.load(2), Some((7, 1)), "its own word");
         assert_eq!(a.thread(3), None, "outside the host");
         assert_eq!(a.load(3), None, "outside the host");
         assert!(matches!(

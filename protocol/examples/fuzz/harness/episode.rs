@@ -683,13 +683,11 @@ impl Episode<'_> {
             1 => Some(LocalBeat {
                 at: now + Duration::from_micros(dice.below(1_000_000)),
                 digest: dice.u32(),
-                health: dice.u32(),
                 runnable: dice.below(2) == 0,
             }),
             2 => Some(LocalBeat {
                 at: Time::from_nanos(dice.u64()),
                 digest: dice.u32(),
-                health: 1 + dice.below32(8),
                 runnable: dice.below(4) == 0,
             }),
             _ => local,
@@ -699,11 +697,9 @@ impl Episode<'_> {
         let before = engine.next_deadline();
         engine.handle_timeout_with(now, |_| reading, |_| local);
         let digest = fold_digest(engine.digest());
-        let health = engine.local_health();
         self.nodes[r as usize].counter = Some(LocalBeat {
             at: now,
             digest,
-            health,
             runnable: false,
         });
         self.tally.done();
