@@ -215,6 +215,13 @@ impl Cluster {
             .all(|r| self.engines[r as usize].is_failed(rank))
     }
 
+    /// When `rank` was first declared failed anywhere.
+    fn declared_at(&self, rank: Rank) -> Option<Time> {
+        self.events.iter().find_map(|(_, t, e)| {
+            matches!(e, Event::Failed { rank: r, .. } if *r == rank).then_some(*t)
+        })
+    }
+
     fn failed_events(&self, rank: Rank) -> Vec<(Rank, Cause, FailureDetail)> {
         self.events
             .iter()
@@ -428,11 +435,7 @@ fn a_hung_non_leader_is_found_by_its_local_observer() {
     let (by, cause, _) = events[0];
     assert_eq!((by, cause), (7, Cause::Timeout), "{events:?}");
     assert_eq!(c.engines[7].stats().local_hangs, 1);
-    let at = c
-        .events
-        .iter()
-        .find_map(|(_, t, e)| matches!(e, Event::Failed { rank: 4, .. }).then_some(*t))
-        .unwrap();
+    let at = c.declared_at(4).expect("declared");
     // The counter says when rank 4 last woke: declared a timeout after
     // that, at the first check.
     assert!(at - hung_at <= ms(100 + 2), "{:?}", at - hung_at);
@@ -456,11 +459,7 @@ fn a_starved_local_emitter_is_judged_by_the_ceiling() {
         last.runnable = runnable;
         let last_woke = last.at;
         c.run_for(ms(500));
-        let at = c
-            .events
-            .iter()
-            .find_map(|(_, t, e)| matches!(e, Event::Failed { rank: 4, .. }).then_some(*t))
-            .expect("declared");
+        let at = c.declared_at(4).expect("declared");
         assert!(
             at >= last_woke + limit && at <= last_woke + limit + ms(2),
             "runnable {runnable}: last woke at {last_woke}, declared at {at}"
@@ -489,14 +488,7 @@ fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
     c.status[5] = Status::Hung;
     c.status[7] = Status::Hung;
     c.run_for(ms(500));
-    let declared = |rank: Rank| {
-        c.events
-            .iter()
-            .find_map(|(_, t, e)| {
-                matches!(e, Event::Failed { rank: r, .. } if *r == rank).then_some(*t)
-            })
-            .expect("declared")
-    };
+    let declared = |rank: Rank| c.declared_at(rank).expect("declared");
     let (seven, five) = (declared(7), declared(5));
     assert_eq!(c.failed_events(7)[0].0, 9);
     assert_eq!(c.failed_events(5)[0].0, 9, "by 9, after its mending");
@@ -615,11 +607,7 @@ fn a_rank_stopped_inside_the_start_up_grace_is_timed_from_its_last_wake_up() {
     c.status[4] = Status::Hung;
     let last_woke = c.counters[4].expect("rank 4 woke").at;
     c.run_for(ms(500));
-    let at = c
-        .events
-        .iter()
-        .find_map(|(_, t, e)| matches!(e, Event::Failed { rank: 4, .. }).then_some(*t))
-        .expect("declared");
+    let at = c.declared_at(4).expect("declared");
     assert!(
         at >= last_woke + ms(100) && at <= last_woke + ms(102),
         "last woke at {last_woke}, declared at {at}"

@@ -350,6 +350,20 @@ fn thread_state(pid: u32, tid: u32) -> Option<char> {
 mod tests {
     use super::*;
 
+    /// The thread's state once it is `want`, or the last one read: a
+    /// bounded number of looks, yielding between them.
+    fn state_once(pid: u32, tid: u32, want: char) -> Option<char> {
+        let mut state = None;
+        for _ in 0..10_000 {
+            state = thread_state(pid, tid);
+            if state == Some(want) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        state
+    }
+
     #[test]
     fn a_thread_reads_its_own_id_and_states_say_running_asleep_or_stopped() {
         let pid = std::process::id();
@@ -365,15 +379,7 @@ mod tests {
         assert_ne!(tid, me);
         // It blocks in recv: asleep once it gets there (it may still be
         // on its way for a moment).
-        let mut state = None;
-        for _ in 0..1000 {
-            state = thread_state(pid, tid);
-            if state == Some('S') {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        assert_eq!(state, Some('S'));
+        assert_eq!(state_once(pid, tid, 'S'), Some('S'));
         tx.send(()).unwrap();
         sleeper.join().unwrap();
         assert_eq!(thread_state(pid, tid), None, "gone");
@@ -399,16 +405,7 @@ mod tests {
             .status()
             .expect("kill");
         assert!(stopped.success());
-        // The signal is delivered asynchronously: wait for the state,
-        // bounded.
-        let mut state = None;
-        for _ in 0..10_000 {
-            state = thread_state(cpid, cpid);
-            if state == Some('T') {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        assert_eq!(state, Some('T'));
+        // The signal is delivered asynchronously.
+        assert_eq!(state_once(cpid, cpid, 'T'), Some('T'));
     }
 }
