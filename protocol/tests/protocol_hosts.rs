@@ -37,6 +37,17 @@ fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 
+/// Period 10 ms, timeout 100 ms, start-up grace 100 ms.
+fn host_config(quorum: QuorumMode) -> Arc<EngineConfig> {
+    Arc::new(EngineConfig {
+        period: ms(10),
+        timeout: ms(100),
+        startup_grace: Some(ms(100)),
+        quorum,
+        ..EngineConfig::default()
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Status {
     Up,
@@ -69,15 +80,9 @@ impl Cluster {
         let ids: Vec<u32> = (0..n).map(|r| r % h).collect();
         let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
         let ring = Arc::new(Ring::topology(&ids));
-        let config = Arc::new(EngineConfig {
-            period: ms(10),
-            timeout: ms(100),
-            startup_grace: Some(ms(100)),
-            // Off: one notice per silent host at once; under majority the
-            // host is one accusation first (tests below run it).
-            quorum,
-            ..EngineConfig::default()
-        });
+        // Off: one notice per silent host at once; under majority the
+        // host is one accusation first (tests below run it).
+        let config = host_config(quorum);
         let keys = keys();
         let engines = (0..n)
             .map(|r| {
@@ -513,13 +518,7 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
     let ids = vec![0; n as usize];
     let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
     let ring = Arc::new(Ring::topology(&ids));
-    let config = Arc::new(EngineConfig {
-        period: ms(10),
-        timeout: ms(100),
-        startup_grace: Some(ms(100)),
-        quorum: QuorumMode::Majority,
-        ..EngineConfig::default()
-    });
+    let config = host_config(QuorumMode::Majority);
     let mut e = Engine::with_hosts(config, ring, hosts, 2, keys(), Time::ZERO).expect("valid");
     assert_eq!(e.local_emitter(), Some(1));
     // Rank 1 woke last at 150 ms, then its counter stands still.
