@@ -25,7 +25,7 @@ use crate::fabric::local::{
 use crate::protocol::ranks::fold_digest;
 use crate::protocol::{Engine, Hosts, Input, LocalBeat, Rank, Time};
 
-use super::startup::{JobView, start_time_of};
+use super::startup::{JobView, start_time_of, stat_after_command};
 
 /// What start-up prepared for local watching.
 #[derive(Debug)]
@@ -40,10 +40,10 @@ pub(super) struct LocalPlan {
     pub exit_words: bool,
     /// Why the others are watched by their counters only.
     pub fallback: Vec<String>,
-    /// The pid of each other local rank in this rank's pid namespace (its
-    /// record's; same namespace only), to look at its progress thread's
-    /// state when its counter stands still.
-    pub pids: Vec<(Rank, u32)>,
+    /// The pid of each of the host's ranks (by index among them) that runs
+    /// in this rank's pid namespace, this rank excepted: to look at its
+    /// progress thread's state when its counter stands still.
+    pub pids: Vec<Option<u32>>,
 }
 
 #[derive(Debug)]
@@ -76,13 +76,13 @@ pub(super) fn plan(
         return Ok(plan);
     }
     let mine = &view.records[me as usize].process;
+    let in_my_namespace = |r: Rank| {
+        mine.pid_namespace != 0
+            && view.records[r as usize].process.pid_namespace == mine.pid_namespace
+    };
     plan.pids = members
         .iter()
-        .map(|&r| (r, &view.records[r as usize].process))
-        .filter(|&(r, p)| {
-            r != me && mine.pid_namespace != 0 && p.pid_namespace == mine.pid_namespace
-        })
-        .map(|(r, p)| (r, p.pid))
+        .map(|&r| (r != me && in_my_namespace(r)).then(|| view.records[r as usize].process.pid))
         .collect();
     let host_id = view.records[me as usize].host_id;
     let name = segment_name(view.job_key, host_id);
@@ -100,7 +100,7 @@ pub(super) fn plan(
     plan.exit_words = mode == LocalMode::Auto;
     for &r in members.iter().filter(|&&r| r != me) {
         let theirs = &view.records[r as usize].process;
-        let refused = if mine.pid_namespace == 0 || theirs.pid_namespace != mine.pid_namespace {
+        let refused = if !in_my_namespace(r) {
             Some("it runs in another pid namespace".to_owned())
         } else {
             match PidFd::open(theirs.pid) {
@@ -184,10 +184,6 @@ impl LocalWatching {
         if let (Some(seg), Some(tid)) = (&segment, current_thread_id()) {
             seg.store_thread(my_index, tid);
         }
-        let pids = members
-            .iter()
-            .map(|r| plan.pids.iter().find(|(p, _)| p == r).map(|&(_, pid)| pid))
-            .collect();
         let words = match &segment {
             Some(seg) if plan.exit_words => {
                 let peers = members
@@ -230,7 +226,7 @@ impl LocalWatching {
             words_seen: 0,
             broken: None,
             broken_told: false,
-            pids,
+            pids: plan.pids,
             stale_after_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
         })
     }
@@ -341,9 +337,10 @@ fn current_thread_id() -> Option<u32> {
 /// asleep, `D` in uninterruptible wait, `T` stopped, …); `None` if it
 /// cannot be read (gone, another pid namespace, no `/proc`).
 fn thread_state(pid: u32, tid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    // Field 2 (the command) is in parentheses and may hold spaces.
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+    stat_after_command(&format!("/proc/{pid}/task/{tid}/stat"))?
+        .trim_start()
+        .chars()
+        .next()
 }
 
 #[cfg(test)]

@@ -223,17 +223,7 @@ impl Engine {
             self.timers.stop(Timer::LocalCheck);
             return;
         }
-        // Past the expiry (an accusation of the emitter is under way): the
-        // next check a check interval on, as over the fabric.
-        let expiry = self.local_since() + self.local_limit();
-        let expiry = if expiry > now {
-            expiry
-        } else {
-            now + self.config.check_interval()
-        };
-        let next = (now + self.config.check_interval())
-            .min(expiry)
-            .max(now + Duration::from_nanos(1));
+        let next = self.next_check(now, self.local_since() + self.local_limit());
         self.timers.set(Timer::LocalCheck, next);
     }
 

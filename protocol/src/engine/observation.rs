@@ -112,16 +112,17 @@ impl Engine {
             return;
         }
         let (limit, _) = self.stillness_limit(now);
-        let expiry = self.watch.changed_at + limit;
-        let expiry = if expiry > now {
-            expiry
-        } else {
-            now + self.config.check_interval()
-        };
-        let next = (now + self.config.check_interval())
-            .min(expiry)
-            .max(now + Duration::from_nanos(1));
+        let next = self.next_check(now, self.watch.changed_at + limit);
         self.timers.set(Timer::Check, next);
+    }
+
+    /// When to check an emitter whose time is up at `expiry`: one check
+    /// interval away, or at `expiry` if sooner; once it is past (an
+    /// accusation is under way), one check interval away.
+    pub(super) fn next_check(&self, now: Time, expiry: Time) -> Time {
+        let interval = now + self.config.check_interval();
+        let expiry = if expiry > now { expiry } else { interval };
+        interval.min(expiry).max(now + Duration::from_nanos(1))
     }
 
     pub(super) fn on_slot(&mut self, now: Time, slot: u16, value: u64) {

@@ -27,7 +27,8 @@ mod record;
 pub use exchange::{ExchangeError, JobView, exchange};
 pub use record::{
     AgreedSettings, FINGERPRINT_LEN, PeerRecord, ProcessIdentity, RECORD_VERSION, RecordError,
-    SecretClaim, host_id, local_hostname, random_job_key, start_time_of, this_process,
+    SecretClaim, host_id, local_hostname, random_job_key, start_time_of, stat_after_command,
+    this_process,
 };
 
 use std::io::Write;

@@ -508,11 +508,20 @@ pub fn this_process() -> ProcessIdentity {
 /// of the process `pid` (a number, or `self`) as this process's pid
 /// namespace sees it; `None` if it cannot be read.
 pub fn start_time_of(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 2 (the command) is in parentheses and may hold spaces: count
-    // from the last ')'. Field 3 is the first after it; 22 is the 20th.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    // Field 3 is the first after the command; 22 is the 20th.
+    stat_after_command(&format!("/proc/{pid}/stat"))?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// The fields of a `/proc/.../stat` file from field 3 on: field 2 (the
+/// command) is in parentheses and may hold spaces, so this counts from the
+/// last ')'. `None` if the file cannot be read.
+pub fn stat_after_command(path: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].to_owned())
 }
 
 /// This machine's host name, from the kernel (`/proc/sys/kernel/hostname`),
