@@ -4,6 +4,7 @@
 Every benchmark prints a table and writes JSON under target/bench/.
 """
 
+import gzip
 import json
 import os
 import statistics
@@ -86,6 +87,43 @@ def write_json(name, data):
     return path
 
 
+def preempt_model():
+    """The kernel's preemption model: the one in force where it can be
+    read (debugfs, unless the kernel's lockdown hides it), else the one
+    the boot line asks for, else the one it was built with; None if none
+    can be read. Under `none` a thread woken on a core that is busy in
+    the kernel (a dying process's memory teardown) runs only once that
+    code yields: at a cond_resched() after the core's tick has marked it
+    for rescheduling, or on its return to user space."""
+    try:
+        with open("/sys/kernel/debug/sched/preempt") as f:
+            for word in f.read().split():
+                if word.startswith("("):
+                    return word.strip("()")
+    except OSError:
+        pass
+    try:
+        with open("/proc/cmdline") as f:
+            for word in f.read().split():
+                if word.startswith("preempt="):
+                    return word.split("=", 1)[1] + " (boot)"
+    except OSError:
+        pass
+    for path in ("/proc/config.gz", f"/boot/config-{os.uname().release}"):
+        try:
+            opener = gzip.open if path.endswith(".gz") else open
+            with opener(path, "rt") as f:
+                lines = {line.strip() for line in f}
+        except OSError:
+            continue
+        for model in ("RT", "NONE", "VOLUNTARY", "LAZY"):
+            if f"CONFIG_PREEMPT_{model}=y" in lines:
+                return model.lower() + " (built)"
+        if "CONFIG_PREEMPT=y" in lines:
+            return "full (built)"
+    return None
+
+
 def machine():
     """What the numbers were measured on."""
     return {
@@ -93,4 +131,5 @@ def machine():
         "python": sys.version.split()[0],
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "uname": " ".join(os.uname()),
+        "preempt": preempt_model(),
     }

@@ -165,9 +165,12 @@ fn with_pidfds_only_a_killed_rank_is_declared_exited_and_every_survivor_is_told(
     }
 }
 
+/// The kernel shows the stopped rank's progress thread stopped (`T`) once
+/// its counter is a timeout old: its observer declares it at once, with no
+/// accusation round under the default `FFD_QUORUM=majority`.
 #[test]
 fn a_stopped_rank_is_found_through_its_counter_by_its_local_observer() {
-    let (report, _) = run_job(
+    let (report, out) = run_job(
         "auto",
         &["-n", "4", "--stop", "2@500ms", "--duration", "1500ms"],
     );
@@ -176,6 +179,18 @@ fn a_stopped_rank_is_found_through_its_counter_by_its_local_observer() {
         (&f["cause"], &f["detector"]),
         (&"timeout".into(), &3.into()),
         "{f:#}"
+    );
+    assert_eq!(
+        report["stats"]["3"]["engine"]["stopped_emitters_declared"], 1,
+        "{:#}",
+        report["stats"]["3"]
+    );
+    let timeline = output_text(&out);
+    assert!(
+        timeline.contains(
+            "rank 3 detected rank 2 (timeout: stopped (the kernel's word), declared at once"
+        ),
+        "{timeline}"
     );
     let delay = delay_of(&report, 2);
     assert!(

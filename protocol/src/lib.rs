@@ -30,9 +30,9 @@ pub use config::{
     RingKind, Time,
 };
 pub use engine::{
-    AgreeAbort, Cause, Confirmation, Engine, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
-    HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats, TransportErrorKind,
-    View, slot_digest, slot_generation, slot_value,
+    AgreeAbort, Cause, Confirmation, EmitterThread, Engine, Event, Evidence, Exclusion, FabricSaid,
+    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats,
+    TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 pub use hosts::Hosts;
 pub use overlay::Overlay;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Evidence, FabricSaid, FailureDetail, Hosts, Input, Kind,
-    LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind,
+    Cause, EmitterThread, Engine, EngineConfig, Event, Evidence, FabricSaid, FailureDetail, Hosts,
+    Input, Kind, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind,
 };
 
 const KEY: u64 = 0x5EED_0000_1111_2222;
@@ -185,7 +185,7 @@ impl Cluster {
             self.counters[r as usize] = Some(LocalBeat {
                 at: now,
                 digest: fold_digest(self.engines[r as usize].digest()),
-                runnable: false,
+                thread: EmitterThread::Unknown,
             });
             self.drain(r, &mut queue);
         }
@@ -455,13 +455,17 @@ fn a_hung_non_leader_is_found_by_its_local_observer() {
 /// (stopped, blocked): the timeout.
 #[test]
 fn a_starved_local_emitter_is_judged_by_the_ceiling() {
-    // (thread runnable, stillness that declares it)
-    for (runnable, limit) in [(false, ms(100)), (true, ms(400))] {
+    // (what the kernel says of its thread, stillness that declares it)
+    for (thread, limit) in [
+        (EmitterThread::Waiting, ms(100)),
+        (EmitterThread::Runnable, ms(400)),
+    ] {
+        let runnable = thread == EmitterThread::Runnable;
         let mut c = Cluster::new(9, 3);
         c.run_for(ms(300));
         c.status[4] = Status::Hung;
         let last = c.counters[4].as_mut().expect("rank 4 woke");
-        last.runnable = runnable;
+        last.thread = thread;
         let last_woke = last.at;
         c.run_for(ms(500));
         let at = c.declared_at(4).expect("declared");
@@ -477,6 +481,59 @@ fn a_starved_local_emitter_is_judged_by_the_ceiling() {
             "checks that found it starved"
         );
         assert!(c.all_know(4));
+    }
+}
+
+/// Under `FFD_QUORUM=majority` a silent local emitter is accused, and
+/// declared once a majority confirms. One whose counter stood still for
+/// the timeout while the kernel shows its progress thread stopped
+/// (SIGSTOP) is declared at once, without the round: a same-host
+/// observation no partition can split and no starvation can fake. The
+/// round is two more waves of wake-ups of every rank (the flood, the
+/// answers) before the notice's, and at N = 32 on 2 cores they took the
+/// hang past the timeout + 2 ms that issue 12 asks.
+#[test]
+fn a_local_emitter_the_kernel_shows_stopped_is_declared_without_a_round() {
+    // (what the kernel says of its thread, declared with a round)
+    for (thread, round) in [
+        (EmitterThread::Stopped, false),
+        (EmitterThread::Waiting, true),
+        (EmitterThread::Unknown, true),
+    ] {
+        // Host 1 holds ranks 1, 4, 7: 7 watches 4.
+        let mut c = Cluster::with_quorum(9, 3, QuorumMode::Majority);
+        c.run_for(ms(300));
+        c.status[4] = Status::Hung;
+        let last = c.counters[4].as_mut().expect("rank 4 woke");
+        last.thread = thread;
+        let last_woke = last.at;
+        c.run_for(ms(300));
+        let at = c.declared_at(4).expect("declared");
+        assert!(
+            at >= last_woke + ms(100) && at <= last_woke + ms(102),
+            "{thread:?}: last woke at {last_woke}, declared at {at}"
+        );
+        let (by, cause, detail) = c.failed_events(4)[0];
+        assert_eq!((by, cause), (7, Cause::Timeout), "{thread:?}");
+        let stats = c.engines[7].stats();
+        if round {
+            assert!(
+                matches!(detail, FailureDetail::Silence { quorum: Some(q), .. } if 2 * q.votes > q.live),
+                "{thread:?}: {detail:?}"
+            );
+            assert_eq!(stats.accusations, 1, "{thread:?}");
+            assert_eq!(stats.stopped_emitters_declared, 0, "{thread:?}");
+        } else {
+            assert_eq!(detail, FailureDetail::Stopped);
+            assert_eq!(stats.accusations, 0, "no round");
+            assert_eq!(stats.stopped_emitters_declared, 1);
+        }
+        assert!(c.all_know(4), "{thread:?}");
+        assert_eq!(c.engines[7].local_emitter(), Some(1), "{thread:?}: mended");
+        let others: Vec<Rank> = (0..9)
+            .filter(|&r| r != 4 && c.engines[0].is_failed(r))
+            .collect();
+        assert!(others.is_empty(), "{thread:?}: also declared {others:?}");
     }
 }
 
@@ -525,7 +582,7 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
     let stale = LocalBeat {
         at: Time::ZERO + ms(150),
         digest: fold_digest(e.digest()),
-        runnable: false,
+        thread: EmitterThread::Unknown,
     };
     let decode = |outs: Vec<Output>| -> Vec<(Rank, u32)> {
         outs.into_iter()

@@ -129,7 +129,8 @@ pub fn describe_said(said: &FabricSaid) -> Option<String> {
 /// A failure's cause and evidence in words, as the agent's JSON and
 /// `ffd run` show it: `in-band, error completion FI_ECANCELED/ENOTCONN:
 /// proof`, `in-band, refused for 31 ms: silence confirmed by 6 of 8 live
-/// ranks`, `timeout: silence declared at once`, `notice`.
+/// ranks`, `timeout: silence declared at once`, `timeout: stopped (the
+/// kernel's word), declared at once`, `notice`.
 pub fn describe_failure(cause: Cause, detail: &FailureDetail) -> String {
     let cause = match cause {
         Cause::InBand => "in-band",
@@ -139,6 +140,7 @@ pub fn describe_failure(cause: Cause, detail: &FailureDetail) -> String {
     match detail {
         FailureDetail::Learned => cause.to_owned(),
         FailureDetail::Proof { said: s } => format!("{cause}{}: proof", said(s)),
+        FailureDetail::Stopped => format!("{cause}: stopped (the kernel's word), declared at once"),
         FailureDetail::Silence {
             said: s,
             quorum: None,
@@ -237,6 +239,10 @@ mod tests {
         assert_eq!(
             describe_failure(Cause::Timeout, &off),
             "timeout: silence, declared at once"
+        );
+        assert_eq!(
+            describe_failure(Cause::Timeout, &FailureDetail::Stopped),
+            "timeout: stopped (the kernel's word), declared at once"
         );
         assert_eq!(
             describe_failure(Cause::Notice, &FailureDetail::Learned),

@@ -23,7 +23,7 @@ use crate::fabric::local::{
     monotonic_ns, segment_name,
 };
 use crate::protocol::ranks::fold_digest;
-use crate::protocol::{Engine, Hosts, Input, LocalBeat, Rank, Time};
+use crate::protocol::{EmitterThread, Engine, Hosts, Input, LocalBeat, Rank, Time};
 
 use super::startup::{JobView, start_time_of, stat_after_command};
 
@@ -251,22 +251,21 @@ impl LocalWatching {
         let index = members.binary_search(&rank).ok()? as u32;
         let (at_ns, digest) = s.load(index)?;
         // Only a counter a timeout old costs a look into /proc: is its
-        // thread waiting for a CPU (starved), or stopped or blocked?
-        let runnable = monotonic_ns().saturating_sub(at_ns) >= self.stale_after_ns
-            && self
-                .pids
+        // thread waiting for a CPU (starved), stopped, or blocked?
+        let thread = if monotonic_ns().saturating_sub(at_ns) >= self.stale_after_ns {
+            self.pids
                 .get(index as usize)
                 .copied()
                 .flatten()
-                .is_some_and(|pid| {
-                    s.thread(index)
-                        .and_then(|tid| thread_state(pid, tid))
-                        .is_some_and(|state| state == 'R')
-                });
+                .and_then(|pid| s.thread(index).and_then(|tid| thread_state(pid, tid)))
+                .map_or(EmitterThread::Unknown, emitter_thread)
+        } else {
+            EmitterThread::Unknown
+        };
         Some(LocalBeat {
             at: Time::from_nanos(at_ns.saturating_sub(self.origin_ns)),
             digest,
-            runnable,
+            thread,
         })
     }
 
@@ -330,6 +329,19 @@ impl LocalWatching {
 fn current_thread_id() -> Option<u32> {
     let link = std::fs::read_link("/proc/thread-self").ok()?;
     link.file_name()?.to_str()?.parse().ok()
+}
+
+/// What a thread's scheduler state says of a local emitter: `R` runnable
+/// (running, or waiting for a CPU), `T` stopped by a signal, anything
+/// else waiting: `S` asleep, `D` blocked, and `t`, held by a tracer (a
+/// debugger, strace, a checkpointer), which is not the kernel's word on a
+/// hang: the tracer may itself be starved.
+fn emitter_thread(state: char) -> EmitterThread {
+    match state {
+        'R' => EmitterThread::Runnable,
+        'T' => EmitterThread::Stopped,
+        _ => EmitterThread::Waiting,
+    }
 }
 
 /// The scheduler state of thread `tid` of process `pid` (field 3 of
@@ -404,5 +416,14 @@ mod tests {
         assert!(stopped.success());
         // The signal is delivered asynchronously.
         assert_eq!(state_once(cpid, cpid, 'T'), Some('T'));
+    }
+
+    #[test]
+    fn the_kernels_states_map_to_what_the_engine_is_told() {
+        assert_eq!(emitter_thread('R'), EmitterThread::Runnable);
+        assert_eq!(emitter_thread('T'), EmitterThread::Stopped);
+        for waiting in ['S', 'D', 't', 'I', 'Z', 'X'] {
+            assert_eq!(emitter_thread(waiting), EmitterThread::Waiting, "{waiting}");
+        }
     }
 }

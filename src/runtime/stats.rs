@@ -167,6 +167,10 @@ fn serialize_engine_stats<S: serde::Serializer>(
     m.serialize_entry("health_peak", &stats.health_peak)?;
     m.serialize_entry("mend_links_confirmed", &stats.mend_links_confirmed)?;
     m.serialize_entry("starved_emitter_checks", &stats.starved_emitter_checks)?;
+    m.serialize_entry(
+        "stopped_emitters_declared",
+        &stats.stopped_emitters_declared,
+    )?;
     m.serialize_entry("max_lateness_ns", &stats.max_lateness_ns)?;
     m.serialize_entry("sent", &Named(&kinds, &stats.sent))?;
     m.serialize_entry("received", &Named(&kinds, &stats.received))?;

@@ -169,16 +169,36 @@ pub enum Output {
 
 /// What a driver saw of one local rank's counter in shared memory
 /// (`docs/design.md` §4.10): when that rank's progress thread last woke, in
-/// this Engine's time, and the digest fold of its failed ∪ left set then.
-/// `runnable`: the driver looked at that rank's progress thread because
-/// the counter was a timeout old, and the kernel had it runnable (waiting
-/// for a CPU): starved, not stopped or blocked; such an emitter is judged
-/// by the ceiling, `health_max` timeouts.
+/// this Engine's time, the digest fold of its failed ∪ left set then, and,
+/// once the counter was a timeout old, what the kernel said of that thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalBeat {
     pub at: Time,
     pub digest: u32,
-    pub runnable: bool,
+    pub thread: EmitterThread,
+}
+
+/// The kernel's state of a local rank's progress thread
+/// (`/proc/<pid>/task/<tid>/stat`), which a driver reads only once that
+/// rank's counter is a timeout old.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EmitterThread {
+    /// Not looked at (the counter is fresh), or not readable (another pid
+    /// namespace, the process gone).
+    #[default]
+    Unknown,
+    /// Runnable, waiting for a CPU that busier threads hold: starved, not
+    /// hung. Judged by the ceiling, `health_max` timeouts.
+    Runnable,
+    /// Stopped by a signal (`SIGSTOP`, a job-control stop): hung, on the
+    /// kernel's word. Declared at once when its counter reaches the limit
+    /// (the timeout, stretched by the observer's health), without an
+    /// accusation round ([`FailureDetail::Stopped`]).
+    Stopped,
+    /// Asleep, blocked in the kernel, or held by a tracer (whose own
+    /// starvation may be the cause): judged by the limit, and under
+    /// `FFD_QUORUM=majority` declared only once a majority confirms.
+    Waiting,
 }
 
 /// How a failure became known to this rank.
@@ -231,6 +251,12 @@ pub enum FailureDetail {
         said: FabricSaid,
         quorum: Option<Confirmation>,
     },
+    /// Declared at once by its local observer: its counter in shared
+    /// memory reached the limit while the kernel showed its progress
+    /// thread stopped by a signal ([`EmitterThread::Stopped`]). A
+    /// same-host observation that no partition can split and no
+    /// starvation can fake, so no accusation round, whatever `FFD_QUORUM`.
+    Stopped,
 }
 
 /// The majority that confirmed an accusation: `votes` ranks of the
@@ -480,6 +506,10 @@ pub struct Stats {
     /// timeout but its progress thread runnable (waiting for a CPU): given
     /// the ceiling, `health_max` timeouts, instead of declared.
     pub starved_emitter_checks: u64,
+    /// Local emitters declared at once because the kernel showed their
+    /// progress thread stopped once their counter stood still for the
+    /// timeout ([`FailureDetail::Stopped`]).
+    pub stopped_emitters_declared: u64,
     /// Mended emitters whose link was confirmed by a completed send (their
     /// timeout started then rather than at the mending).
     pub mend_links_confirmed: u64,

@@ -9,14 +9,18 @@
 //! (the emitter candidate and the `ObserveMe` order of a ring of hosts),
 //! the whole-host check before a silent leader is declared, and
 //! [`Engine::declare_silent`], the one place every declaration resting on
-//! silence passes. Must not: read shared memory or a pidfd (the driver
-//! does and hands in [`LocalBeat`]s and [`Input::Exited`](super::Input)),
+//! silence passes (but a local emitter the kernel shows stopped: declared
+//! at once, [`FailureDetail::Stopped`]). Must not: read shared memory or a
+//! pidfd (the driver does and hands in [`LocalBeat`]s and
+//! [`Input::Exited`](super::Input)),
 //! send per-period messages, or change the failed set except through
 //! `membership`.
 
 use std::time::Duration;
 
-use super::{Cause, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Participation, Timer};
+use super::{
+    Cause, EmitterThread, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Participation, Timer,
+};
 use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
 use crate::hosts::Hosts;
@@ -38,9 +42,9 @@ pub(super) struct LocalWatch {
     pub(super) baseline: Time,
     pub(super) fresh_only: bool,
     pub(super) digest: u32,
-    /// The last reading found the counter a timeout old and the emitter's
-    /// progress thread runnable (waiting for a CPU).
-    pub(super) runnable: bool,
+    /// What the kernel said of the emitter's progress thread at the last
+    /// reading (looked at only once its counter was a timeout old).
+    pub(super) thread: EmitterThread,
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
@@ -84,9 +88,10 @@ impl Engine {
     /// hogs on 2 cores the hogs held both CPUs for ~11 ms at a time). It is
     /// judged by the ceiling, `health_max` timeouts, the bound that holds
     /// anyway; a stopped (SIGSTOP) or blocked emitter is not runnable and
-    /// keeps the plain limit.
+    /// keeps the plain limit (and a stopped one is declared there without
+    /// an accusation round: `check_local`).
     pub(super) fn local_limit(&self) -> Duration {
-        if self.local.runnable {
+        if self.local.thread == EmitterThread::Runnable {
             self.config
                 .timeout
                 .saturating_mul(self.config.health_max.max(1))
@@ -176,7 +181,7 @@ impl Engine {
         if self.participation == Participation::Excluded {
             return;
         }
-        self.local.runnable = beat.runnable;
+        self.local.thread = beat.thread;
         if self.local.seen_at.is_some_and(|t| beat.at <= t) {
             self.local.digest = beat.digest;
             return;
@@ -240,11 +245,32 @@ impl Engine {
             return;
         };
         let since = self.local_since();
-        if self.local.runnable && now >= since && now - since >= self.config.timeout {
+        if self.local.thread == EmitterThread::Runnable
+            && now >= since
+            && now - since >= self.config.timeout
+        {
             self.stats.starved_emitter_checks += 1;
         }
         if !lagging && now >= since && now - since >= self.local_limit() {
-            if !self.accusing(emitter) {
+            if self.local.thread == EmitterThread::Stopped {
+                // The kernel shows it stopped (SIGSTOP): a hang on its
+                // word, seen through shared memory, which no partition
+                // splits and no starvation fakes. No accusation round (one
+                // under way ends with the declaration): its flood and the
+                // answers are two more waves of wake-ups of every rank
+                // before the notice's (issue 12).
+                if !self.accusing(emitter) {
+                    self.stats.local_hangs += 1;
+                }
+                self.stats.stopped_emitters_declared += 1;
+                self.declare_now(
+                    now,
+                    &[emitter],
+                    Cause::Timeout,
+                    FailureDetail::Stopped,
+                    true,
+                );
+            } else if !self.accusing(emitter) {
                 self.stats.local_hangs += 1;
                 self.declare_silent(now, &[emitter], Cause::Timeout);
             }
@@ -303,7 +329,7 @@ impl Engine {
         if emitter != self.local.emitter {
             self.local.emitter = emitter;
             self.local.seen_at = None;
-            self.local.runnable = false;
+            self.local.thread = EmitterThread::Unknown;
             self.local.baseline = now;
             self.local.fresh_only = true;
             self.local.mismatch_since = None;

@@ -62,7 +62,8 @@ impl Engine {
     /// broadcast by one rank of the host only), mend. Ranks already gone,
     /// and this rank, are skipped. Node-local watching's exits and whole
     /// hosts (`local`); from silence only through
-    /// [`Engine::declare_silent`].
+    /// [`Engine::declare_silent`], or as a local emitter the kernel shows
+    /// stopped ([`FailureDetail::Stopped`]).
     pub(super) fn declare_now(
         &mut self,
         now: Time,

@@ -102,9 +102,9 @@ use broadcast::Fanout;
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
-    AgreeAbort, Cause, Confirmation, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
-    HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats, TransportErrorKind,
-    View, slot_digest, slot_generation, slot_value,
+    AgreeAbort, Cause, Confirmation, EmitterThread, Event, Evidence, Exclusion, FabricSaid,
+    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats,
+    TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};

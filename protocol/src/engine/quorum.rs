@@ -4,7 +4,8 @@
 //!
 //! Owns: [`Engine::on_silence`], the one door every declaration from
 //! silence goes through (timeouts, refusal runs, silent probes, the
-//! node-local watcher's silences), and [`Engine::accuse_host`] for a host
+//! node-local watcher's silences; not a local emitter the kernel shows
+//! stopped, declared at once), and [`Engine::accuse_host`] for a host
 //! found silent whole (one accusation, flag `SUSPECT_HOST`, refuted by any
 //! rank of that host, declared in one notice); this rank's own
 //! accusations (the direct probe of the suspect, the flood of `Suspect`,

@@ -48,8 +48,8 @@ pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 use crate::ranks::fold_digest;
 use crate::wire::{JobKeys, Kind, Sealed};
 use crate::{
-    Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Hosts, Input, LocalBeat, Output,
-    Rank, Ring, Time, TransportErrorKind,
+    EmitterThread, Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Hosts, Input,
+    LocalBeat, Output, Rank, Ring, Time, TransportErrorKind,
 };
 use agenda::Agenda;
 use agreements::{AgreeTrack, ViewTrack};
@@ -638,7 +638,7 @@ impl Simulator {
             *c = Some(LocalBeat {
                 at: now,
                 digest: fold_digest(self.engines[r as usize].digest()),
-                runnable: false,
+                thread: EmitterThread::Unknown,
             });
         }
         self.after_handle(r);

@@ -23,8 +23,9 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
-    BcastKind, Engine, EngineConfig, Evidence, FabricSaid, HandleError, Hosts, InbandMode, Input,
-    LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind, slot_value,
+    BcastKind, EmitterThread, Engine, EngineConfig, Evidence, FabricSaid, HandleError, Hosts,
+    InbandMode, Input, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time,
+    TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -683,12 +684,21 @@ impl Episode<'_> {
             1 => Some(LocalBeat {
                 at: now + Duration::from_micros(dice.below(1_000_000)),
                 digest: dice.u32(),
-                runnable: dice.below(2) == 0,
+                thread: [
+                    EmitterThread::Unknown,
+                    EmitterThread::Runnable,
+                    EmitterThread::Stopped,
+                    EmitterThread::Waiting,
+                ][dice.below(4) as usize],
             }),
             2 => Some(LocalBeat {
                 at: Time::from_nanos(dice.u64()),
                 digest: dice.u32(),
-                runnable: dice.below(4) == 0,
+                thread: if dice.below(4) == 0 {
+                    EmitterThread::Stopped
+                } else {
+                    EmitterThread::Unknown
+                },
             }),
             _ => local,
         };
@@ -700,7 +710,7 @@ impl Episode<'_> {
         self.nodes[r as usize].counter = Some(LocalBeat {
             at: now,
             digest,
-            runnable: false,
+            thread: EmitterThread::Unknown,
         });
         self.tally.done();
         self.settle(r, Call::Timeout, before);

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Where the CPU goes between a same-host kill -9 and the last survivor
+knowing: a scheduler trace of `ffd run -n N --kill V@1500ms`.
+
+Issue 12 asks for kill -9 -> every survivor p99 <= 1 ms at N = 8 and
+<= 3 ms at N = 32 on this 2-core machine. Each survivor learns through
+its own exit word (no message), so the time to the last one is the time
+the cores take to run every survivor's threads once. This shows what
+else held them: for each trial it traces `sched_switch` and
+`signal_generate` (tracefs; root), takes the instant the launcher sent
+SIGKILL as the kill, and the report's every-survivor time as the end of
+the window, and splits each CPU's time in that window between
+
+  victim     the killed agent's threads (its exit: the kernel frees its
+             memory in the context of its last thread)
+  progress   the survivors' progress threads (Engine, events)
+  exits      the survivors' exit-word threads (woken by the kernel)
+  agents     the survivors' other threads (`ffd agent`'s main thread,
+             which prints each event as a JSON line)
+  launcher   `ffd run` (one watcher thread per agent's output)
+  idle, other
+
+The thread roles come from the threads' names (`ffd-progress-R`,
+`ffd-exits-R-0`) and from the process tree, read while the job runs.
+
+    benches/kill_trace.py [--n 8,32] [--trials 5] [--period 10ms --timeout 100ms]
+
+Writes target/bench/kill_trace.json.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+import json
+
+from common import FFD, build, fmt, machine, median, table, write_json
+
+TRACEFS = "/sys/kernel/tracing"
+LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+\S+\s+(?P<ts>\d+\.\d+): "
+                  r"(?P<event>\w+): (?P<rest>.*)$")
+SWITCH = re.compile(r"prev_pid=(?P<prev>\d+) .* ==> next_comm=(?P<comm>.+) next_pid=(?P<next>\d+)")
+SIGNAL = re.compile(r"sig=(?P<sig>\d+) .*comm=(?P<comm>.+) pid=(?P<pid>\d+) grp")
+EVENTS = ("sched/sched_switch", "signal/signal_generate")
+CATEGORIES = ["victim", "progress", "exits", "agents", "launcher", "idle", "other"]
+
+
+def tracefs_unavailable():
+    if os.geteuid() != 0:
+        return "needs root (tracefs)"
+    if not os.path.exists(f"{TRACEFS}/tracing_on"):
+        subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not os.path.exists(f"{TRACEFS}/tracing_on"):
+        return f"no tracefs at {TRACEFS} (mount -t tracefs nodev {TRACEFS} failed)"
+    return None
+
+
+def tw(name, value):
+    with open(f"{TRACEFS}/{name}", "w") as f:
+        f.write(value)
+
+
+def start_trace():
+    tw("tracing_on", "0")
+    tw("trace", "")
+    tw("buffer_size_kb", "32768")
+    tw("set_event", "")
+    for event in EVENTS:
+        tw(f"events/{event}/enable", "1")
+    tw("tracing_on", "1")
+
+
+def stop_trace():
+    tw("tracing_on", "0")
+    with open(f"{TRACEFS}/trace") as f:
+        text = f.read()
+    for event in EVENTS:
+        tw(f"events/{event}/enable", "0")
+    tw("trace", "")
+    return text
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def watch_roles(launcher, roles, stop):
+    """tid -> role while the job runs: the launcher's threads, and for each
+    agent (a child of the launcher) its threads by name."""
+    while not stop.is_set():
+        for task in os.listdir(f"/proc/{launcher}/task") if os.path.isdir(f"/proc/{launcher}/task") else []:
+            roles.setdefault(int(task), ("launcher", None))
+        children = (read(f"/proc/{launcher}/task/{launcher}/children") or "").split()
+        for child in children:
+            try:
+                tasks = os.listdir(f"/proc/{child}/task")
+            except OSError:
+                continue
+            rank = None
+            for task in tasks:
+                comm = (read(f"/proc/{child}/task/{task}/comm") or "").strip()
+                m = re.match(r"ffd-progress-(\d+)$", comm)
+                if m:
+                    rank = int(m.group(1))
+            if rank is None:
+                continue
+            for task in tasks:
+                comm = (read(f"/proc/{child}/task/{task}/comm") or "").strip()
+                role = ("progress" if comm.startswith("ffd-progress-")
+                        else "exits" if comm.startswith("ffd-exits-") else "agents")
+                roles[int(task)] = (role, rank)
+        time.sleep(0.05)
+
+
+def one_trial(n, victim, period, timeout):
+    with tempfile.TemporaryDirectory(prefix="ffd-trace-") as d:
+        report_path = os.path.join(d, "report.json")
+        roles, stop = {}, threading.Event()
+        start_trace()
+        proc = subprocess.Popen([FFD, "run", "-n", str(n), "--period", period, "--timeout", timeout,
+                                 "--kill", f"{victim}@1500ms", "--duration", "2500ms", "--json", report_path],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        watcher = threading.Thread(target=watch_roles, args=(proc.pid, roles, stop), daemon=True)
+        watcher.start()
+        try:
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            stop.set()
+            watcher.join()
+            text = stop_trace()
+        with open(report_path) as f:
+            report = json.load(f)
+    failure = next(f for f in report["failures"] if f["fault"] == "kill")
+    all_ms = failure["all_notified_at_ms"] - failure["injected_at_ms"]
+    return analyse(text, roles, victim, all_ms) | {"all_ms": all_ms, "cause": failure["cause"]}
+
+
+def analyse(text, roles, victim, all_ms):
+    events = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            events.append((float(m.group("ts")), int(m.group("cpu")), m.group("event"), m.group("rest")))
+    events.sort()
+    kill = None
+    for ts, _, event, rest in events:
+        s = SIGNAL.search(rest) if event == "signal_generate" else None
+        if s and s.group("sig") == "9" and roles.get(int(s.group("pid")), ("", None))[1] == victim:
+            kill = ts
+            break
+    if kill is None:
+        raise RuntimeError("no SIGKILL to the victim in the trace")
+    end = kill + all_ms / 1000
+    running = {}  # cpu -> (tid, since)
+    spent = {}  # (cpu, category) -> seconds
+
+    def category(tid):
+        if tid == 0:
+            return "idle"
+        role, rank = roles.get(tid, ("other", None))
+        if rank == victim:
+            return "victim"
+        return role
+
+    def account(cpu, tid, since, until):
+        a, b = max(since, kill), min(until, end)
+        if b > a:
+            key = (cpu, category(tid))
+            spent[key] = spent.get(key, 0.0) + (b - a)
+
+    first = {}
+    for ts, cpu, event, rest in events:
+        if event != "sched_switch":
+            continue
+        s = SWITCH.search(rest)
+        if not s:
+            continue
+        prev, nxt = int(s.group("prev")), int(s.group("next"))
+        since = running.get(cpu, (prev, first.setdefault(cpu, ts)))[1]
+        account(cpu, prev, since, ts)
+        running[cpu] = (nxt, ts)
+    for cpu, (tid, since) in running.items():
+        account(cpu, tid, since, end)
+    cpus = sorted({cpu for cpu, _ in spent})
+    return {"kill_ts": kill, "per_cpu": {str(cpu): {c: 1000 * spent.get((cpu, c), 0.0) for c in CATEGORIES}
+                                         for cpu in cpus}}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", default="8,32", help="job sizes, comma-separated")
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--period", default="10ms")
+    p.add_argument("--timeout", default="100ms")
+    a = p.parse_args()
+    why = tracefs_unavailable()
+    if why:
+        p.error(why)
+    build()
+    rows, results = [], []
+    for n in [int(x) for x in a.n.split(",")]:
+        trials = []
+        for t in range(a.trials):
+            victim = 1 + (t * (n - 1)) // a.trials
+            r = one_trial(n, victim, a.period, a.timeout)
+            r.update({"n": n, "victim": victim})
+            trials.append(r)
+            results.append(r)
+            for cpu, split in r["per_cpu"].items():
+                rows.append([n, victim, fmt(r["all_ms"], 2), r["cause"], cpu]
+                            + [fmt(split[c], 2) for c in CATEGORIES])
+        for c in CATEGORIES:
+            total = [sum(x["per_cpu"][cpu][c] for cpu in x["per_cpu"]) for x in trials]
+            print(f"N={n} {c}: median {fmt(median(total), 2)} ms of CPU in the window (both CPUs)")
+    print()
+    table(["N", "victim", "every survivor ms", "cause", "cpu"] + [f"{c} ms" for c in CATEGORIES], rows)
+    print("(each CPU's time between the SIGKILL and the last survivor knowing, by whose threads ran)")
+    write_json("kill_trace", {"benchmark": "kill_trace", "machine": machine(), "period": a.period,
+                              "timeout": a.timeout, "results": results})
+
+
+if __name__ == "__main__":
+    main()
