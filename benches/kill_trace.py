@@ -43,8 +43,9 @@ TRACEFS = "/sys/kernel/tracing"
 LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+\S+\s+(?P<ts>\d+\.\d+): "
                   r"(?P<event>\w+): (?P<rest>.*)$")
 SWITCH = re.compile(r"prev_pid=(?P<prev>\d+) .* ==> next_comm=(?P<comm>.+) next_pid=(?P<next>\d+)")
+WAKEUP = re.compile(r"pid=(?P<pid>\d+) prio=\d+ target_cpu=(?P<cpu>\d+)")
 SIGNAL = re.compile(r"sig=(?P<sig>\d+) .*comm=(?P<comm>.+) pid=(?P<pid>\d+) grp")
-EVENTS = ("sched/sched_switch", "signal/signal_generate")
+EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "signal/signal_generate")
 CATEGORIES = ["victim", "progress", "exits", "agents", "launcher", "idle", "other"]
 
 
@@ -173,14 +174,35 @@ def analyse(text, roles, victim, all_ms):
             return "victim"
         return role
 
+    by_thread = {}  # tid -> seconds in the window
+
     def account(cpu, tid, since, until):
         a, b = max(since, kill), min(until, end)
         if b > a:
             key = (cpu, category(tid))
             spent[key] = spent.get(key, 0.0) + (b - a)
+            by_thread[tid] = by_thread.get(tid, 0.0) + (b - a)
 
     first = {}
+    # Per survivor thread: when it was woken (and for which CPU) and when
+    # it first ran after the kill, in ms after the kill.
+    threads = {}
     for ts, cpu, event, rest in events:
+        if ts < kill or ts > end + 0.005:
+            pass
+        elif event == "sched_wakeup":
+            w = WAKEUP.search(rest)
+            tid = int(w.group("pid")) if w else None
+            if tid in roles and roles[tid][1] != victim and roles[tid][0] in ("progress", "exits"):
+                t = threads.setdefault(tid, {"role": roles[tid][0], "rank": roles[tid][1]})
+                t.setdefault("woken_ms", round(1000 * (ts - kill), 3))
+                t.setdefault("woken_for_cpu", int(w.group("cpu")))
+        elif event == "sched_switch":
+            sw = SWITCH.search(rest)
+            tid = int(sw.group("next")) if sw else None
+            if tid in threads and "ran_ms" not in threads[tid]:
+                threads[tid]["ran_ms"] = round(1000 * (ts - kill), 3)
+                threads[tid]["ran_on_cpu"] = cpu
         if event != "sched_switch":
             continue
         s = SWITCH.search(rest)
@@ -193,7 +215,11 @@ def analyse(text, roles, victim, all_ms):
     for cpu, (tid, since) in running.items():
         account(cpu, tid, since, end)
     cpus = sorted({cpu for cpu, _ in spent})
-    return {"kill_ts": kill, "per_cpu": {str(cpu): {c: 1000 * spent.get((cpu, c), 0.0) for c in CATEGORIES}
+    busiest = sorted(by_thread.items(), key=lambda kv: -kv[1])[:6]
+    return {"kill_ts": kill, "threads": sorted(threads.values(), key=lambda t: t.get("ran_ms", 1e9)),
+            "busiest": [{"role": category(tid), "rank": roles.get(tid, (None, None))[1],
+                         "ms": round(1000 * sec, 3)} for tid, sec in busiest],
+            "per_cpu": {str(cpu): {c: 1000 * spent.get((cpu, c), 0.0) for c in CATEGORIES}
                                          for cpu in cpus}}
 
 
@@ -217,6 +243,14 @@ def main():
             r.update({"n": n, "victim": victim})
             trials.append(r)
             results.append(r)
+            if r["all_ms"] > 1.5:
+                print(f"N={n} victim {victim}: {r['all_ms']:.2f} ms; survivors' threads after the kill "
+                      "(woken at ms for CPU, first ran at ms on CPU):")
+                print("  busiest threads in the window: " + ", ".join(
+                    f"{b['role']} of rank {b['rank']} {b['ms']} ms" for b in r["busiest"]))
+                for th in r["threads"]:
+                    print(f"  rank {th['rank']} {th['role']}: woken {th.get('woken_ms')} for cpu "
+                          f"{th.get('woken_for_cpu')}, ran {th.get('ran_ms')} on cpu {th.get('ran_on_cpu')}")
             for cpu, split in r["per_cpu"].items():
                 rows.append([n, victim, fmt(r["all_ms"], 2), r["cause"], cpu]
                             + [fmt(split[c], 2) for c in CATEGORIES])
