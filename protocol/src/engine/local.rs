@@ -252,6 +252,10 @@ impl Engine {
             self.stats.starved_emitter_checks += 1;
         }
         if !lagging && now >= since && now - since >= self.local_limit() {
+            let accused = self.accusing(emitter);
+            if !accused {
+                self.stats.local_hangs += 1;
+            }
             if self.local.thread == EmitterThread::Stopped {
                 // The kernel shows it stopped (SIGSTOP): a hang on its
                 // word, seen through shared memory, which no partition
@@ -259,9 +263,6 @@ impl Engine {
                 // under way ends with the declaration): its flood and the
                 // answers are two more waves of wake-ups of every rank
                 // before the notice's (issue 12).
-                if !self.accusing(emitter) {
-                    self.stats.local_hangs += 1;
-                }
                 self.stats.stopped_emitters_declared += 1;
                 self.declare_now(
                     now,
@@ -270,8 +271,7 @@ impl Engine {
                     FailureDetail::Stopped,
                     true,
                 );
-            } else if !self.accusing(emitter) {
-                self.stats.local_hangs += 1;
+            } else if !accused {
                 self.declare_silent(now, &[emitter], Cause::Timeout);
             }
             // Declared (and mended), or excluded: the mending or the end
