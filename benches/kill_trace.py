@@ -105,19 +105,14 @@ def watch_roles(launcher, roles, stop):
                 tasks = os.listdir(f"/proc/{child}/task")
             except OSError:
                 continue
-            rank = None
-            for task in tasks:
-                comm = (read(f"/proc/{child}/task/{task}/comm") or "").strip()
-                m = re.match(r"ffd-progress-(\d+)$", comm)
-                if m:
-                    rank = int(m.group(1))
-            if rank is None:
+            comms = {int(task): (read(f"/proc/{child}/task/{task}/comm") or "").strip() for task in tasks}
+            ranks = [int(m.group(1)) for c in comms.values() if (m := re.match(r"ffd-progress-(\d+)$", c))]
+            if not ranks:
                 continue
-            for task in tasks:
-                comm = (read(f"/proc/{child}/task/{task}/comm") or "").strip()
+            for task, comm in comms.items():
                 role = ("progress" if comm.startswith("ffd-progress-")
                         else "exits" if comm.startswith("ffd-exits-") else "agents")
-                roles[int(task)] = (role, rank)
+                roles[task] = (role, ranks[0])
         time.sleep(0.05)
 
 
@@ -183,35 +178,27 @@ def analyse(text, roles, victim, all_ms):
             spent[key] = spent.get(key, 0.0) + (b - a)
             by_thread[tid] = by_thread.get(tid, 0.0) + (b - a)
 
-    first = {}
     # Per survivor thread: when it was woken (and for which CPU) and when
     # it first ran after the kill, in ms after the kill.
     threads = {}
     for ts, cpu, event, rest in events:
-        if ts < kill or ts > end + 0.005:
-            pass
-        elif event == "sched_wakeup":
+        in_window = kill <= ts <= end + 0.005
+        if event == "sched_wakeup" and in_window:
             w = WAKEUP.search(rest)
             tid = int(w.group("pid")) if w else None
             if tid in roles and roles[tid][1] != victim and roles[tid][0] in ("progress", "exits"):
                 t = threads.setdefault(tid, {"role": roles[tid][0], "rank": roles[tid][1]})
                 t.setdefault("woken_ms", round(1000 * (ts - kill), 3))
                 t.setdefault("woken_for_cpu", int(w.group("cpu")))
-        elif event == "sched_switch":
-            sw = SWITCH.search(rest)
-            tid = int(sw.group("next")) if sw else None
-            if tid in threads and "ran_ms" not in threads[tid]:
-                threads[tid]["ran_ms"] = round(1000 * (ts - kill), 3)
-                threads[tid]["ran_on_cpu"] = cpu
-        if event != "sched_switch":
-            continue
-        s = SWITCH.search(rest)
-        if not s:
-            continue
-        prev, nxt = int(s.group("prev")), int(s.group("next"))
-        since = running.get(cpu, (prev, first.setdefault(cpu, ts)))[1]
-        account(cpu, prev, since, ts)
-        running[cpu] = (nxt, ts)
+        elif event == "sched_switch" and (s := SWITCH.search(rest)):
+            prev, nxt = int(s.group("prev")), int(s.group("next"))
+            if in_window and nxt in threads and "ran_ms" not in threads[nxt]:
+                threads[nxt]["ran_ms"] = round(1000 * (ts - kill), 3)
+                threads[nxt]["ran_on_cpu"] = cpu
+            # Before a CPU's first switch nobody knows who ran on it.
+            if cpu in running:
+                account(cpu, prev, running[cpu][1], ts)
+            running[cpu] = (nxt, ts)
     for cpu, (tid, since) in running.items():
         account(cpu, tid, since, end)
     cpus = sorted({cpu for cpu, _ in spent})
