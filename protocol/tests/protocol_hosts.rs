@@ -210,16 +210,36 @@ impl Cluster {
         last.at
     }
 
-    /// SIGKILL: the process is gone; its host's running ranks see the exit.
+    /// SIGKILL: the process is gone; its host's running ranks see the
+    /// exit, and their driver knows they all do (exit words).
     fn kill(&mut self, victim: Rank) {
+        self.kill_seen(victim, true);
+    }
+
+    /// SIGKILL, the driver knowing that every running rank of the host
+    /// sees the exit itself (`told`) or not (pidfds only).
+    fn kill_seen(&mut self, victim: Rank, told: bool) {
         self.status[victim as usize] = Status::Dead;
         let mut queue = VecDeque::new();
         let hosts = Arc::clone(&self.hosts);
-        for &r in hosts.members(hosts.host_of(victim)) {
-            if self.status[r as usize] == Status::Up {
-                let _ = self.engines[r as usize].handle(self.now, Input::Exited { rank: victim });
-                self.drain(r, &mut queue);
-            }
+        let watchers: Vec<Rank> = hosts
+            .members(hosts.host_of(victim))
+            .iter()
+            .copied()
+            .filter(|&r| self.status[r as usize] == Status::Up)
+            .collect();
+        for &r in &watchers {
+            let seen_by: Vec<Rank> = if told {
+                watchers.iter().copied().filter(|&w| w != r).collect()
+            } else {
+                Vec::new()
+            };
+            let input = Input::Exited {
+                rank: victim,
+                seen_by: &seen_by,
+            };
+            let _ = self.engines[r as usize].handle(self.now, input);
+            self.drain(r, &mut queue);
         }
         self.deliver(queue);
     }
@@ -336,6 +356,57 @@ fn an_exit_is_declared_by_every_local_rank_and_broadcast_by_the_lowest() {
             .all(|r| c.engines[r].failed() == [3]),
         "no other rank declared"
     );
+}
+
+/// The ranks of the victim's host see its exit themselves: the notice
+/// goes to the other hosts, and from none of them back onto the host as
+/// news (issue 12: copies to ranks whose own words the kernel had not yet
+/// marked were forwarded by each to its overlay links).
+#[test]
+fn an_exit_is_broadcast_past_the_ranks_that_see_it_themselves() {
+    // Rank 0's copies to its own host (host 0: the even ranks), with and
+    // without its driver knowing who sees the exit.
+    let run = |told: bool| {
+        let mut c = Cluster::new(12, 2);
+        c.run_for(ms(300));
+        c.kill_seen(4, told);
+        assert!(c.all_know(4), "told {told}");
+        let own: Vec<Rank> = c
+            .notices
+            .iter()
+            .filter(|&&(s, to)| s == 0 && to % 2 == 0)
+            .map(|&(_, to)| to)
+            .collect();
+        let remote = c
+            .notices
+            .iter()
+            .filter(|&&(s, to)| s == 0 && to % 2 == 1)
+            .count();
+        let by_notice = c
+            .failed_events(4)
+            .iter()
+            .filter(|&&(r, cause, _)| r % 2 == 0 && cause != Cause::Exited)
+            .count();
+        (own, remote, by_notice)
+    };
+    let (own, remote, by_notice) = run(true);
+    assert!(own.is_empty(), "copies to its own host: {own:?}");
+    assert!(remote > 0, "the other host is told");
+    assert_eq!(by_notice, 0, "its host learned it from its own words");
+    // Without that knowledge (pidfds only) its host's ranks get copies.
+    let (own, remote, _) = run(false);
+    assert!(!own.is_empty() && remote > 0, "{own:?} {remote}");
+
+    // One host holding the whole job: nothing to send at all.
+    let mut c = Cluster::new(8, 1);
+    c.run_for(ms(300));
+    c.kill(3);
+    assert!(c.notices.is_empty(), "{:?}", c.notices);
+    assert!(c.all_know(3));
+    let mut c = Cluster::new(8, 1);
+    c.run_for(ms(300));
+    c.kill_seen(3, false);
+    assert!(!c.notices.is_empty());
 }
 
 #[test]
@@ -845,7 +916,13 @@ fn when_a_leader_exits_and_its_host_follows_the_observer_checks_the_rest_at_once
     c.status[1] = Status::Dead;
     let mut queue = VecDeque::new();
     for r in [4, 7] {
-        let _ = c.engines[r as usize].handle(c.now, Input::Exited { rank: 1 });
+        let _ = c.engines[r as usize].handle(
+            c.now,
+            Input::Exited {
+                rank: 1,
+                seen_by: &[],
+            },
+        );
         c.drain(r, &mut queue);
     }
     c.status[4] = Status::Dead;

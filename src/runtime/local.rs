@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::config::LocalMode;
 use crate::fabric::local::{
     ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable, SegmentError, WordEvent,
-    monotonic_ns, segment_name,
+    monotonic_ns, segment_name, watchers_of,
 };
 use crate::protocol::ranks::fold_digest;
 use crate::protocol::{EmitterThread, Engine, Hosts, Input, LocalBeat, Rank, Time};
@@ -148,6 +148,10 @@ pub(super) struct LocalWatching {
     origin_ns: u64,
     exited: Vec<u64>,
     word_events: Vec<(u64, WordEvent)>,
+    /// Scratch for an exit's watchers (indices, then ranks).
+    watcher_indices: Vec<u32>,
+    seen_by: Vec<Rank>,
+    me: Rank,
     /// Same-host exits seen through exit words so far.
     words_seen: u64,
     /// Why a watch loop ended, until the progress thread logs it.
@@ -223,6 +227,9 @@ impl LocalWatching {
             origin_ns,
             exited: Vec::new(),
             word_events: Vec::new(),
+            watcher_indices: Vec::new(),
+            seen_by: Vec::new(),
+            me,
             words_seen: 0,
             broken: None,
             broken_told: false,
@@ -280,27 +287,75 @@ impl LocalWatching {
         };
         self.exited.clear();
         let rung = exits.take_exited(&mut self.exited);
+        self.word_events.clear();
         if let (true, Some(words)) = (rung, &self.words) {
-            self.word_events.clear();
             words.take(&mut self.word_events);
-            for &(token, event) in &self.word_events {
-                if event == WordEvent::Died {
-                    if let Ok(rank) = Rank::try_from(token) {
-                        self.words_seen += 1;
-                        let _ = engine.handle(now, Input::Exited { rank });
-                    }
-                }
-            }
             if self.broken.is_none() && !self.broken_told {
                 self.broken = words.broken();
             }
         }
-        for &token in &self.exited {
-            if let Ok(rank) = Rank::try_from(token) {
-                let _ = engine.handle(now, Input::Exited { rank });
+        for i in 0..self.word_events.len() {
+            let (token, event) = self.word_events[i];
+            if let (WordEvent::Died, Ok(rank)) = (event, Rank::try_from(token)) {
+                self.words_seen += 1;
+                self.exited_to(engine, now, rank);
+            }
+        }
+        for i in 0..self.exited.len() {
+            if let Ok(rank) = Rank::try_from(self.exited[i]) {
+                self.exited_to(engine, now, rank);
             }
         }
         self.exited.len()
+    }
+
+    /// Hands `rank`'s exit to the Engine with the ranks of this host whose
+    /// exit-word threads wait on it (they see it themselves: the notice
+    /// skips them).
+    fn exited_to(&mut self, engine: &mut Engine, now: Time, rank: Rank) {
+        self.seen_by.clear();
+        if let Some(seg) = &self.segment {
+            let members = self.hosts.members(self.hosts.host_of(self.me));
+            if let Ok(owner) = members.binary_search(&rank) {
+                self.watcher_indices.clear();
+                watchers_of(seg, owner as u32, &mut self.watcher_indices);
+                self.seen_by.extend(
+                    self.watcher_indices
+                        .iter()
+                        .filter_map(|&w| members.get(w as usize).copied())
+                        .filter(|&r| r != self.me),
+                );
+            }
+        }
+        let _ = engine.handle(
+            now,
+            Input::Exited {
+                rank,
+                seen_by: &self.seen_by,
+            },
+        );
+    }
+
+    /// Deaths the kernel has marked in the exit words this rank watches,
+    /// read directly (one load per word) rather than waiting for the
+    /// exit-word thread to be scheduled and ring: called before messages
+    /// are handled, so that a rank whose exit this rank can see itself
+    /// is declared `exited` here before a notice of it from a faster
+    /// local rank arrives (which would otherwise be news, forwarded to
+    /// every overlay neighbour: a flood of copies on the host at the
+    /// moment its cores are busiest).
+    pub(super) fn scan_exit_words(&mut self, engine: &mut Engine, now: Time) {
+        let Some(words) = &self.words else {
+            return;
+        };
+        self.word_events.clear();
+        words.scan(&mut self.word_events);
+        for i in 0..self.word_events.len() {
+            if let Ok(rank) = Rank::try_from(self.word_events[i].0) {
+                self.words_seen += 1;
+                self.exited_to(engine, now, rank);
+            }
+        }
     }
 
     /// Local ranks watched through exit words, and the exits seen so.

@@ -166,6 +166,9 @@ struct Core<'d> {
     #[cfg(any(test, feature = "fault-injection"))]
     inject_cq_error: bool,
     last_publish: Instant,
+    /// No message handled since the last read of the queue began: the
+    /// next one first reads the exit words (`LocalWatching::scan_exit_words`).
+    exits_unscanned: bool,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -338,6 +341,7 @@ impl<'d> Progress<'d> {
                 #[cfg(any(test, feature = "fault-injection"))]
                 inject_cq_error: false,
                 last_publish: parts.started,
+                exits_unscanned: true,
             },
         }
     }
@@ -368,6 +372,12 @@ impl<'d> Progress<'d> {
                 while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
             }
             core.take_commands();
+            // Exits first: proof, and what the queue's messages may be
+            // notices of.
+            if woken {
+                core.take_exits();
+            }
+            core.exits_unscanned = true;
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
                 None if queue => endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)),
@@ -376,9 +386,6 @@ impl<'d> Progress<'d> {
             if let Err(e) = polled {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
-            }
-            if woken {
-                core.take_exits();
             }
             core.on_deadline();
             core.carry_out(endpoint);
@@ -395,6 +402,7 @@ impl<'d> Progress<'d> {
             let timeout = core.sleep_for();
             // With pidfds, their epoll set (which holds the wake socket too).
             let wake_fd = exits_fd.as_ref().map_or(wake.as_fd(), AsFd::as_fd);
+            core.exits_unscanned = true;
             match endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
                 Ok(waited) => (queue, woken) = (waited.queue, waited.woken),
                 Err(e) => {
@@ -577,6 +585,11 @@ impl Core<'_> {
     fn on_message(&mut self, from: Option<Rank>, bytes: &[u8]) {
         self.counters.messages_received += 1;
         let now = self.now();
+        if std::mem::take(&mut self.exits_unscanned) {
+            if let Some(local) = self.local.as_mut() {
+                local.scan_exit_words(&mut self.engine, now);
+            }
+        }
         if let Err(e) = self.engine.handle(now, Input::Message { from, bytes }) {
             self.counters.messages_rejected += 1;
             self.logger.debug(format_args!("message dropped: {e}"));

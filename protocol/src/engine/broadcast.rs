@@ -32,7 +32,7 @@ pub(super) struct Fanout {
 impl Engine {
     /// Queues a broadcast step of the unsealed `bytes` rooted at `root`,
     /// skipping `skip`.
-    pub(super) fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: [Rank; 2]) {
+    pub(super) fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: &[Rank]) {
         let mut buf: Links = [0; MAX_LINKS];
         let my_pos = self.ring.position_of(self.me);
         let len = self
@@ -91,7 +91,7 @@ impl Engine {
             // Failures travel at once, as received (forward-once).
             if let Some(fwd) = wire::forwarded(bytes, self.me) {
                 self.stats.notices_forwarded += 1;
-                self.fan_out(Kind::Notice, fwd.into(), n.origin, [sender, NO_RANK]);
+                self.fan_out(Kind::Notice, fwd.into(), n.origin, &[sender, NO_RANK]);
             }
         } else {
             self.batch_leaves(now, &nl);
@@ -122,7 +122,7 @@ impl Engine {
         left.dedup();
         self.stats.notices_forwarded += 1;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
-        self.fan_out(Kind::Notice, m, self.me, [NO_RANK, NO_RANK]);
+        self.fan_out(Kind::Notice, m, self.me, &[NO_RANK, NO_RANK]);
     }
 
     /// Ranks learned from a sync exchange are new to this part of the
@@ -133,6 +133,6 @@ impl Engine {
         }
         self.stats.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
-        self.fan_out(Kind::Notice, m, self.me, [peer, NO_RANK]);
+        self.fan_out(Kind::Notice, m, self.me, &[peer, NO_RANK]);
     }
 }

@@ -56,12 +56,16 @@ pub enum Input<'a> {
         evidence: Evidence,
         said: FabricSaid,
     },
-    /// A process of this rank's host exited: `rank`'s (seen through a pidfd
-    /// by the driver). Proof of death: declared at once with
-    /// [`Cause::Exited`]. Only for Engines with host groups
+    /// A process of this rank's host exited: `rank`'s (seen through its
+    /// exit word or a pidfd by the driver). Proof of death: declared at
+    /// once with [`Cause::Exited`]. `seen_by`: other ranks of the host the
+    /// driver knows see this exit themselves (they wait on their own exit
+    /// words for it): the rank that broadcasts the notice sends them no
+    /// copy (empty: no such knowledge, every overlay target gets one).
+    /// Only for Engines with host groups
     /// ([`Engine::with_hosts`](super::Engine::with_hosts)); ignored
     /// otherwise, and for ranks of other hosts.
-    Exited { rank: Rank },
+    Exited { rank: Rank, seen_by: &'a [Rank] },
     /// A message to `to` left this process: the transport completed its
     /// send, so the link to `to` is up. The Engine reads only the ones
     /// about an emitter it just mended to (its clock starts then, see

@@ -141,8 +141,13 @@ impl Engine {
 
     /// A same-host process exited: proof. Every local rank declares it at
     /// once; only the lowest live local rank broadcasts the notice (the
-    /// others would send duplicates: every local rank saw the exit itself).
-    pub(super) fn on_exited(&mut self, now: Time, rank: Rank) {
+    /// others would send duplicates: every local rank saw the exit itself),
+    /// and not to `seen_by`, the ranks of the host the driver knows see it
+    /// themselves: a copy would only wake them, or, arriving before the
+    /// kernel has marked their own words (it marks and wakes one watcher
+    /// at a time), be news they forward to every overlay neighbour, a
+    /// flood on the host while its cores are busiest (issue 12).
+    pub(super) fn on_exited(&mut self, now: Time, rank: Rank, seen_by: &[Rank]) {
         self.stats.exits_seen += 1;
         let Some(hosts) = self.hosts.clone() else {
             return;
@@ -160,7 +165,7 @@ impl Engine {
             .iter()
             .copied()
             .find(|&r| r != rank && !self.is_gone(r));
-        let broadcast = broadcaster == Some(self.me);
+        let broadcast = (broadcaster == Some(self.me)).then_some(seen_by);
         let proof = FailureDetail::Proof {
             said: FabricSaid::Nothing,
         };
@@ -269,7 +274,7 @@ impl Engine {
                     &[emitter],
                     Cause::Timeout,
                     FailureDetail::Stopped,
-                    true,
+                    Some(&[]),
                 );
             } else if !accused {
                 self.declare_silent(now, &[emitter], Cause::Timeout);
@@ -526,7 +531,7 @@ impl Engine {
             said: FabricSaid::Nothing,
             quorum: None,
         };
-        self.declare_now(now, ranks, cause, detail, true);
+        self.declare_now(now, ranks, cause, detail, Some(&[]));
         if let Some(host) = whole_host {
             self.stats.hosts_declared += 1;
             self.push_event(Event::HostFailed {

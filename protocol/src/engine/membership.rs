@@ -52,14 +52,16 @@ impl Engine {
     /// one-rank [`Engine::declare_now`]. From silence, callers go through
     /// `quorum::on_silence`, never here.
     pub(super) fn declare(&mut self, now: Time, rank: Rank, cause: Cause, detail: FailureDetail) {
-        self.declare_now(now, &[rank], cause, detail, true);
+        self.declare_now(now, &[rank], cause, detail, Some(&[]));
     }
 
     /// Declares `ranks` (ascending) failed together: report each with
     /// `detail`, tell each (if it is only stopped or cut off, it learns it is
     /// out as soon as it runs again; not after an exit), broadcast one
-    /// notice naming all of them (`broadcast`; a same-host exit is
-    /// broadcast by one rank of the host only), mend. Ranks already gone,
+    /// notice naming all of them over the overlay unless `broadcast` is
+    /// `None`, skipping the ranks it holds (a same-host exit is broadcast
+    /// by one rank of the host only, and not to the ranks of the host that
+    /// see it themselves), mend. Ranks already gone,
     /// and this rank, are skipped. Node-local watching's exits and whole
     /// hosts (`local`); from silence only through
     /// [`Engine::declare_silent`], or as a local emitter the kernel shows
@@ -70,7 +72,7 @@ impl Engine {
         ranks: &[Rank],
         cause: Cause,
         detail: FailureDetail,
-        broadcast: bool,
+        broadcast: Option<&[Rank]>,
     ) {
         if self.participation != Participation::Active {
             return;
@@ -101,9 +103,10 @@ impl Engine {
                 self.send_shared(rank, Kind::Notice, m.clone());
             }
         }
-        if broadcast {
-            let skip = if new.len() == 1 { new[0] } else { NO_RANK };
-            self.fan_out(Kind::Notice, m, self.me, [skip, NO_RANK]);
+        if let Some(skip) = broadcast {
+            // The declared ranks are skipped as failed when their turn
+            // comes (`poll_fanout`).
+            self.fan_out(Kind::Notice, m, self.me, skip);
         }
         self.after_gone_changed(now);
     }
@@ -232,7 +235,7 @@ impl Engine {
                 self.send_shared(n, Kind::Notice, m.clone());
             }
         }
-        self.fan_out(Kind::Notice, m, self.me, neighbours);
+        self.fan_out(Kind::Notice, m, self.me, &neighbours);
         Ok(())
     }
 }

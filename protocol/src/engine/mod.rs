@@ -556,8 +556,8 @@ impl Engine {
                 self.on_transport_error(now, peer, kind, evidence, said);
                 Ok(())
             }
-            Input::Exited { rank } => {
-                self.on_exited(now, rank);
+            Input::Exited { rank, seen_by } => {
+                self.on_exited(now, rank, seen_by);
                 Ok(())
             }
             Input::Sent { to } => {

@@ -577,9 +577,26 @@ impl Simulator {
                 }
             }
             What::Exited { to, rank } => {
-                // A stopped watcher learns it from the notices it finds.
+                // A stopped watcher learns it from the notices it finds;
+                // every rank of the host still up sees the exit itself.
                 if self.state[to as usize].status == Status::Up {
-                    let _ = self.engines[to as usize].handle(now, Input::Exited { rank });
+                    let seen_by: Vec<Rank> = self.hosts.as_ref().map_or(Vec::new(), |hosts| {
+                        hosts
+                            .members(hosts.host_of(rank))
+                            .iter()
+                            .copied()
+                            .filter(|&w| {
+                                w != rank && w != to && self.state[w as usize].status == Status::Up
+                            })
+                            .collect()
+                    });
+                    let _ = self.engines[to as usize].handle(
+                        now,
+                        Input::Exited {
+                            rank,
+                            seen_by: &seen_by,
+                        },
+                    );
                     self.after_handle(to);
                 }
             }

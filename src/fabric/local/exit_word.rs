@@ -28,7 +28,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
@@ -96,6 +96,20 @@ pub fn exit_word_probe() -> Result<(), ExitWordUnavailable> {
     }
 }
 
+/// The local ranks (indices among the host's) whose exit-word threads
+/// wait on a word `owner` holds for them (`FUTEX_WAITERS` set, before or
+/// after the kernel marked it): they see `owner`'s exit themselves.
+/// Pushed into `out` in ascending order.
+pub fn watchers_of(segment: &HostSegment, owner: u32, out: &mut Vec<u32>) {
+    for w in (0..segment.count().min(MAX_HELD as u32)).filter(|&w| w != owner) {
+        if let Some(word) = segment.exit_word(owner, w) {
+            if word.load(Ordering::Acquire) & FUTEX_WAITERS != 0 {
+                out.push(w);
+            }
+        }
+    }
+}
+
 /// The kernel's `struct robust_list_head`.
 #[repr(C)]
 struct RobustListHead {
@@ -110,8 +124,10 @@ struct RobustListHead {
 #[derive(Debug)]
 pub struct ExitWords {
     shared: Arc<Shared>,
+    segment: Arc<HostSegment>,
+    /// This rank's index among the host's ranks.
+    me: u32,
     threads: Vec<JoinHandle<()>>,
-    watched: usize,
 }
 
 #[derive(Debug)]
@@ -123,6 +139,20 @@ struct Shared {
     bell: OwnedFd,
     /// Why a watch loop ended early, if one did.
     broken: Mutex<Option<String>>,
+    /// The watched ranks: (index among the host's ranks, token).
+    peers: Box<[(u32, u64)]>,
+    /// Parallel to `peers`: its death was reported (by a watch loop or a
+    /// [`ExitWords::scan`]), so it is reported once.
+    died: Box<[AtomicBool]>,
+}
+
+impl Shared {
+    /// `peers[i]` died: true the first time only.
+    fn first_death(&self, i: usize) -> bool {
+        self.died
+            .get(i)
+            .is_some_and(|d| !d.swap(true, Ordering::AcqRel))
+    }
 }
 
 impl Shared {
@@ -167,24 +197,29 @@ impl ExitWords {
         }
         // SAFETY: `raw` is the fresh fd eventfd returned.
         let bell = unsafe { OwnedFd::from_raw_fd(raw) };
+        let died = peers.iter().map(|_| AtomicBool::new(false)).collect();
         let shared = Arc::new(Shared {
             stop: AtomicU32::new(0),
             seen: Mutex::new(Vec::new()),
             bell,
             broken: Mutex::new(None),
+            peers: peers.into_boxed_slice(),
+            died,
         });
-        let watched = peers.len();
         let mut words = ExitWords {
             shared,
+            segment: Arc::clone(&segment),
+            me,
             threads: Vec::new(),
-            watched,
         };
-        let mut chunks: Vec<Vec<(u32, u64)>> = peers
-            .chunks(WATCH_PER_THREAD)
-            .map(<[(u32, u64)]>::to_vec)
+        // Each thread watches a range of `peers`, by index.
+        let watched = words.shared.peers.len();
+        let mut chunks: Vec<std::ops::Range<usize>> = (0..watched)
+            .step_by(WATCH_PER_THREAD)
+            .map(|start| start..(start + WATCH_PER_THREAD).min(watched))
             .collect();
         if chunks.is_empty() {
-            chunks.push(Vec::new());
+            chunks.push(0..0);
         }
         for (i, chunk) in chunks.into_iter().enumerate() {
             let holder = i == 0;
@@ -211,11 +246,32 @@ impl ExitWords {
 
     /// How many local ranks are watched through their exit words.
     pub fn len(&self) -> usize {
-        self.watched
+        self.shared.peers.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.watched == 0
+        self.shared.peers.is_empty()
+    }
+
+    /// Reads the watched words directly, without waiting for a watch
+    /// loop to be scheduled: the deaths the kernel has marked and nobody
+    /// reported yet go into `out` (token, [`WordEvent::Died`]), each once
+    /// whoever sees it first. One load per watched rank, no syscall: for
+    /// the progress thread before it handles messages, which may be
+    /// notices of the same exit sent by a rank whose watch loop ran first.
+    pub fn scan(&self, out: &mut Vec<(u64, WordEvent)>) {
+        let shared = &self.shared;
+        for (i, &(owner, token)) in shared.peers.iter().enumerate() {
+            if shared.died[i].load(Ordering::Acquire) {
+                continue;
+            }
+            let Some(word) = self.segment.exit_word(owner, self.me) else {
+                continue;
+            };
+            if word.load(Ordering::Acquire) & FUTEX_OWNER_DIED != 0 && shared.first_death(i) {
+                out.push((token, WordEvent::Died));
+            }
+        }
     }
 
     /// Readable when something was seen, or a watch loop ended: add it
@@ -385,7 +441,7 @@ fn run(
     segment: &HostSegment,
     shared: &Shared,
     me: u32,
-    peers: Vec<(u32, u64)>,
+    peers: std::ops::Range<usize>,
     holder: bool,
     ready: &mpsc::Sender<Result<(), ExitWordUnavailable>>,
 ) {
@@ -419,27 +475,32 @@ fn waiter(word: &AtomicU32, val: u32, private: bool) -> libc::futex_waitv {
     w
 }
 
-/// Watches the words `[o][me]` of `peers` until `shared.stop`.
+/// Watches the words `[o][me]` of `shared.peers[peers]` until
+/// `shared.stop`.
 fn watch(
     segment: &HostSegment,
     shared: &Shared,
     me: u32,
-    peers: Vec<(u32, u64)>,
+    peers: std::ops::Range<usize>,
 ) -> Result<(), String> {
-    // (owner, token, seen held)
-    let mut live: Vec<(u32, u64, bool)> = peers.into_iter().map(|(o, t)| (o, t, false)).collect();
+    // (index in `shared.peers`, owner, token, seen held)
+    let mut live: Vec<(usize, u32, u64, bool)> = peers
+        .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t, false)))
+        .collect();
     let mut waits: Vec<libc::futex_waitv> = Vec::with_capacity(live.len() + 1);
     let mut events = Vec::new();
     while shared.stop.load(Ordering::Acquire) == 0 {
         waits.clear();
-        live.retain_mut(|(owner, token, seen_held)| {
+        live.retain_mut(|(i, owner, token, seen_held)| {
             let Some(word) = segment.exit_word(*owner, me) else {
                 return false;
             };
             loop {
                 let v = word.load(Ordering::Acquire);
                 if v & FUTEX_OWNER_DIED != 0 {
-                    events.push((*token, WordEvent::Died));
+                    if shared.first_death(*i) {
+                        events.push((*token, WordEvent::Died));
+                    }
                     return false;
                 }
                 if v & FUTEX_TID_MASK == 0 {
@@ -570,5 +631,69 @@ mod tests {
         let mut more = Vec::new();
         watcher.take(&mut more);
         assert!(more.is_empty(), "{more:?}");
+    }
+
+    /// The progress thread's direct read and the watch loop race for a
+    /// death: it is reported once, by whichever looks first, and the
+    /// read also finds it when the loop has not run.
+    #[test]
+    fn a_death_is_reported_once_by_the_scan_or_the_watch_loop() {
+        if exit_word_probe().is_err() {
+            eprintln!("skipped: no futex_waitv here");
+            return;
+        }
+        let (a, b) = segment("exitwords-scan", 3);
+        let watcher = ExitWords::start(Arc::new(b), 2, vec![(0, 90), (1, 91)], "t-w").unwrap();
+        let mut seen = Vec::new();
+        watcher.scan(&mut seen);
+        assert!(seen.is_empty(), "nobody died yet: {seen:?}");
+        let seg = Arc::clone(&a);
+        std::thread::spawn(move || {
+            let h = Holding::take(&seg, 0).unwrap();
+            std::mem::forget(h);
+        })
+        .join()
+        .unwrap();
+        // The kernel marked the word before the holder's join returned.
+        watcher.scan(&mut seen);
+        let mut pfd = libc::pollfd {
+            fd: watcher.bell().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // The loop rings only if it saw the death first; give it the
+        // chance either way, then nothing more may come.
+        // SAFETY: one valid pollfd; a 200 ms bound.
+        unsafe { libc::poll(&mut pfd, 1, 200) };
+        watcher.take(&mut seen);
+        watcher.scan(&mut seen);
+        assert_eq!(seen, vec![(90, WordEvent::Died)]);
+    }
+
+    /// `watchers_of` names the ranks waiting on a row's words: those whose
+    /// exit-word threads watch its owner.
+    #[test]
+    fn a_rows_watchers_are_the_ranks_waiting_on_it() {
+        if exit_word_probe().is_err() {
+            eprintln!("skipped: no futex_waitv here");
+            return;
+        }
+        let (a, b) = segment("exitwords-watchers", 3);
+        let _holder = ExitWords::start(Arc::new(b), 0, vec![], "t-h").unwrap();
+        let mut out = Vec::new();
+        watchers_of(&a, 0, &mut out);
+        assert!(out.is_empty(), "nobody waits yet: {out:?}");
+        // Rank 2 watches rank 0; rank 1 does not.
+        let _watcher = ExitWords::start(Arc::clone(&a), 2, vec![(0, 100)], "t-w").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while a.exit_word(0, 2).unwrap().load(Ordering::Acquire) & FUTEX_WAITERS == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the watcher never waited"
+            );
+            std::thread::yield_now();
+        }
+        watchers_of(&a, 0, &mut out);
+        assert_eq!(out, vec![2]);
     }
 }

@@ -21,7 +21,9 @@ mod pidfd;
 mod sched;
 mod segment;
 
-pub use exit_word::{ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe};
+pub use exit_word::{
+    ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
+};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use sched::{FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
 pub use segment::{HostSegment, SegmentError, segment_name};

@@ -746,7 +746,7 @@ impl Episode<'_> {
                 (false, 0..=2) => crashed[dice.below(crashed.len() as u64) as usize],
                 _ => dice.below32(self.n + 1),
             };
-            let _ = self.engine_call(r, InputKind::Exited, Input::Exited { rank });
+            let _ = self.engine_call(r, InputKind::Exited, Input::Exited { rank, seen_by: &[] });
             return;
         }
         let view = self.view(r);
