@@ -185,6 +185,14 @@ fn a_stopped_rank_is_found_through_its_counter_by_its_local_observer() {
         "{:#}",
         report["stats"]["3"]
     );
+    // It went onto the host's notice board: the other two read it there
+    // and got no fabric copy.
+    assert_eq!(report["stats"]["3"]["engine"]["board_posts"], 1);
+    for r in ["0", "1"] {
+        let e = &report["stats"][r]["engine"];
+        assert_eq!(e["board_learned"], 1, "rank {r}: {e:#}");
+        assert_eq!(e["received"]["notice"], 0, "rank {r}: {e:#}");
+    }
     let timeline = output_text(&out);
     assert!(
         timeline.contains(

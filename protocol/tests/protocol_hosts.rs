@@ -68,6 +68,10 @@ struct Cluster {
     events: Vec<(Rank, Time, Event)>,
     /// Notices sent, by sender.
     notices: Vec<(Rank, Rank)>,
+    /// Posts on a host's notice board: (poster, failed, detector).
+    posts: Vec<(Rank, Vec<Rank>, Rank)>,
+    /// Board news not yet read: (reader, failed, detector).
+    board: VecDeque<(Rank, Vec<Rank>, Rank)>,
 }
 
 impl Cluster {
@@ -106,6 +110,8 @@ impl Cluster {
             counters: vec![None; n as usize],
             events: Vec::new(),
             notices: Vec::new(),
+            posts: Vec::new(),
+            board: VecDeque::new(),
         };
         let mut queue = VecDeque::new();
         for r in 0..n {
@@ -139,12 +145,35 @@ impl Cluster {
                 }
                 Output::Event(e) => self.events.push((r, self.now, e)),
                 Output::HeartbeatStream { .. } => {}
+                Output::PostOnBoard { failed, detector } => {
+                    self.posts.push((r, failed.to_vec(), detector));
+                    for &to in self.hosts.members(self.hosts.host_of(r)) {
+                        if to != r {
+                            self.board.push_back((to, failed.to_vec(), detector));
+                        }
+                    }
+                }
             }
         }
     }
 
     fn deliver(&mut self, mut queue: VecDeque<(Rank, Rank, Vec<u8>)>) {
-        while let Some((to, from, bytes)) = queue.pop_front() {
+        loop {
+            // The board first: a futex wake-up, before any fabric copy.
+            if let Some((to, failed, detector)) = self.board.pop_front() {
+                if self.status[to as usize] == Status::Up {
+                    let input = Input::BoardNotice {
+                        failed: &failed,
+                        detector,
+                    };
+                    let _ = self.engines[to as usize].handle(self.now, input);
+                    self.drain(to, &mut queue);
+                }
+                continue;
+            }
+            let Some((to, from, bytes)) = queue.pop_front() else {
+                break;
+            };
             if self.status[to as usize] != Status::Up {
                 continue;
             }
@@ -157,6 +186,22 @@ impl Cluster {
             );
             self.drain(to, &mut queue);
         }
+    }
+
+    /// Every rank reads its host's notice board (the driver says so).
+    fn with_board(mut self) -> Cluster {
+        for r in 0..self.n() {
+            let others: Vec<Rank> = self
+                .hosts
+                .members(self.hosts.host_of(r))
+                .iter()
+                .copied()
+                .filter(|&o| o != r)
+                .collect();
+            let _ =
+                self.engines[r as usize].handle(self.now, Input::BoardReaders { ranks: &others });
+        }
+        self
     }
 
     /// One millisecond: every running rank whose deadline came wakes,
@@ -407,6 +452,82 @@ fn an_exit_is_broadcast_past_the_ranks_that_see_it_themselves() {
     c.run_for(ms(300));
     c.kill_seen(3, false);
     assert!(!c.notices.is_empty());
+}
+
+/// A hang found on a host goes onto the host's notice board: every rank
+/// of the host learns it from there, none gets a fabric copy (at 32 ranks
+/// on one host the overlay's forward-once sent 244 copies for one hang),
+/// and the other hosts get theirs over the fabric.
+#[test]
+fn a_hang_is_posted_on_the_board_and_its_host_gets_no_fabric_copy() {
+    // Two hosts of six: host 0 is the even ranks.
+    let mut c = Cluster::new(12, 2).with_board();
+    c.run_for(ms(300));
+    c.hang(4, EmitterThread::Stopped);
+    c.run_for(ms(300));
+    assert!(c.all_know(4));
+    let declarer = c
+        .failed_events(4)
+        .into_iter()
+        .find(|&(_, cause, _)| cause == Cause::Timeout)
+        .map(|(r, _, _)| r)
+        .expect("declared by its local observer");
+    // One post on host 0, by the declarer; news entering host 1 over the
+    // fabric is posted there by the first rank it reaches.
+    let on_host0: Vec<_> = c.posts.iter().filter(|p| p.0 % 2 == 0).cloned().collect();
+    assert_eq!(
+        on_host0,
+        vec![(declarer, vec![4], declarer)],
+        "{:?}",
+        c.posts
+    );
+    assert!(
+        c.posts.iter().any(|p| p.0 % 2 == 1 && p.2 == declarer),
+        "{:?}",
+        c.posts
+    );
+    let host_copies: Vec<(Rank, Rank)> = c
+        .notices
+        .iter()
+        .copied()
+        .filter(|&(s, to)| s % 2 == 0 && to % 2 == 0 && to != 4)
+        .collect();
+    assert!(
+        host_copies.is_empty(),
+        "fabric copies on host 0: {host_copies:?}"
+    );
+    for r in [0, 2, 6, 8, 10].into_iter().filter(|&r| r != declarer) {
+        assert!(
+            c.failed_events(4)
+                .contains(&(r, Cause::Notice, FailureDetail::Learned)),
+            "rank {r} learned it from the board"
+        );
+    }
+    assert!(
+        c.notices.iter().any(|&(s, to)| s % 2 == 0 && to % 2 == 1),
+        "host 1 is told over the fabric"
+    );
+
+    // Without readers: the overlay as before, copies on the host.
+    let mut c = Cluster::new(12, 2);
+    c.run_for(ms(300));
+    c.hang(4, EmitterThread::Stopped);
+    c.run_for(ms(300));
+    assert!(c.all_know(4));
+    assert!(c.posts.is_empty());
+    assert!(
+        c.notices
+            .iter()
+            .any(|&(s, to)| s % 2 == 0 && to % 2 == 0 && to != 4)
+    );
+
+    // One host holding the whole job: only the hung rank's own notice.
+    let mut c = Cluster::new(8, 1).with_board();
+    c.run_for(ms(300));
+    c.hang(5, EmitterThread::Stopped);
+    c.run_for(ms(300));
+    assert!(c.all_know(5));
+    assert!(c.notices.iter().all(|&(_, to)| to == 5), "{:?}", c.notices);
 }
 
 #[test]

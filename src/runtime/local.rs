@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use crate::config::LocalMode;
 use crate::fabric::local::{
-    ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable, SegmentError, WordEvent,
-    monotonic_ns, segment_name, watchers_of,
+    BoardReader, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable,
+    SegmentError, WordEvent, board_readers, monotonic_ns, post_on_board, segment_name, watchers_of,
 };
 use crate::protocol::ranks::fold_digest;
 use crate::protocol::{EmitterThread, Engine, Hosts, Input, LocalBeat, Rank, Time};
@@ -49,7 +49,11 @@ pub(super) struct LocalPlan {
 #[derive(Debug)]
 pub(super) enum SegmentPlan {
     Created(HostSegment),
-    Open { name: String, count: u32 },
+    Open {
+        name: String,
+        count: u32,
+        ranks: u32,
+    },
 }
 
 /// Plans local watching for `me`: the host groups, the segment (created
@@ -87,10 +91,11 @@ pub(super) fn plan(
     let host_id = view.records[me as usize].host_id;
     let name = segment_name(view.job_key, host_id);
     let count = members.len() as u32;
+    let ranks = plan.hosts.ranks();
     plan.segment = Some(if members[0] == me {
-        SegmentPlan::Created(HostSegment::create(&name, count)?)
+        SegmentPlan::Created(HostSegment::create(&name, count, ranks)?)
     } else {
-        SegmentPlan::Open { name, count }
+        SegmentPlan::Open { name, count, ranks }
     });
     if mode == LocalMode::Counters {
         plan.fallback
@@ -152,6 +157,12 @@ pub(super) struct LocalWatching {
     watcher_indices: Vec<u32>,
     seen_by: Vec<Rank>,
     me: Rank,
+    /// What this rank has read of the host's notice board.
+    board: BoardReader,
+    board_news: Vec<(u32, u32)>,
+    /// The board readers last told to the Engine (ranks), and scratch.
+    readers: Vec<Rank>,
+    readers_now: Vec<Rank>,
     /// Same-host exits seen through exit words so far.
     words_seen: u64,
     /// Why a watch loop ended, until the progress thread logs it.
@@ -179,8 +190,8 @@ impl LocalWatching {
         let segment = match plan.segment {
             None => None,
             Some(SegmentPlan::Created(s)) => Some(Arc::new(s)),
-            Some(SegmentPlan::Open { name, count }) => Some(Arc::new(
-                HostSegment::open(&name, count).map_err(|e| e.to_string())?,
+            Some(SegmentPlan::Open { name, count, ranks }) => Some(Arc::new(
+                HostSegment::open(&name, count, ranks).map_err(|e| e.to_string())?,
             )),
         };
         let members = plan.hosts.members(plan.hosts.host_of(me));
@@ -230,6 +241,10 @@ impl LocalWatching {
             watcher_indices: Vec::new(),
             seen_by: Vec::new(),
             me,
+            board: BoardReader::default(),
+            board_news: Vec::new(),
+            readers: Vec::new(),
+            readers_now: Vec::new(),
             words_seen: 0,
             broken: None,
             broken_told: false,
@@ -288,8 +303,10 @@ impl LocalWatching {
         self.exited.clear();
         let rung = exits.take_exited(&mut self.exited);
         self.word_events.clear();
+        let mut board = false;
         if let (true, Some(words)) = (rung, &self.words) {
             words.take(&mut self.word_events);
+            board = words.take_board();
             if self.broken.is_none() && !self.broken_told {
                 self.broken = words.broken();
             }
@@ -306,7 +323,65 @@ impl LocalWatching {
                 self.exited_to(engine, now, rank);
             }
         }
+        if board {
+            self.read_board(engine, now);
+        }
         self.exited.len()
+    }
+
+    /// Hands the failures posted on the host's notice board since the last
+    /// read to the Engine.
+    fn read_board(&mut self, engine: &mut Engine, now: Time) {
+        let Some(seg) = &self.segment else {
+            return;
+        };
+        self.board_news.clear();
+        self.board.read(seg, &mut self.board_news);
+        // One input per detector: its news travels on in one notice.
+        self.board_news
+            .sort_unstable_by_key(|&(rank, detector)| (detector, rank));
+        for group in self.board_news.chunk_by(|a, b| a.1 == b.1) {
+            let failed: Vec<Rank> = group.iter().map(|&(rank, _)| rank).collect();
+            let input = Input::BoardNotice {
+                failed: &failed,
+                detector: group[0].1,
+            };
+            let _ = engine.handle(now, input);
+        }
+    }
+
+    /// Posts the Engine's news on the host's notice board.
+    pub(super) fn post(&self, failed: &[Rank], detector: Rank) {
+        if let Some(seg) = &self.segment {
+            let _ = post_on_board(seg, failed, detector);
+        }
+    }
+
+    /// Tells the Engine which other ranks of the host read the board, if
+    /// that changed (one load per local rank).
+    pub(super) fn refresh_board_readers(&mut self, engine: &mut Engine, now: Time) {
+        let Some(seg) = &self.segment else {
+            return;
+        };
+        self.watcher_indices.clear();
+        board_readers(seg, &mut self.watcher_indices);
+        let members = self.hosts.members(self.hosts.host_of(self.me));
+        self.readers_now.clear();
+        self.readers_now.extend(
+            self.watcher_indices
+                .iter()
+                .filter_map(|&w| members.get(w as usize).copied())
+                .filter(|&r| r != self.me),
+        );
+        if self.readers_now != self.readers {
+            std::mem::swap(&mut self.readers, &mut self.readers_now);
+            let _ = engine.handle(
+                now,
+                Input::BoardReaders {
+                    ranks: &self.readers,
+                },
+            );
+        }
     }
 
     /// Hands `rank`'s exit to the Engine with the ranks of this host whose

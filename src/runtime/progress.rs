@@ -372,6 +372,7 @@ impl<'d> Progress<'d> {
                 while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
             }
             core.take_commands();
+            core.refresh_board_readers();
             // Exits first: proof, and what the queue's messages may be
             // notices of.
             if woken {
@@ -546,6 +547,15 @@ impl Core<'_> {
                 }
                 fallback.push_str(&format!("exit words stopped: {why}"));
             }
+        }
+    }
+
+    /// Which ranks of the host read its notice board, for the Engine's
+    /// fan-outs (one load per local rank; the Engine hears only changes).
+    fn refresh_board_readers(&mut self) {
+        let now = self.now();
+        if let Some(local) = self.local.as_mut() {
+            local.refresh_board_readers(&mut self.engine, now);
         }
     }
 
@@ -741,6 +751,12 @@ impl Core<'_> {
                 }
                 // Only in the simulator's modelled mode.
                 Output::HeartbeatStream { .. } => {}
+                // Before the fabric copies to the ranks that do not read it.
+                Output::PostOnBoard { failed, detector } => {
+                    if let Some(local) = &self.local {
+                        local.post(&failed, detector);
+                    }
+                }
             }
         }
     }

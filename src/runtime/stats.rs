@@ -171,6 +171,8 @@ fn serialize_engine_stats<S: serde::Serializer>(
         "stopped_emitters_declared",
         &stats.stopped_emitters_declared,
     )?;
+    m.serialize_entry("board_posts", &stats.board_posts)?;
+    m.serialize_entry("board_learned", &stats.board_learned)?;
     m.serialize_entry("max_lateness_ns", &stats.max_lateness_ns)?;
     m.serialize_entry("sent", &Named(&kinds, &stats.sent))?;
     m.serialize_entry("received", &Named(&kinds, &stats.received))?;

@@ -31,8 +31,16 @@ pub(super) struct Fanout {
 
 impl Engine {
     /// Queues a broadcast step of the unsealed `bytes` rooted at `root`,
-    /// skipping `skip`.
-    pub(super) fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: &[Rank]) {
+    /// skipping `skip`, and the host's board readers if `board` (the news
+    /// was posted on the board).
+    pub(super) fn fan_out(
+        &mut self,
+        kind: Kind,
+        bytes: Arc<[u8]>,
+        root: Rank,
+        skip: &[Rank],
+        board: bool,
+    ) {
         let mut buf: Links = [0; MAX_LINKS];
         let my_pos = self.ring.position_of(self.me);
         let len = self
@@ -41,7 +49,7 @@ impl Engine {
         let targets: Box<[Rank]> = buf[..len]
             .iter()
             .map(|&p| self.ring.rank_at(p))
-            .filter(|r| !skip.contains(r) && *r != self.me)
+            .filter(|&r| !skip.contains(&r) && r != self.me && !(board && self.reads_board(r)))
             .collect();
         if !targets.is_empty() {
             self.fanouts.push_back(Fanout {
@@ -88,10 +96,12 @@ impl Engine {
             return;
         }
         if !nf.is_empty() {
-            // Failures travel at once, as received (forward-once).
+            // Failures travel at once, as received (forward-once); the
+            // host's board readers learn them from the board.
+            let board = self.post_on_board(&nf, n.origin);
             if let Some(fwd) = wire::forwarded(bytes, self.me) {
                 self.stats.notices_forwarded += 1;
-                self.fan_out(Kind::Notice, fwd.into(), n.origin, &[sender, NO_RANK]);
+                self.fan_out(Kind::Notice, fwd.into(), n.origin, &[sender], board);
             }
         } else {
             self.batch_leaves(now, &nl);
@@ -122,7 +132,7 @@ impl Engine {
         left.dedup();
         self.stats.notices_forwarded += 1;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
-        self.fan_out(Kind::Notice, m, self.me, &[NO_RANK, NO_RANK]);
+        self.fan_out(Kind::Notice, m, self.me, &[NO_RANK, NO_RANK], false);
     }
 
     /// Ranks learned from a sync exchange are new to this part of the
@@ -133,6 +143,6 @@ impl Engine {
         }
         self.stats.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
-        self.fan_out(Kind::Notice, m, self.me, &[peer, NO_RANK]);
+        self.fan_out(Kind::Notice, m, self.me, &[peer, NO_RANK], false);
     }
 }

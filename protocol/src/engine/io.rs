@@ -66,6 +66,19 @@ pub enum Input<'a> {
     /// ([`Engine::with_hosts`](super::Engine::with_hosts)); ignored
     /// otherwise, and for ranks of other hosts.
     Exited { rank: Rank, seen_by: &'a [Rank] },
+    /// Failures read from this host's notice board (`docs/design.md`
+    /// §4.10): `detector`'s news of `failed` (ascending), posted there by a
+    /// rank of the host ([`Output::PostOnBoard`]). Learned like a
+    /// notice's (cause `notice`) and forwarded in one notice to this
+    /// rank's overlay links except the host's board readers, never posted
+    /// again. Only for Engines with host groups.
+    BoardNotice { failed: &'a [Rank], detector: Rank },
+    /// The other ranks of this host that read its notice board, as the
+    /// driver knows them now (it says so again when that changes): news
+    /// this rank posts there is sent them no fabric copy. Empty (the
+    /// start): every overlay target gets one. Ranks of other hosts are
+    /// ignored.
+    BoardReaders { ranks: &'a [Rank] },
     /// A message to `to` left this process: the transport completed its
     /// send, so the link to `to` is up. The Engine reads only the ones
     /// about an emitter it just mended to (its clock starts then, see
@@ -169,6 +182,12 @@ pub enum Output {
     Send { to: Rank, message: Sealed },
     /// Tell the host.
     Event(Event),
+    /// Post on this host's notice board (shared memory) that `failed` are
+    /// gone, `detector`'s news: every rank of the host that reads it learns
+    /// them from there ([`Input::BoardNotice`]) and is sent no fabric
+    /// copy. Only while the driver reports board readers
+    /// ([`Input::BoardReaders`]); comes before the fabric copies.
+    PostOnBoard { failed: Box<[Rank]>, detector: Rank },
 }
 
 /// What a driver saw of one local rank's counter in shared memory
@@ -514,6 +533,10 @@ pub struct Stats {
     /// progress thread stopped once their counter stood still for the
     /// timeout ([`FailureDetail::Stopped`]).
     pub stopped_emitters_declared: u64,
+    /// News this rank posted on its host's notice board.
+    pub board_posts: u64,
+    /// Failures this rank learned from its host's notice board.
+    pub board_learned: u64,
     /// Mended emitters whose link was confirmed by a completed send (their
     /// timeout started then rather than at the mending).
     pub mend_links_confirmed: u64,

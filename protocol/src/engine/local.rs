@@ -16,10 +16,12 @@
 //! send per-period messages, or change the failed set except through
 //! `membership`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Cause, EmitterThread, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Participation, Timer,
+    Cause, EmitterThread, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Output,
+    Participation, Timer,
 };
 use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
@@ -62,6 +64,19 @@ pub(super) struct HostCheck {
     /// The leader is already declared on proof (an in-band error): the
     /// check is about the rest of its host only.
     after_proof: bool,
+}
+
+/// The other ranks of this host that read its notice board.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) enum BoardReaders {
+    /// None (or no board): every overlay target gets a fabric copy.
+    #[default]
+    None,
+    /// Every other rank of the host (the common case, kept without a list:
+    /// a simulator holds a million Engines).
+    AllOfHost,
+    /// These, ascending.
+    Some(Vec<Rank>),
 }
 
 impl Engine {
@@ -170,6 +185,99 @@ impl Engine {
             said: FabricSaid::Nothing,
         };
         self.declare_now(now, &[rank], Cause::Exited, proof, broadcast);
+    }
+
+    // ----- the host's notice board -----
+
+    /// The driver's board readers of this host (`docs/design.md` §4.10).
+    pub(super) fn on_board_readers(&mut self, ranks: &[Rank]) {
+        let Some(hosts) = &self.hosts else {
+            return;
+        };
+        let mut readers: Vec<Rank> = ranks
+            .iter()
+            .copied()
+            .filter(|&r| r != self.me && r < self.ring.len() && hosts.same_host(r, self.me))
+            .collect();
+        readers.sort_unstable();
+        readers.dedup();
+        let others = hosts
+            .members(hosts.host_of(self.me))
+            .len()
+            .saturating_sub(1);
+        self.board_readers = if readers.is_empty() {
+            BoardReaders::None
+        } else if readers.len() == others {
+            BoardReaders::AllOfHost
+        } else {
+            BoardReaders::Some(readers)
+        };
+    }
+
+    /// Whether `r` reads this host's board.
+    pub(super) fn reads_board(&self, r: Rank) -> bool {
+        match (&self.board_readers, &self.hosts) {
+            (BoardReaders::AllOfHost, Some(h)) => r != self.me && h.same_host(r, self.me),
+            (BoardReaders::Some(v), _) => v.binary_search(&r).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// News for the fabric (`failed`, found by `detector`): posted on the
+    /// host's board first when the host has readers, who then need no
+    /// fabric copy (true: posted, the fan-out skips them). A notice's
+    /// forward-once over the overlay wakes each rank of a host once per
+    /// overlay link it has there: at 32 ranks on one host, 244 copies for
+    /// one hang, 210 of them duplicates, on the cores the notice waits for
+    /// (issue 12); the board wakes each once.
+    pub(super) fn post_on_board(&mut self, failed: &[Rank], detector: Rank) -> bool {
+        if matches!(self.board_readers, BoardReaders::None) || failed.is_empty() {
+            return false;
+        }
+        self.stats.board_posts += 1;
+        self.out.push_back(Output::PostOnBoard {
+            failed: failed.into(),
+            detector,
+        });
+        true
+    }
+
+    /// Failures read from the host's board: learned like a notice's, and
+    /// forwarded in one notice to the overlay links that do not read the
+    /// board (other hosts), never posted again.
+    pub(super) fn on_board_notice(&mut self, now: Time, failed: &[Rank], detector: Rank) {
+        if self.hosts.is_none()
+            || self.participation != Participation::Active
+            || detector >= self.ring.len()
+        {
+            return;
+        }
+        let mut new: Vec<Rank> = failed
+            .iter()
+            .copied()
+            .filter(|&r| r < self.ring.len() && r != self.me && !self.is_gone(r))
+            .collect();
+        new.sort_unstable();
+        new.dedup();
+        if new.is_empty() {
+            return;
+        }
+        self.failed.insert_sorted(&new);
+        for &rank in &new {
+            self.stats.board_learned += 1;
+            self.stats.detections[Cause::Notice as usize] += 1;
+            self.push_event(Event::Failed {
+                rank,
+                detector,
+                cause: Cause::Notice,
+                hops: 1,
+                detail: FailureDetail::Learned,
+            });
+        }
+        let m: Arc<[u8]> = self.encoder.notice(detector, 1, &new, &[]).into();
+        self.stats.notices_forwarded += 1;
+        self.fan_out(Kind::Notice, m, detector, &[detector], true);
+        self.after_gone_changed(now);
     }
 
     // ----- the local counter -----

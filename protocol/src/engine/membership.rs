@@ -105,8 +105,9 @@ impl Engine {
         }
         if let Some(skip) = broadcast {
             // The declared ranks are skipped as failed when their turn
-            // comes (`poll_fanout`).
-            self.fan_out(Kind::Notice, m, self.me, skip);
+            // comes (`poll_fanout`). An exit is seen by the host itself.
+            let board = cause != Cause::Exited && self.post_on_board(&new, self.me);
+            self.fan_out(Kind::Notice, m, self.me, skip, board);
         }
         self.after_gone_changed(now);
     }
@@ -235,7 +236,7 @@ impl Engine {
                 self.send_shared(n, Kind::Notice, m.clone());
             }
         }
-        self.fan_out(Kind::Notice, m, self.me, &neighbours);
+        self.fan_out(Kind::Notice, m, self.me, &neighbours, false);
         Ok(())
     }
 }

@@ -243,6 +243,9 @@ pub struct Engine {
     leading: bool,
     /// A silent leader's host being checked (host groups).
     host_check: Option<HostCheck>,
+    /// The other ranks of this host that read its notice board
+    /// ([`Input::BoardReaders`]), ascending.
+    board_readers: local::BoardReaders,
 }
 
 impl Engine {
@@ -389,6 +392,7 @@ impl Engine {
             },
             leading,
             host_check: None,
+            board_readers: local::BoardReaders::None,
         };
         engine.write_beat_now(now);
         Ok(engine)
@@ -558,6 +562,14 @@ impl Engine {
             }
             Input::Exited { rank, seen_by } => {
                 self.on_exited(now, rank, seen_by);
+                Ok(())
+            }
+            Input::BoardNotice { failed, detector } => {
+                self.on_board_notice(now, failed, detector);
+                Ok(())
+            }
+            Input::BoardReaders { ranks } => {
+                self.on_board_readers(ranks);
                 Ok(())
             }
             Input::Sent { to } => {

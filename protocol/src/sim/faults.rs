@@ -160,6 +160,7 @@ impl Simulator {
         self.state[r as usize].down_at = now;
         self.slots.stop(r, now);
         self.held.remove(&r);
+        self.held_board.remove(&r);
         self.held_errors.remove(&r);
         self.track(r, label);
         self.announce_exit(r);
@@ -237,6 +238,17 @@ impl Simulator {
                             break;
                         }
                         self.deliver(r, from, &message);
+                        self.after_handle(r);
+                    }
+                    for (failed, detector) in self.held_board.remove(&r).unwrap_or_default() {
+                        if self.state[r as usize].status != Status::Up {
+                            break;
+                        }
+                        let input = Input::BoardNotice {
+                            failed: &failed,
+                            detector,
+                        };
+                        let _ = self.engines[r as usize].handle(now, input);
                         self.after_handle(r);
                     }
                     for (peer, kind, evidence) in self.held_errors.remove(&r).unwrap_or_default() {

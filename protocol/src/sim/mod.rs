@@ -187,7 +187,16 @@ enum What {
         to: Rank,
         rank: Rank,
     },
+    /// `to` read `detector`'s news of `failed` on its host's notice board.
+    Board {
+        to: Rank,
+        failed: Arc<[Rank]>,
+        detector: Rank,
+    },
 }
+
+/// News read on a host's notice board: the failed ranks, their detector.
+type BoardNews = (Arc<[Rank]>, Rank);
 
 /// The input of a modelled transport error: an error from a dead process
 /// is proof (`FabricSaid::DeadProcess`); anything else (a glitch) silence.
@@ -228,6 +237,10 @@ pub struct Simulator {
     /// Messages to stopped ranks, delivered when they resume.
     held: BTreeMap<Rank, Vec<Held>>,
     held_errors: BTreeMap<Rank, Vec<(Rank, TransportErrorKind, Evidence)>>,
+    /// Board news (rank, detector) for stopped ranks, read when they resume.
+    held_board: BTreeMap<Rank, Vec<BoardNews>>,
+    /// What each host's notice board holds: (host, failed rank).
+    board: std::collections::BTreeSet<(u32, Rank)>,
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
     /// Per sender, the links with a copy in flight and the delivery time
@@ -348,6 +361,16 @@ impl Simulator {
                 )?,
             };
             e.model_heartbeats();
+            if let Some(h) = &groups {
+                // Every rank of a host reads its notice board.
+                let others: Vec<Rank> = h
+                    .members(h.host_of(r))
+                    .iter()
+                    .copied()
+                    .filter(|&o| o != r)
+                    .collect();
+                let _ = e.handle(Time::ZERO, Input::BoardReaders { ranks: &others });
+            }
             engines.push(e);
         }
         let counters = if cfg.local {
@@ -374,6 +397,8 @@ impl Simulator {
             queue: Agenda::default(),
             held: BTreeMap::new(),
             held_errors: BTreeMap::new(),
+            held_board: BTreeMap::new(),
+            board: std::collections::BTreeSet::new(),
             partition: None,
             in_flight: vec![Vec::new(); n as usize],
             never_left: 0,
@@ -576,6 +601,26 @@ impl Simulator {
                     self.slots.stop(r, now);
                 }
             }
+            What::Board {
+                to,
+                failed,
+                detector,
+            } => match self.state[to as usize].status {
+                Status::Up => {
+                    let input = Input::BoardNotice {
+                        failed: &failed,
+                        detector,
+                    };
+                    let _ = self.engines[to as usize].handle(now, input);
+                    self.after_handle(to);
+                }
+                Status::Hung => self
+                    .held_board
+                    .entry(to)
+                    .or_default()
+                    .push((failed, detector)),
+                _ => {}
+            },
             What::Exited { to, rank } => {
                 // A stopped watcher learns it from the notices it finds;
                 // every rank of the host still up sees the exit itself.
@@ -599,6 +644,44 @@ impl Simulator {
                     );
                     self.after_handle(to);
                 }
+            }
+        }
+    }
+
+    /// `r` posted on its host's notice board: what is new there (the
+    /// board's bitmap only grows) every other rank of the host still
+    /// running reads after the exit latency (the same futex wake-up), a
+    /// stopped one when it resumes. A partition cuts ranks, not hosts: a
+    /// cut between two ranks of one host cuts their board too, as if they
+    /// were on two hosts.
+    fn post_on_board(&mut self, r: Rank, failed: &[Rank], detector: Rank) {
+        let Some(hosts) = self.hosts.clone() else {
+            return;
+        };
+        let host = hosts.host_of(r);
+        let new: Arc<[Rank]> = failed
+            .iter()
+            .copied()
+            .filter(|&f| self.board.insert((host, f)))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let at = self.now + self.cfg.exit_latency;
+        for &to in hosts.members(host) {
+            if to != r
+                && matches!(self.state[to as usize].status, Status::Up | Status::Hung)
+                && !self.is_cut(r, to)
+            {
+                let failed = Arc::clone(&new);
+                self.queue.push(
+                    at,
+                    What::Board {
+                        to,
+                        failed,
+                        detector,
+                    },
+                );
             }
         }
     }
@@ -693,6 +776,9 @@ impl Simulator {
                 }
                 Output::ClearSlot { slot } => self.slots.clear(r, slot),
                 Output::Send { to, message } => self.send(r, to, message),
+                Output::PostOnBoard { failed, detector } => {
+                    self.post_on_board(r, &failed, detector)
+                }
                 Output::Event(ev) => self.on_event(r, ev),
             }
         }

@@ -36,8 +36,9 @@ use libc::{FUTEX_OWNER_DIED, FUTEX_TID_MASK, FUTEX_WAITERS};
 
 use super::segment::HostSegment;
 
-/// Words one thread waits on: `FUTEX_WAITV_MAX` less the stop word.
-const WATCH_PER_THREAD: usize = libc::FUTEX_WAITV_MAX as usize - 1;
+/// Words one thread waits on: `FUTEX_WAITV_MAX` less the stop word and
+/// the notice board's bell.
+const WATCH_PER_THREAD: usize = libc::FUTEX_WAITV_MAX as usize - 2;
 
 /// The kernel walks at most this many robust-list entries per thread
 /// (`ROBUST_LIST_LIMIT`): watchers beyond it rely on their pidfds.
@@ -144,6 +145,9 @@ struct Shared {
     /// Parallel to `peers`: its death was reported (by a watch loop or a
     /// [`ExitWords::scan`]), so it is reported once.
     died: Box<[AtomicBool]>,
+    /// The notice board's bell moved (or the first thread began reading
+    /// the board): the progress thread should read the board.
+    board: AtomicBool,
 }
 
 impl Shared {
@@ -156,12 +160,19 @@ impl Shared {
 }
 
 impl Shared {
-    fn ring(&self, events: &mut Vec<(u64, WordEvent)>) {
-        if events.is_empty() {
+    /// Hands `events` to the progress thread and rings it, also when only
+    /// the board moved.
+    fn ring(&self, events: &mut Vec<(u64, WordEvent)>, board: bool) {
+        if events.is_empty() && !board {
             return;
         }
-        if let Ok(mut seen) = self.seen.lock() {
-            seen.append(events);
+        if board {
+            self.board.store(true, Ordering::Release);
+        }
+        if !events.is_empty() {
+            if let Ok(mut seen) = self.seen.lock() {
+                seen.append(events);
+            }
         }
         self.bell();
     }
@@ -205,6 +216,7 @@ impl ExitWords {
             broken: Mutex::new(None),
             peers: peers.into_boxed_slice(),
             died,
+            board: AtomicBool::new(false),
         });
         let mut words = ExitWords {
             shared,
@@ -292,6 +304,12 @@ impl ExitWords {
         }
     }
 
+    /// Whether the host's notice board moved since the last call (the
+    /// first thread waits on its bell): read it then.
+    pub fn take_board(&self) -> bool {
+        self.shared.board.swap(false, Ordering::AcqRel)
+    }
+
     /// Why a watch loop ended (an unexpected `futex_waitv` error), if one
     /// did: its ranks are then watched by their pidfds and counters only.
     pub fn broken(&self) -> Option<String> {
@@ -312,7 +330,7 @@ impl Drop for ExitWords {
 }
 
 /// Wakes every waiter on `word` (`private`: only this process's).
-fn wake(word: &AtomicU32, private: bool) {
+pub(super) fn wake(word: &AtomicU32, private: bool) {
     let op = if private {
         libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG
     } else {
@@ -457,7 +475,7 @@ fn run(
         None
     };
     let _ = ready.send(Ok(()));
-    if let Err(why) = watch(segment, shared, me, peers) {
+    if let Err(why) = watch(segment, shared, me, peers, holder) {
         if let Ok(mut broken) = shared.broken.lock() {
             broken.get_or_insert(why);
         }
@@ -475,14 +493,35 @@ fn waiter(word: &AtomicU32, val: u32, private: bool) -> libc::futex_waitv {
     w
 }
 
+/// Clears this rank's board-reader flag when its reading ends (also on
+/// unwind): posters then send it fabric copies again.
+struct ReaderFlag<'a>(&'a AtomicU32);
+
+impl Drop for ReaderFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
 /// Watches the words `[o][me]` of `shared.peers[peers]` until
-/// `shared.stop`.
+/// `shared.stop`, and (`board`) the notice board's bell.
 fn watch(
     segment: &HostSegment,
     shared: &Shared,
     me: u32,
     peers: std::ops::Range<usize>,
+    board: bool,
 ) -> Result<(), String> {
+    // Flag first, then read the bell, then have the board read once: a
+    // post made before the flag was seen is in the bitmap.
+    let flag = board.then(|| segment.board_reader(me)).flatten();
+    let _flag = flag.map(|f| {
+        f.store(1, Ordering::Release);
+        ReaderFlag(f)
+    });
+    let bell = flag.map(|_| segment.board_bell());
+    let mut bell_seen = bell.map(|b| b.load(Ordering::Acquire));
+    let mut board_moved = bell.is_some();
     // (index in `shared.peers`, owner, token, seen held)
     let mut live: Vec<(usize, u32, u64, bool)> = peers
         .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t, false)))
@@ -524,7 +563,15 @@ fn watch(
                 return true;
             }
         });
-        shared.ring(&mut events);
+        if let (Some(b), Some(seen)) = (bell, bell_seen.as_mut()) {
+            let v = b.load(Ordering::Acquire);
+            if v != *seen {
+                *seen = v;
+                board_moved = true;
+            }
+            waits.push(waiter(b, v, false));
+        }
+        shared.ring(&mut events, std::mem::take(&mut board_moved));
         waits.push(waiter(&shared.stop, 0, true));
         // SAFETY: `waits` holds at most FUTEX_WAITV_MAX valid entries whose
         // words (the segment's, which outlives this thread, and `stop`)
@@ -557,8 +604,8 @@ mod tests {
 
     fn segment(tag: &str, count: u32) -> (Arc<HostSegment>, HostSegment) {
         let name = format!("/ffd-test-{}-{tag}", std::process::id());
-        let a = HostSegment::create(&name, count).unwrap();
-        let b = HostSegment::open(&name, count).unwrap();
+        let a = HostSegment::create(&name, count, 8).unwrap();
+        let b = HostSegment::open(&name, count, 8).unwrap();
         (Arc::new(a), b)
     }
 

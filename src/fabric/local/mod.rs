@@ -3,7 +3,8 @@
 //! readable fd, exit words (robust futexes in the host's segment) that
 //! turn it into a wake-up before the kernel tears the process down, an
 //! epoll set that joins both to the progress thread's wake socket, the
-//! per-host shared-memory segment of wake-up counters, the monotonic
+//! per-host shared-memory segment of wake-up counters and its notice
+//! board (failures posted for every local rank at once), the monotonic
 //! clock those counters carry, and the progress thread's scheduling policy
 //! (`FFD_SCHED`).
 //!
@@ -16,11 +17,13 @@
 //! progress thread: every call it makes here returns at once (only the
 //! exit-word threads wait).
 
+mod board;
 mod exit_word;
 mod pidfd;
 mod sched;
 mod segment;
 
+pub use board::{BoardReader, post as post_on_board, readers as board_readers};
 pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
 };

@@ -10,7 +10,14 @@
 //! written), written once when that thread starts. Lines are cache-line aligned so that no two writers share one.
 //! After the lines, the exit-word matrix: `count × count` slots of 8
 //! bytes, slot `[o][w]` (at `o × count + w`) holding in its low 32 bits
-//! the futex word rank `o` holds for its watcher `w` (`exit_word.rs`).
+//! the futex word rank `o` holds for its watcher `w` (`exit_word.rs`);
+//! the diagonal `[w][w]` is 1 while `w`'s exit-word thread reads the
+//! notice board. Then the host's notice board (`board.rs`): a line whose
+//! first u32 is the board's bell (a futex word every board reader's
+//! exit-word thread waits on, bumped at each post), a bitmap of the job's
+//! `ranks` ranks (a bit set: posted as failed), and one u32 per job rank:
+//! the detector of its failure plus one (0: none posted). The header
+//! also holds the job's rank count (u32 at byte 16).
 //!
 //! Owns: creating (the host's lowest rank), opening (the others, after a
 //! start-up barrier), unlinking once every local rank mapped it (so a
@@ -51,6 +58,8 @@ pub struct HostSegment {
     base: *mut u8,
     len: usize,
     count: u32,
+    /// The job's ranks (the board's bitmap covers them).
+    ranks: u32,
     name: String,
     /// This process created it: it unlinks it on drop if the others did not.
     creator: bool,
@@ -76,16 +85,32 @@ impl HostSegment {
         LINE * (1 + count as usize)
     }
 
-    fn len_for(count: u32) -> usize {
-        Self::lines_len(count) + 8 * count as usize * count as usize
+    fn matrix_len(count: u32) -> usize {
+        8 * count as usize * count as usize
     }
 
-    /// Creates the segment `name` for `count` local ranks (an earlier
-    /// leftover of the same name is replaced) and maps it; this process
-    /// counts as having mapped it.
-    pub fn create(name: &str, count: u32) -> Result<HostSegment, SegmentError> {
+    /// Where the notice board starts: its bell's line.
+    fn board_at(count: u32) -> usize {
+        Self::lines_len(count) + Self::matrix_len(count)
+    }
+
+    fn bitmap_words(ranks: u32) -> usize {
+        (ranks as usize).div_ceil(64)
+    }
+
+    fn len_for(count: u32, ranks: u32) -> usize {
+        Self::board_at(count)
+            + LINE
+            + 8 * Self::bitmap_words(ranks)
+            + 4 * (ranks as usize).next_multiple_of(2)
+    }
+
+    /// Creates the segment `name` for `count` local ranks of a job of
+    /// `ranks` (an earlier leftover of the same name is replaced) and maps
+    /// it; this process counts as having mapped it.
+    pub fn create(name: &str, count: u32, ranks: u32) -> Result<HostSegment, SegmentError> {
         let cname = c_name(name)?;
-        let len = Self::len_for(count);
+        let len = Self::len_for(count, ranks);
         let mut fd = open(&cname, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR);
         if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
             // SAFETY: a NUL-terminated name; shm_unlink reads only it.
@@ -109,10 +134,12 @@ impl HostSegment {
             base,
             len,
             count,
+            ranks,
             name: name.to_owned(),
             creator: true,
         };
         seg.header_count().store(count, Ordering::Relaxed);
+        seg.header_ranks().store(ranks, Ordering::Relaxed);
         seg.header_mapped().store(1, Ordering::Relaxed);
         seg.header_magic().store(MAGIC, Ordering::Release);
         if count <= 1 {
@@ -122,10 +149,11 @@ impl HostSegment {
     }
 
     /// Opens and maps the segment another local rank created for `count`
-    /// ranks; the last of them to map it unlinks it.
-    pub fn open(name: &str, count: u32) -> Result<HostSegment, SegmentError> {
+    /// local ranks of a job of `ranks`; the last of them to map it unlinks
+    /// it.
+    pub fn open(name: &str, count: u32, ranks: u32) -> Result<HostSegment, SegmentError> {
         let cname = c_name(name)?;
-        let len = Self::len_for(count);
+        let len = Self::len_for(count, ranks);
         let fd = open(&cname, libc::O_RDWR);
         if fd < 0 {
             return Err(io_error("opening", name));
@@ -147,15 +175,17 @@ impl HostSegment {
             base,
             len,
             count,
+            ranks,
             name: name.to_owned(),
             creator: false,
         };
         if seg.header_magic().load(Ordering::Acquire) != MAGIC
             || seg.header_count().load(Ordering::Relaxed) != count
+            || seg.header_ranks().load(Ordering::Relaxed) != ranks
         {
             return Err(SegmentError::Foreign {
                 name: name.to_owned(),
-                why: format!("no header for {count} ranks"),
+                why: format!("no header for {count} local ranks of {ranks}"),
             });
         }
         if seg.header_mapped().fetch_add(1, Ordering::AcqRel) + 1 >= count {
@@ -203,6 +233,54 @@ impl HostSegment {
 
     fn header_mapped(&self) -> &AtomicU32 {
         self.header_u32(12)
+    }
+
+    fn header_ranks(&self) -> &AtomicU32 {
+        self.header_u32(16)
+    }
+
+    /// The job's ranks.
+    pub fn ranks(&self) -> u32 {
+        self.ranks
+    }
+
+    /// The u32 at byte `offset` of the mapping, as an atomic.
+    fn word32(&self, offset: usize) -> &AtomicU32 {
+        assert!(offset + 4 <= self.len && offset % 4 == 0);
+        // SAFETY: 4-aligned, inside the live mapping (checked); shared with
+        // other processes, so only ever accessed as an atomic (the bell
+        // also by the kernel, as a futex word).
+        unsafe { &*(self.base.add(offset) as *const AtomicU32) }
+    }
+
+    /// The notice board's bell: bumped at each post, waited on by every
+    /// reader's exit-word thread.
+    pub fn board_bell(&self) -> &AtomicU32 {
+        self.word32(Self::board_at(self.count))
+    }
+
+    /// Word `i` of the board's bitmap of failed ranks (`None` past it).
+    pub fn board_bits(&self, i: usize) -> Option<&AtomicU64> {
+        (i < Self::bitmap_words(self.ranks))
+            .then(|| self.word(Self::board_at(self.count) + LINE + 8 * i))
+    }
+
+    /// The detector posted for `rank`, plus one (0: none).
+    pub fn board_detector(&self, rank: u32) -> Option<&AtomicU32> {
+        (rank < self.ranks).then(|| {
+            self.word32(
+                Self::board_at(self.count)
+                    + LINE
+                    + 8 * Self::bitmap_words(self.ranks)
+                    + 4 * rank as usize,
+            )
+        })
+    }
+
+    /// Local rank `index`'s board-reader flag (the matrix's diagonal): 1
+    /// while its exit-word thread waits on the bell.
+    pub fn board_reader(&self, index: u32) -> Option<&AtomicU32> {
+        self.exit_word(index, index)
     }
 
     /// Local ranks on this segment.
@@ -318,14 +396,14 @@ mod tests {
     fn the_last_rank_to_map_it_unlinks_it_and_writes_are_shared() {
         let name = format!("/ffd-test-{}-segment", std::process::id());
         let path = format!("/dev/shm{name}");
-        let a = HostSegment::create(&name, 3).unwrap();
+        let a = HostSegment::create(&name, 3, 8).unwrap();
         assert!(std::path::Path::new(&path).exists());
-        let b = HostSegment::open(&name, 3).unwrap();
+        let b = HostSegment::open(&name, 3, 8).unwrap();
         assert!(
             std::path::Path::new(&path).exists(),
             "one rank still to map"
         );
-        let c = HostSegment::open(&name, 3).unwrap();
+        let c = HostSegment::open(&name, 3, 8).unwrap();
         assert!(!std::path::Path::new(&path).exists(), "unlinked");
         assert_eq!(b.load(0), None);
         a.store(0, 12345, 0xdead_beef);
@@ -339,7 +417,7 @@ mod tests {
         assert_eq!(a.thread(3), None, "outside the host");
         assert_eq!(a.load(3), None, "outside the host");
         assert!(matches!(
-            HostSegment::open(&name, 3),
+            HostSegment::open(&name, 3, 8),
             Err(SegmentError::Io { .. })
         ));
     }
@@ -347,8 +425,11 @@ mod tests {
     #[test]
     fn a_segment_of_another_size_is_refused() {
         let name = format!("/ffd-test-{}-size", std::process::id());
-        let _a = HostSegment::create(&name, 2).unwrap();
-        let err = HostSegment::open(&name, 4).unwrap_err();
+        let _a = HostSegment::create(&name, 2, 8).unwrap();
+        let err = HostSegment::open(&name, 4, 8).unwrap_err();
+        assert!(err.to_string().contains("not this job's"), "{err}");
+        // The same host size in a job of another size: its board differs.
+        let err = HostSegment::open(&name, 2, 6).unwrap_err();
         assert!(err.to_string().contains("not this job's"), "{err}");
         drop(_a);
         assert!(!std::path::Path::new(&format!("/dev/shm{name}")).exists());
