@@ -528,6 +528,30 @@ fn a_hang_is_posted_on_the_board_and_its_host_gets_no_fabric_copy() {
     c.run_for(ms(300));
     assert!(c.all_know(5));
     assert!(c.notices.iter().all(|&(_, to)| to == 5), "{:?}", c.notices);
+
+    // Only the even ranks read the board (as their drivers say): the odd
+    // ones still get fabric copies, the even ones none.
+    let mut c = Cluster::new(8, 1);
+    for r in 0..8u32 {
+        let readers: Vec<Rank> = (0..8).filter(|&o| o != r && o % 2 == 0).collect();
+        let input = Input::BoardReaders { ranks: &readers };
+        let _ = c.engines[r as usize].handle(c.now, input);
+    }
+    c.run_for(ms(300));
+    c.hang(5, EmitterThread::Stopped);
+    c.run_for(ms(300));
+    assert!(c.all_know(5));
+    let to: Vec<Rank> = c
+        .notices
+        .iter()
+        .map(|&(_, to)| to)
+        .filter(|&t| t != 5)
+        .collect();
+    assert!(
+        !to.is_empty() && to.iter().all(|t| t % 2 == 1),
+        "{:?}",
+        c.notices
+    );
 }
 
 #[test]

@@ -362,14 +362,10 @@ impl Simulator {
             };
             e.model_heartbeats();
             if let Some(h) = &groups {
-                // Every rank of a host reads its notice board.
-                let others: Vec<Rank> = h
-                    .members(h.host_of(r))
-                    .iter()
-                    .copied()
-                    .filter(|&o| o != r)
-                    .collect();
-                let _ = e.handle(Time::ZERO, Input::BoardReaders { ranks: &others });
+                // Every rank of a host reads its notice board (the Engine
+                // leaves itself out).
+                let ranks = h.members(h.host_of(r));
+                let _ = e.handle(Time::ZERO, Input::BoardReaders { ranks });
             }
             engines.push(e);
         }
