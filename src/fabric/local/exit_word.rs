@@ -609,6 +609,41 @@ mod tests {
         (Arc::new(a), b)
     }
 
+    /// Whether this kernel lacks `futex_waitv` (the test is then skipped).
+    fn no_futex_waitv() -> bool {
+        let missing = exit_word_probe().is_err();
+        if missing {
+            eprintln!("skipped: no futex_waitv here");
+        }
+        missing
+    }
+
+    /// A thread that holds `owner`'s row the way the holder does and then
+    /// ends without releasing it: its exit is what a process death looks
+    /// like to the kernel's robust-list walk.
+    fn die_holding(segment: &Arc<HostSegment>, owner: u32) {
+        let seg = Arc::clone(segment);
+        std::thread::spawn(move || {
+            let h = Holding::take(&seg, owner).unwrap();
+            std::mem::forget(h);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Until a watcher waits on `word` (it sets `FUTEX_WAITERS` first), at
+    /// most 10 s.
+    fn wait_until_waited(word: &AtomicU32) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while word.load(Ordering::Acquire) & FUTEX_WAITERS == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the watcher never waited"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     fn wait_for(words: &ExitWords, want: usize) -> Vec<(u64, WordEvent)> {
         let mut out = Vec::new();
         let mut pfd = libc::pollfd {
@@ -627,8 +662,7 @@ mod tests {
 
     #[test]
     fn a_released_row_is_seen_as_released_not_died() {
-        if exit_word_probe().is_err() {
-            eprintln!("skipped: no futex_waitv here");
+        if no_futex_waitv() {
             return;
         }
         let (a, b) = segment("exitwords-release", 2);
@@ -640,14 +674,7 @@ mod tests {
         assert_ne!(word.load(Ordering::Acquire) & FUTEX_TID_MASK, 0);
         // A release the watcher never saw held is no event: wait until it
         // waits on the held word (it sets FUTEX_WAITERS first).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while word.load(Ordering::Acquire) & FUTEX_WAITERS == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the watcher never waited"
-            );
-            std::thread::yield_now();
-        }
+        wait_until_waited(word);
         drop(holder);
         assert_eq!(wait_for(&watcher, 1), vec![(70, WordEvent::Released)]);
         assert_eq!(word.load(Ordering::Acquire), 0);
@@ -655,22 +682,13 @@ mod tests {
 
     #[test]
     fn a_holder_thread_that_dies_marks_its_words_and_wakes_its_watcher() {
-        if exit_word_probe().is_err() {
-            eprintln!("skipped: no futex_waitv here");
+        if no_futex_waitv() {
             return;
         }
         let (a, b) = segment("exitwords-death", 3);
         let watcher = ExitWords::start(Arc::new(b), 2, vec![(0, 80), (1, 81)], "t-w").unwrap();
-        // A thread that holds row 0 the way the holder does and then ends
-        // without releasing it: its exit is what a process death looks
-        // like to the kernel's robust-list walk.
-        let seg = Arc::clone(&a);
-        std::thread::spawn(move || {
-            let h = Holding::take(&seg, 0).unwrap();
-            std::mem::forget(h);
-        })
-        .join()
-        .unwrap();
+        // Rank 0's holder dies holding its row.
+        die_holding(&a, 0);
         assert_eq!(wait_for(&watcher, 1), vec![(80, WordEvent::Died)]);
         let v = a.exit_word(0, 2).unwrap().load(Ordering::Acquire);
         assert_eq!(v & FUTEX_OWNER_DIED, FUTEX_OWNER_DIED, "{v:#x}");
@@ -685,8 +703,7 @@ mod tests {
     /// read also finds it when the loop has not run.
     #[test]
     fn a_death_is_reported_once_by_the_scan_or_the_watch_loop() {
-        if exit_word_probe().is_err() {
-            eprintln!("skipped: no futex_waitv here");
+        if no_futex_waitv() {
             return;
         }
         let (a, b) = segment("exitwords-scan", 3);
@@ -694,13 +711,7 @@ mod tests {
         let mut seen = Vec::new();
         watcher.scan(&mut seen);
         assert!(seen.is_empty(), "nobody died yet: {seen:?}");
-        let seg = Arc::clone(&a);
-        std::thread::spawn(move || {
-            let h = Holding::take(&seg, 0).unwrap();
-            std::mem::forget(h);
-        })
-        .join()
-        .unwrap();
+        die_holding(&a, 0);
         // The kernel marked the word before the holder's join returned.
         watcher.scan(&mut seen);
         let mut pfd = libc::pollfd {
@@ -721,8 +732,7 @@ mod tests {
     /// exit-word threads watch its owner.
     #[test]
     fn a_rows_watchers_are_the_ranks_waiting_on_it() {
-        if exit_word_probe().is_err() {
-            eprintln!("skipped: no futex_waitv here");
+        if no_futex_waitv() {
             return;
         }
         let (a, b) = segment("exitwords-watchers", 3);
@@ -732,14 +742,7 @@ mod tests {
         assert!(out.is_empty(), "nobody waits yet: {out:?}");
         // Rank 2 watches rank 0; rank 1 does not.
         let _watcher = ExitWords::start(Arc::clone(&a), 2, vec![(0, 100)], "t-w").unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while a.exit_word(0, 2).unwrap().load(Ordering::Acquire) & FUTEX_WAITERS == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the watcher never waited"
-            );
-            std::thread::yield_now();
-        }
+        wait_until_waited(a.exit_word(0, 2).unwrap());
         watchers_of(&a, 0, &mut out);
         assert_eq!(out, vec![2]);
     }
