@@ -198,9 +198,14 @@ fn local_watching(mode: LocalMode) -> String {
         LocalMode::Auto => {
             let words = match exit_word_probe() {
                 Ok(()) => "exit words available (robust futexes, futex_waitv): a same-host \
-                           exit is seen as it begins, before the teardown (proof)"
+                           exit is seen as it begins, before the teardown (proof), and news \
+                           of a failure reaches the host's ranks through its notice board \
+                           (one wake-up each, no fabric copy)"
                     .to_owned(),
-                Err(why) => format!("exit words unavailable ({why})"),
+                Err(why) => format!(
+                    "exit words unavailable ({why}): no notice board either, news \
+                     reaches the host's ranks over the fabric"
+                ),
             };
             format!("{words}; {pidfd}; hangs through counters in shared memory")
         }
