@@ -163,6 +163,8 @@ pub(super) struct LocalWatching {
     /// The board readers last told to the Engine (ranks), and scratch.
     readers: Vec<Rank>,
     readers_now: Vec<Rank>,
+    /// When the flags were last read (`Time::ZERO`: never).
+    readers_at: Time,
     /// Same-host exits seen through exit words so far.
     words_seen: u64,
     /// Why a watch loop ended, until the progress thread logs it.
@@ -245,6 +247,7 @@ impl LocalWatching {
             board_news: Vec::new(),
             readers: Vec::new(),
             readers_now: Vec::new(),
+            readers_at: Time::ZERO,
             words_seen: 0,
             broken: None,
             broken_told: false,
@@ -358,11 +361,20 @@ impl LocalWatching {
     }
 
     /// Tells the Engine which other ranks of the host read the board, if
-    /// that changed (one load per local rank).
+    /// that changed: one load per local rank, at most once per quarter
+    /// timeout (the flags change when ranks start, and when one stops
+    /// reading; a rank not yet known to read gets fabric copies
+    /// meanwhile), so that a host of 128 ranks does not pay 127 loads at
+    /// every wake-up.
     pub(super) fn refresh_board_readers(&mut self, engine: &mut Engine, now: Time) {
         let Some(seg) = &self.segment else {
             return;
         };
+        let every = Duration::from_nanos(self.stale_after_ns / 4);
+        if self.readers_at != Time::ZERO && now < self.readers_at + every {
+            return;
+        }
+        self.readers_at = now;
         self.watcher_indices.clear();
         board_readers(seg, &mut self.watcher_indices);
         let members = self.hosts.members(self.hosts.host_of(self.me));
