@@ -194,17 +194,21 @@ impl Engine {
         let Some(hosts) = &self.hosts else {
             return;
         };
-        let mut readers: Vec<Rank> = ranks
-            .iter()
-            .copied()
-            .filter(|&r| r != self.me && r < self.ring.len() && hosts.same_host(r, self.me))
-            .collect();
-        readers.sort_unstable();
-        readers.dedup();
+        let ours = |r: Rank| r != self.me && r < self.ring.len() && hosts.same_host(r, self.me);
         let others = hosts
             .members(hosts.host_of(self.me))
             .len()
             .saturating_sub(1);
+        // The common case, every other rank of the host (a simulator
+        // passes the host's members, this rank among them), takes no list.
+        let ascending = ranks.windows(2).all(|w| w[0] < w[1]);
+        if others > 0 && ascending && ranks.iter().filter(|&&r| ours(r)).count() == others {
+            self.board_readers = BoardReaders::AllOfHost;
+            return;
+        }
+        let mut readers: Vec<Rank> = ranks.iter().copied().filter(|&r| ours(r)).collect();
+        readers.sort_unstable();
+        readers.dedup();
         self.board_readers = if readers.is_empty() {
             BoardReaders::None
         } else if readers.len() == others {
