@@ -163,8 +163,8 @@ pub(super) struct LocalWatching {
     /// The board readers last told to the Engine (ranks), and scratch.
     readers: Vec<Rank>,
     readers_now: Vec<Rank>,
-    /// When the flags were last read (`Time::ZERO`: never).
-    readers_at: Time,
+    /// When the flags were last read.
+    readers_at: Option<Time>,
     /// Same-host exits seen through exit words so far.
     words_seen: u64,
     /// Why a watch loop ended, until the progress thread logs it.
@@ -247,7 +247,7 @@ impl LocalWatching {
             board_news: Vec::new(),
             readers: Vec::new(),
             readers_now: Vec::new(),
-            readers_at: Time::ZERO,
+            readers_at: None,
             words_seen: 0,
             broken: None,
             broken_told: false,
@@ -314,13 +314,7 @@ impl LocalWatching {
                 self.broken = words.broken();
             }
         }
-        for i in 0..self.word_events.len() {
-            let (token, event) = self.word_events[i];
-            if let (WordEvent::Died, Ok(rank)) = (event, Rank::try_from(token)) {
-                self.words_seen += 1;
-                self.exited_to(engine, now, rank);
-            }
-        }
+        self.word_deaths_to(engine, now);
         for i in 0..self.exited.len() {
             if let Ok(rank) = Rank::try_from(self.exited[i]) {
                 self.exited_to(engine, now, rank);
@@ -371,19 +365,18 @@ impl LocalWatching {
             return;
         };
         let every = Duration::from_nanos(self.stale_after_ns / 4);
-        if self.readers_at != Time::ZERO && now < self.readers_at + every {
+        if self.readers_at.is_some_and(|at| now < at + every) {
             return;
         }
-        self.readers_at = now;
+        self.readers_at = Some(now);
         self.watcher_indices.clear();
         board_readers(seg, &mut self.watcher_indices);
         let members = self.hosts.members(self.hosts.host_of(self.me));
-        self.readers_now.clear();
-        self.readers_now.extend(
-            self.watcher_indices
-                .iter()
-                .filter_map(|&w| members.get(w as usize).copied())
-                .filter(|&r| r != self.me),
+        others_at(
+            members,
+            self.me,
+            &self.watcher_indices,
+            &mut self.readers_now,
         );
         if self.readers_now != self.readers {
             std::mem::swap(&mut self.readers, &mut self.readers_now);
@@ -406,12 +399,7 @@ impl LocalWatching {
             if let Ok(owner) = members.binary_search(&rank) {
                 self.watcher_indices.clear();
                 watchers_of(seg, owner as u32, &mut self.watcher_indices);
-                self.seen_by.extend(
-                    self.watcher_indices
-                        .iter()
-                        .filter_map(|&w| members.get(w as usize).copied())
-                        .filter(|&r| r != self.me),
-                );
+                others_at(members, self.me, &self.watcher_indices, &mut self.seen_by);
             }
         }
         let _ = engine.handle(
@@ -437,8 +425,14 @@ impl LocalWatching {
         };
         self.word_events.clear();
         words.scan(&mut self.word_events);
+        self.word_deaths_to(engine, now);
+    }
+
+    /// Hands the deaths among `word_events` to the Engine.
+    fn word_deaths_to(&mut self, engine: &mut Engine, now: Time) {
         for i in 0..self.word_events.len() {
-            if let Ok(rank) = Rank::try_from(self.word_events[i].0) {
+            let (token, event) = self.word_events[i];
+            if let (WordEvent::Died, Ok(rank)) = (event, Rank::try_from(token)) {
                 self.words_seen += 1;
                 self.exited_to(engine, now, rank);
             }
@@ -464,6 +458,18 @@ impl LocalWatching {
     pub(super) fn pidfds(&self) -> usize {
         self.exits.as_ref().map_or(0, ExitWatch::len)
     }
+}
+
+/// Sets `out` to the host's ranks at `indices` (into `members`, the
+/// host's ranks), `me` left out.
+fn others_at(members: &[Rank], me: Rank, indices: &[u32], out: &mut Vec<Rank>) {
+    out.clear();
+    out.extend(
+        indices
+            .iter()
+            .filter_map(|&w| members.get(w as usize).copied())
+            .filter(|&r| r != me),
+    );
 }
 
 /// This thread's id, from `/proc/thread-self` (a link to `<pid>/task/<tid>`);

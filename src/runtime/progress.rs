@@ -551,8 +551,12 @@ impl Core<'_> {
     }
 
     /// Which ranks of the host read its notice board, for the Engine's
-    /// fan-outs (one load per local rank; the Engine hears only changes).
+    /// fan-outs (`LocalWatching::refresh_board_readers`: at most once per
+    /// quarter timeout; the Engine hears only changes).
     fn refresh_board_readers(&mut self) {
+        if self.local.is_none() {
+            return;
+        }
         let now = self.now();
         if let Some(local) = self.local.as_mut() {
             local.refresh_board_readers(&mut self.engine, now);

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::trust::link_key;
-use super::{Engine, NO_RANK, Output, Participation, Timer};
+use super::{Engine, Output, Participation, Timer};
 use crate::config::{Rank, Time};
 use crate::overlay::{Links, MAX_LINKS};
 use crate::wire::{self, Kind, Notice, Sealed, TAG_LEN};
@@ -132,7 +132,7 @@ impl Engine {
         left.dedup();
         self.stats.notices_forwarded += 1;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
-        self.fan_out(Kind::Notice, m, self.me, &[NO_RANK, NO_RANK], false);
+        self.fan_out(Kind::Notice, m, self.me, &[], false);
     }
 
     /// Ranks learned from a sync exchange are new to this part of the
@@ -143,6 +143,6 @@ impl Engine {
         }
         self.stats.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
-        self.fan_out(Kind::Notice, m, self.me, &[peer, NO_RANK], false);
+        self.fan_out(Kind::Notice, m, self.me, &[peer], false);
     }
 }

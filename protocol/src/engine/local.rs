@@ -266,18 +266,8 @@ impl Engine {
         if new.is_empty() {
             return;
         }
-        self.failed.insert_sorted(&new);
-        for &rank in &new {
-            self.stats.board_learned += 1;
-            self.stats.detections[Cause::Notice as usize] += 1;
-            self.push_event(Event::Failed {
-                rank,
-                detector,
-                cause: Cause::Notice,
-                hops: 1,
-                detail: FailureDetail::Learned,
-            });
-        }
+        self.stats.board_learned += new.len() as u64;
+        self.learned_failed(&new, detector, 1);
         let m: Arc<[u8]> = self.encoder.notice(detector, 1, &new, &[]).into();
         self.stats.notices_forwarded += 1;
         self.fan_out(Kind::Notice, m, detector, &[detector], true);

@@ -127,10 +127,21 @@ impl Engine {
             self.failed.as_slice(),
             self.left.as_slice(),
         );
-        self.failed.insert_sorted(&new_failed);
+        self.learned_failed(&new_failed, detector, hops);
         let new_left = unknown_ranks(left, self.me, self.failed.as_slice(), self.left.as_slice());
         self.left.insert_sorted(&new_left);
-        for &rank in &new_failed {
+        for &rank in &new_left {
+            self.stats.departures_learned += 1;
+            self.push_event(Event::Left { rank });
+        }
+        (new_failed, new_left)
+    }
+
+    /// Adds `new` (ascending, none of them known gone) to the failed set,
+    /// learned from `detector`'s news `hops` away, and reports each.
+    pub(super) fn learned_failed(&mut self, new: &[Rank], detector: Rank, hops: u16) {
+        self.failed.insert_sorted(new);
+        for &rank in new {
             self.stats.detections[Cause::Notice as usize] += 1;
             self.push_event(Event::Failed {
                 rank,
@@ -140,11 +151,6 @@ impl Engine {
                 detail: FailureDetail::Learned,
             });
         }
-        for &rank in &new_left {
-            self.stats.departures_learned += 1;
-            self.push_event(Event::Left { rank });
-        }
-        (new_failed, new_left)
     }
 
     /// Reacts to a grown failed/left set: mend if the emitter is gone, stop

@@ -244,7 +244,7 @@ pub struct Engine {
     /// A silent leader's host being checked (host groups).
     host_check: Option<HostCheck>,
     /// The other ranks of this host that read its notice board
-    /// ([`Input::BoardReaders`]), ascending.
+    /// ([`Input::BoardReaders`]).
     board_readers: local::BoardReaders,
 }
 

@@ -249,7 +249,7 @@ impl Engine {
                     .to_vec(),
             });
         }
-        self.fan_out(Kind::Payload, forward, origin, &[from, NO_RANK], false);
+        self.fan_out(Kind::Payload, forward, origin, &[from], false);
     }
 
     /// A sync request's marks: send the requester, oldest first, the kept

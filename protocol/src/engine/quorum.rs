@@ -392,7 +392,7 @@ impl Engine {
             .encoder
             .suspect(self.me, nonce, suspect, 0, flags)
             .into();
-        self.fan_out(Kind::Suspect, m, self.me, &[NO_RANK, NO_RANK], false);
+        self.fan_out(Kind::Suspect, m, self.me, &[], false);
         for r in probed {
             let probe = self.encoder.probe(probe_nonce, r);
             self.send(r, Kind::Probe, probe);
@@ -464,7 +464,7 @@ impl Engine {
             .encoder
             .outcome(self.me, a.nonce, suspect, 0, OutcomeVerdict::Withdrawn)
             .into();
-        self.fan_out(Kind::Outcome, m, self.me, &[NO_RANK, NO_RANK], false);
+        self.fan_out(Kind::Outcome, m, self.me, &[], false);
         if self.watch.emitter == Some(suspect) {
             self.watch.changed_at = now;
             self.watch.still_seen_at = None;
@@ -803,13 +803,7 @@ impl Engine {
         };
         self.quorum_state().ballots.push(ballot);
         if let Some(fwd) = wire::forwarded(bytes, self.me) {
-            self.fan_out(
-                Kind::Suspect,
-                fwd.into(),
-                accuser,
-                &[sender, NO_RANK],
-                false,
-            );
+            self.fan_out(Kind::Suspect, fwd.into(), accuser, &[sender], false);
         }
         self.maybe_vote(now, accuser, suspect);
         self.rearm_quorum(now);
@@ -889,13 +883,7 @@ impl Engine {
         };
         match verdict {
             OutcomeVerdict::Withdrawn => {
-                self.fan_out(
-                    Kind::Outcome,
-                    fwd.into(),
-                    accuser,
-                    &[sender, NO_RANK],
-                    false,
-                );
+                self.fan_out(Kind::Outcome, fwd.into(), accuser, &[sender], false);
                 self.rearm_quorum(now);
             }
             OutcomeVerdict::NoQuorum => {

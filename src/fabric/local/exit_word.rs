@@ -157,9 +157,7 @@ impl Shared {
             .get(i)
             .is_some_and(|d| !d.swap(true, Ordering::AcqRel))
     }
-}
 
-impl Shared {
     /// Hands `events` to the progress thread and rings it, also when only
     /// the board moved.
     fn ring(&self, events: &mut Vec<(u64, WordEvent)>, board: bool) {
@@ -526,7 +524,8 @@ fn watch(
     let mut live: Vec<(usize, u32, u64, bool)> = peers
         .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t, false)))
         .collect();
-    let mut waits: Vec<libc::futex_waitv> = Vec::with_capacity(live.len() + 1);
+    // The words, the bell, the stop word.
+    let mut waits: Vec<libc::futex_waitv> = Vec::with_capacity(live.len() + 2);
     let mut events = Vec::new();
     while shared.stop.load(Ordering::Acquire) == 0 {
         waits.clear();
