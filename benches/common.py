@@ -28,8 +28,9 @@ def build():
     return FFD
 
 
-def run_job(args, env=None, timeout=600):
-    """Runs `ffd run ARGS --json F` and returns (report, seconds taken).
+def run_job(args, env=None, timeout=600, agent_args=()):
+    """Runs `ffd run ARGS --json F [-- AGENT_ARGS]` and returns (report,
+    seconds taken).
 
     `ffd run` reaps its agents on every path; `timeout` bounds the launcher.
     """
@@ -37,7 +38,7 @@ def run_job(args, env=None, timeout=600):
         path = os.path.join(d, "report.json")
         t0 = time.monotonic()
         proc = subprocess.run(
-            [FFD, "run", *args, "--json", path],
+            [FFD, "run", *args, "--json", path, *(["--", *agent_args] if agent_args else [])],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env={**os.environ, **(env or {})},

@@ -107,7 +107,7 @@ def summarize(samples):
             "propagate_p99_ms": percentile(col("propagate_ms"), 99)}
 
 
-def ffd_job(n, fault_args, duration_ms, period, timeout, mode, hosts=None, sched="normal"):
+def ffd_job(n, fault_args, duration_ms, period, timeout, mode, hosts=None, sched="normal", agent_args=()):
     args = ["-n", str(n), "--period", period, "--timeout", timeout, *fault_args,
             "--duration", f"{duration_ms}ms"]
     if hosts:
@@ -115,7 +115,7 @@ def ffd_job(n, fault_args, duration_ms, period, timeout, mode, hosts=None, sched
     env = ls.mode_env(mode)
     if sched != "normal":
         env["FFD_SCHED"] = sched
-    report, _ = run_job(args, env=env, timeout=300)
+    report, _ = run_job(args, env=env, timeout=300, agent_args=agent_args)
     return report
 
 

@@ -43,7 +43,8 @@ def _reader(stream, lines):
     lines.put(None)
 
 
-def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first_ms=1000, poll_us=200):
+def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first_ms=1000, poll_us=200,
+            memory_mib=0):
     """One job of `ranks` ranks; `victims` are faulted (`fault`: "kill" or
     "stop") one at a time, the i-th at first_ms + i * spacing_ms after every
     rank printed its ready line. Returns one sample per victim:
@@ -59,7 +60,7 @@ def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first
                "--mca", "mpi_ft_detector_period", f"{period_ms / 1000:g}",
                "--mca", "mpi_ft_detector_timeout", f"{timeout_ms / 1000:g}",
                "-np", str(ranks), EXE, "--victims", ",".join(map(str, victims)),
-               "--poll-us", str(poll_us), "--wait-ms", str(wait_ms)]
+               "--poll-us", str(poll_us), "--wait-ms", str(wait_ms), "--memory-mib", str(memory_mib)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PRTE_", "PMIX_"))}
         proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         lines = queue.Queue()

@@ -26,7 +26,10 @@
  *          --oversubscribe --bind-to none -np 8 ./ulfm_detect --victims 3
  *
  * Options: --victims R[,R...] (the ranks the benchmark will fault; default
- * 1), --poll-us P (default 200), --wait-ms W (default 60000).
+ * 1), --poll-us P (default 200), --wait-ms W (default 60000), --memory-mib M
+ * (every rank holds M MiB of written memory from before its ready line, as
+ * an application's data, so a kill's teardown takes as long as a real
+ * rank's; default 0; benches/victim_memory.py).
  *
  * Lines (one printf each, flushed):
  *   ready R pid P                         (after an MPI_Barrier of all ranks)
@@ -85,7 +88,7 @@ static int all_seen(const int *victims, int count, const char *seen) {
 
 int main(int argc, char **argv) {
     const char *victim_list = "1";
-    long poll_us = 200, wait_ms = 60000;
+    long poll_us = 200, wait_ms = 60000, memory_mib = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--victims") == 0 && i + 1 < argc)
             victim_list = argv[++i];
@@ -93,8 +96,11 @@ int main(int argc, char **argv) {
             poll_us = atol(argv[++i]);
         else if (strcmp(argv[i], "--wait-ms") == 0 && i + 1 < argc)
             wait_ms = atol(argv[++i]);
+        else if (strcmp(argv[i], "--memory-mib") == 0 && i + 1 < argc && atol(argv[i + 1]) >= 0)
+            memory_mib = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--victims R[,R...]] [--poll-us P] [--wait-ms W]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--victims R[,R...]] [--poll-us P] [--wait-ms W] [--memory-mib M]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -115,6 +121,15 @@ int main(int argc, char **argv) {
         p = *end == ',' ? end + 1 : end;
     }
     char *seen = calloc((size_t)size, 1);
+    /* Written, so that every page is the process's own (a kill frees it). */
+    size_t ballast_bytes = (size_t)memory_mib << 20;
+    volatile char *ballast = ballast_bytes ? malloc(ballast_bytes) : NULL;
+    if (ballast_bytes && !ballast) {
+        fprintf(stderr, "ulfm_detect: rank %d: cannot allocate --memory-mib %ld\n", me, memory_mib);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (ballast)
+        memset((char *)ballast, 1, ballast_bytes);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Barrier(MPI_COMM_WORLD);
     printf("ready %d pid %d\n", me, (int)getpid());

@@ -46,6 +46,29 @@ pub struct AgentArgs {
     /// `agree [FLAGS]` (`ffd run --agree`).
     #[arg(long)]
     pub stdin_control: bool,
+    /// Hold SIZE of written memory (`512MiB`, `1GiB`, or bytes) from
+    /// before the ready line to the end, as an application's data: a
+    /// kill's teardown then takes as long as a real rank's
+    /// (`benches/victim_memory.py`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub memory: Option<usize>,
+}
+
+/// `--memory`'s SIZE: bytes, or a whole number of `KiB`, `MiB` or `GiB`.
+fn parse_memory(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let (digits, unit) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+        .into_iter()
+        .find_map(|(suffix, unit)| t.strip_suffix(suffix).map(|d| (d, unit)))
+        .unwrap_or((t, 1));
+    digits
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| {
+            format!("`{text}` is not a size; accepted: a whole number of bytes, KiB, MiB or GiB (e.g. 512MiB)")
+        })
 }
 
 /// Runs one rank until it is told to stop or is excluded.
@@ -76,6 +99,8 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     for warning in config.warnings() {
         eprintln!("ffd agent: warning: {warning}");
     }
+    // Written, so that every page is the process's own (a kill frees it).
+    let ballast = args.memory.map(|bytes| vec![1u8; bytes]);
     let mut bootstrap = open_bootstrap(&env)?;
     let me = bootstrap.rank();
     let detector = Detector::start(&config, bootstrap.as_mut())
@@ -171,6 +196,7 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     emit(out, &clock.now(AgentEvent::Stats { stats }))?;
     let last = clock.now(AgentEvent::Exit);
     detector.shutdown();
+    drop(std::hint::black_box(ballast));
     emit(out, &last)
 }
 
@@ -508,6 +534,25 @@ mod tests {
             let parsed = AgentLine::parse(&line.to_json().unwrap()).unwrap();
             assert_eq!(parsed.event, want);
             assert_eq!(parsed.stamp.me, Some(3));
+        }
+    }
+
+    #[test]
+    fn memory_sizes_parse_with_their_unit_and_bad_ones_say_the_form() {
+        assert_eq!(parse_memory("4096"), Ok(4096));
+        assert_eq!(parse_memory("3KiB"), Ok(3 * 1024));
+        assert_eq!(parse_memory("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_memory("2GiB"), Ok(2 << 30));
+        for bad in [
+            "",
+            "MiB",
+            "1.5GiB",
+            "-1MiB",
+            "1GB",
+            "99999999999999999999GiB",
+        ] {
+            let err = parse_memory(bad).unwrap_err();
+            assert!(err.contains("KiB, MiB or GiB"), "{bad}: {err}");
         }
     }
 
