@@ -104,6 +104,17 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    /* Written, so that every page is the process's own (a kill frees it);
+     * before MPI_Init, whose failure detector would count the time spent
+     * writing it as silence. */
+    size_t ballast_bytes = (size_t)memory_mib << 20;
+    volatile char *ballast = ballast_bytes ? malloc(ballast_bytes) : NULL;
+    if (ballast_bytes && !ballast) {
+        fprintf(stderr, "ulfm_detect: pid %d: cannot allocate --memory-mib %ld\n", (int)getpid(), memory_mib);
+        return 2;
+    }
+    if (ballast)
+        memset((char *)ballast, 1, ballast_bytes);
     MPI_Init(&argc, &argv);
     int me, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -121,15 +132,6 @@ int main(int argc, char **argv) {
         p = *end == ',' ? end + 1 : end;
     }
     char *seen = calloc((size_t)size, 1);
-    /* Written, so that every page is the process's own (a kill frees it). */
-    size_t ballast_bytes = (size_t)memory_mib << 20;
-    volatile char *ballast = ballast_bytes ? malloc(ballast_bytes) : NULL;
-    if (ballast_bytes && !ballast) {
-        fprintf(stderr, "ulfm_detect: rank %d: cannot allocate --memory-mib %ld\n", me, memory_mib);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    if (ballast)
-        memset((char *)ballast, 1, ballast_bytes);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Barrier(MPI_COMM_WORLD);
     printf("ready %d pid %d\n", me, (int)getpid());
