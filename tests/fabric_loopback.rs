@@ -398,6 +398,73 @@ fn wait_wakes(provider: &str, domain: Option<&str>) {
     assert!(elapsed < DEADLINE, "woke only after {elapsed:?}");
 }
 
+/// `sleep_or` wakes on an arrival like `wait_or` but leaves it in the
+/// queue: the caller's next `poll` hands it out (the progress thread reads
+/// same-host exits first). The wake fd, never written, never wakes it
+/// where the queue has a wait fd.
+fn sleep_leaves_the_arrival_unread(provider: &str, domain: Option<&str>) {
+    let Some((mut a, mut b, b_addr, _)) = pair(provider, domain, &EndpointConfig::default()) else {
+        return;
+    };
+    let (wake, _writer) = std::os::unix::net::UnixStream::pair().expect("wake socket pair");
+    let sleeper = std::thread::spawn(move || {
+        let start = Instant::now();
+        let (mut in_sleep, mut in_poll, mut woken) = (None, None, false);
+        while in_sleep.is_none() && in_poll.is_none() && start.elapsed() < DEADLINE {
+            let waited =
+                b.ep.sleep_or(DEADLINE, std::os::fd::AsFd::as_fd(&wake), &mut |c| {
+                    if let Completion::Received { bytes, .. } = c {
+                        in_sleep = Some(bytes.to_vec());
+                    }
+                })
+                .expect("sleep");
+            woken |= waited.woken;
+            if waited.queue {
+                b.ep.poll(usize::MAX, &mut |c| {
+                    if let Completion::Received { bytes, .. } = c {
+                        in_poll = Some(bytes.to_vec());
+                    }
+                })
+                .expect("poll");
+            }
+        }
+        (in_sleep, in_poll, woken, b.ep.wait_kind())
+    });
+    let start = Instant::now();
+    let mut sent = false;
+    while !sent && start.elapsed() < DEADLINE {
+        match a.ep.try_send(b_addr, b"unread", 1) {
+            Ok(()) => sent = true,
+            Err(e) if e.is_would_block() => {
+                a.pump();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    assert!(sent, "send refused for {DEADLINE:?}");
+    while !sleeper.is_finished() && start.elapsed() < DEADLINE * 2 {
+        a.pump();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (in_sleep, in_poll, woken, kind) = sleeper.join().expect("sleeper thread");
+    // The sleeper posted nothing, so nothing was due before its waits:
+    // what arrived can only have come out of the caller's poll.
+    assert_eq!(
+        in_sleep, None,
+        "{provider}: sleep_or handed out the arrival"
+    );
+    assert_eq!(
+        in_poll.as_deref(),
+        Some(&b"unread"[..]),
+        "{provider}: nothing received"
+    );
+    // Without a wait fd (shm) a wait cannot tell, and says both may be.
+    if kind == WaitKind::Fd {
+        assert!(!woken, "{provider}: woken by a wake fd nobody wrote");
+    }
+}
+
 /// With `delivery_complete`, tcp;ofi_rxm reports a rejected write as an
 /// error completion of that very write (FI_ECANCELED), and the connection
 /// stays usable for good writes afterwards.
@@ -532,6 +599,10 @@ macro_rules! provider_tests {
             #[test]
             fn wait_returns_by_its_timeout() {
                 super::wait_times_out($provider, $domain);
+            }
+            #[test]
+            fn sleep_leaves_the_arrival_for_the_callers_poll() {
+                super::sleep_leaves_the_arrival_unread($provider, $domain);
             }
         }
     };
