@@ -11,7 +11,8 @@
 //! Each turn of the loop: take host commands; take same-host exits (what
 //! the exit-word thread rang, and the words themselves before the queue)
 //! and carry out what they proved; read the completion queue (before any
-//! judgement, so heartbeats that landed are seen and errors are evidence); if the Engine's deadline has come, read the slot it watches
+//! judgement, so heartbeats that landed are seen and errors are
+//! evidence); if the Engine's deadline has come, read the slot it watches
 //! and tick it; carry out its outputs; retry refused sends; then sleep on
 //! the completion queue's wait object or the wake socket until the next
 //! deadline (`FFD_PROGRESS=sleep`), or go round again (`spin`).
