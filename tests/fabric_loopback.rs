@@ -352,6 +352,33 @@ fn bad_target_is_an_error(provider: &str, domain: Option<&str>, wrong_key: bool)
     assert_eq!(page.read(1), 5);
 }
 
+/// Sends `bytes` from `a` to `to`, then keeps `a` progressing until the
+/// thread `sleeper` (waiting for them) is done, each bounded by a deadline.
+fn send_to_sleeper<T>(
+    a: &mut Peer,
+    to: FiAddr,
+    bytes: &[u8],
+    sleeper: &std::thread::JoinHandle<T>,
+) {
+    let start = Instant::now();
+    let mut sent = false;
+    while !sent && start.elapsed() < DEADLINE {
+        match a.ep.try_send(to, bytes, 1) {
+            Ok(()) => sent = true,
+            Err(e) if e.is_would_block() => {
+                a.pump();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    assert!(sent, "send refused for {DEADLINE:?}");
+    while !sleeper.is_finished() && start.elapsed() < DEADLINE * 2 {
+        a.pump();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// The wait object wakes a sleeping peer when a message arrives.
 fn wait_wakes(provider: &str, domain: Option<&str>) {
     let Some((mut a, mut b, b_addr, _)) = pair(provider, domain, &EndpointConfig::default()) else {
@@ -370,24 +397,7 @@ fn wait_wakes(provider: &str, domain: Option<&str>) {
         }
         (got, start.elapsed(), b.ep.wait_kind())
     });
-    let start = Instant::now();
-    let mut sent = false;
-    while !sent && start.elapsed() < DEADLINE {
-        match a.ep.try_send(b_addr, b"wake", 1) {
-            Ok(()) => sent = true,
-            Err(e) if e.is_would_block() => {
-                a.pump();
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("send: {e}"),
-        }
-    }
-    assert!(sent, "send refused for {DEADLINE:?}");
-    // Keep the sender progressing until the sleeper is done.
-    while !sleeper.is_finished() && start.elapsed() < DEADLINE * 2 {
-        a.pump();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    send_to_sleeper(&mut a, b_addr, b"wake", &sleeper);
     let (got, elapsed, kind) = sleeper.join().expect("sleeper thread");
     assert_eq!(
         got.as_deref(),
@@ -430,23 +440,7 @@ fn sleep_leaves_the_arrival_unread(provider: &str, domain: Option<&str>) {
         }
         (in_sleep, in_poll, woken, b.ep.wait_kind())
     });
-    let start = Instant::now();
-    let mut sent = false;
-    while !sent && start.elapsed() < DEADLINE {
-        match a.ep.try_send(b_addr, b"unread", 1) {
-            Ok(()) => sent = true,
-            Err(e) if e.is_would_block() => {
-                a.pump();
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("send: {e}"),
-        }
-    }
-    assert!(sent, "send refused for {DEADLINE:?}");
-    while !sleeper.is_finished() && start.elapsed() < DEADLINE * 2 {
-        a.pump();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    send_to_sleeper(&mut a, b_addr, b"unread", &sleeper);
     let (in_sleep, in_poll, woken, kind) = sleeper.join().expect("sleeper thread");
     // The sleeper posted nothing, so nothing was due before its waits:
     // what arrived can only have come out of the caller's poll.
