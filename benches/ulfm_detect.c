@@ -96,9 +96,14 @@ int main(int argc, char **argv) {
             poll_us = atol(argv[++i]);
         else if (strcmp(argv[i], "--wait-ms") == 0 && i + 1 < argc)
             wait_ms = atol(argv[++i]);
-        else if (strcmp(argv[i], "--memory-mib") == 0 && i + 1 < argc && atol(argv[i + 1]) >= 0)
-            memory_mib = atol(argv[++i]);
-        else {
+        else if (strcmp(argv[i], "--memory-mib") == 0 && i + 1 < argc) {
+            char *end;
+            memory_mib = strtol(argv[++i], &end, 10);
+            if (*argv[i] == '\0' || *end != '\0' || memory_mib < 0 || (size_t)memory_mib > (SIZE_MAX >> 20)) {
+                fprintf(stderr, "ulfm_detect: --memory-mib %s: give a whole number of MiB\n", argv[i]);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "usage: %s [--victims R[,R...]] [--poll-us P] [--wait-ms W] [--memory-mib M]\n",
                     argv[0]);
             return 2;
@@ -113,8 +118,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ulfm_detect: pid %d: cannot allocate --memory-mib %ld\n", (int)getpid(), memory_mib);
         return 2;
     }
-    if (ballast)
-        memset((char *)ballast, 1, ballast_bytes);
+    /* One volatile store a page: the compiler keeps every one. */
+    for (size_t at = 0; at < ballast_bytes; at += 4096)
+        ballast[at] = 1;
     MPI_Init(&argc, &argv);
     int me, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);

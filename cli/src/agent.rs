@@ -56,19 +56,29 @@ pub struct AgentArgs {
 
 /// `--memory`'s SIZE: bytes, or a whole number of `KiB`, `MiB` or `GiB`.
 fn parse_memory(text: &str) -> Result<usize, String> {
-    let t = text.trim();
+    let form = "accepted: a whole number of bytes, KiB, MiB or GiB (e.g. 512MiB)";
     let (digits, unit) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
         .into_iter()
-        .find_map(|(suffix, unit)| t.strip_suffix(suffix).map(|d| (d, unit)))
-        .unwrap_or((t, 1));
+        .find_map(|(suffix, unit)| text.strip_suffix(suffix).map(|d| (d, unit)))
+        .unwrap_or((text, 1));
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{text}` is not a size; {form}"));
+    }
     digits
-        .trim()
         .parse::<usize>()
         .ok()
         .and_then(|n| n.checked_mul(unit))
-        .ok_or_else(|| {
-            format!("`{text}` is not a size; accepted: a whole number of bytes, KiB, MiB or GiB (e.g. 512MiB)")
-        })
+        .filter(|&bytes| bytes <= isize::MAX as usize)
+        .ok_or_else(|| format!("`{text}` is too large for this machine's addresses; {form}"))
+}
+
+/// `--memory`: `bytes` written, or why they cannot be had.
+fn ballast(bytes: usize) -> Result<Vec<u8>, AgentError> {
+    let mut held = Vec::new();
+    held.try_reserve_exact(bytes)
+        .map_err(|e| AgentError::Failed(format!("--memory: cannot allocate {bytes} bytes: {e}")))?;
+    held.resize(bytes, 1);
+    Ok(held)
 }
 
 /// Runs one rank until it is told to stop or is excluded.
@@ -100,7 +110,7 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
         eprintln!("ffd agent: warning: {warning}");
     }
     // Written, so that every page is the process's own (a kill frees it).
-    let ballast = args.memory.map(|bytes| vec![1u8; bytes]);
+    let ballast = args.memory.map(ballast).transpose()?;
     let mut bootstrap = open_bootstrap(&env)?;
     let me = bootstrap.rank();
     let detector = Detector::start(&config, bootstrap.as_mut())
@@ -543,16 +553,14 @@ mod tests {
         assert_eq!(parse_memory("3KiB"), Ok(3 * 1024));
         assert_eq!(parse_memory("512MiB"), Ok(512 << 20));
         assert_eq!(parse_memory("2GiB"), Ok(2 << 30));
-        for bad in [
-            "",
-            "MiB",
-            "1.5GiB",
-            "-1MiB",
-            "1GB",
-            "99999999999999999999GiB",
-        ] {
+        for bad in ["", "MiB", "1.5GiB", "-1MiB", "+5MiB", "5 MiB", "1GB", " 5"] {
             let err = parse_memory(bad).unwrap_err();
+            assert!(err.contains("is not a size"), "{bad}: {err}");
             assert!(err.contains("KiB, MiB or GiB"), "{bad}: {err}");
+        }
+        for huge in ["99999999999999999999GiB", "17179869184GiB"] {
+            let err = parse_memory(huge).unwrap_err();
+            assert!(err.contains("too large"), "{huge}: {err}");
         }
     }
 

@@ -168,8 +168,10 @@ struct Core<'d> {
     #[cfg(any(test, feature = "fault-injection"))]
     inject_cq_error: bool,
     last_publish: Instant,
-    /// The exit words were not read since the last wait: they are, once,
-    /// before the queue and its first message (`Core::scan_exits`).
+    /// Set before each wait and each read of the queue: the exit words are
+    /// read (`Core::scan_exits`) before the queue after a wait, or before
+    /// the first message a read before the wait finds, and then not again
+    /// until it is set.
     exits_unscanned: bool,
 }
 
@@ -366,6 +368,8 @@ impl<'d> Progress<'d> {
         // a plain heartbeat wake-up reads neither again.
         let mut woken = true;
         let mut queue = true;
+        // The last wait saw the queue readable and nothing read it since.
+        let mut unread = false;
         while !core.finished() {
             if woken {
                 // Empty the wake socket first: a command sent after this
@@ -390,7 +394,10 @@ impl<'d> Progress<'d> {
             core.carry_out(endpoint);
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
-                None if queue => endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)),
+                None if queue => {
+                    unread = false;
+                    endpoint.poll(usize::MAX, &mut |c| core.on_completion(c))
+                }
                 None => Ok(0),
             };
             if let Err(e) = polled {
@@ -415,15 +422,23 @@ impl<'d> Progress<'d> {
             core.exits_unscanned = true;
             // The queue is read at the top of the loop, after the exits.
             match endpoint.sleep_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
-                Ok(waited) => (queue, woken) = (waited.queue, waited.woken),
+                Ok(waited) => (queue, woken, unread) = (waited.queue, waited.woken, waited.queue),
                 Err(e) => {
                     core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
                     break;
                 }
             }
         }
-        // What the last completions produced (the SelfExcluded event when
-        // the exclusion notice arrived during the wait) still goes out.
+        // A loop that ended on the clock during its last wait (a leave's
+        // linger) reads what woke it, as the loop would have; what the
+        // last completions produced (the SelfExcluded event when the
+        // exclusion notice was among them) still goes out.
+        if unread {
+            if let Err(e) = endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)) {
+                core.logger
+                    .debug(format_args!("the last read of the queue failed: {e}"));
+            }
+        }
         core.carry_out(endpoint);
         core.publish(true);
         if let Some(reason) = core.failed.take() {
@@ -564,7 +579,11 @@ impl Core<'_> {
     /// (`LocalWatching::scan_exit_words`): before the queue, and before
     /// the first message in it.
     fn scan_exits(&mut self) {
-        if std::mem::take(&mut self.exits_unscanned) && self.local.is_some() {
+        let words = self
+            .local
+            .as_ref()
+            .is_some_and(LocalWatching::has_exit_words);
+        if std::mem::take(&mut self.exits_unscanned) && words {
             let now = self.now();
             if let Some(local) = self.local.as_mut() {
                 local.scan_exit_words(&mut self.engine, now);
