@@ -33,7 +33,6 @@ import glob
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import local_support as ls
@@ -193,8 +192,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        ls.end_started()
-        sys.exit(130)
+    ls.run_main(main)

@@ -51,7 +51,6 @@ benches/plot.py's ulfm.png).
 import argparse
 import os
 import signal
-import sys
 import time
 
 import local_support as ls
@@ -403,8 +402,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        ls.end_started()
-        sys.exit(130)
+    ls.run_main(main)

@@ -17,6 +17,7 @@ error path can end exactly those (by PID) and reap them.
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from common import FFD
@@ -121,3 +122,13 @@ def sleep_until(deadline):
     left = deadline - time.monotonic()
     if left > 0:
         time.sleep(left)
+
+
+def run_main(main):
+    """Runs a benchmark's `main`; on ^C (or a SIGTERM its main turned into
+    one) ends exactly what it started, by PID, and exits 130."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        end_started()
+        sys.exit(130)

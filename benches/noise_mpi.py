@@ -220,8 +220,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        ls.end_started()
-        sys.exit(130)
+    ls.run_main(main)

@@ -32,7 +32,6 @@ runs alone). Writes target/bench/victim_memory.json.
 import argparse
 import os
 import signal
-import sys
 import time
 
 import local_support as ls
@@ -164,8 +163,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        ls.end_started()
-        sys.exit(130)
+    ls.run_main(main)
