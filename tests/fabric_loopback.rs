@@ -352,33 +352,6 @@ fn bad_target_is_an_error(provider: &str, domain: Option<&str>, wrong_key: bool)
     assert_eq!(page.read(1), 5);
 }
 
-/// Sends `bytes` from `a` to `to`, then keeps `a` progressing until the
-/// thread `sleeper` (waiting for them) is done, each bounded by a deadline.
-fn send_to_sleeper<T>(
-    a: &mut Peer,
-    to: FiAddr,
-    bytes: &[u8],
-    sleeper: &std::thread::JoinHandle<T>,
-) {
-    let start = Instant::now();
-    let mut sent = false;
-    while !sent && start.elapsed() < DEADLINE {
-        match a.ep.try_send(to, bytes, 1) {
-            Ok(()) => sent = true,
-            Err(e) if e.is_would_block() => {
-                a.pump();
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("send: {e}"),
-        }
-    }
-    assert!(sent, "send refused for {DEADLINE:?}");
-    while !sleeper.is_finished() && start.elapsed() < DEADLINE * 2 {
-        a.pump();
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// The wait object wakes a sleeping peer when a message arrives.
 fn wait_wakes(provider: &str, domain: Option<&str>) {
     let Some((mut a, mut b, b_addr, _)) = pair(provider, domain, &EndpointConfig::default()) else {
@@ -397,7 +370,24 @@ fn wait_wakes(provider: &str, domain: Option<&str>) {
         }
         (got, start.elapsed(), b.ep.wait_kind())
     });
-    send_to_sleeper(&mut a, b_addr, b"wake", &sleeper);
+    let start = Instant::now();
+    let mut sent = false;
+    while !sent && start.elapsed() < DEADLINE {
+        match a.ep.try_send(b_addr, b"wake", 1) {
+            Ok(()) => sent = true,
+            Err(e) if e.is_would_block() => {
+                a.pump();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    assert!(sent, "send refused for {DEADLINE:?}");
+    // Keep the sender progressing until the sleeper is done.
+    while !sleeper.is_finished() && start.elapsed() < DEADLINE * 2 {
+        a.pump();
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let (got, elapsed, kind) = sleeper.join().expect("sleeper thread");
     assert_eq!(
         got.as_deref(),
@@ -406,51 +396,6 @@ fn wait_wakes(provider: &str, domain: Option<&str>) {
     );
     eprintln!("MEASURE provider={provider} wait={kind:?} woke_after={elapsed:?}");
     assert!(elapsed < DEADLINE, "woke only after {elapsed:?}");
-}
-
-/// `sleep_or` wakes on an arrival like `wait_or` but leaves it in the
-/// queue: the caller's next `poll` hands it out (the progress thread reads
-/// same-host exits first).
-fn sleep_leaves_the_arrival_unread(provider: &str, domain: Option<&str>) {
-    let Some((mut a, mut b, b_addr, _)) = pair(provider, domain, &EndpointConfig::default()) else {
-        return;
-    };
-    let (wake, _writer) = std::os::unix::net::UnixStream::pair().expect("wake socket pair");
-    let sleeper = std::thread::spawn(move || {
-        let start = Instant::now();
-        let (mut in_sleep, mut in_poll) = (None, None);
-        while in_sleep.is_none() && in_poll.is_none() && start.elapsed() < DEADLINE {
-            let waited =
-                b.ep.sleep_or(DEADLINE, std::os::fd::AsFd::as_fd(&wake), &mut |c| {
-                    if let Completion::Received { bytes, .. } = c {
-                        in_sleep = Some(bytes.to_vec());
-                    }
-                })
-                .expect("sleep");
-            if waited.queue {
-                b.ep.poll(usize::MAX, &mut |c| {
-                    if let Completion::Received { bytes, .. } = c {
-                        in_poll = Some(bytes.to_vec());
-                    }
-                })
-                .expect("poll");
-            }
-        }
-        (in_sleep, in_poll)
-    });
-    send_to_sleeper(&mut a, b_addr, b"unread", &sleeper);
-    let (in_sleep, in_poll) = sleeper.join().expect("sleeper thread");
-    // The sleeper posted nothing, so nothing was due before its waits:
-    // what arrived can only have come out of the caller's poll.
-    assert_eq!(
-        in_sleep, None,
-        "{provider}: sleep_or handed out the arrival"
-    );
-    assert_eq!(
-        in_poll.as_deref(),
-        Some(&b"unread"[..]),
-        "{provider}: nothing received"
-    );
 }
 
 /// With `delivery_complete`, tcp;ofi_rxm reports a rejected write as an
@@ -587,10 +532,6 @@ macro_rules! provider_tests {
             #[test]
             fn wait_returns_by_its_timeout() {
                 super::wait_times_out($provider, $domain);
-            }
-            #[test]
-            fn sleep_leaves_the_arrival_for_the_callers_poll() {
-                super::sleep_leaves_the_arrival_unread($provider, $domain);
             }
         }
     };

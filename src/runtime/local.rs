@@ -439,11 +439,6 @@ impl LocalWatching {
         }
     }
 
-    /// Whether this rank watches any local rank through exit words.
-    pub(super) fn has_exit_words(&self) -> bool {
-        self.words.is_some()
-    }
-
     /// Local ranks watched through exit words, and the exits seen so.
     pub(super) fn exit_words(&self) -> (usize, u64) {
         (

@@ -8,10 +8,8 @@
 //! without publishing why (a panic anywhere on the thread is caught and
 //! becomes [`StopCause::Panic`]).
 //!
-//! Each turn of the loop: take host commands; take same-host exits (what
-//! the exit-word thread rang, and the words themselves before the queue)
-//! and carry out what they proved; read the completion queue (before any
-//! judgement, so heartbeats that landed are seen and errors are
+//! Each turn of the loop: take host commands; read the completion queue
+//! (before any judgement, so heartbeats that landed are seen and errors are
 //! evidence); if the Engine's deadline has come, read the slot it watches
 //! and tick it; carry out its outputs; retry refused sends; then sleep on
 //! the completion queue's wait object or the wake socket until the next
@@ -168,10 +166,8 @@ struct Core<'d> {
     #[cfg(any(test, feature = "fault-injection"))]
     inject_cq_error: bool,
     last_publish: Instant,
-    /// Set before each wait and each read of the queue: the exit words are
-    /// read (`Core::scan_exits`) before the queue after a wait, or before
-    /// the first message a read before the wait finds, and then not again
-    /// until it is set.
+    /// No message handled since the last read of the queue began: the
+    /// next one first reads the exit words (`LocalWatching::scan_exit_words`).
     exits_unscanned: bool,
 }
 
@@ -368,8 +364,6 @@ impl<'d> Progress<'d> {
         // a plain heartbeat wake-up reads neither again.
         let mut woken = true;
         let mut queue = true;
-        // The last wait saw the queue readable and nothing read it since.
-        let mut unread = false;
         while !core.finished() {
             if woken {
                 // Empty the wake socket first: a command sent after this
@@ -380,24 +374,14 @@ impl<'d> Progress<'d> {
             core.take_commands();
             core.refresh_board_readers();
             // Exits first: proof, and what the queue's messages may be
-            // notices of. Before the queue is read, the exit words too
-            // (their thread may not have rung yet), and what they proved
-            // goes out at once: the provider's progress call can take
-            // milliseconds when a dead peer's connections are torn down.
+            // notices of.
             if woken {
                 core.take_exits();
             }
             core.exits_unscanned = true;
-            if queue {
-                core.scan_exits();
-            }
-            core.carry_out(endpoint);
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
-                None if queue => {
-                    unread = false;
-                    endpoint.poll(usize::MAX, &mut |c| core.on_completion(c))
-                }
+                None if queue => endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)),
                 None => Ok(0),
             };
             if let Err(e) = polled {
@@ -420,25 +404,16 @@ impl<'d> Progress<'d> {
             // With pidfds, their epoll set (which holds the wake socket too).
             let wake_fd = exits_fd.as_ref().map_or(wake.as_fd(), AsFd::as_fd);
             core.exits_unscanned = true;
-            // The queue is read at the top of the loop, after the exits.
-            match endpoint.sleep_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
-                Ok(waited) => (queue, woken, unread) = (waited.queue, waited.woken, waited.queue),
+            match endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
+                Ok(waited) => (queue, woken) = (waited.queue, waited.woken),
                 Err(e) => {
                     core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
                     break;
                 }
             }
         }
-        // A loop that ended on the clock during its last wait (a leave's
-        // linger) reads what woke it, as the loop would have; what the
-        // last completions produced (the SelfExcluded event when the
-        // exclusion notice was among them) still goes out.
-        if unread {
-            if let Err(e) = endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)) {
-                core.logger
-                    .debug(format_args!("the last read of the queue failed: {e}"));
-            }
-        }
+        // What the last completions produced (the SelfExcluded event when
+        // the exclusion notice arrived during the wait) still goes out.
         core.carry_out(endpoint);
         core.publish(true);
         if let Some(reason) = core.failed.take() {
@@ -575,22 +550,6 @@ impl Core<'_> {
         }
     }
 
-    /// Reads the exit words once after a wait
-    /// (`LocalWatching::scan_exit_words`): before the queue, and before
-    /// the first message in it.
-    fn scan_exits(&mut self) {
-        let words = self
-            .local
-            .as_ref()
-            .is_some_and(LocalWatching::has_exit_words);
-        if std::mem::take(&mut self.exits_unscanned) && words {
-            let now = self.now();
-            if let Some(local) = self.local.as_mut() {
-                local.scan_exit_words(&mut self.engine, now);
-            }
-        }
-    }
-
     /// Which ranks of the host read its notice board, for the Engine's
     /// fan-outs (`LocalWatching::refresh_board_readers`: at most once per
     /// quarter timeout; the Engine hears only changes).
@@ -639,8 +598,12 @@ impl Core<'_> {
     /// A message for the Engine, `from` the transport's sender if known.
     fn on_message(&mut self, from: Option<Rank>, bytes: &[u8]) {
         self.counters.messages_received += 1;
-        self.scan_exits();
         let now = self.now();
+        if std::mem::take(&mut self.exits_unscanned) {
+            if let Some(local) = self.local.as_mut() {
+                local.scan_exit_words(&mut self.engine, now);
+            }
+        }
         if let Err(e) = self.engine.handle(now, Input::Message { from, bytes }) {
             self.counters.messages_rejected += 1;
             self.logger.debug(format_args!("message dropped: {e}"));

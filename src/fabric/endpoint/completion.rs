@@ -19,10 +19,9 @@ use crate::fabric::error::{CqError, FabricError, FailedOp, strerror};
 use crate::fabric::resources::FiAddr;
 
 /// A completed operation, as [`Endpoint::poll`] hands it out.
-/// What [`Endpoint::wait_or`] (or [`Endpoint::sleep_or`]) did: the
-/// completions it handled, and whether the queue and its wake fd may be
-/// readable now (`false` only when the wait timed out on them: the caller
-/// can skip reading them).
+/// What [`Endpoint::wait_or`] did: the completions it handled, and whether
+/// the queue and its wake fd may be readable now (`false` only when the
+/// wait timed out on them: the caller can skip reading them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waited {
     pub completions: usize,
@@ -144,37 +143,6 @@ impl Endpoint {
         wake: BorrowedFd<'_>,
         sink: &mut dyn FnMut(Completion<'_>),
     ) -> Result<Waited, FabricError> {
-        let (mut waited, unread) = self.sleep(timeout, wake, sink)?;
-        if unread {
-            waited.completions += self.poll(usize::MAX, sink)?;
-        }
-        Ok(waited)
-    }
-
-    /// [`wait_or`](Self::wait_or) without the read after the wait:
-    /// `Waited::queue` says whether the queue became readable, and the
-    /// caller reads it when it chooses (the progress thread first reads
-    /// what needs no fabric: a same-host exit is proof, and the provider's
-    /// progress call may take milliseconds when a dead peer's connections
-    /// are torn down). Completions that were due before the wait are
-    /// still handled, as `wait_or` does.
-    pub fn sleep_or(
-        &mut self,
-        timeout: Duration,
-        wake: BorrowedFd<'_>,
-        sink: &mut dyn FnMut(Completion<'_>),
-    ) -> Result<Waited, FabricError> {
-        self.sleep(timeout, wake, sink).map(|(waited, _)| waited)
-    }
-
-    /// The wait of [`wait_or`](Self::wait_or); also says whether the
-    /// queue became readable during it and was not read since.
-    fn sleep(
-        &mut self,
-        timeout: Duration,
-        wake: BorrowedFd<'_>,
-        sink: &mut dyn FnMut(Completion<'_>),
-    ) -> Result<(Waited, bool), FabricError> {
         // The caller read the queue after its last wake-up; read it again
         // only if something was posted since (its completion, or the
         // provider's progress on it, may be due). Otherwise `fi_trywait`
@@ -185,24 +153,27 @@ impl Endpoint {
             0
         };
         if n > 0 || timeout.is_zero() {
-            let waited = Waited {
+            return Ok(Waited {
                 completions: n,
                 queue: true,
                 woken: true,
-            };
-            return Ok((waited, false));
+            });
         }
         let seen = self.inner.cq.wait_readable_or(timeout, wake, self.armed)?;
         // A wait that timed out on the queue leaves its fd armed.
         self.armed = !seen.queue;
-        // A queue the wait timed out on has nothing to read: no read
-        // (the provider's progress call is most of a wake-up's cost).
-        let waited = Waited {
-            completions: 0,
+        // A queue the wait timed out on has nothing to read: no second
+        // read (the provider's progress call is most of a wake-up's cost).
+        let completions = if seen.queue {
+            self.poll(usize::MAX, sink)?
+        } else {
+            0
+        };
+        Ok(Waited {
+            completions,
             queue: seen.queue,
             woken: seen.wake,
-        };
-        Ok((waited, seen.queue))
+        })
     }
 
     /// Handles one read result; returns how many completions it handled.
