@@ -316,7 +316,14 @@ impl LocalWatching {
         }
         self.word_deaths_to(engine, now);
         for i in 0..self.exited.len() {
-            if let Ok(rank) = Rank::try_from(self.exited[i]) {
+            // A rank that released its exit word stopped its detector
+            // before its process ended: it left (its notice says so), and
+            // its pidfd may be seen first; not a failure.
+            let token = self.exited[i];
+            if self.words.as_ref().is_some_and(|w| w.released(token)) {
+                continue;
+            }
+            if let Ok(rank) = Rank::try_from(token) {
                 self.exited_to(engine, now, rank);
             }
         }
