@@ -221,10 +221,8 @@ impl HostSegment {
     }
 
     fn header_u32(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset + 4 <= LINE && offset % 4 == 0);
-        // SAFETY: 4-aligned, inside the header line of the live mapping;
-        // only accessed as an atomic.
-        unsafe { &*(self.base.add(offset) as *const AtomicU32) }
+        assert!(offset + 4 <= LINE);
+        self.word32(offset)
     }
 
     fn header_count(&self) -> &AtomicU32 {
@@ -248,8 +246,8 @@ impl HostSegment {
     fn word32(&self, offset: usize) -> &AtomicU32 {
         assert!(offset + 4 <= self.len && offset % 4 == 0);
         // SAFETY: 4-aligned, inside the live mapping (checked); shared with
-        // other processes, so only ever accessed as an atomic (the bell
-        // also by the kernel, as a futex word).
+        // other processes, so only ever accessed as an atomic (exit words
+        // and the bell also by the kernel, as futex words).
         unsafe { &*(self.base.add(offset) as *const AtomicU32) }
     }
 
@@ -295,12 +293,8 @@ impl HostSegment {
             return None;
         }
         let slot = owner as usize * self.count as usize + watcher as usize;
-        let offset = Self::lines_len(self.count) + 8 * slot;
-        assert!(offset + 4 <= self.len);
-        // SAFETY: 8-aligned (the lines end on a 64-byte boundary), inside
-        // the live mapping (checked); shared with other processes, so only
-        // ever accessed as an atomic (and by the kernel as a futex word).
-        Some(unsafe { &*(self.base.add(offset) as *const AtomicU32) })
+        // 8-aligned: the lines end on a 64-byte boundary.
+        Some(self.word32(Self::lines_len(self.count) + 8 * slot))
     }
 
     /// Writes local rank `index`'s wake-up (`at_ns` on `CLOCK_MONOTONIC`,
