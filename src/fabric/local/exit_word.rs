@@ -544,41 +544,38 @@ fn watch(
     let bell = flag.map(|_| segment.board_bell());
     let mut bell_seen = bell.map(|b| b.load(Ordering::Acquire));
     let mut board_moved = bell.is_some();
-    // (index in `shared.peers`, owner, token, seen held)
-    let mut live: Vec<(usize, u32, u64, bool)> = peers
-        .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t, false)))
+    // (index in `shared.peers`, owner, token); `shared.held[index]` says
+    // whether its word was seen held.
+    let mut live: Vec<(usize, u32, u64)> = peers
+        .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t)))
         .collect();
     // The words, the bell, the stop word.
     let mut waits: Vec<libc::futex_waitv> = Vec::with_capacity(live.len() + 2);
     let mut events = Vec::new();
     while shared.stop.load(Ordering::Acquire) == 0 {
         waits.clear();
-        live.retain_mut(|(i, owner, token, seen_held)| {
-            let Some(word) = segment.exit_word(*owner, me) else {
+        live.retain(|&(i, owner, token)| {
+            let Some(word) = segment.exit_word(owner, me) else {
                 return false;
             };
+            let held = &shared.held[i];
             loop {
                 let v = word.load(Ordering::Acquire);
                 if v & FUTEX_OWNER_DIED != 0 {
-                    if shared.first_death(*i) {
-                        events.push((*token, WordEvent::Died));
+                    if shared.first_death(i) {
+                        events.push((token, WordEvent::Died));
                     }
                     return false;
                 }
                 if v & FUTEX_TID_MASK == 0 {
-                    if *seen_held {
-                        events.push((*token, WordEvent::Released));
+                    if held.load(Ordering::Acquire) {
+                        events.push((token, WordEvent::Released));
                         return false;
                     }
                     waits.push(waiter(word, v, false));
                     return true;
                 }
-                if !*seen_held {
-                    *seen_held = true;
-                    if let Some(h) = shared.held.get(*i) {
-                        h.store(true, Ordering::Release);
-                    }
-                }
+                held.store(true, Ordering::Release);
                 let want = v | FUTEX_WAITERS;
                 if v != want
                     && word
