@@ -33,14 +33,15 @@ root, skipped otherwise).
 FFD_LOCAL: when `ffd info` lists it, ffd runs once with FFD_LOCAL=auto
 (label "ffd"), once with FFD_LOCAL=pidfd (same host only, where this ffd
 accepts it) and once with FFD_LOCAL=off; before that setting exists, ffd
-is the per-process fabric ring (label "ffd"). --sched normal,fifo runs
-each same-host ffd mode twice, the second with the progress thread under
-SCHED_FIFO (FFD_SCHED=fifo, label "... FFD_SCHED=fifo").
+is the per-process fabric ring (label "ffd"). --sched runs each
+same-host ffd mode once per FFD_SCHED given (default: boost, ffd's
+default, unlabelled; others labelled "... FFD_SCHED=normal" or "...
+FFD_SCHED=fifo").
 
     benches/local_kill.py [--quick] [--trials 10] [--sizes 8,32]
                           [--period 10ms --timeout 100ms] [--hosts 4]
                           [--poll-us 200] [--skip ulfm,hosts,netns]
-                          [--sched normal|fifo|normal,fifo]
+                          [--sched boost,normal,fifo]
 
 --quick: about 2 minutes (N = 8 only, 4 trials, fewer host trials).
 Writes target/bench/local_kill.json (everything, with every sample) and
@@ -106,14 +107,13 @@ def summarize(samples):
             "propagate_p99_ms": percentile(col("propagate_ms"), 99)}
 
 
-def ffd_job(n, fault_args, duration_ms, period, timeout, mode, hosts=None, sched="normal", agent_args=()):
+def ffd_job(n, fault_args, duration_ms, period, timeout, mode, hosts=None, sched="boost", agent_args=()):
     args = ["-n", str(n), "--period", period, "--timeout", timeout, *fault_args,
             "--duration", f"{duration_ms}ms"]
     if hosts:
         args += ["--hosts", str(hosts)]
     env = ls.mode_env(mode)
-    if sched != "normal":
-        env["FFD_SCHED"] = sched
+    env["FFD_SCHED"] = sched
     report, _ = run_job(args, env=env, timeout=300, agent_args=agent_args)
     return report
 
@@ -164,7 +164,7 @@ def label(d):
     kind, mode, sched = d
     if kind == "ulfm":
         return "ULFM (Open MPI 5)"
-    return ls.mode_label(mode) + ("" if sched == "normal" else f" FFD_SCHED={sched}")
+    return ls.mode_label(mode) + ("" if sched == "boost" else f" FFD_SCHED={sched}")
 
 
 def across_hosts(a, modes, kill_host, progress):
@@ -338,16 +338,17 @@ def main():
     p.add_argument("--netns-ranks", type=int, default=8, help="ranks of the network-namespace job")
     p.add_argument("--netns-trials", type=int, default=5, help="netns cuts per FFD_LOCAL mode")
     p.add_argument("--poll-us", type=int, default=200, help="ulfm_detect's sleep between MPI_Test polls")
-    p.add_argument("--sched", default="normal",
-                   help="FFD_SCHED of the same-host ffd jobs, comma-separated to run each: normal, fifo")
+    p.add_argument("--sched", default="boost",
+                   help="FFD_SCHED of the same-host ffd jobs, comma-separated to run each: boost (the default), "
+                        "normal, fifo")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: ulfm, hosts, netns")
     a = p.parse_args()
     if a.quick:
         a.sizes, a.trials, a.host_trials, a.netns_trials = "8", 4, 2, 1
     a.sizes = [int(x) for x in a.sizes.split(",")]
     a.sched = [x for x in a.sched.split(",") if x]
-    if not a.sched or any(x not in ("normal", "fifo") for x in a.sched):
-        p.error(f"--sched: `{','.join(a.sched)}`: use normal, fifo or normal,fifo")
+    if not a.sched or any(x not in ("boost", "normal", "fifo") for x in a.sched):
+        p.error(f"--sched: `{','.join(a.sched)}`: use boost, normal or fifo, comma-separated")
     skip = {x for x in a.skip.split(",") if x}
     if a.hosts < 2:
         p.error("--hosts must be at least 2")

@@ -334,7 +334,12 @@ fn core_progress_log() {
     );
     assert_eq!(
         err(&[("FFD_SCHED", "rr")]),
-        "FFD_SCHED=`rr` is not recognised; accepted: normal|fifo"
+        "FFD_SCHED=`rr` is not recognised; accepted: normal|boost|fifo"
+    );
+    assert_eq!(from(&[]).unwrap().sched(), SchedPolicy::Boost);
+    assert_eq!(
+        from(&[("FFD_SCHED", "Normal")]).unwrap().sched(),
+        SchedPolicy::Normal
     );
     for (text, level) in [
         ("off", LogLevel::Off),

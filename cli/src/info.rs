@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use ffd::config::{Config, Env, LocalMode, SchedPolicy, var};
 use ffd::fabric::local::{
-    FIFO_PRIORITY, exit_word_probe, fifo_refusal, pidfd_probe, set_current_thread_fifo,
+    Boost, FIFO_PRIORITY, exit_word_probe, fifo_refusal, pidfd_probe, set_current_thread_fifo,
 };
 use ffd::fabric::{self, Info};
 use ffd::runtime::placement;
@@ -164,17 +164,30 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// The policy the progress thread would run under here: `fifo` is tried
-/// on a thread of its own, which then ends.
+/// The policy the progress thread would run under here: `fifo` and
+/// `boost` are tried on a thread of its own, which then ends.
 fn scheduling(sched: SchedPolicy) -> String {
+    let refused = |e: &std::io::Error| {
+        format!(
+            "refused here ({}): the thread would keep the normal policy",
+            fifo_refusal(e)
+        )
+    };
     match sched {
         SchedPolicy::Normal => "normal (SCHED_OTHER)".to_owned(),
+        SchedPolicy::Boost => {
+            match std::thread::spawn(|| Boost::for_current_thread(true, true).map(|_| ())).join() {
+                Ok(Ok(())) => format!(
+                    "normal, lifted to SCHED_FIFO priority {FIFO_PRIORITY} on any allowed CPU \
+                     while it handles a same-host exit or notice; allowed here"
+                ),
+                Ok(Err(e)) => refused(&e),
+                Err(_) => "could not be tried (the trial thread panicked)".to_owned(),
+            }
+        }
         SchedPolicy::Fifo => match std::thread::spawn(set_current_thread_fifo).join() {
             Ok(Ok(())) => format!("SCHED_FIFO priority {FIFO_PRIORITY}, allowed here"),
-            Ok(Err(e)) => format!(
-                "refused here ({}): the thread would keep the normal policy",
-                fifo_refusal(&e)
-            ),
+            Ok(Err(e)) => refused(&e),
             Err(_) => "could not be tried (the trial thread panicked)".to_owned(),
         },
     }

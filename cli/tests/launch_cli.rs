@@ -151,6 +151,23 @@ fn info_says_whether_the_progress_thread_may_run_under_fifo_and_refuses_a_bad_po
         );
     }
     let (_, out, _) = ffd("info", &[], &[]);
+    let line = out
+        .lines()
+        .find(|l| l.contains("scheduling (FFD_SCHED=boost): "))
+        .unwrap_or_else(|| panic!("boost is the default; no such line in:\n{out}"));
+    if allowed {
+        assert!(
+            line.contains("normal, lifted to SCHED_FIFO priority 1 on any allowed CPU")
+                && line.ends_with("allowed here"),
+            "{line}"
+        );
+    } else {
+        assert!(
+            line.contains("refused here") && line.contains("CAP_SYS_NICE"),
+            "{line}"
+        );
+    }
+    let (_, out, _) = ffd("info", &[], &[("FFD_SCHED", "normal")]);
     assert!(
         out.contains("scheduling (FFD_SCHED=normal): normal (SCHED_OTHER)"),
         "{out}"
@@ -158,7 +175,7 @@ fn info_says_whether_the_progress_thread_may_run_under_fifo_and_refuses_a_bad_po
     let (code, out, err) = ffd("info", &[], &[("FFD_SCHED", "rr")]);
     assert_eq!(code, Some(2), "{out}");
     assert!(
-        err.contains("FFD_SCHED=`rr` is not recognised; accepted: normal|fifo"),
+        err.contains("FFD_SCHED=`rr` is not recognised; accepted: normal|boost|fifo"),
         "{err}"
     );
 }

@@ -107,8 +107,27 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
         return;
     }
     let report = a_killed_rank_is_exited_for_every_survivor("auto");
+    // The default FFD_SCHED=boost: each survivor's exit-word thread lifted
+    // its progress thread to handle the exit (and the leaves at the end),
+    // where the host grants real-time priority; where not, the stats say
+    // so and nothing was lifted.
+    let allowed = fifo_allowed_here();
     for (rank, s) in survivors(&report, 2) {
-        assert_eq!(s["sched"], "normal", "rank {rank}: {s}");
+        let lifts = s["runtime"]["boost_lifts"].as_u64().unwrap();
+        match &allowed {
+            Ok(()) => {
+                assert_eq!(s["sched"], "boost", "rank {rank}: {s}");
+                assert!(lifts >= 1, "rank {rank}: {s}");
+            }
+            Err(_) => {
+                let sched = s["sched"].as_str().unwrap_or_default();
+                assert!(
+                    sched.starts_with("normal (FFD_SCHED=boost refused: "),
+                    "rank {rank}: {s}"
+                );
+                assert_eq!(lifts, 0, "rank {rank}: {s}");
+            }
+        }
     }
     // Every survivor held a word for each other rank and waited on the
     // words the others held for it; rank 2's thread died holding them, so
@@ -126,17 +145,40 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
     );
 }
 
+/// Whether this process may use SCHED_FIFO (root, CAP_SYS_NICE or
+/// `ulimit -r`), asked from a thread of its own: the agents inherit it.
+fn fifo_allowed_here() -> std::io::Result<()> {
+    std::thread::spawn(ffd::fabric::local::set_current_thread_fifo)
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn under_the_normal_policy_nothing_is_lifted_and_a_kill_is_still_exited_everywhere() {
+    if !exit_words_here() {
+        return;
+    }
+    let report =
+        a_killed_rank_is_exited_for_every_survivor_with("auto", &[("FFD_SCHED", "normal")]);
+    for (rank, s) in survivors(&report, 2) {
+        assert_eq!(s["sched"], "normal", "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["boost_lifts"], 0, "rank {rank}: {s}");
+    }
+}
+
 #[test]
 fn under_fifo_the_progress_threads_run_real_time_and_a_kill_is_still_exited_everywhere() {
-    // Whether this process may use SCHED_FIFO (root, CAP_SYS_NICE or
-    // `ulimit -r`), asked from a thread of its own: the agents inherit it.
-    let allowed = std::thread::spawn(ffd::fabric::local::set_current_thread_fifo)
-        .join()
-        .unwrap();
+    let allowed = fifo_allowed_here();
     let report = a_killed_rank_is_exited_for_every_survivor_with("auto", &[("FFD_SCHED", "fifo")]);
     for (rank, s) in survivors(&report, 2) {
         let sched = s["sched"].as_str().unwrap_or_default();
         match &allowed {
+            // Already real-time: a lift only lets it run on every CPU.
+            Ok(()) if exit_words_here() => {
+                assert_eq!(sched, "fifo", "rank {rank}: {s}");
+                let lifts = s["runtime"]["boost_lifts"].as_u64().unwrap();
+                assert!(lifts >= 1, "rank {rank}: {s}");
+            }
             Ok(()) => assert_eq!(sched, "fifo", "rank {rank}: {s}"),
             Err(e) => {
                 eprintln!("SCHED_FIFO refused here ({e}): checking that the agents say so");

@@ -169,11 +169,13 @@ settings_table! {
         }
         sched: SchedPolicy => SchedPolicy {
             var: SCHED = "FFD_SCHED",
-            accepted: "normal|fifo",
-            help: "The progress thread's scheduling policy; fifo: SCHED_FIFO priority 1, \
-                   so its wake-ups preempt application threads spinning on every core \
-                   (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, else stays normal and says so)",
-            default: SchedPolicy::Normal,
+            accepted: "normal|boost|fifo",
+            help: "The progress thread's scheduling policy; boost: normal, lifted to \
+                   SCHED_FIFO priority 1 on any allowed CPU while it handles a same-host \
+                   exit or notice; fifo: SCHED_FIFO priority 1 always, so its wake-ups \
+                   preempt application threads spinning on every core (both need \
+                   CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, else normal and the stats say why)",
+            default: SchedPolicy::Boost,
             parse: word,
             check: any,
             show: ToString::to_string,
@@ -408,7 +410,7 @@ mod tests {
         );
         assert_eq!(
             setting::SCHED.accepted,
-            [SchedPolicy::Normal, SchedPolicy::Fifo]
+            [SchedPolicy::Normal, SchedPolicy::Boost, SchedPolicy::Fifo]
                 .map(|p| p.to_string())
                 .join("|")
         );

@@ -96,8 +96,15 @@ worded!(ProgressMode { Sleep => "sleep", Spin => "spin" });
 pub enum SchedPolicy {
     /// The host's normal policy (`SCHED_OTHER`): the thread waits for its
     /// turn like the application's threads.
-    #[default]
     Normal,
+    /// The normal policy, lifted while it handles a same-host exit or
+    /// notice: the exit-word threads (asleep until one comes) run at
+    /// `SCHED_FIFO` priority 1 on every allowed CPU, and the one woken
+    /// raises the progress thread to the same and lets it run on any
+    /// allowed CPU until it has handled it. No cost per period; needs
+    /// what `Fifo` needs, and without it is `Normal` (the stats say why).
+    #[default]
+    Boost,
     /// `SCHED_FIFO` at priority 1, the lowest real-time one: a wake-up
     /// preempts any normal thread at once, so a rank whose threads spin on
     /// every core (MPI polling) still beats and judges on time. Needs
@@ -106,7 +113,7 @@ pub enum SchedPolicy {
     Fifo,
 }
 
-worded!(SchedPolicy { Normal => "normal", Fifo => "fifo" });
+worded!(SchedPolicy { Normal => "normal", Boost => "boost", Fifo => "fifo" });
 
 /// Whether ranks of one host watch each other locally and share one fabric
 /// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.10).

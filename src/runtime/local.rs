@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::config::LocalMode;
 use crate::fabric::local::{
-    BoardReader, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable,
+    BoardReader, Boost, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable,
     SegmentError, WordEvent, board_readers, monotonic_ns, post_on_board, segment_name, watchers_of,
 };
 use crate::protocol::ranks::fold_digest;
@@ -187,6 +187,7 @@ impl LocalWatching {
         me: Rank,
         wake: BorrowedFd<'_>,
         (origin_ns, timeout): (u64, Duration),
+        boost: Option<Arc<Boost>>,
         fallback: &mut Vec<String>,
     ) -> Result<LocalWatching, String> {
         let segment = match plan.segment {
@@ -209,8 +210,8 @@ impl LocalWatching {
                     .filter(|&(_, &r)| r != me && (my_index as usize) < MAX_HELD)
                     .map(|(i, &r)| (i as u32, u64::from(r)))
                     .collect::<Vec<_>>();
-                match ExitWords::start(Arc::clone(seg), my_index, peers, &format!("ffd-exits-{me}"))
-                {
+                let name = format!("ffd-exits-{me}");
+                match ExitWords::start(Arc::clone(seg), my_index, peers, &name, boost) {
                     Ok(w) => Some(w),
                     Err(why) => {
                         fallback.push(format!("exit words: {why}"));

@@ -41,7 +41,7 @@ use super::log::Logger;
 use super::state::{StopCause, StopReason};
 use super::stats::RuntimeCounters;
 use super::{Callback, PublishedState, SlotRegion};
-use crate::fabric::local::monotonic_ns;
+use crate::fabric::local::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
 
@@ -114,6 +114,9 @@ pub(super) struct Parts {
     pub period: Duration,
     pub timeout: Duration,
     pub logger: Logger,
+    /// The lift of this thread for a same-host exit (`FFD_SCHED`), made
+    /// on the thread once it runs under its policy.
+    pub boost: Option<Arc<Boost>>,
 }
 
 pub(super) struct Progress<'d> {
@@ -169,6 +172,8 @@ struct Core<'d> {
     /// No message handled since the last read of the queue began: the
     /// next one first reads the exit words (`LocalWatching::scan_exit_words`).
     exits_unscanned: bool,
+    /// Lowered before each sleep, after an exit-word thread lifted it.
+    boost: Option<Arc<Boost>>,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -249,6 +254,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
                 parts.seed.me,
                 parts.wake.as_fd(),
                 (origin, parts.seed.config.timeout),
+                parts.boost.clone(),
                 &mut fallback,
             ) {
                 Ok(w) => Some((hosts, w)),
@@ -342,6 +348,7 @@ impl<'d> Progress<'d> {
                 inject_cq_error: false,
                 last_publish: parts.started,
                 exits_unscanned: true,
+                boost: parts.boost,
             },
         }
     }
@@ -395,6 +402,10 @@ impl<'d> Progress<'d> {
             core.publish(false);
             if core.finished() {
                 break;
+            }
+            // What lifted the thread is handled: back to its policy and CPU.
+            if let Some(boost) = &core.boost {
+                boost.lower();
             }
             if core.spin {
                 std::hint::spin_loop();
@@ -872,6 +883,7 @@ impl Core<'_> {
         snapshot.epoch = self.shared.failed.epoch();
         self.counters.events_dropped = self.shared.events.dropped();
         self.counters.callback_panics = self.delivery.callback_panics;
+        self.counters.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
     }

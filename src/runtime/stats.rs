@@ -111,6 +111,10 @@ pub struct RuntimeCounters {
     pub local_exit_words: u64,
     /// Same-host exits seen through exit words.
     pub local_exit_words_seen: u64,
+    /// Times an exit-word thread lifted the progress thread to handle a
+    /// same-host exit or notice (`FFD_SCHED=boost|fifo`; 0 when neither
+    /// applies or the host refused real-time scheduling).
+    pub boost_lifts: u64,
 }
 
 /// One consistent picture of the detector's counters ([`super::Detector::stats`]).

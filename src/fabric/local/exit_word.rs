@@ -34,6 +34,7 @@ use std::thread::JoinHandle;
 
 use libc::{FUTEX_OWNER_DIED, FUTEX_TID_MASK, FUTEX_WAITERS};
 
+use super::sched::Boost;
 use super::segment::HostSegment;
 
 /// Words one thread waits on: `FUTEX_WAITV_MAX` less the stop word and
@@ -151,6 +152,8 @@ struct Shared {
     /// The notice board's bell moved (or the first thread began reading
     /// the board): the progress thread should read the board.
     board: AtomicBool,
+    /// Lifts the progress thread before it is rung (`FFD_SCHED=boost|fifo`).
+    boost: Option<Arc<Boost>>,
 }
 
 impl Shared {
@@ -175,6 +178,9 @@ impl Shared {
                 seen.append(events);
             }
         }
+        if let Some(boost) = &self.boost {
+            boost.lift();
+        }
         self.bell();
     }
 
@@ -191,11 +197,16 @@ impl ExitWords {
     /// segment): the first holds the words `[me][w]` for every other local
     /// rank `w` (at most [`MAX_HELD`]); together they wait on `[o][me]`
     /// for each `(o, token)` in `peers`. Returns once the words are held.
+    /// `boost`: the lift of the calling thread, which must be the one that
+    /// drops these words (the drop joins the threads that lift it); the
+    /// threads then run as [`Boost::ready_watcher`] says and lift it
+    /// before each ring.
     pub fn start(
         segment: Arc<HostSegment>,
         me: u32,
         peers: Vec<(u32, u64)>,
         name: &str,
+        boost: Option<Arc<Boost>>,
     ) -> Result<ExitWords, ExitWordUnavailable> {
         exit_word_probe()?;
         // SAFETY: eventfd takes an initial value and flags; returns a new
@@ -220,6 +231,7 @@ impl ExitWords {
             died,
             held,
             board: AtomicBool::new(false),
+            boost,
         });
         let mut words = ExitWords {
             shared,
@@ -485,6 +497,12 @@ fn run(
     holder: bool,
     ready: &mpsc::Sender<Result<(), ExitWordUnavailable>>,
 ) {
+    if let Some(boost) = &shared.boost {
+        // Refused only if the host's limits changed since the progress
+        // thread's check: the thread then watches at its inherited
+        // policy and CPU, and still lifts the progress thread if it can.
+        let _ = boost.ready_watcher();
+    }
     let _holding = if holder {
         match Holding::take(segment, me) {
             Ok(h) => Some(h),
@@ -693,8 +711,8 @@ mod tests {
         let (a, b) = segment("exitwords-release", 2);
         let b = Arc::new(b);
         // Rank 1 watches rank 0; rank 0 holds its row, then stops cleanly.
-        let watcher = ExitWords::start(Arc::clone(&b), 1, vec![(0, 70)], "t-w").unwrap();
-        let holder = ExitWords::start(Arc::clone(&a), 0, vec![(1, 71)], "t-h").unwrap();
+        let watcher = ExitWords::start(Arc::clone(&b), 1, vec![(0, 70)], "t-w", None).unwrap();
+        let holder = ExitWords::start(Arc::clone(&a), 0, vec![(1, 71)], "t-h", None).unwrap();
         let word = a.exit_word(0, 1).unwrap();
         assert_ne!(word.load(Ordering::Acquire) & FUTEX_TID_MASK, 0);
         // A release the watcher never saw held is no event: wait until it
@@ -714,7 +732,8 @@ mod tests {
             return;
         }
         let (a, b) = segment("exitwords-death", 3);
-        let watcher = ExitWords::start(Arc::new(b), 2, vec![(0, 80), (1, 81)], "t-w").unwrap();
+        let watcher =
+            ExitWords::start(Arc::new(b), 2, vec![(0, 80), (1, 81)], "t-w", None).unwrap();
         // Rank 0's holder dies holding its row.
         die_holding(&a, 0);
         assert_eq!(wait_for(&watcher, 1), vec![(80, WordEvent::Died)]);
@@ -737,7 +756,8 @@ mod tests {
             return;
         }
         let (a, b) = segment("exitwords-scan", 3);
-        let watcher = ExitWords::start(Arc::new(b), 2, vec![(0, 90), (1, 91)], "t-w").unwrap();
+        let watcher =
+            ExitWords::start(Arc::new(b), 2, vec![(0, 90), (1, 91)], "t-w", None).unwrap();
         let mut seen = Vec::new();
         watcher.scan(&mut seen);
         assert!(seen.is_empty(), "nobody died yet: {seen:?}");
@@ -766,12 +786,12 @@ mod tests {
             return;
         }
         let (a, b) = segment("exitwords-watchers", 3);
-        let _holder = ExitWords::start(Arc::new(b), 0, vec![], "t-h").unwrap();
+        let _holder = ExitWords::start(Arc::new(b), 0, vec![], "t-h", None).unwrap();
         let mut out = Vec::new();
         watchers_of(&a, 0, &mut out);
         assert!(out.is_empty(), "nobody waits yet: {out:?}");
         // Rank 2 watches rank 0; rank 1 does not.
-        let _watcher = ExitWords::start(Arc::clone(&a), 2, vec![(0, 100)], "t-w").unwrap();
+        let _watcher = ExitWords::start(Arc::clone(&a), 2, vec![(0, 100)], "t-w", None).unwrap();
         wait_until_waited(a.exit_word(0, 2).unwrap());
         watchers_of(&a, 0, &mut out);
         assert_eq!(out, vec![2]);

@@ -11,7 +11,8 @@
 //! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
 //! segment and its layout, `set_robust_list`/`futex_waitv` and the
 //! exit-word threads, `clock_gettime(CLOCK_MONOTONIC)`,
-//! `sched_setscheduler` of the calling thread; every
+//! `sched_setscheduler` and `sched_setaffinity` of the calling thread and
+//! (a [`Boost`]'s lift) of the progress thread; every
 //! `unsafe` block here carries a `// SAFETY:` line. Must not: decide who
 //! failed (the Engine does, from what the runtime hands it), or block the
 //! progress thread: every call it makes here returns at once (only the
@@ -28,7 +29,7 @@ pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
 };
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
-pub use sched::{FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
+pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
 pub use segment::{HostSegment, SegmentError, segment_name};
 
 /// Now on `CLOCK_MONOTONIC`, in ns: the clock every process of a host

@@ -1,4 +1,5 @@
-//! The calling thread's scheduling policy (`FFD_SCHED`).
+//! The calling thread's scheduling policy (`FFD_SCHED`), and the lift of
+//! the progress thread while it handles a same-host exit.
 //!
 //! Under the normal policy a woken thread waits for the running one's
 //! turn to end, up to a scheduler tick (4 ms here, `HZ=250`), when every
@@ -12,8 +13,21 @@
 //! exit-word threads, which hand a same-host exit to it; so no
 //! `SCHED_RESET_ON_FORK`, which would reset them too: the progress thread
 //! starts no process).
+//!
+//! A [`Boost`] gives a same-host exit that speed without the per-period
+//! cost (`FFD_SCHED=boost`, the default): the exit-word threads run at
+//! `SCHED_FIFO` on every allowed CPU (they sleep until an exit or a
+//! notice, so they cost nothing per period); the one woken lifts the
+//! progress thread to `SCHED_FIFO` and to every allowed CPU before it
+//! rings it, and the progress thread lowers itself back to its policy and
+//! CPU before it next sleeps. The CPU matters as much as the policy: the
+//! kernel wakes an exit's watchers from the dying thread, on its CPU, and
+//! tears the process down there for a few ms without a preemption point
+//! on a `PREEMPT_NONE` kernel; a thread that may run elsewhere is pulled
+//! to a free CPU by the real-time balancer, one pinned there waits.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The real-time priority asked for: the lowest, above every normal
 /// thread and below every real-time thread of the host.
@@ -23,17 +37,162 @@ pub const FIFO_PRIORITY: i32 = 1;
 /// [`FIFO_PRIORITY`]. Fails with `EPERM` without `CAP_SYS_NICE` or an
 /// `RLIMIT_RTPRIO` of at least 1, and leaves the policy as it was.
 pub fn set_current_thread_fifo() -> io::Result<()> {
+    set_policy(0, libc::SCHED_FIFO, FIFO_PRIORITY)
+}
+
+/// Moves the calling thread back to the normal policy (`SCHED_OTHER`,
+/// nice unchanged). Always allowed.
+pub fn set_current_thread_normal() -> io::Result<()> {
+    set_policy(0, libc::SCHED_OTHER, 0)
+}
+
+fn set_policy(tid: libc::pid_t, policy: libc::c_int, priority: i32) -> io::Result<()> {
     let param = libc::sched_param {
-        sched_priority: FIFO_PRIORITY,
+        sched_priority: priority,
     };
-    // SAFETY: pid 0 is the calling thread on Linux; `param` is a valid
-    // sched_param that the call only reads; the call changes nothing but
-    // that thread's policy, or fails and changes nothing.
-    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    // SAFETY: `tid` is 0 (the calling thread) or a thread of this process
+    // (the progress thread, alive while its exit-word threads run, which
+    // it joins before it ends); `param` is only read; the call changes
+    // that thread's policy or fails and changes nothing.
+    let ret = unsafe { libc::sched_setscheduler(tid, policy, &param) };
     if ret == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Every CPU: the kernel narrows an affinity to the CPUs the thread's
+/// cpuset allows (`sched_setaffinity(2)`), so this is "wherever the
+/// process may run".
+fn every_cpu() -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is a plain bit array, all-zero the empty set;
+    // CPU_SET writes bit `cpu` < CPU_SETSIZE, inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        set
+    }
+}
+
+fn set_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: `tid` as in `set_policy`; the kernel reads
+    // size_of::<cpu_set_t>() bytes from `set`.
+    let ret = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn affinity(tid: libc::pid_t) -> io::Result<libc::cpu_set_t> {
+    // SAFETY: all-zero is a valid (empty) cpu_set_t; `tid` as in
+    // `set_policy`; the kernel writes at most size_of::<cpu_set_t>() bytes
+    // into `set`.
+    let (ret, set) = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let ret = libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        (ret, set)
+    };
+    if ret == 0 {
+        Ok(set)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The progress thread's lift while it handles a same-host exit (module
+/// doc). Made on the progress thread, once it is placed and under its
+/// policy; shared with its exit-word threads.
+pub struct Boost {
+    /// The progress thread.
+    tid: libc::pid_t,
+    /// Raise its policy to `SCHED_FIFO` (`boost`); `false` when it runs
+    /// under `SCHED_FIFO` already (`fifo`) and only its CPUs widen.
+    raise_policy: bool,
+    /// Its own CPUs (its placement), restored by [`Boost::lower`]; `None`:
+    /// a lift leaves its CPUs alone (`FFD_CORE` named one).
+    home: Option<libc::cpu_set_t>,
+    /// Lifted since the progress thread last lowered itself.
+    lifted: AtomicBool,
+    /// Lifts so far (stats).
+    lifts: AtomicU64,
+}
+
+impl std::fmt::Debug for Boost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Boost")
+            .field("tid", &self.tid)
+            .field("raise_policy", &self.raise_policy)
+            .field("lifts", &self.lifts.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Boost {
+    /// The lift of the calling (progress) thread. `raise_policy`: it runs
+    /// under the normal policy and is to be raised to `SCHED_FIFO` while
+    /// lifted; `widen`: it may run on every allowed CPU while lifted. Fails as [`set_current_thread_fifo`] does when the host
+    /// refuses real-time scheduling (checked here, by raising and lowering
+    /// the calling thread once, so a refusal is known at start-up and not
+    /// at the first exit).
+    pub fn for_current_thread(raise_policy: bool, widen: bool) -> io::Result<Boost> {
+        if raise_policy {
+            set_current_thread_fifo()?;
+            set_current_thread_normal()?;
+        }
+        // SAFETY: gettid has no preconditions and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        Ok(Boost {
+            tid,
+            raise_policy,
+            home: if widen { Some(affinity(0)?) } else { None },
+            lifted: AtomicBool::new(false),
+            lifts: AtomicU64::new(0),
+        })
+    }
+
+    /// Readies the calling exit-word thread: `SCHED_FIFO` (inherited under
+    /// `fifo`, set here under `boost`) on every allowed CPU.
+    pub fn ready_watcher(&self) -> io::Result<()> {
+        set_current_thread_fifo()?;
+        set_affinity(0, &every_cpu())
+    }
+
+    /// Lifts the progress thread: every allowed CPU, then `SCHED_FIFO`.
+    /// Called by an exit-word thread before it rings the progress thread,
+    /// which lowers itself before it next sleeps; a lift that races a
+    /// lowering is marked after its calls, so the progress thread, rung
+    /// after it, lowers again. A refused call leaves the thread as it is.
+    pub fn lift(&self) {
+        let widened = self.home.is_some() && set_affinity(self.tid, &every_cpu()).is_ok();
+        let raised =
+            self.raise_policy && set_policy(self.tid, libc::SCHED_FIFO, FIFO_PRIORITY).is_ok();
+        if widened || raised {
+            self.lifted.store(true, Ordering::Release);
+            self.lifts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// On the progress thread, before it sleeps: back to its own policy
+    /// and CPUs if it was lifted. One atomic load when it was not.
+    pub fn lower(&self) {
+        if self.lifted.load(Ordering::Acquire) && self.lifted.swap(false, Ordering::AcqRel) {
+            if self.raise_policy {
+                let _ = set_current_thread_normal();
+            }
+            if let Some(home) = &self.home {
+                let _ = set_affinity(0, home);
+            }
+        }
+    }
+
+    /// How many times the progress thread was lifted.
+    pub fn lifts(&self) -> u64 {
+        self.lifts.load(Ordering::Relaxed)
     }
 }
 
@@ -94,5 +253,141 @@ mod tests {
             !current_thread_is_fifo().unwrap(),
             "the test's own thread was not touched"
         );
+    }
+
+    fn one_cpu(cpu: usize) -> libc::cpu_set_t {
+        // SAFETY: all-zero is the empty set; `cpu` < CPU_SETSIZE.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            set
+        }
+    }
+
+    fn cpus(set: &libc::cpu_set_t) -> Vec<usize> {
+        (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `cpu` < CPU_SETSIZE; CPU_ISSET only reads the set.
+            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, set) })
+            .collect()
+    }
+
+    /// What a lifted thread looks like: (SCHED_FIFO, its CPUs).
+    type Seen = (bool, Vec<usize>);
+
+    fn seen() -> Seen {
+        (
+            current_thread_is_fifo().unwrap(),
+            cpus(&affinity(0).unwrap()),
+        )
+    }
+
+    /// Runs a "progress thread" pinned to CPU 0 with a Boost made by
+    /// `make`; another thread lifts it once; returns what it saw before,
+    /// lifted, lowered, lowered again, and the lifts counted (`None`:
+    /// refused, checked inside).
+    fn lift_once(make: fn() -> io::Result<Boost>) -> Option<(Seen, Seen, Seen, Seen, u64)> {
+        let (boost_tx, boost_rx) = std::sync::mpsc::channel();
+        let (lifted_tx, lifted_rx) = std::sync::mpsc::channel::<()>();
+        let progress = std::thread::spawn(move || {
+            set_affinity(0, &one_cpu(0)).unwrap();
+            let boost = match make() {
+                Ok(b) => std::sync::Arc::new(b),
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+                    assert!(
+                        !current_thread_is_fifo().unwrap(),
+                        "a refusal changes nothing"
+                    );
+                    boost_tx.send(None).unwrap();
+                    return None;
+                }
+            };
+            let before = seen();
+            boost_tx.send(Some(std::sync::Arc::clone(&boost))).unwrap();
+            lifted_rx.recv().unwrap();
+            let lifted = seen();
+            boost.lower();
+            let lowered = seen();
+            boost.lower();
+            let again = seen();
+            Some((before, lifted, lowered, again, boost.lifts()))
+        });
+        if let Some(boost) = boost_rx.recv().unwrap() {
+            boost.lift();
+            lifted_tx.send(()).unwrap();
+        }
+        progress.join().unwrap()
+    }
+
+    #[test]
+    fn a_lift_raises_and_widens_the_progress_thread_and_lowering_restores_both() {
+        let every = cpus(&affinity(0).unwrap());
+        let Some((before, lifted, lowered, again, lifts)) =
+            lift_once(|| Boost::for_current_thread(true, true))
+        else {
+            return;
+        };
+        assert_eq!(
+            before,
+            (false, vec![0]),
+            "normal and pinned, the check undone"
+        );
+        assert_eq!(
+            lifted,
+            (true, every.clone()),
+            "SCHED_FIFO on every allowed CPU"
+        );
+        assert_eq!(lowered, before, "back to its policy and CPU");
+        assert_eq!(again, before, "a second lowering changes nothing");
+        assert_eq!(lifts, 1);
+    }
+
+    #[test]
+    fn under_fifo_a_lift_only_widens_and_without_widen_only_raises() {
+        let every = cpus(&affinity(0).unwrap());
+        let fifo = || {
+            set_current_thread_fifo()?;
+            Boost::for_current_thread(false, true)
+        };
+        if let Some((before, lifted, lowered, _, lifts)) = lift_once(fifo) {
+            assert_eq!(before, (true, vec![0]));
+            assert_eq!(
+                lifted,
+                (true, every),
+                "real-time already: only the CPUs widen"
+            );
+            assert_eq!(lowered, before, "still real-time, back on its CPU");
+            assert_eq!(lifts, 1);
+        }
+        if let Some((before, lifted, lowered, _, _)) =
+            lift_once(|| Boost::for_current_thread(true, false))
+        {
+            assert_eq!(before, (false, vec![0]));
+            assert_eq!(
+                lifted,
+                (true, vec![0]),
+                "FFD_CORE named a CPU: it stays there"
+            );
+            assert_eq!(lowered, before);
+        }
+    }
+
+    #[test]
+    fn a_watcher_runs_real_time_on_every_allowed_cpu() {
+        let every = cpus(&affinity(0).unwrap());
+        let outcome = std::thread::spawn(|| {
+            set_affinity(0, &one_cpu(0)).unwrap();
+            let boost = Boost::for_current_thread(true, true).ok()?;
+            let watcher = std::thread::spawn(move || {
+                boost.ready_watcher().unwrap();
+                seen()
+            });
+            Some(watcher.join().unwrap())
+        })
+        .join()
+        .unwrap();
+        if let Some(watcher) = outcome {
+            assert_eq!(watcher, (true, every));
+        }
     }
 }

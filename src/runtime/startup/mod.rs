@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
-use crate::config::{Config, Env, LocalMode, ProgressMode, SchedPolicy};
+use crate::config::{Config, CoreChoice, Env, LocalMode, ProgressMode, SchedPolicy};
 use crate::fabric::local as fabric_local;
 use crate::fabric::{
     AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
@@ -134,8 +134,10 @@ pub(super) fn start(
         period: config.period(),
         timeout: config.timeout(),
         logger,
+        boost: None,
     };
-    let (thread, exited) = spawn_progress(parts, &placement, config.sched(), logger)?;
+    let widen = !matches!(config.core(), CoreChoice::Cpu(_));
+    let (thread, exited) = spawn_progress(parts, &placement, (config.sched(), widen), logger)?;
     let linking = Linking {
         linked: linked_rx,
         progress: link_progress,
@@ -452,13 +454,14 @@ fn wake_socket() -> Result<(UnixStream, UnixStream), StartError> {
 
 /// Spawns the progress thread `ffd-progress-<rank>`, pinned as `placement`
 /// says (unpinned, with a warning, when that fails) and under the
-/// scheduling policy `sched` (the normal one, with a warning, when the
-/// host refuses it; the stats name the outcome). Returns its handle and a
+/// scheduling policy `sched` (the normal one when the host refuses it;
+/// the stats name the outcome). `widen`: a lift may move it off its
+/// placement (not when `FFD_CORE` named a CPU). Returns its handle and a
 /// receiver that disconnects when the thread ends, however it ends.
 fn spawn_progress(
-    parts: progress::Parts,
+    mut parts: progress::Parts,
     placement: &Placement,
-    sched: SchedPolicy,
+    (sched, widen): (SchedPolicy, bool),
     logger: Logger,
 ) -> Result<(JoinHandle<()>, mpsc::Receiver<()>), StartError> {
     let pin = placement.clone();
@@ -472,10 +475,11 @@ fn spawn_progress(
                 logger.warn(format_args!("{e}; running unpinned"));
             }
             // Before `run`: the exit-word threads it starts inherit it.
-            let policy = apply_sched(sched, logger);
+            let (policy, boost) = apply_sched(sched, widen, logger);
             if let Ok(mut stats) = parts.shared.stats.lock() {
                 stats.sched = policy;
             }
+            parts.boost = boost;
             progress::run(parts);
         })
         .map_err(|source| StartError::Io {
@@ -486,18 +490,44 @@ fn spawn_progress(
 }
 
 /// Puts the calling thread under `sched`; returns the policy it runs
-/// under, as the stats show it.
-fn apply_sched(sched: SchedPolicy, logger: Logger) -> String {
+/// under, as the stats show it, and its lift for a same-host exit
+/// (`boost`, and `fifo` when `widen`). A refused `fifo` was asked for
+/// and is warned about; a refused `boost` is the default on a host that
+/// grants no real-time priority, and is only logged at `info`.
+fn apply_sched(
+    sched: SchedPolicy,
+    widen: bool,
+    logger: Logger,
+) -> (String, Option<Arc<fabric_local::Boost>>) {
+    let refused = |e: &std::io::Error| {
+        let why = fabric_local::fifo_refusal(e);
+        (format!("normal (FFD_SCHED={sched} refused: {why})"), why)
+    };
     match sched {
-        SchedPolicy::Normal => SchedPolicy::Normal.to_string(),
-        SchedPolicy::Fifo => match fabric_local::set_current_thread_fifo() {
-            Ok(()) => SchedPolicy::Fifo.to_string(),
+        SchedPolicy::Normal => (sched.to_string(), None),
+        SchedPolicy::Boost => match fabric_local::Boost::for_current_thread(true, widen) {
+            Ok(boost) => (sched.to_string(), Some(Arc::new(boost))),
             Err(e) => {
-                let why = fabric_local::fifo_refusal(&e);
+                let (shown, why) = refused(&e);
+                logger.info(format_args!(
+                    "FFD_SCHED=boost: {why}; same-host exits are handled at the normal policy"
+                ));
+                (shown, None)
+            }
+        },
+        SchedPolicy::Fifo => match fabric_local::set_current_thread_fifo() {
+            Ok(()) => {
+                let boost = widen
+                    .then(|| fabric_local::Boost::for_current_thread(false, true).ok())
+                    .flatten();
+                (sched.to_string(), boost.map(Arc::new))
+            }
+            Err(e) => {
+                let (shown, why) = refused(&e);
                 logger.warn(format_args!(
                     "FFD_SCHED=fifo: {why}; the progress thread keeps the normal policy"
                 ));
-                format!("normal (FFD_SCHED=fifo refused: {why})")
+                (shown, None)
             }
         },
     }
