@@ -81,12 +81,15 @@ impl Cluster {
     }
 
     fn with_quorum(n: u32, h: u32, quorum: QuorumMode) -> Cluster {
+        // Off: one notice per silent host at once; under majority the
+        // host is one accusation first (tests below run it).
+        Cluster::with_config(n, h, host_config(quorum))
+    }
+
+    fn with_config(n: u32, h: u32, config: Arc<EngineConfig>) -> Cluster {
         let ids: Vec<u32> = (0..n).map(|r| r % h).collect();
         let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
         let ring = Arc::new(Ring::topology(&ids));
-        // Off: one notice per silent host at once; under majority the
-        // host is one accusation first (tests below run it).
-        let config = host_config(quorum);
         let keys = keys();
         let engines = (0..n)
             .map(|r| {
@@ -1081,6 +1084,61 @@ fn when_a_leader_exits_and_its_host_follows_the_observer_checks_the_rest_at_once
     assert_eq!(c.host_failed(), vec![(2, 1, vec![4, 7])]);
     let at = c.host_failed_at();
     assert!(at - killed_at <= ms(25 + 50), "{:?}", at - killed_at);
+    for r in [0, 2, 3, 5, 6, 8] {
+        assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
+    }
+}
+
+#[test]
+fn a_mended_leader_that_answered_the_host_check_and_then_died_unseen_is_rechecked_in_a_timeout() {
+    // Host 1's leader, rank 1, is killed; ranks 4 and 7 see the exit and
+    // broadcast it. Rank 2, which watched rank 1, mends to rank 4 and
+    // probes the rest of host 1: both still run and answer, so the check
+    // ends. Then 4 and 7 are killed too, before rank 4's link to rank 2 is
+    // up and with nobody left on their host to see it (a whole host's
+    // processes killed one after another; seen with `ffd run --kill-host`
+    // once same-host exits were handled in a fraction of a millisecond).
+    // Rank 2 re-checks host 1 once the new emitter's link has had a
+    // timeout, instead of waiting the link grace (the start-up grace, 1 s
+    // as in the runtime) and then a timeout of silence.
+    let config = Arc::new(EngineConfig {
+        startup_grace: Some(ms(1000)),
+        ..(*host_config(QuorumMode::Majority)).clone()
+    });
+    let mut c = Cluster::with_config(9, 3, config);
+    c.run_for(ms(1300));
+    assert_eq!(c.engines[2].emitter(), Some(1));
+    c.kill(1);
+    assert_eq!(
+        c.engines[2].emitter(),
+        Some(4),
+        "mended to host 1's next rank"
+    );
+    assert_eq!(
+        c.engines[2].stats().host_checks,
+        1,
+        "checked host 1 at once"
+    );
+    // Rank 4 took the ObserveMe and wrote its first beat at once; on the
+    // fabric that write needs the new connection, which never came up.
+    c.slots.retain(|&(observer, _), _| observer != 2);
+    c.status[4] = Status::Dead;
+    c.status[7] = Status::Dead;
+    let killed_at = c.now;
+    c.run_for(ms(400));
+    for r in [4, 7] {
+        assert!(c.all_know(r), "rank {r}");
+    }
+    assert_eq!(c.host_failed(), vec![(2, 1, vec![4, 7])]);
+    assert_eq!(c.engines[2].stats().host_checks, 2, "one re-check");
+    let at = c.host_failed_at();
+    // A timeout for the new link, a quarter for the probes, a round of
+    // votes: well inside the link grace (1 s).
+    assert!(
+        at - killed_at <= ms(100 + 25 + 50 + 5),
+        "{:?}",
+        at - killed_at
+    );
     for r in [0, 2, 3, 5, 6, 8] {
         assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
     }

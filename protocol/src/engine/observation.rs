@@ -42,6 +42,12 @@ pub(super) struct Watch {
     /// to it completed, no beat seen): `changed_at` lies a link grace in
     /// the future until then.
     pub(super) awaiting_link: bool,
+    /// Mended to the next rank of a host whose previous emitter is gone:
+    /// if the new link is still not confirmed at this instant (a timeout
+    /// after the mending), check the rest of that host again
+    /// ([`Engine::check_rest_of_host`]) rather than wait out the link
+    /// grace. Cleared once the link is confirmed or the check is made.
+    pub(super) host_recheck_at: Option<Time>,
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
@@ -190,6 +196,7 @@ impl Engine {
                 self.watch.still_seen_at = None;
                 self.watch.awaiting_first = false;
                 self.watch.awaiting_link = false;
+                self.watch.host_recheck_at = None;
                 self.watch.hurry = false;
                 self.quorum_emitter_alive(now, emitter);
             }
@@ -209,6 +216,7 @@ impl Engine {
         }
         self.stats.mend_links_confirmed += 1;
         self.watch.awaiting_link = false;
+        self.watch.host_recheck_at = None;
         self.watch.changed_at = now;
         self.watch.still_seen_at = None;
         self.schedule_check(now);
@@ -262,6 +270,7 @@ impl Engine {
                 }
             }
         }
+        self.recheck_host(now, emitter, lagging);
         if self.watch.awaiting_first {
             self.stats.observe_me_resent += 1;
             let m = self
@@ -480,6 +489,7 @@ impl Engine {
         self.watch.still_seen_at = None;
         self.watch.awaiting_first = true;
         self.watch.awaiting_link = true;
+        self.watch.host_recheck_at = None;
         self.watch.mismatch_since = None;
         self.watch.hurry = false;
         self.watch.slow_warned_at = None;
@@ -500,11 +510,36 @@ impl Engine {
         self.schedule_check(now);
         // The emitter failed and its host's next rank takes over: the rest
         // of that host may have gone with it.
-        if let (Some(p), Some(e), Some(h)) = (previous, candidate, &self.hosts) {
+        if let (Some(p), Some(e), Some(h)) = (previous, candidate, self.hosts.clone()) {
             if self.is_gone(p) && h.host_of(p) == h.host_of(e) {
                 self.check_rest_of_host(now, p);
+                if h.host_of(e) != h.host_of(self.me) {
+                    self.watch.host_recheck_at =
+                        Some(now + self.health.stretch(self.config.timeout));
+                }
             }
         }
+    }
+
+    /// The rest of the emitter's host answered the check made at the
+    /// mending (see [`Engine::mend`]), and the new emitter's link is still
+    /// not confirmed a timeout later: check the host again. Its processes
+    /// may have been killed one after another (a host's whole job), the
+    /// new emitter among them after it answered, with nobody left on the
+    /// host to see it exit: without this the observer would wait the link
+    /// grace (the start-up grace, 1 s by default) before its silence even
+    /// began to count. A host whose ranks answer keeps the grace; one that
+    /// does not is declared as one silent host, through the quorum. Once
+    /// per mending, and not on a late wake-up of this rank's own.
+    fn recheck_host(&mut self, now: Time, emitter: Rank, lagging: bool) {
+        let Some(at) = self.watch.host_recheck_at else {
+            return;
+        };
+        if lagging || now < at || !self.watch.awaiting_link || self.host_check.is_some() {
+            return;
+        }
+        self.watch.host_recheck_at = None;
+        self.check_rest_of_host(now, emitter);
     }
 
     // ----- in-band evidence -----
