@@ -317,14 +317,18 @@ impl LocalWatching {
         }
         self.word_deaths_to(engine, now);
         for i in 0..self.exited.len() {
-            // A rank that released its exit word stopped its detector
-            // before its process ended: it left (its notice says so), and
-            // its pidfd may be seen first; not a failure.
+            // A rank that released its exit word, or marked its line
+            // stopped (the same fact without exit words), stopped its
+            // detector before its process ended: it left (its notice says
+            // so), and its pidfd may be seen first; not a failure.
             let token = self.exited[i];
             if self.words.as_ref().is_some_and(|w| w.released(token)) {
                 continue;
             }
             if let Ok(rank) = Rank::try_from(token) {
+                if self.marked_stopped(rank) {
+                    continue;
+                }
                 self.exited_to(engine, now, rank);
             }
         }
@@ -332,6 +336,20 @@ impl LocalWatching {
             self.read_board(engine, now);
         }
         self.exited.len()
+    }
+
+    /// Whether local rank `rank` marked its line stopped before it exited.
+    fn marked_stopped(&self, rank: Rank) -> bool {
+        let (Some(seg), Some(index)) = (&self.segment, self.index_of(rank)) else {
+            return false;
+        };
+        seg.stopped(index)
+    }
+
+    /// `rank`'s index among its host's ranks, if it is on this host.
+    fn index_of(&self, rank: Rank) -> Option<u32> {
+        let members = self.hosts.members(self.hosts.host_of(self.me));
+        members.binary_search(&rank).ok().map(|i| i as u32)
     }
 
     /// Hands the failures posted on the host's notice board since the last
@@ -468,6 +486,20 @@ impl LocalWatching {
     }
 }
 
+impl Drop for LocalWatching {
+    /// This rank stops watching (a leave, a stop, a panic unwinding the
+    /// progress thread): mark its line stopped before its process can
+    /// exit, so a peer that sees the exit through a pidfd does not take a
+    /// clean end for a death. The exit words, released after this, say
+    /// the same to peers that have them. A killed process runs no drop:
+    /// its exit stays proof.
+    fn drop(&mut self) {
+        if let Some(seg) = &self.segment {
+            seg.store_stopped(self.my_index);
+        }
+    }
+}
+
 /// Sets `out` to the host's ranks at `indices` (into `members`, the
 /// host's ranks), `me` left out.
 fn others_at(members: &[Rank], me: Rank, indices: &[u32], out: &mut Vec<Rank>) {
@@ -581,5 +613,78 @@ mod tests {
         for waiting in ['S', 'D', 't', 'I', 'Z', 'X'] {
             assert_eq!(emitter_thread(waiting), EmitterThread::Waiting, "{waiting}");
         }
+    }
+
+    /// Two ranks on one host: this test (rank 0) and a child process
+    /// standing in for rank 1, watched through its pidfd only. Its exit is
+    /// a failure (`exited`), unless rank 1 marked its line stopped first,
+    /// as a rank whose detector stopped cleanly does (`FFD_LOCAL=pidfd`
+    /// has no exit words to say it).
+    #[test]
+    fn a_pidfd_exit_is_a_failure_unless_the_rank_marked_itself_stopped_first() {
+        use crate::protocol::{EngineConfig, JobKeys, Ring, RingKind};
+        use std::os::unix::net::UnixStream;
+        use std::process::{Command, Stdio};
+        if pidfd_probe_here().is_err() {
+            return;
+        }
+        for stopped in [false, true] {
+            let name = format!("/ffd-test-{}-pidfd-stopped-{stopped}", std::process::id());
+            let segment = HostSegment::create(&name, 2, 2).unwrap();
+            let peer = HostSegment::open(&name, 2, 2).unwrap();
+            let mut child = Command::new("sleep")
+                .arg("30")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap();
+            let pidfd = PidFd::open(child.id()).unwrap();
+            let ids = [0u32, 0];
+            let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
+            let plan = LocalPlan {
+                hosts: Arc::clone(&hosts),
+                segment: Some(SegmentPlan::Created(segment)),
+                pidfds: vec![(1, pidfd)],
+                exit_words: false,
+                fallback: Vec::new(),
+                pids: vec![None, Some(child.id())],
+            };
+            let (wake, _host_end) = UnixStream::pair().unwrap();
+            let timeout = Duration::from_millis(100);
+            let mut watching =
+                LocalWatching::start(plan, 0, wake.as_fd(), (0, timeout), None, &mut Vec::new())
+                    .unwrap();
+            let mut engine = Engine::with_hosts(
+                Arc::new(EngineConfig::default()),
+                Arc::new(Ring::topology(&ids)),
+                hosts,
+                0,
+                JobKeys::new(7, [3; 32]),
+                Time::ZERO,
+            )
+            .unwrap();
+            if stopped {
+                // What rank 1's `LocalWatching` does when it drops.
+                peer.store_stopped(1);
+            }
+            child.kill().unwrap();
+            child.wait().unwrap();
+            // The pidfd is readable once the child is reaped; bounded.
+            let mut seen = 0;
+            for _ in 0..1000 {
+                seen += watching.take_exits(&mut engine, Time::ZERO);
+                if seen > 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(seen, 1, "the exit was seen (stopped: {stopped})");
+            assert_eq!(engine.is_failed(1), !stopped, "stopped: {stopped}");
+            drop(watching);
+            assert!(peer.stopped(0), "a dropped watcher marks its own line");
+        }
+    }
+
+    fn pidfd_probe_here() -> Result<(), PidfdUnavailable> {
+        crate::fabric::local::pidfd_probe()
     }
 }

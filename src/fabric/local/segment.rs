@@ -7,7 +7,10 @@
 //! rank (rank order): its last wake-up on `CLOCK_MONOTONIC` in ns (u64, 0:
 //! never) and the digest fold of its failed ∪ left set then (u64, low 32
 //! bits), then the thread id of its progress thread (u64, 0: not yet
-//! written), written once when that thread starts. Lines are cache-line aligned so that no two writers share one.
+//! written), written once when that thread starts, then its *stopped*
+//! mark (u64, 1 once its detector stopped watching: written before its
+//! process can exit, so a peer that sees the exit knows it left first).
+//! Lines are cache-line aligned so that no two writers share one.
 //! After the lines, the exit-word matrix: `count × count` slots of 8
 //! bytes, slot `[o][w]` (at `o × count + w`) holding in its low 32 bits
 //! the futex word rank `o` holds for its watcher `w` (`exit_word.rs`);
@@ -318,6 +321,23 @@ impl HostSegment {
         }
     }
 
+    /// Marks local rank `index` as no longer watching: its detector has
+    /// stopped, before its process exits (a clean end, not a death).
+    pub fn store_stopped(&self, index: u32) {
+        if index < self.count {
+            let line = LINE * (1 + index as usize);
+            self.word(line + 24).store(1, Ordering::Release);
+        }
+    }
+
+    /// Whether local rank `index` marked itself stopped ([`Self::store_stopped`]).
+    pub fn stopped(&self, index: u32) -> bool {
+        index < self.count && {
+            let line = LINE * (1 + index as usize);
+            self.word(line + 24).load(Ordering::Acquire) != 0
+        }
+    }
+
     /// Local rank `index`'s progress thread id (`None`: not written yet).
     pub fn thread(&self, index: u32) -> Option<u32> {
         if index >= self.count {
@@ -408,6 +428,11 @@ mod tests {
         c.store_thread(2, 4321);
         assert_eq!(a.thread(2), Some(4321));
         assert_eq!(a.load(2), Some((7, 1)), "its own word");
+        assert!(!a.stopped(2));
+        c.store_stopped(2);
+        assert!(a.stopped(2) && !a.stopped(1), "one rank's mark");
+        assert_eq!(a.thread(2), Some(4321), "its own word");
+        assert!(!a.stopped(3), "outside the host");
         assert_eq!(a.thread(3), None, "outside the host");
         assert_eq!(a.load(3), None, "outside the host");
         assert!(matches!(
