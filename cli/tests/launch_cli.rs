@@ -125,6 +125,30 @@ fn help_lists_the_fault_options() {
     }
 }
 
+/// `ffd info`'s scheduling line under `env` (the default without one),
+/// checked against what this process may do: `allowed_says` when real-time
+/// scheduling is allowed here, the refusal naming `CAP_SYS_NICE` when not.
+fn check_scheduling_line(env: &[(&str, &str)], shown: &str, allowed: bool, allowed_says: &str) {
+    let (code, out, err) = ffd("info", &[], env);
+    assert_eq!(code, Some(0), "{err}");
+    let prefix = format!("scheduling (FFD_SCHED={shown}): ");
+    let line = out
+        .lines()
+        .find(|l| l.contains(&prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{out}"));
+    if allowed {
+        assert!(
+            line.contains(allowed_says) && line.ends_with("allowed here"),
+            "{line}"
+        );
+    } else {
+        assert!(
+            line.contains("refused here") && line.contains("CAP_SYS_NICE"),
+            "{line}"
+        );
+    }
+}
+
 #[test]
 fn info_says_whether_the_progress_thread_may_run_under_fifo_and_refuses_a_bad_policy() {
     // What this process may do, asked from a thread of its own; `ffd
@@ -133,40 +157,19 @@ fn info_says_whether_the_progress_thread_may_run_under_fifo_and_refuses_a_bad_po
         .join()
         .unwrap()
         .is_ok();
-    let (code, out, err) = ffd("info", &[], &[("FFD_SCHED", "fifo")]);
-    assert_eq!(code, Some(0), "{err}");
-    let line = out
-        .lines()
-        .find(|l| l.contains("scheduling (FFD_SCHED=fifo): "))
-        .unwrap_or_else(|| panic!("no scheduling line in:\n{out}"));
-    if allowed {
-        assert!(
-            line.ends_with("SCHED_FIFO priority 1, allowed here"),
-            "{line}"
-        );
-    } else {
-        assert!(
-            line.contains("refused here") && line.contains("CAP_SYS_NICE"),
-            "{line}"
-        );
-    }
-    let (_, out, _) = ffd("info", &[], &[]);
-    let line = out
-        .lines()
-        .find(|l| l.contains("scheduling (FFD_SCHED=boost): "))
-        .unwrap_or_else(|| panic!("boost is the default; no such line in:\n{out}"));
-    if allowed {
-        assert!(
-            line.contains("normal, lifted to SCHED_FIFO priority 1 on any allowed CPU")
-                && line.ends_with("allowed here"),
-            "{line}"
-        );
-    } else {
-        assert!(
-            line.contains("refused here") && line.contains("CAP_SYS_NICE"),
-            "{line}"
-        );
-    }
+    check_scheduling_line(
+        &[("FFD_SCHED", "fifo")],
+        "fifo",
+        allowed,
+        "SCHED_FIFO priority 1, allowed here",
+    );
+    // boost is the default.
+    check_scheduling_line(
+        &[],
+        "boost",
+        allowed,
+        "normal, lifted to SCHED_FIFO priority 1 on any allowed CPU",
+    );
     let (_, out, _) = ffd("info", &[], &[("FFD_SCHED", "normal")]);
     assert!(
         out.contains("scheduling (FFD_SCHED=normal): normal (SCHED_OTHER)"),
