@@ -1143,3 +1143,39 @@ fn a_mended_leader_that_answered_the_host_check_and_then_died_unseen_is_rechecke
         assert_eq!(c.engines[r].failed(), [1, 4, 7], "rank {r}");
     }
 }
+
+#[test]
+fn a_host_recheck_whose_emitter_links_meanwhile_declares_nobody() {
+    // As above, but while the re-check's probes are out rank 4's link to
+    // rank 2 comes up (an ObserveMe completes): the emitter runs as far as
+    // rank 2 can tell, so the unanswered probes declare nobody, and rank 4
+    // gets its timeout from the link instead.
+    let config = Arc::new(EngineConfig {
+        startup_grace: Some(ms(1000)),
+        ..(*host_config(QuorumMode::Off)).clone()
+    });
+    let mut c = Cluster::with_config(9, 3, config);
+    c.run_for(ms(1300));
+    c.kill(1);
+    assert_eq!(c.engines[2].emitter(), Some(4));
+    c.slots.retain(|&(observer, _), _| observer != 2);
+    c.status[4] = Status::Dead;
+    c.status[7] = Status::Dead;
+    // Until the re-check has begun (a timeout after the mending).
+    while c.engines[2].stats().host_checks < 2 {
+        assert!(c.now < Time::ZERO + ms(1300 + 150), "no re-check");
+        c.step();
+    }
+    let linked_at = c.now;
+    let _ = c.engines[2].handle(c.now, Input::Sent { to: 4 });
+    c.run_for(ms(50));
+    assert!(
+        c.host_failed().is_empty() && !c.engines[2].is_failed(4),
+        "the re-check declared an emitter whose link came up"
+    );
+    // Its silence from the link on: a timeout, then the host check.
+    c.run_for(ms(200));
+    assert!(c.all_know(4) && c.all_know(7));
+    let at = c.declared_at(4).expect("declared");
+    assert!(at - linked_at >= ms(100), "{:?}", at - linked_at);
+}

@@ -318,15 +318,17 @@ impl LocalWatching {
         self.word_deaths_to(engine, now);
         for i in 0..self.exited.len() {
             // A rank that released its exit word, or marked its line
-            // stopped (the same fact without exit words), stopped its
-            // detector before its process ended: it left (its notice says
-            // so), and its pidfd may be seen first; not a failure.
+            // ended (the same fact without exit words), ended its detector
+            // before its process ended: it left (its notice says so) or
+            // stopped on an error (its counter stands still, and its
+            // observer declares it in a timeout); its pidfd may be seen
+            // first. Not proof of a death either way.
             let token = self.exited[i];
             if self.words.as_ref().is_some_and(|w| w.released(token)) {
                 continue;
             }
             if let Ok(rank) = Rank::try_from(token) {
-                if self.marked_stopped(rank) {
+                if self.marked_ended(rank) {
                     continue;
                 }
                 self.exited_to(engine, now, rank);
@@ -338,12 +340,12 @@ impl LocalWatching {
         self.exited.len()
     }
 
-    /// Whether local rank `rank` marked its line stopped before it exited.
-    fn marked_stopped(&self, rank: Rank) -> bool {
+    /// Whether local rank `rank` marked its line ended before it exited.
+    fn marked_ended(&self, rank: Rank) -> bool {
         let (Some(seg), Some(index)) = (&self.segment, self.index_of(rank)) else {
             return false;
         };
-        seg.stopped(index)
+        seg.ended(index)
     }
 
     /// `rank`'s index among its host's ranks, if it is on this host.
@@ -488,14 +490,14 @@ impl LocalWatching {
 
 impl Drop for LocalWatching {
     /// This rank stops watching (a leave, a stop, a panic unwinding the
-    /// progress thread): mark its line stopped before its process can
+    /// progress thread): mark its line ended before its process can
     /// exit, so a peer that sees the exit through a pidfd does not take a
     /// clean end for a death. The exit words, released after this, say
     /// the same to peers that have them. A killed process runs no drop:
     /// its exit stays proof.
     fn drop(&mut self) {
         if let Some(seg) = &self.segment {
-            seg.store_stopped(self.my_index);
+            seg.store_ended(self.my_index);
         }
     }
 }
@@ -617,11 +619,11 @@ mod tests {
 
     /// Two ranks on one host: this test (rank 0) and a child process
     /// standing in for rank 1, watched through its pidfd only. Its exit is
-    /// a failure (`exited`), unless rank 1 marked its line stopped first,
-    /// as a rank whose detector stopped cleanly does (`FFD_LOCAL=pidfd`
+    /// a failure (`exited`), unless rank 1 marked its line ended first,
+    /// as a rank whose detector ended cleanly does (`FFD_LOCAL=pidfd`
     /// has no exit words to say it).
     #[test]
-    fn a_pidfd_exit_is_a_failure_unless_the_rank_marked_itself_stopped_first() {
+    fn a_pidfd_exit_is_a_failure_unless_the_rank_marked_itself_ended_first() {
         use crate::protocol::{EngineConfig, JobKeys, Ring, RingKind};
         use std::os::unix::net::UnixStream;
         use std::process::{Command, Stdio};
@@ -664,7 +666,7 @@ mod tests {
             .unwrap();
             if stopped {
                 // What rank 1's `LocalWatching` does when it drops.
-                peer.store_stopped(1);
+                peer.store_ended(1);
             }
             child.kill().unwrap();
             child.wait().unwrap();
@@ -680,7 +682,7 @@ mod tests {
             assert_eq!(seen, 1, "the exit was seen (stopped: {stopped})");
             assert_eq!(engine.is_failed(1), !stopped, "stopped: {stopped}");
             drop(watching);
-            assert!(peer.stopped(0), "a dropped watcher marks its own line");
+            assert!(peer.ended(0), "a dropped watcher marks its own line");
         }
     }
 

@@ -372,6 +372,9 @@ impl<'d> Progress<'d> {
         let mut woken = true;
         let mut queue = true;
         while !core.finished() {
+            // Lifts counted before the exits are taken: a later one is
+            // for an exit not taken yet (see the lowering below).
+            let lifts_seen = core.boost.as_ref().map_or(0, |b| b.lifts());
             if woken {
                 // Empty the wake socket first: a command sent after this
                 // point writes a fresh byte, so the next wait returns at once.
@@ -405,7 +408,7 @@ impl<'d> Progress<'d> {
             }
             // What lifted the thread is handled: back to its policy and CPU.
             if let Some(boost) = &core.boost {
-                boost.lower();
+                boost.lower_unless_lifted_since(lifts_seen);
             }
             if core.spin {
                 std::hint::spin_loop();
@@ -422,6 +425,10 @@ impl<'d> Progress<'d> {
                     break;
                 }
             }
+        }
+        // The end is no exit's handling: not lifted.
+        if let Some(boost) = &core.boost {
+            boost.lower();
         }
         // What the last completions produced (the SelfExcluded event when
         // the exclusion notice arrived during the wait) still goes out.

@@ -64,6 +64,11 @@ pub(super) struct HostCheck {
     /// The leader is already declared on proof (an in-band error): the
     /// check is about the rest of its host only.
     after_proof: bool,
+    /// The re-check of a mended emitter's host whose link is still not
+    /// confirmed ([`Engine::recheck_host`](super::Engine)): `leader` is
+    /// that emitter, and a link confirmed or a beat seen meanwhile ends
+    /// the check with no verdict.
+    for_link: bool,
 }
 
 /// The other ranks of this host that read its notice board.
@@ -507,6 +512,19 @@ impl Engine {
         }
     }
 
+    /// [`Engine::check_rest_of_host`] for the mended emitter `emitter`,
+    /// whose link is still not confirmed: the same probes, but the
+    /// emitter's link coming up or its first beat before the window closes
+    /// ends the check with no verdict (it runs).
+    pub(super) fn check_host_of_unlinked_emitter(&mut self, now: Time, emitter: Rank) {
+        self.check_rest_of_host(now, emitter);
+        if let Some(check) = self.host_check.as_mut() {
+            if check.leader == emitter && check.nonce == self.nonce {
+                check.for_link = true;
+            }
+        }
+    }
+
     /// The ranks of `host` not known gone, ascending.
     fn live_of_host(&self, hosts: &Hosts, host: u32) -> Vec<Rank> {
         hosts
@@ -539,6 +557,7 @@ impl Engine {
             nonce: self.nonce,
             changed_at: self.watch.changed_at,
             after_proof,
+            for_link: false,
         });
         self.timers
             .set(Timer::HostCheck, now + self.config.timeout / 4);
@@ -585,7 +604,9 @@ impl Engine {
         self.host_check = None;
         let moved = self.watch.changed_at > check.changed_at;
         let stale = self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved;
-        if !check.after_proof && stale {
+        if (!check.after_proof || check.for_link)
+            && (stale || !self.watch.awaiting_link && check.for_link)
+        {
             self.schedule_check(now);
             return;
         }

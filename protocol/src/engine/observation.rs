@@ -118,7 +118,10 @@ impl Engine {
             return;
         }
         let (limit, _) = self.stillness_limit(now);
-        let next = self.next_check(now, self.watch.changed_at + limit);
+        let mut next = self.next_check(now, self.watch.changed_at + limit);
+        if let Some(at) = self.watch.host_recheck_at {
+            next = next.min(at.max(now + Duration::from_nanos(1)));
+        }
         self.timers.set(Timer::Check, next);
     }
 
@@ -539,7 +542,7 @@ impl Engine {
             return;
         }
         self.watch.host_recheck_at = None;
-        self.check_rest_of_host(now, emitter);
+        self.check_host_of_unlinked_emitter(now, emitter);
     }
 
     // ----- in-band evidence -----

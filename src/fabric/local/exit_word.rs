@@ -199,7 +199,7 @@ impl ExitWords {
     /// for each `(o, token)` in `peers`. Returns once the words are held.
     /// `boost`: the lift of the calling thread, which must be the one that
     /// drops these words (the drop joins the threads that lift it); the
-    /// threads then run as [`Boost::ready_watcher`] says and lift it
+    /// threads then run as [`Boost::ready_exit_word_thread`] says and lift it
     /// before each ring.
     pub fn start(
         segment: Arc<HostSegment>,
@@ -501,7 +501,7 @@ fn run(
         // Refused only if the host's limits changed since the progress
         // thread's check: the thread then watches at its inherited
         // policy and CPU, and still lifts the progress thread if it can.
-        let _ = boost.ready_watcher();
+        let _ = boost.ready_exit_word_thread();
     }
     let _holding = if holder {
         match Holding::take(segment, me) {

@@ -64,7 +64,9 @@ fn set_policy(tid: libc::pid_t, policy: libc::c_int, priority: i32) -> io::Resul
 
 /// Every CPU: the kernel narrows an affinity to the CPUs the thread's
 /// cpuset allows (`sched_setaffinity(2)`), so this is "wherever the
-/// process may run".
+/// process's cgroup lets it run" (hwloc's allowed set, as `FFD_CORE=auto`
+/// chooses from), which may be wider than a binding by `taskset` or the
+/// launcher.
 fn every_cpu() -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is a plain bit array, all-zero the empty set;
     // CPU_SET writes bit `cpu` < CPU_SETSIZE, inside it.
@@ -157,28 +159,42 @@ impl Boost {
 
     /// Readies the calling exit-word thread: `SCHED_FIFO` (inherited under
     /// `fifo`, set here under `boost`) on every allowed CPU.
-    pub fn ready_watcher(&self) -> io::Result<()> {
+    pub fn ready_exit_word_thread(&self) -> io::Result<()> {
         set_current_thread_fifo()?;
         set_affinity(0, &every_cpu())
     }
 
     /// Lifts the progress thread: every allowed CPU, then `SCHED_FIFO`.
     /// Called by an exit-word thread before it rings the progress thread,
-    /// which lowers itself before it next sleeps; a lift that races a
-    /// lowering is marked after its calls, so the progress thread, rung
-    /// after it, lowers again. A refused call leaves the thread as it is.
+    /// which lowers itself before it next sleeps. The lift is counted and
+    /// marked after its calls and before the ring, so a lift that races a
+    /// lowering is followed by another turn of the progress thread, and
+    /// that turn lowers it: the thread always ends up lowered. A refused
+    /// call leaves the thread as it is.
     pub fn lift(&self) {
         let widened = self.home.is_some() && set_affinity(self.tid, &every_cpu()).is_ok();
         let raised =
             self.raise_policy && set_policy(self.tid, libc::SCHED_FIFO, FIFO_PRIORITY).is_ok();
         if widened || raised {
+            self.lifts.fetch_add(1, Ordering::AcqRel);
             self.lifted.store(true, Ordering::Release);
-            self.lifts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// On the progress thread, before it sleeps: back to its own policy
-    /// and CPUs if it was lifted. One atomic load when it was not.
+    /// and CPUs if it was lifted, unless a lift came after `seen` (the
+    /// [`Boost::lifts`] it read before it took what the exit-word threads
+    /// handed it): that lift's exit is not handled yet, and its ring
+    /// brings the thread round again at once, still lifted. One atomic
+    /// load when nothing lifted it.
+    pub fn lower_unless_lifted_since(&self, seen: u64) {
+        if self.lifts.load(Ordering::Acquire) == seen {
+            self.lower();
+        }
+    }
+
+    /// Back to its own policy and CPUs if it was lifted (the progress
+    /// thread, also when it ends).
     pub fn lower(&self) {
         if self.lifted.load(Ordering::Acquire) && self.lifted.swap(false, Ordering::AcqRel) {
             if self.raise_policy {
@@ -192,7 +208,7 @@ impl Boost {
 
     /// How many times the progress thread was lifted.
     pub fn lifts(&self) -> u64 {
-        self.lifts.load(Ordering::Relaxed)
+        self.lifts.load(Ordering::Acquire)
     }
 }
 
@@ -271,6 +287,23 @@ mod tests {
             .collect()
     }
 
+    /// The first CPU this process may use (the "progress thread" is
+    /// pinned there).
+    fn first_cpu() -> usize {
+        cpus(&affinity(0).unwrap())[0]
+    }
+
+    /// The CPUs a thread gets when it asks for every CPU (the kernel
+    /// narrows the request to the cpuset), asked on a thread of its own.
+    fn widest() -> Vec<usize> {
+        std::thread::spawn(|| {
+            set_affinity(0, &every_cpu()).unwrap();
+            cpus(&affinity(0).unwrap())
+        })
+        .join()
+        .unwrap()
+    }
+
     /// What a lifted thread looks like: (SCHED_FIFO, its CPUs).
     type Seen = (bool, Vec<usize>);
 
@@ -281,7 +314,7 @@ mod tests {
         )
     }
 
-    /// Runs a "progress thread" pinned to CPU 0 with a Boost made by
+    /// Runs a "progress thread" pinned to [`first_cpu`] with a Boost made by
     /// `make`; another thread lifts it once; returns what it saw before,
     /// lifted, lowered, lowered again, and the lifts counted (`None`:
     /// refused, checked inside).
@@ -289,7 +322,7 @@ mod tests {
         let (boost_tx, boost_rx) = std::sync::mpsc::channel();
         let (lifted_tx, lifted_rx) = std::sync::mpsc::channel::<()>();
         let progress = std::thread::spawn(move || {
-            set_affinity(0, &one_cpu(0)).unwrap();
+            set_affinity(0, &one_cpu(first_cpu())).unwrap();
             let boost = match make() {
                 Ok(b) => std::sync::Arc::new(b),
                 Err(e) => {
@@ -306,7 +339,9 @@ mod tests {
             boost_tx.send(Some(std::sync::Arc::clone(&boost))).unwrap();
             lifted_rx.recv().unwrap();
             let lifted = seen();
-            boost.lower();
+            boost.lower_unless_lifted_since(0);
+            assert_eq!(seen(), lifted, "a lift after what it saw keeps it lifted");
+            boost.lower_unless_lifted_since(boost.lifts());
             let lowered = seen();
             boost.lower();
             let again = seen();
@@ -321,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_lift_raises_and_widens_the_progress_thread_and_lowering_restores_both() {
-        let every = cpus(&affinity(0).unwrap());
+        let every = widest();
         let Some((before, lifted, lowered, again, lifts)) =
             lift_once(|| Boost::for_current_thread(true, true))
         else {
@@ -329,7 +364,7 @@ mod tests {
         };
         assert_eq!(
             before,
-            (false, vec![0]),
+            (false, vec![first_cpu()]),
             "normal and pinned, the check undone"
         );
         assert_eq!(
@@ -344,13 +379,13 @@ mod tests {
 
     #[test]
     fn under_fifo_a_lift_only_widens_and_without_widen_only_raises() {
-        let every = cpus(&affinity(0).unwrap());
+        let every = widest();
         let fifo = || {
             set_current_thread_fifo()?;
             Boost::for_current_thread(false, true)
         };
         if let Some((before, lifted, lowered, _, lifts)) = lift_once(fifo) {
-            assert_eq!(before, (true, vec![0]));
+            assert_eq!(before, (true, vec![first_cpu()]));
             assert_eq!(
                 lifted,
                 (true, every),
@@ -362,10 +397,10 @@ mod tests {
         if let Some((before, lifted, lowered, _, _)) =
             lift_once(|| Boost::for_current_thread(true, false))
         {
-            assert_eq!(before, (false, vec![0]));
+            assert_eq!(before, (false, vec![first_cpu()]));
             assert_eq!(
                 lifted,
-                (true, vec![0]),
+                (true, vec![first_cpu()]),
                 "FFD_CORE named a CPU: it stays there"
             );
             assert_eq!(lowered, before);
@@ -374,12 +409,12 @@ mod tests {
 
     #[test]
     fn a_watcher_runs_real_time_on_every_allowed_cpu() {
-        let every = cpus(&affinity(0).unwrap());
+        let every = widest();
         let outcome = std::thread::spawn(|| {
-            set_affinity(0, &one_cpu(0)).unwrap();
+            set_affinity(0, &one_cpu(first_cpu())).unwrap();
             let boost = Boost::for_current_thread(true, true).ok()?;
             let watcher = std::thread::spawn(move || {
-                boost.ready_watcher().unwrap();
+                boost.ready_exit_word_thread().unwrap();
                 seen()
             });
             Some(watcher.join().unwrap())

@@ -7,7 +7,7 @@
 //! rank (rank order): its last wake-up on `CLOCK_MONOTONIC` in ns (u64, 0:
 //! never) and the digest fold of its failed ∪ left set then (u64, low 32
 //! bits), then the thread id of its progress thread (u64, 0: not yet
-//! written), written once when that thread starts, then its *stopped*
+//! written), written once when that thread starts, then its *ended*
 //! mark (u64, 1 once its detector stopped watching: written before its
 //! process can exit, so a peer that sees the exit knows it left first).
 //! Lines are cache-line aligned so that no two writers share one.
@@ -323,15 +323,15 @@ impl HostSegment {
 
     /// Marks local rank `index` as no longer watching: its detector has
     /// stopped, before its process exits (a clean end, not a death).
-    pub fn store_stopped(&self, index: u32) {
+    pub fn store_ended(&self, index: u32) {
         if index < self.count {
             let line = LINE * (1 + index as usize);
             self.word(line + 24).store(1, Ordering::Release);
         }
     }
 
-    /// Whether local rank `index` marked itself stopped ([`Self::store_stopped`]).
-    pub fn stopped(&self, index: u32) -> bool {
+    /// Whether local rank `index` marked itself ended ([`Self::store_ended`]).
+    pub fn ended(&self, index: u32) -> bool {
         index < self.count && {
             let line = LINE * (1 + index as usize);
             self.word(line + 24).load(Ordering::Acquire) != 0
@@ -428,11 +428,11 @@ mod tests {
         c.store_thread(2, 4321);
         assert_eq!(a.thread(2), Some(4321));
         assert_eq!(a.load(2), Some((7, 1)), "its own word");
-        assert!(!a.stopped(2));
-        c.store_stopped(2);
-        assert!(a.stopped(2) && !a.stopped(1), "one rank's mark");
+        assert!(!a.ended(2));
+        c.store_ended(2);
+        assert!(a.ended(2) && !a.ended(1), "one rank's mark");
         assert_eq!(a.thread(2), Some(4321), "its own word");
-        assert!(!a.stopped(3), "outside the host");
+        assert!(!a.ended(3), "outside the host");
         assert_eq!(a.thread(3), None, "outside the host");
         assert_eq!(a.load(3), None, "outside the host");
         assert!(matches!(
