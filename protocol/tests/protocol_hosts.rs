@@ -1089,21 +1089,19 @@ fn when_a_leader_exits_and_its_host_follows_the_observer_checks_the_rest_at_once
     }
 }
 
-#[test]
-fn a_mended_leader_that_answered_the_host_check_and_then_died_unseen_is_rechecked_in_a_timeout() {
-    // Host 1's leader, rank 1, is killed; ranks 4 and 7 see the exit and
-    // broadcast it. Rank 2, which watched rank 1, mends to rank 4 and
-    // probes the rest of host 1: both still run and answer, so the check
-    // ends. Then 4 and 7 are killed too, before rank 4's link to rank 2 is
-    // up and with nobody left on their host to see it (a whole host's
-    // processes killed one after another; seen with `ffd run --kill-host`
-    // once same-host exits were handled in a fraction of a millisecond).
-    // Rank 2 re-checks host 1 once the new emitter's link has had a
-    // timeout, instead of waiting the link grace (the start-up grace, 1 s
-    // as in the runtime) and then a timeout of silence.
+/// Host 1's leader, rank 1, is killed; ranks 4 and 7 see the exit and
+/// broadcast it. Rank 2, which watched rank 1, mends to rank 4 and probes
+/// the rest of host 1: both still run and answer, so the check ends. Then
+/// 4 and 7 are killed too, before rank 4's link to rank 2 is up and with
+/// nobody left on their host to see it (a whole host's processes killed
+/// one after another; seen with `ffd run --kill-host` once same-host exits
+/// were handled in a fraction of a millisecond). The start-up grace, and
+/// so the link grace, is 1 s as in the runtime. Returns the cluster and
+/// when 4 and 7 died.
+fn host_killed_after_answering(quorum: QuorumMode) -> (Cluster, Time) {
     let config = Arc::new(EngineConfig {
         startup_grace: Some(ms(1000)),
-        ..(*host_config(QuorumMode::Majority)).clone()
+        ..(*host_config(quorum)).clone()
     });
     let mut c = Cluster::with_config(9, 3, config);
     c.run_for(ms(1300));
@@ -1125,6 +1123,15 @@ fn a_mended_leader_that_answered_the_host_check_and_then_died_unseen_is_rechecke
     c.status[4] = Status::Dead;
     c.status[7] = Status::Dead;
     let killed_at = c.now;
+    (c, killed_at)
+}
+
+#[test]
+fn a_mended_leader_that_answered_the_host_check_and_then_died_unseen_is_rechecked_in_a_timeout() {
+    // Rank 2 re-checks host 1 once the new emitter's link has had a
+    // timeout, instead of waiting the link grace and then a timeout of
+    // silence.
+    let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Majority);
     c.run_for(ms(400));
     for r in [4, 7] {
         assert!(c.all_know(r), "rank {r}");
@@ -1150,20 +1157,10 @@ fn a_host_recheck_whose_emitter_links_meanwhile_declares_nobody() {
     // rank 2 comes up (an ObserveMe completes): the emitter runs as far as
     // rank 2 can tell, so the unanswered probes declare nobody, and rank 4
     // gets its timeout from the link instead.
-    let config = Arc::new(EngineConfig {
-        startup_grace: Some(ms(1000)),
-        ..(*host_config(QuorumMode::Off)).clone()
-    });
-    let mut c = Cluster::with_config(9, 3, config);
-    c.run_for(ms(1300));
-    c.kill(1);
-    assert_eq!(c.engines[2].emitter(), Some(4));
-    c.slots.retain(|&(observer, _), _| observer != 2);
-    c.status[4] = Status::Dead;
-    c.status[7] = Status::Dead;
+    let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Off);
     // Until the re-check has begun (a timeout after the mending).
     while c.engines[2].stats().host_checks < 2 {
-        assert!(c.now < Time::ZERO + ms(1300 + 150), "no re-check");
+        assert!(c.now - killed_at < ms(150), "no re-check");
         c.step();
     }
     let linked_at = c.now;
