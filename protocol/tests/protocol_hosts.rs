@@ -1176,3 +1176,31 @@ fn a_host_recheck_whose_emitter_links_meanwhile_declares_nobody() {
     let at = c.declared_at(4).expect("declared");
     assert!(at - linked_at >= ms(100), "{:?}", at - linked_at);
 }
+
+#[test]
+fn a_host_recheck_whose_emitter_is_declared_by_others_meanwhile_declares_the_rest() {
+    // As above; while the re-check's probes are out, the news that rank 4
+    // failed reaches rank 2 late (its detector, on host 1, died with it).
+    // Rank 2 mends to rank 7, but the window closes with no answer from
+    // host 1: rank 7 is declared with it, not a mending and a re-check
+    // (another timeout) later.
+    let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Off);
+    while c.engines[2].stats().host_checks < 2 {
+        assert!(c.now - killed_at < ms(150), "no re-check");
+        c.step();
+    }
+    let told_at = c.now;
+    let _ = c.engines[2].handle(
+        c.now,
+        Input::BoardNotice {
+            failed: &[4],
+            detector: 7,
+        },
+    );
+    c.run_for(ms(60));
+    assert!(c.engines[2].is_failed(4));
+    let at = c.declared_at(7).expect("rank 7 declared with the window");
+    assert!(at - told_at <= ms(25 + 5), "{:?}", at - told_at);
+    c.run_for(ms(100));
+    assert!(c.all_know(4) && c.all_know(7));
+}

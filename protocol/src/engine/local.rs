@@ -603,10 +603,21 @@ impl Engine {
         }
         self.host_check = None;
         let moved = self.watch.changed_at > check.changed_at;
-        let stale = self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved;
-        if (!check.after_proof || check.for_link)
-            && (stale || !self.watch.awaiting_link && check.for_link)
-        {
+        let no_verdict = if check.for_link {
+            // The re-check of an unlinked emitter: no verdict while that
+            // emitter may run (its link came up, it beat, or this rank
+            // mended away from it). Declared by others meanwhile (a late
+            // notice: its detector died with it), it is proof after all,
+            // and the rest of its host, silent through the window, is
+            // declared as after any proof.
+            !self.is_gone(check.leader)
+                && (self.watch.emitter != Some(check.leader) || !self.watch.awaiting_link || moved)
+        } else {
+            let stale =
+                self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved;
+            !check.after_proof && stale
+        };
+        if no_verdict {
             self.schedule_check(now);
             return;
         }
