@@ -1151,18 +1151,24 @@ fn a_mended_leader_that_answered_the_host_check_and_then_died_unseen_is_rechecke
     }
 }
 
+/// [`host_killed_after_answering`] without a quorum, run until rank 2's
+/// re-check of host 1 has begun (a timeout after the mending).
+fn recheck_begun() -> Cluster {
+    let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Off);
+    while c.engines[2].stats().host_checks < 2 {
+        assert!(c.now - killed_at < ms(150), "no re-check");
+        c.step();
+    }
+    c
+}
+
 #[test]
 fn a_host_recheck_whose_emitter_links_meanwhile_declares_nobody() {
     // As above, but while the re-check's probes are out rank 4's link to
     // rank 2 comes up (an ObserveMe completes): the emitter runs as far as
     // rank 2 can tell, so the unanswered probes declare nobody, and rank 4
     // gets its timeout from the link instead.
-    let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Off);
-    // Until the re-check has begun (a timeout after the mending).
-    while c.engines[2].stats().host_checks < 2 {
-        assert!(c.now - killed_at < ms(150), "no re-check");
-        c.step();
-    }
+    let mut c = recheck_begun();
     let linked_at = c.now;
     let _ = c.engines[2].handle(c.now, Input::Sent { to: 4 });
     c.run_for(ms(50));
@@ -1184,11 +1190,7 @@ fn a_host_recheck_whose_emitter_is_declared_by_others_meanwhile_declares_the_res
     // Rank 2 mends to rank 7, but the window closes with no answer from
     // host 1: rank 7 is declared with it, not a mending and a re-check
     // (another timeout) later.
-    let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Off);
-    while c.engines[2].stats().host_checks < 2 {
-        assert!(c.now - killed_at < ms(150), "no re-check");
-        c.step();
-    }
+    let mut c = recheck_begun();
     let told_at = c.now;
     let _ = c.engines[2].handle(
         c.now,
