@@ -273,8 +273,7 @@ impl LocalWatching {
     /// `rank`'s counter, in the Engine's time.
     pub(super) fn read(&self, rank: Rank) -> Option<LocalBeat> {
         let s = self.segment.as_ref()?;
-        let members = self.hosts.members(self.hosts.host_of(rank));
-        let index = members.binary_search(&rank).ok()? as u32;
+        let index = self.index_of(rank)?;
         let (at_ns, digest) = s.load(index)?;
         // Only a counter a timeout old costs a look into /proc: is its
         // thread waiting for a CPU (starved), stopped, or blocked?
@@ -317,17 +316,13 @@ impl LocalWatching {
         }
         self.word_deaths_to(engine, now);
         for i in 0..self.exited.len() {
-            // A rank that released its exit word, or marked its line
-            // ended (the same fact without exit words), ended its detector
-            // before its process ended: it left (its notice says so) or
-            // stopped on an error (its counter stands still, and its
-            // observer declares it in a timeout); its pidfd may be seen
-            // first. Not proof of a death either way.
-            let token = self.exited[i];
-            if self.words.as_ref().is_some_and(|w| w.released(token)) {
-                continue;
-            }
-            if let Ok(rank) = Rank::try_from(token) {
+            // A rank that marked its line ended (its local watching
+            // dropped, and released its exit words, before its process
+            // ended) left (its notice says so) or stopped on an error (its
+            // counter stands still, and its observer declares it in a
+            // timeout); its pidfd may be seen first. Not proof of a death
+            // either way.
+            if let Ok(rank) = Rank::try_from(self.exited[i]) {
                 if self.marked_ended(rank) {
                     continue;
                 }
@@ -422,13 +417,11 @@ impl LocalWatching {
     /// skips them).
     fn exited_to(&mut self, engine: &mut Engine, now: Time, rank: Rank) {
         self.seen_by.clear();
-        if let Some(seg) = &self.segment {
+        if let (Some(seg), Some(owner)) = (&self.segment, self.index_of(rank)) {
             let members = self.hosts.members(self.hosts.host_of(self.me));
-            if let Ok(owner) = members.binary_search(&rank) {
-                self.watcher_indices.clear();
-                watchers_of(seg, owner as u32, &mut self.watcher_indices);
-                others_at(members, self.me, &self.watcher_indices, &mut self.seen_by);
-            }
+            self.watcher_indices.clear();
+            watchers_of(seg, owner, &mut self.watcher_indices);
+            others_at(members, self.me, &self.watcher_indices, &mut self.seen_by);
         }
         let _ = engine.handle(
             now,

@@ -146,9 +146,6 @@ struct Shared {
     /// Parallel to `peers`: its death was reported (by a watch loop or a
     /// [`ExitWords::scan`]), so it is reported once.
     died: Box<[AtomicBool]>,
-    /// Parallel to `peers`: a watch loop saw its word held (so a word at
-    /// 0 since is a release, not a row never taken).
-    held: Box<[AtomicBool]>,
     /// The notice board's bell moved (or the first thread began reading
     /// the board): the progress thread should read the board.
     board: AtomicBool,
@@ -221,7 +218,6 @@ impl ExitWords {
         // SAFETY: `raw` is the fresh fd eventfd returned.
         let bell = unsafe { OwnedFd::from_raw_fd(raw) };
         let died = peers.iter().map(|_| AtomicBool::new(false)).collect();
-        let held = peers.iter().map(|_| AtomicBool::new(false)).collect();
         let shared = Arc::new(Shared {
             stop: AtomicU32::new(0),
             seen: Mutex::new(Vec::new()),
@@ -229,7 +225,6 @@ impl ExitWords {
             broken: Mutex::new(None),
             peers: peers.into_boxed_slice(),
             died,
-            held,
             board: AtomicBool::new(false),
             boost,
         });
@@ -299,25 +294,6 @@ impl ExitWords {
                 out.push((token, WordEvent::Died));
             }
         }
-    }
-
-    /// Whether the rank of `token` let go of its word for this rank
-    /// cleanly: seen held once, now released and not marked by a death.
-    /// Its detector stopped before its process ended (the words are
-    /// released when the progress thread ends, after its leave), so its
-    /// pidfd's exit is no failure (one load).
-    pub fn released(&self, token: u64) -> bool {
-        let shared = &self.shared;
-        let Some(i) = shared.peers.iter().position(|&(_, t)| t == token) else {
-            return false;
-        };
-        let Some(word) = self.segment.exit_word(shared.peers[i].0, self.me) else {
-            return false;
-        };
-        let v = word.load(Ordering::Acquire);
-        shared.held[i].load(Ordering::Acquire)
-            && v & FUTEX_TID_MASK == 0
-            && v & FUTEX_OWNER_DIED == 0
     }
 
     /// Readable when something was seen, or a watch loop ended: add it
@@ -562,38 +538,36 @@ fn watch(
     let bell = flag.map(|_| segment.board_bell());
     let mut bell_seen = bell.map(|b| b.load(Ordering::Acquire));
     let mut board_moved = bell.is_some();
-    // (index in `shared.peers`, owner, token); `shared.held[index]` says
-    // whether its word was seen held.
-    let mut live: Vec<(usize, u32, u64)> = peers
-        .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t)))
+    // (index in `shared.peers`, owner, token, seen held)
+    let mut live: Vec<(usize, u32, u64, bool)> = peers
+        .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t, false)))
         .collect();
     // The words, the bell, the stop word.
     let mut waits: Vec<libc::futex_waitv> = Vec::with_capacity(live.len() + 2);
     let mut events = Vec::new();
     while shared.stop.load(Ordering::Acquire) == 0 {
         waits.clear();
-        live.retain(|&(i, owner, token)| {
-            let Some(word) = segment.exit_word(owner, me) else {
+        live.retain_mut(|(i, owner, token, seen_held)| {
+            let Some(word) = segment.exit_word(*owner, me) else {
                 return false;
             };
-            let held = &shared.held[i];
             loop {
                 let v = word.load(Ordering::Acquire);
                 if v & FUTEX_OWNER_DIED != 0 {
-                    if shared.first_death(i) {
-                        events.push((token, WordEvent::Died));
+                    if shared.first_death(*i) {
+                        events.push((*token, WordEvent::Died));
                     }
                     return false;
                 }
                 if v & FUTEX_TID_MASK == 0 {
-                    if held.load(Ordering::Acquire) {
-                        events.push((token, WordEvent::Released));
+                    if *seen_held {
+                        events.push((*token, WordEvent::Released));
                         return false;
                     }
                     waits.push(waiter(word, v, false));
                     return true;
                 }
-                held.store(true, Ordering::Release);
+                *seen_held = true;
                 let want = v | FUTEX_WAITERS;
                 if v != want
                     && word
@@ -718,12 +692,9 @@ mod tests {
         // A release the watcher never saw held is no event: wait until it
         // waits on the held word (it sets FUTEX_WAITERS first).
         wait_until_waited(word);
-        assert!(!watcher.released(70), "still held");
         drop(holder);
         assert_eq!(wait_for(&watcher, 1), vec![(70, WordEvent::Released)]);
         assert_eq!(word.load(Ordering::Acquire), 0);
-        assert!(watcher.released(70), "a clean stop is a release");
-        assert!(!watcher.released(99), "no such rank");
     }
 
     #[test]
@@ -739,8 +710,6 @@ mod tests {
         assert_eq!(wait_for(&watcher, 1), vec![(80, WordEvent::Died)]);
         let v = a.exit_word(0, 2).unwrap().load(Ordering::Acquire);
         assert_eq!(v & FUTEX_OWNER_DIED, FUTEX_OWNER_DIED, "{v:#x}");
-        assert!(!watcher.released(80), "a death is no release");
-        assert!(!watcher.released(81), "a row never held is no release");
         // Row 1 was never held: nothing for it.
         let mut more = Vec::new();
         watcher.take(&mut more);
