@@ -477,7 +477,7 @@ impl Engine {
                 let host = hosts.host_of(emitter);
                 let live = self.live_of_host(&hosts, host);
                 if live.len() > 1 {
-                    self.begin_host_check(now, host, emitter, &live, false);
+                    self.begin_host_check(now, host, emitter, &live, (false, false));
                     return;
                 }
             }
@@ -496,6 +496,20 @@ impl Engine {
     /// one silent host ([`Engine::declare_silent`]), an answer ends the
     /// check (the next leader takes over as usual).
     pub(super) fn check_rest_of_host(&mut self, now: Time, leader: Rank) {
+        self.check_host_of(now, leader, false);
+    }
+
+    /// [`Engine::check_rest_of_host`] for the mended emitter `emitter`,
+    /// whose link is still not confirmed: the same probes, but the
+    /// emitter's link coming up or its first beat before the window closes
+    /// ends the check with no verdict (it runs).
+    pub(super) fn check_host_of_unlinked_emitter(&mut self, now: Time, emitter: Rank) {
+        self.check_host_of(now, emitter, true);
+    }
+
+    /// The check of `leader`'s host after proof; `for_link`: see
+    /// [`HostCheck::for_link`].
+    fn check_host_of(&mut self, now: Time, leader: Rank, for_link: bool) {
         let Some(hosts) = self.hosts.clone() else {
             return;
         };
@@ -508,20 +522,7 @@ impl Engine {
         }
         let live = self.live_of_host(&hosts, host);
         if !live.is_empty() {
-            self.begin_host_check(now, host, leader, &live, true);
-        }
-    }
-
-    /// [`Engine::check_rest_of_host`] for the mended emitter `emitter`,
-    /// whose link is still not confirmed: the same probes, but the
-    /// emitter's link coming up or its first beat before the window closes
-    /// ends the check with no verdict (it runs).
-    pub(super) fn check_host_of_unlinked_emitter(&mut self, now: Time, emitter: Rank) {
-        self.check_rest_of_host(now, emitter);
-        if let Some(check) = self.host_check.as_mut() {
-            if check.leader == emitter && check.nonce == self.nonce {
-                check.for_link = true;
-            }
+            self.begin_host_check(now, host, leader, &live, (true, for_link));
         }
     }
 
@@ -536,14 +537,15 @@ impl Engine {
     }
 
     /// Probes each of `live` (of `host`, whose leader is `leader`) and
-    /// resolves the check a quarter timeout later.
+    /// resolves the check a quarter timeout later. `(after_proof,
+    /// for_link)`: as in [`HostCheck`].
     fn begin_host_check(
         &mut self,
         now: Time,
         host: u32,
         leader: Rank,
         live: &[Rank],
-        after_proof: bool,
+        (after_proof, for_link): (bool, bool),
     ) {
         self.stats.host_checks += 1;
         self.nonce = self.nonce.wrapping_add(1);
@@ -557,7 +559,7 @@ impl Engine {
             nonce: self.nonce,
             changed_at: self.watch.changed_at,
             after_proof,
-            for_link: false,
+            for_link,
         });
         self.timers
             .set(Timer::HostCheck, now + self.config.timeout / 4);
