@@ -457,6 +457,49 @@ fn an_exit_is_broadcast_past_the_ranks_that_see_it_themselves() {
     assert!(!c.notices.is_empty());
 }
 
+/// The rank due to broadcast an exit (its host's lowest live rank) dies
+/// before it handles it, unseen yet by the others: when its own exit is
+/// seen, the next lowest live rank broadcasts both (issue 12: a host's
+/// processes killed one after another lost such notices, and the other
+/// hosts found the rank a timeout or more later).
+#[test]
+fn an_exit_whose_broadcaster_died_with_it_unsent_is_broadcast_by_the_next() {
+    // 3 hosts × 4: host 0 = {0, 3, 6, 9}.
+    let mut c = Cluster::new(12, 3);
+    c.run_for(ms(300));
+    // Rank 3 is killed first, but rank 0's exit is seen before its own:
+    // 6 and 9 leave rank 0 to rank 3, who never handles it.
+    c.status[3] = Status::Dead;
+    c.kill(0);
+    for r in [6, 9] {
+        assert!(c.engines[r].is_failed(0), "rank {r} saw the exit");
+    }
+    assert!(!c.engines[1].is_failed(0), "nobody broadcast it yet");
+    let notices = c.notices.len();
+    c.kill(3);
+    assert!(c.all_know(0) && c.all_know(3));
+    for r in [1, 2, 4, 5, 7, 8, 10, 11] {
+        let learned = c.failed_events(0);
+        assert!(
+            learned.contains(&(r, Cause::Notice, FailureDetail::Learned)),
+            "rank {r} learned rank 0 from a notice: {learned:?}"
+        );
+    }
+    // Rank 6, the lowest live rank now, sent them, rank 9 none, and rank
+    // 6 sent nothing to rank 9, which saw both exits.
+    let sent = &c.notices[notices..];
+    assert!(sent.iter().any(|&(s, _)| s == 6), "{sent:?}");
+    assert!(!sent.contains(&(6, 9)) && sent.iter().all(|&(s, _)| s != 9));
+    assert_eq!(c.engines[6].stats().orphaned_exits_broadcast, 1);
+    assert_eq!(c.engines[9].stats().orphaned_exits_broadcast, 0);
+    // A broadcaster that lives on takes nothing over: a later death of a
+    // rank that was never anyone's broadcaster re-sends nothing.
+    c.run_for(ms(300));
+    c.kill(9);
+    assert!(c.all_know(9));
+    assert_eq!(c.engines[6].stats().orphaned_exits_broadcast, 1);
+}
+
 /// A hang found on a host goes onto the host's notice board: every rank
 /// of the host learns it from there, none gets a fabric copy (at 32 ranks
 /// on one host the overlay's forward-once sent 244 copies for one hang),

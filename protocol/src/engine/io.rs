@@ -567,6 +567,10 @@ pub struct Stats {
     pub local_hangs: u64,
     /// Same-host exits reported by the driver (pidfd), already known or not.
     pub exits_seen: u64,
+    /// Notices this rank sent for same-host exits whose broadcaster (the
+    /// host's lowest live rank then) failed before it was known to have
+    /// sent them: one notice naming all of them.
+    pub orphaned_exits_broadcast: u64,
     /// Fabric emitters whose host was checked before declaring (a probe
     /// to each of its live ranks).
     pub host_checks: u64,

@@ -50,6 +50,22 @@ pub(super) struct LocalWatch {
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
+    /// Same-host exits this rank declared and left to another rank of the
+    /// host to broadcast ([`Engine::on_exited`]).
+    pub(super) deferred_exits: Vec<DeferredExit>,
+}
+
+/// A same-host exit this rank declared without broadcasting it: the
+/// host's lowest live rank then, `broadcaster`, does. Should that rank be
+/// found gone (it may have died with the exit unsent: a host's processes
+/// killed one after another), the lowest live rank then broadcasts it
+/// ([`Engine::broadcast_orphaned_exits`]).
+#[derive(Clone, Debug)]
+pub(super) struct DeferredExit {
+    rank: Rank,
+    broadcaster: Rank,
+    /// The ranks of the host that saw the exit themselves: no copy.
+    seen_by: Box<[Rank]>,
 }
 
 /// A silent leader's host being checked before anyone is declared.
@@ -186,10 +202,76 @@ impl Engine {
             .copied()
             .find(|&r| r != rank && !self.is_gone(r));
         let broadcast = (broadcaster == Some(self.me)).then_some(seen_by);
+        if let Some(b) = broadcaster.filter(|&b| b != self.me) {
+            self.local.deferred_exits.push(DeferredExit {
+                rank,
+                broadcaster: b,
+                seen_by: seen_by.into(),
+            });
+        }
         let proof = FailureDetail::Proof {
             said: FabricSaid::Nothing,
         };
         self.declare_now(now, &[rank], Cause::Exited, proof, broadcast);
+    }
+
+    /// The broadcasters of exits this rank deferred to ([`DeferredExit`])
+    /// that are now gone: each such exit passes to the host's lowest live
+    /// rank, and if that is this rank, it broadcasts them, in one notice,
+    /// past the ranks of the host that saw them all. The broadcaster may
+    /// have sent them before it died, and then the copies are duplicates;
+    /// but it may not have (it died on the same CPU a moment later, the
+    /// kernel waking the watchers of one exit while it tore down the next
+    /// process), and then no one else would: the other hosts would find
+    /// the rank only through their own watch of its host, a timeout or
+    /// more later (issue 12: at N = 32 a notice lost so cost 60-130 ms).
+    fn broadcast_orphaned_exits(&mut self, hosts: &Hosts) {
+        if self
+            .local
+            .deferred_exits
+            .iter()
+            .all(|d| !self.is_gone(d.broadcaster))
+        {
+            return;
+        }
+        let next = hosts
+            .members(hosts.host_of(self.me))
+            .iter()
+            .copied()
+            .find(|&r| !self.is_gone(r));
+        let mut deferred = std::mem::take(&mut self.local.deferred_exits);
+        let mut orphans: Vec<DeferredExit> = Vec::new();
+        deferred.retain_mut(|d| {
+            if !self.is_gone(d.broadcaster) {
+                return true;
+            }
+            match next {
+                Some(b) if b != self.me => {
+                    d.broadcaster = b;
+                    true
+                }
+                _ => {
+                    orphans.push(d.clone());
+                    false
+                }
+            }
+        });
+        self.local.deferred_exits = deferred;
+        if orphans.is_empty() || self.participation != Participation::Active {
+            return;
+        }
+        let mut ranks: Vec<Rank> = orphans.iter().map(|d| d.rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        let skip: Vec<Rank> = orphans[0]
+            .seen_by
+            .iter()
+            .copied()
+            .filter(|r| orphans.iter().all(|d| d.seen_by.contains(r)))
+            .collect();
+        self.stats.orphaned_exits_broadcast += 1;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &ranks, &[]).into();
+        self.fan_out(Kind::Notice, m, self.me, &skip, false);
     }
 
     // ----- the host's notice board -----
@@ -437,6 +519,7 @@ impl Engine {
         let Some(hosts) = self.hosts.clone() else {
             return;
         };
+        self.broadcast_orphaned_exits(&hosts);
         let emitter = hosts.local_emitter(self.me, |r| self.is_gone(r));
         if emitter != self.local.emitter {
             self.local.emitter = emitter;
