@@ -80,11 +80,11 @@ pub(super) struct HostCheck {
     /// The leader is already declared on proof (an in-band error): the
     /// check is about the rest of its host only.
     after_proof: bool,
-    /// The re-check of a mended emitter's host whose link is still not
-    /// confirmed ([`Engine::recheck_host`](super::Engine)): `leader` is
-    /// that emitter, and a link confirmed or a beat seen meanwhile ends
-    /// the check with no verdict.
-    for_link: bool,
+    /// The close watch's re-check of a mended emitter's host
+    /// ([`HostWatch`](super::observation::HostWatch)): `leader` is that
+    /// emitter, and a beat seen or its link confirmed meanwhile ends the
+    /// check with no verdict.
+    for_still_emitter: bool,
 }
 
 /// The other ranks of this host that read its notice board.
@@ -583,16 +583,16 @@ impl Engine {
     }
 
     /// [`Engine::check_rest_of_host`] for the mended emitter `emitter`,
-    /// whose link is still not confirmed: the same probes, but the
-    /// emitter's link coming up or its first beat before the window closes
-    /// ends the check with no verdict (it runs).
-    pub(super) fn check_host_of_unlinked_emitter(&mut self, now: Time, emitter: Rank) {
+    /// still for a quarter timeout: the same probes, but a beat of the
+    /// emitter or its link coming up before the window closes ends the
+    /// check with no verdict (it runs).
+    pub(super) fn check_host_of_still_emitter(&mut self, now: Time, emitter: Rank) {
         self.check_host_of(now, emitter, true);
     }
 
-    /// The check of `leader`'s host after proof; `for_link`: see
-    /// [`HostCheck::for_link`].
-    fn check_host_of(&mut self, now: Time, leader: Rank, for_link: bool) {
+    /// The check of `leader`'s host after proof; `for_still_emitter`: see
+    /// [`HostCheck::for_still_emitter`].
+    fn check_host_of(&mut self, now: Time, leader: Rank, for_still_emitter: bool) {
         let Some(hosts) = self.hosts.clone() else {
             return;
         };
@@ -605,7 +605,7 @@ impl Engine {
         }
         let live = self.live_of_host(&hosts, host);
         if !live.is_empty() {
-            self.begin_host_check(now, host, leader, &live, (true, for_link));
+            self.begin_host_check(now, host, leader, &live, (true, for_still_emitter));
         }
     }
 
@@ -621,14 +621,14 @@ impl Engine {
 
     /// Probes each of `live` (of `host`, whose leader is `leader`) and
     /// resolves the check a quarter timeout later. `(after_proof,
-    /// for_link)`: as in [`HostCheck`].
+    /// for_still_emitter)`: as in [`HostCheck`].
     fn begin_host_check(
         &mut self,
         now: Time,
         host: u32,
         leader: Rank,
         live: &[Rank],
-        (after_proof, for_link): (bool, bool),
+        (after_proof, for_still_emitter): (bool, bool),
     ) {
         self.stats.host_checks += 1;
         self.nonce = self.nonce.wrapping_add(1);
@@ -642,7 +642,7 @@ impl Engine {
             nonce: self.nonce,
             changed_at: self.watch.changed_at,
             after_proof,
-            for_link,
+            for_still_emitter,
         });
         self.timers
             .set(Timer::HostCheck, now + self.config.timeout / 4);
@@ -688,15 +688,15 @@ impl Engine {
         }
         self.host_check = None;
         let moved = self.watch.changed_at > check.changed_at;
-        let no_verdict = if check.for_link {
-            // The re-check of an unlinked emitter: no verdict while that
-            // emitter may run (its link came up, it beat, or this rank
-            // mended away from it). Declared by others meanwhile (a late
-            // notice: its detector died with it), it is proof after all,
-            // and the rest of its host, silent through the window, is
-            // declared as after any proof.
-            !self.is_gone(check.leader)
-                && (self.watch.emitter != Some(check.leader) || !self.watch.awaiting_link || moved)
+        let no_verdict = if check.for_still_emitter {
+            // The close watch's re-check of a still emitter: no verdict
+            // while that emitter may run (it beat, its link came up, or
+            // this rank mended away from it). Declared by others meanwhile
+            // (a late notice: its detector died with it), it is proof
+            // after all, and the rest of its host, silent through the
+            // window, is declared as after any proof.
+            let stirred = self.watch.changed_at != check.changed_at;
+            !self.is_gone(check.leader) && (self.watch.emitter != Some(check.leader) || stirred)
         } else {
             let stale =
                 self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved;

@@ -355,7 +355,7 @@ impl Engine {
                 still_seen_at: None,
                 awaiting_first: false,
                 awaiting_link: false,
-                host_recheck_at: None,
+                host_watch: None,
                 mismatch_since: None,
                 sync_not_before: Time::ZERO,
                 slow_warned_at: None,

@@ -43,17 +43,31 @@ pub(super) struct Watch {
     /// the future until then.
     pub(super) awaiting_link: bool,
     /// Mended to the next rank of a host whose previous emitter is gone:
-    /// if the new link is still not confirmed at this instant (a timeout
-    /// after the mending), check the rest of that host again
-    /// ([`Engine::check_rest_of_host`]) rather than wait out the link
-    /// grace. Cleared once the link is confirmed or the check is made.
-    pub(super) host_recheck_at: Option<Time>,
+    /// that host is watched closely for a while ([`HostWatch`]).
+    pub(super) host_watch: Option<HostWatch>,
     pub(super) mismatch_since: Option<Time>,
     pub(super) sync_not_before: Time,
     pub(super) slow_warned_at: Option<Time>,
     /// `InbandMode::Suspect` evidence against the emitter: declare after
     /// `suspect_timeout` of stillness instead of the full timeout.
     pub(super) hurry: bool,
+}
+
+/// The close watch of a host this rank just mended into, its previous
+/// emitter gone: until `until` (a timeout after the mending), a quarter
+/// timeout without a beat of the new emitter (counted from the later of
+/// `from`, its last beat and its link coming up) checks the rest of that
+/// host again ([`Engine::check_rest_of_host`]). Its processes may be
+/// dying one after another (a host's whole job killed), the new emitter
+/// among them after it answered the check made at the mending, with
+/// nobody left on the host to see it exit: without this the observer
+/// would wait out a timeout of silence, or the link grace (the start-up
+/// grace, 1 s by default) if the new link never came up, before the
+/// check that declares the rest.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HostWatch {
+    pub(super) from: Time,
+    pub(super) until: Time,
 }
 
 /// A probe about our emitter, answered when its slot next moves.
@@ -119,7 +133,7 @@ impl Engine {
         }
         let (limit, _) = self.stillness_limit(now);
         let mut next = self.next_check(now, self.watch.changed_at + limit);
-        if let Some(at) = self.watch.host_recheck_at {
+        if let Some(at) = self.host_recheck_due(now) {
             next = next.min(at.max(now + Duration::from_nanos(1)));
         }
         self.timers.set(Timer::Check, next);
@@ -199,7 +213,6 @@ impl Engine {
                 self.watch.still_seen_at = None;
                 self.watch.awaiting_first = false;
                 self.watch.awaiting_link = false;
-                self.watch.host_recheck_at = None;
                 self.watch.hurry = false;
                 self.quorum_emitter_alive(now, emitter);
             }
@@ -219,7 +232,6 @@ impl Engine {
         }
         self.stats.mend_links_confirmed += 1;
         self.watch.awaiting_link = false;
-        self.watch.host_recheck_at = None;
         self.watch.changed_at = now;
         self.watch.still_seen_at = None;
         self.schedule_check(now);
@@ -492,7 +504,7 @@ impl Engine {
         self.watch.still_seen_at = None;
         self.watch.awaiting_first = true;
         self.watch.awaiting_link = true;
-        self.watch.host_recheck_at = None;
+        self.watch.host_watch = None;
         self.watch.mismatch_since = None;
         self.watch.hurry = false;
         self.watch.slow_warned_at = None;
@@ -517,32 +529,54 @@ impl Engine {
             if self.is_gone(p) && h.host_of(p) == h.host_of(e) {
                 self.check_rest_of_host(now, p);
                 if h.host_of(e) != h.host_of(self.me) {
-                    self.watch.host_recheck_at =
-                        Some(now + self.health.stretch(self.config.timeout));
+                    self.watch.host_watch = Some(HostWatch {
+                        from: now,
+                        until: now + self.health.stretch(self.config.timeout),
+                    });
+                    self.schedule_check(now);
                 }
             }
         }
     }
 
-    /// The rest of the emitter's host answered the check made at the
-    /// mending (see [`Engine::mend`]), and the new emitter's link is still
-    /// not confirmed a timeout later: check the host again. Its processes
-    /// may have been killed one after another (a host's whole job), the
-    /// new emitter among them after it answered, with nobody left on the
-    /// host to see it exit: without this the observer would wait the link
-    /// grace (the start-up grace, 1 s by default) before its silence even
-    /// began to count. A host whose ranks answer keeps the grace; one that
-    /// does not is declared as one silent host, through the quorum. Once
-    /// per mending, and not on a late wake-up of this rank's own.
+    /// When the close watch of the emitter's host ([`HostWatch`]) next
+    /// re-checks it, if the emitter stays still until then; `None` when
+    /// no watch runs or it ends first.
+    fn host_recheck_due(&self, now: Time) -> Option<Time> {
+        let w = self.watch.host_watch?;
+        let moved = if self.watch.changed_at <= now {
+            self.watch.changed_at
+        } else {
+            Time::ZERO
+        };
+        let due = w.from.max(moved) + self.health.stretch(self.config.timeout) / 4;
+        (due < w.until).then_some(due)
+    }
+
+    /// The close watch's re-check, when due ([`HostWatch`]): a check of
+    /// the host that gives no verdict if any rank of it answers, or the
+    /// emitter beats or its link comes up before the window closes; one
+    /// that does not answer is one silent host, through the quorum. Not on
+    /// a late wake-up of this rank's own, nor while another check runs;
+    /// the next is a quarter timeout after this one's window at the
+    /// earliest.
     fn recheck_host(&mut self, now: Time, emitter: Rank, lagging: bool) {
-        let Some(at) = self.watch.host_recheck_at else {
+        let Some(w) = self.watch.host_watch else {
             return;
         };
-        if lagging || now < at || !self.watch.awaiting_link || self.host_check.is_some() {
+        if now >= w.until {
+            self.watch.host_watch = None;
             return;
         }
-        self.watch.host_recheck_at = None;
-        self.check_host_of_unlinked_emitter(now, emitter);
+        let due = self.host_recheck_due(now).is_some_and(|at| now >= at);
+        if lagging || !due || self.host_check.is_some() {
+            return;
+        }
+        self.watch.host_watch = Some(HostWatch {
+            from: now + self.config.timeout / 4,
+            ..w
+        });
+        self.check_host_of_still_emitter(now, emitter);
     }
 
     // ----- in-band evidence -----

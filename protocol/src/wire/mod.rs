@@ -483,7 +483,7 @@ pub fn decode<'a>(
 
 /// Builds the unsealed messages of one sender of one job (sequence number
 /// 0, no tag): the Engine seals each copy for its receiver as it leaves
-/// ([`Sealed`]); others seal with [`seal`].
+/// ([`Sealed`]); others seal with [`seal()`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Encoder {
     pub job_key: u64,
