@@ -668,8 +668,15 @@ fn a_silent_host_is_declared_in_one_notice_naming_every_rank() {
     assert_eq!(host_failed, vec![(2, 1, vec![1, 4, 7])]);
     assert_eq!(c.engines[2].stats().host_checks, 1);
     assert_eq!(c.engines[2].stats().hosts_declared, 1);
+    // In one timeout: the check began a quarter timeout before it was up
+    // (its last beat came up to a period before the cut, the check runs
+    // on the millisecond).
     let at = c.host_failed_at();
-    assert!(at - cut_at <= ms(100 + 25 + 25 + 2), "{:?}", at - cut_at);
+    assert!(
+        at - cut_at >= ms(100 - 10) && at - cut_at <= ms(100 + 2),
+        "{:?}",
+        at - cut_at
+    );
     for r in [1, 4, 7] {
         let events = c.failed_events(r);
         assert!(events.contains(&(2, Cause::Timeout, SILENCE)));
@@ -685,10 +692,20 @@ fn a_silent_host_is_declared_in_one_notice_naming_every_rank() {
 fn a_silent_leader_whose_host_answers_is_declared_alone() {
     let mut c = Cluster::new(9, 3);
     c.run_for(ms(300));
-    // Leader 1 hangs; ranks 4 and 7 run and answer the host check.
-    c.status[1] = Status::Hung;
+    // Leader 1 hangs; ranks 4 and 7 run and answer the host check, which
+    // begins a quarter timeout early: it is declared once its timeout is
+    // up, not at the answer.
+    let hung_at = c.hang(1, EmitterThread::Unknown);
+    while c.engines[2].stats().host_checks == 0 {
+        assert!(c.now - hung_at < ms(100), "no check before the timeout");
+        c.step();
+    }
+    c.run_for(ms(5));
+    assert!(!c.engines[2].is_failed(1), "declared at the answer");
     c.run_for(ms(400));
     assert!(c.all_know(1));
+    let at = c.declared_at(1).expect("declared");
+    assert!(at - hung_at >= ms(100), "{:?}", at - hung_at);
     assert!(c.host_failed().is_empty(), "{:?}", c.host_failed());
     for r in [4, 7] {
         assert!(!c.engines[0].is_failed(r), "rank {r}");
@@ -699,6 +716,40 @@ fn a_silent_leader_whose_host_answers_is_declared_alone() {
         Some(4),
         "host 2 watches the new leader"
     );
+}
+
+#[test]
+fn a_slow_leader_that_beats_while_its_host_is_checked_is_not_declared() {
+    // Leader 1 stalls for 90 ms, its host with it (a long stall of the
+    // whole host): rank 2's check of host 1 begins at 75 ms of silence,
+    // unanswered; host 1 runs again before the timeout and leader 1 beats.
+    // Nobody is declared.
+    let mut c = Cluster::new(9, 3);
+    c.run_for(ms(300));
+    for r in [1, 4, 7] {
+        c.hang(r, EmitterThread::Unknown);
+    }
+    let mut stalled = ms(0);
+    while c.engines[2].stats().host_checks == 0 {
+        assert!(stalled < ms(100), "no check before the timeout");
+        c.step();
+        stalled += ms(1);
+    }
+    assert!(stalled >= ms(60), "{stalled:?}");
+    c.run_for(ms(90) - stalled);
+    for r in [1, 4, 7] {
+        c.status[r as usize] = Status::Up;
+    }
+    c.run_for(ms(300));
+    let declared = |e: &Event| matches!(e, Event::Failed { .. } | Event::HostFailed { .. });
+    assert!(
+        !c.events.iter().any(|(_, _, e)| declared(e)),
+        "{:?}",
+        c.events
+    );
+    for r in 0..9 {
+        assert!(c.engines[r].failed().is_empty(), "rank {r}");
+    }
 }
 
 #[test]

@@ -85,6 +85,9 @@ pub(super) struct HostCheck {
     /// emitter, and a beat seen or its link confirmed meanwhile ends the
     /// check with no verdict.
     for_still_emitter: bool,
+    /// A rank of the host answered a check of a silent leader (not after
+    /// proof): only the leader can be declared, once its time is up.
+    answered: bool,
 }
 
 /// The other ranks of this host that read its notice board.
@@ -547,25 +550,59 @@ impl Engine {
     // ----- whole hosts -----
 
     /// The fabric emitter stood still for the timeout. With host groups,
-    /// and other live ranks on its host, check the host first: a probe to
-    /// each of its live ranks; a quarter timeout without any answer
-    /// declares the whole host in one notice, an answer declares only the
-    /// leader. Otherwise declare it.
+    /// and other live ranks on its host, check the host first (unless the
+    /// check already runs: it begins a quarter timeout early, see
+    /// [`Engine::host_precheck_at`]): a probe to each of its live ranks; a
+    /// quarter timeout without any answer declares the whole host in one
+    /// notice, an answer declares only the leader. Otherwise declare it.
     pub(super) fn on_silent_emitter(&mut self, now: Time, emitter: Rank, cause: Cause) {
-        if cause == Cause::Timeout {
-            if let Some(hosts) = self.hosts.clone() {
-                if self.host_check.is_some() {
-                    return;
-                }
-                let host = hosts.host_of(emitter);
-                let live = self.live_of_host(&hosts, host);
-                if live.len() > 1 {
-                    self.begin_host_check(now, host, emitter, &live, (false, false));
-                    return;
-                }
+        if cause == Cause::Timeout && self.hosts.is_some() {
+            if self.host_check.is_some() {
+                return;
+            }
+            if self.begin_silent_host_check(now, emitter) {
+                return;
             }
         }
         self.declare_silent(now, &[emitter], cause);
+    }
+
+    /// When to begin the check of the fabric emitter's host while it
+    /// stands still (`limit`, `cause`: its stillness limit now): a quarter
+    /// timeout before its time is up, so that the check's window closes
+    /// when the timeout does, and a host lost whole is declared in one
+    /// timeout (it was a timeout and a quarter: a host cut off by a
+    /// network namespace took 127 ms at 100 ms). Only for the plain
+    /// timeout (not a freshly mended emitter's first-beat limit, shorter
+    /// than the window), with host groups and other live ranks on the
+    /// emitter's host, and no check under way. Allocates nothing.
+    pub(super) fn host_precheck_at(&self, limit: Duration, cause: Cause) -> Option<Time> {
+        if cause != Cause::Timeout || limit < self.config.timeout || self.host_check.is_some() {
+            return None;
+        }
+        let (hosts, emitter) = (self.hosts.as_ref()?, self.watch.emitter?);
+        let host = hosts.host_of(emitter);
+        let others = host != hosts.host_of(self.me)
+            && hosts
+                .members(host)
+                .iter()
+                .any(|&r| r != emitter && !self.is_gone(r));
+        others.then(|| self.watch.changed_at + (limit - self.config.timeout / 4))
+    }
+
+    /// Probes each live rank of the silent fabric emitter's host (a check
+    /// not after proof); false if it has no other live rank.
+    pub(super) fn begin_silent_host_check(&mut self, now: Time, emitter: Rank) -> bool {
+        let Some(hosts) = self.hosts.clone() else {
+            return false;
+        };
+        let host = hosts.host_of(emitter);
+        let live = self.live_of_host(&hosts, host);
+        if live.len() < 2 {
+            return false;
+        }
+        self.begin_host_check(now, host, emitter, &live, (false, false));
+        true
     }
 
     /// `leader`, a leader of another host, is gone: this rank declared it
@@ -643,14 +680,18 @@ impl Engine {
             changed_at: self.watch.changed_at,
             after_proof,
             for_still_emitter,
+            answered: false,
         });
         self.timers
             .set(Timer::HostCheck, now + self.config.timeout / 4);
     }
 
     /// A probe's answer: if it is about a rank of the host being checked
-    /// and says alive, only the leader is declared, now. Returns whether
-    /// the answer belonged to the host check.
+    /// and says alive, the host runs. After proof, the check ends; a
+    /// silent leader is declared alone, once its time is up (at once if it
+    /// is: the check began when it was; otherwise when it is, the check
+    /// having begun a quarter timeout early) and if it is still silent
+    /// then. Returns whether the answer belonged to the host check.
     pub(super) fn on_host_check_ack(&mut self, now: Time, nonce: u32, about: Rank) -> bool {
         let Some(check) = self.host_check else {
             return false;
@@ -660,17 +701,43 @@ impl Engine {
                 .hosts
                 .as_ref()
                 .is_some_and(|h| h.host_of(about) == check.host);
-        if ours {
+        if !ours {
+            return false;
+        }
+        if check.after_proof {
+            // Someone of the host runs: the watch goes on as usual.
             self.host_check = None;
             self.timers.stop(Timer::HostCheck);
-            if check.after_proof {
-                // Someone of the host runs: the watch goes on as usual.
-                self.schedule_check(now);
-            } else if self.watch.emitter == Some(check.leader) {
-                self.declare_silent(now, &[check.leader], Cause::Timeout);
-            }
+            self.schedule_check(now);
+        } else if !check.answered {
+            self.host_check = Some(HostCheck {
+                answered: true,
+                ..check
+            });
+            self.resolve_answered_host_check(now, check.leader, check.changed_at);
         }
-        ours
+        true
+    }
+
+    /// A silent leader whose host answered: declared alone if it is still
+    /// this rank's emitter, still silent since the check began, and its
+    /// time is up; the check waits for that time otherwise.
+    fn resolve_answered_host_check(&mut self, now: Time, leader: Rank, changed_at: Time) {
+        let still = self.watch.emitter == Some(leader)
+            && !self.is_gone(leader)
+            && self.watch.changed_at == changed_at;
+        let (limit, _) = self.stillness_limit(now);
+        let up_at = self.watch.changed_at + limit;
+        if still && now < up_at {
+            self.timers.set(Timer::HostCheck, up_at);
+            return;
+        }
+        self.host_check = None;
+        self.timers.stop(Timer::HostCheck);
+        if still {
+            self.declare_silent(now, &[leader], Cause::Timeout);
+        }
+        self.schedule_check(now);
     }
 
     /// The host check's window closed without an answer: the whole host
@@ -684,6 +751,10 @@ impl Engine {
             // No verdict on a late wake-up: answers may be waiting.
             self.timers
                 .set(Timer::HostCheck, now + self.config.timeout / 4);
+            return;
+        }
+        if check.answered {
+            self.resolve_answered_host_check(now, check.leader, check.changed_at);
             return;
         }
         self.host_check = None;

@@ -131,8 +131,11 @@ impl Engine {
             self.timers.stop(Timer::Check);
             return;
         }
-        let (limit, _) = self.stillness_limit(now);
+        let (limit, cause) = self.stillness_limit(now);
         let mut next = self.next_check(now, self.watch.changed_at + limit);
+        if let Some(at) = self.host_precheck_at(limit, cause).filter(|&at| at > now) {
+            next = next.min(at);
+        }
         if let Some(at) = self.host_recheck_due(now) {
             next = next.min(at.max(now + Duration::from_nanos(1)));
         }
@@ -283,6 +286,11 @@ impl Engine {
                 {
                     return;
                 }
+            } else if self
+                .host_precheck_at(limit, cause)
+                .is_some_and(|at| now >= at)
+            {
+                self.begin_silent_host_check(now, emitter);
             }
         }
         self.recheck_host(now, emitter, lagging);
