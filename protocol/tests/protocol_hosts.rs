@@ -1292,6 +1292,66 @@ fn a_mended_leader_that_hangs_while_its_host_runs_is_found_by_its_host_alone() {
     assert!(at - stopped_at >= ms(100), "{:?}", at - stopped_at);
 }
 
+#[test]
+fn a_linked_mended_leader_that_hangs_is_checked_at_the_check_interval_not_in_a_spin() {
+    // Rank 4's link to rank 2 comes up at the mending, then rank 4 hangs
+    // (rank 7 runs): the close watch's re-checks and the check of its
+    // silence a quarter timeout before its timeout fall due together;
+    // rank 2 keeps to its check interval meanwhile.
+    let mut c = host_leader_killed(QuorumMode::Majority);
+    let _ = c.engines[2].handle(c.now, Input::Sent { to: 4 });
+    c.slots.retain(|&(observer, _), _| observer != 2);
+    c.hang(4, EmitterThread::Unknown);
+    let checks = c.engines[2].stats().slot_checks;
+    c.run_for(ms(100));
+    let checks = c.engines[2].stats().slot_checks - checks;
+    assert!(checks <= 3 * 4, "{checks} checks in a timeout");
+    c.run_for(ms(300));
+    assert!(c.all_know(4));
+    assert!(c.host_failed().is_empty() && !c.engines[2].is_failed(7));
+}
+
+#[test]
+fn without_a_quorum_a_host_that_stalls_after_its_leader_died_is_not_declared() {
+    // FFD_QUORUM=off: no vote, no refutation. Host 1's next rank, linked
+    // and beating, stalls with its whole host for 60 ms just after the
+    // mending: the close watch's re-check finds nobody answering, but
+    // without a quorum it declares nobody before a whole limit of
+    // stillness, and the host runs again before that.
+    let mut c = host_leader_killed(QuorumMode::Off);
+    let _ = c.engines[2].handle(c.now, Input::Sent { to: 4 });
+    c.run_for(ms(5));
+    for r in [4, 7] {
+        c.hang(r, EmitterThread::Unknown);
+    }
+    c.run_for(ms(60));
+    assert!(c.engines[2].stats().host_checks >= 2, "re-checked");
+    for r in [4, 7] {
+        c.status[r as usize] = Status::Up;
+    }
+    c.run_for(ms(300));
+    assert!(c.host_failed().is_empty(), "{:?}", c.host_failed());
+    for r in [0, 2, 3, 5, 6, 8] {
+        assert_eq!(c.engines[r].failed(), [1], "rank {r}");
+    }
+}
+
+#[test]
+fn an_exit_left_to_a_broadcaster_that_dies_much_later_is_not_sent_again() {
+    // Rank 3 broadcast rank 0's exit and ran on; it dies two timeouts
+    // and more later: rank 6 sends its own exit, not rank 0's again.
+    let mut c = Cluster::new(12, 3);
+    c.run_for(ms(300));
+    c.kill(0);
+    assert!(c.all_know(0));
+    c.run_for(ms(300));
+    c.kill(3);
+    assert!(c.all_know(3));
+    for r in [6, 9] {
+        assert_eq!(c.engines[r].stats().orphaned_exits_broadcast, 0, "rank {r}");
+    }
+}
+
 /// [`host_killed_after_answering`] without a quorum, run until rank 2's
 /// re-check of host 1 has begun (a quarter timeout after the mending).
 fn recheck_begun() -> Cluster {

@@ -63,6 +63,9 @@ pub(super) struct LocalWatch {
 #[derive(Clone, Debug)]
 pub(super) struct DeferredExit {
     rank: Rank,
+    /// When this rank saw it: kept two timeouts (its broadcaster, if hung
+    /// before it sent it, is found within one), then dropped.
+    at: Time,
     broadcaster: Rank,
     /// The ranks of the host that saw the exit themselves: no copy.
     seen_by: Box<[Rank]>,
@@ -88,6 +91,9 @@ pub(super) struct HostCheck {
     /// A rank of the host answered a check of a silent leader (not after
     /// proof): only the leader can be declared, once its time is up.
     answered: bool,
+    /// No verdict before this instant (a close-watch re-check without a
+    /// quorum: see [`Engine::recheck_host`](super::Engine)).
+    not_before: Time,
 }
 
 /// The other ranks of this host that read its notice board.
@@ -208,6 +214,7 @@ impl Engine {
         if let Some(b) = broadcaster.filter(|&b| b != self.me) {
             self.local.deferred_exits.push(DeferredExit {
                 rank,
+                at: now,
                 broadcaster: b,
                 seen_by: seen_by.into(),
             });
@@ -228,7 +235,11 @@ impl Engine {
     /// process), and then no one else would: the other hosts would find
     /// the rank only through their own watch of its host, a timeout or
     /// more later (issue 12: at N = 32 a notice lost so cost 60-130 ms).
-    fn broadcast_orphaned_exits(&mut self, hosts: &Hosts) {
+    fn broadcast_orphaned_exits(&mut self, now: Time, hosts: &Hosts) {
+        let kept = self.health.stretch(self.config.timeout).saturating_mul(2);
+        self.local
+            .deferred_exits
+            .retain(|d| now < d.at || now - d.at <= kept);
         if self
             .local
             .deferred_exits
@@ -522,7 +533,7 @@ impl Engine {
         let Some(hosts) = self.hosts.clone() else {
             return;
         };
-        self.broadcast_orphaned_exits(&hosts);
+        self.broadcast_orphaned_exits(now, &hosts);
         let emitter = hosts.local_emitter(self.me, |r| self.is_gone(r));
         if emitter != self.local.emitter {
             self.local.emitter = emitter;
@@ -554,10 +565,13 @@ impl Engine {
     /// check already runs: it begins a quarter timeout early, see
     /// [`Engine::host_precheck_at`]): a probe to each of its live ranks; a
     /// quarter timeout without any answer declares the whole host in one
-    /// notice, an answer declares only the leader. Otherwise declare it.
+    /// notice, an answer only the leader, once its timeout is up and if it
+    /// is still silent then. Otherwise declare it.
     pub(super) fn on_silent_emitter(&mut self, now: Time, emitter: Rank, cause: Cause) {
         if cause == Cause::Timeout && self.hosts.is_some() {
-            if self.host_check.is_some() {
+            // A check under way, or its accusation (`majority`): no new
+            // round of probes at each check meanwhile.
+            if self.host_check.is_some() || self.accusing(emitter) {
                 return;
             }
             if self.begin_silent_host_check(now, emitter) {
@@ -581,6 +595,9 @@ impl Engine {
             return None;
         }
         let (hosts, emitter) = (self.hosts.as_ref()?, self.watch.emitter?);
+        if self.accusing(emitter) {
+            return None;
+        }
         let host = hosts.host_of(emitter);
         let others = host != hosts.host_of(self.me)
             && hosts
@@ -601,7 +618,7 @@ impl Engine {
         if live.len() < 2 {
             return false;
         }
-        self.begin_host_check(now, host, emitter, &live, (false, false));
+        self.begin_host_check(now, host, emitter, &live, (false, None));
         true
     }
 
@@ -616,23 +633,39 @@ impl Engine {
     /// one silent host ([`Engine::declare_silent`]), an answer ends the
     /// check (the next leader takes over as usual).
     pub(super) fn check_rest_of_host(&mut self, now: Time, leader: Rank) {
-        self.check_host_of(now, leader, false);
+        self.check_host_of(now, leader, None);
     }
 
     /// [`Engine::check_rest_of_host`] for the mended emitter `emitter`,
     /// still for a quarter timeout: the same probes, but a beat of the
     /// emitter or its link coming up before the window closes ends the
-    /// check with no verdict (it runs).
-    pub(super) fn check_host_of_still_emitter(&mut self, now: Time, emitter: Rank) {
-        self.check_host_of(now, emitter, true);
+    /// check with no verdict (it runs), and there is none before
+    /// `not_before` either.
+    pub(super) fn check_host_of_still_emitter(
+        &mut self,
+        now: Time,
+        emitter: Rank,
+        not_before: Time,
+    ) {
+        self.check_host_of(now, emitter, Some(not_before));
     }
 
-    /// The check of `leader`'s host after proof; `for_still_emitter`: see
-    /// [`HostCheck::for_still_emitter`].
-    fn check_host_of(&mut self, now: Time, leader: Rank, for_still_emitter: bool) {
+    /// The check of `leader`'s host after proof; `still_emitter`: the
+    /// close watch's re-check, not before that instant (see
+    /// [`HostCheck::for_still_emitter`]). A check of `leader`'s silence
+    /// under way (begun a quarter timeout early, or answered and waiting
+    /// for its time) gives way: `leader` is gone, and the rest of its host
+    /// is what is left to check.
+    fn check_host_of(&mut self, now: Time, leader: Rank, still_emitter: Option<Time>) {
         let Some(hosts) = self.hosts.clone() else {
             return;
         };
+        if let Some(c) = self.host_check {
+            if !c.after_proof && c.leader == leader && self.is_gone(leader) {
+                self.host_check = None;
+                self.timers.stop(Timer::HostCheck);
+            }
+        }
         if self.host_check.is_some() || self.participation != Participation::Active {
             return;
         }
@@ -642,7 +675,7 @@ impl Engine {
         }
         let live = self.live_of_host(&hosts, host);
         if !live.is_empty() {
-            self.begin_host_check(now, host, leader, &live, (true, for_still_emitter));
+            self.begin_host_check(now, host, leader, &live, (true, still_emitter));
         }
     }
 
@@ -658,14 +691,15 @@ impl Engine {
 
     /// Probes each of `live` (of `host`, whose leader is `leader`) and
     /// resolves the check a quarter timeout later. `(after_proof,
-    /// for_still_emitter)`: as in [`HostCheck`].
+    /// still_emitter)`: as in [`HostCheck`] (`for_still_emitter` and its
+    /// `not_before`).
     fn begin_host_check(
         &mut self,
         now: Time,
         host: u32,
         leader: Rank,
         live: &[Rank],
-        (after_proof, for_still_emitter): (bool, bool),
+        (after_proof, still_emitter): (bool, Option<Time>),
     ) {
         self.stats.host_checks += 1;
         self.nonce = self.nonce.wrapping_add(1);
@@ -679,8 +713,9 @@ impl Engine {
             nonce: self.nonce,
             changed_at: self.watch.changed_at,
             after_proof,
-            for_still_emitter,
+            for_still_emitter: still_emitter.is_some(),
             answered: false,
+            not_before: still_emitter.unwrap_or(now),
         });
         self.timers
             .set(Timer::HostCheck, now + self.config.timeout / 4);
@@ -740,9 +775,13 @@ impl Engine {
         self.schedule_check(now);
     }
 
-    /// The host check's window closed without an answer: the whole host
-    /// is declared, unless the leader's slot moved meanwhile (it was slow)
-    /// or this rank mended elsewhere.
+    /// The host check's window closed. Answered: see
+    /// [`Engine::on_host_check_ack`]. Without an answer the whole host (the
+    /// rest of it, after proof) is declared, unless the leader's slot moved
+    /// meanwhile (it was slow) or this rank mended elsewhere, and not
+    /// before the leader's time is up (its stretched limit may have grown
+    /// since the check began a quarter timeout early) or the re-check's
+    /// `not_before`.
     pub(super) fn resolve_host_check(&mut self, now: Time, lagging: bool) {
         let Some(check) = self.host_check else {
             return;
@@ -758,8 +797,9 @@ impl Engine {
             return;
         }
         self.host_check = None;
-        let moved = self.watch.changed_at > check.changed_at;
-        let no_verdict = if check.for_still_emitter {
+        let gone = self.is_gone(check.leader);
+        let ours = self.watch.emitter == Some(check.leader);
+        let verdict_at = if check.for_still_emitter {
             // The close watch's re-check of a still emitter: no verdict
             // while that emitter may run (it beat, its link came up, or
             // this rank mended away from it). Declared by others meanwhile
@@ -767,14 +807,27 @@ impl Engine {
             // after all, and the rest of its host, silent through the
             // window, is declared as after any proof.
             let stirred = self.watch.changed_at != check.changed_at;
-            !self.is_gone(check.leader) && (self.watch.emitter != Some(check.leader) || stirred)
+            if gone {
+                Some(now)
+            } else if !ours || stirred {
+                None
+            } else {
+                Some(check.not_before)
+            }
+        } else if check.after_proof {
+            Some(now)
         } else {
-            let stale =
-                self.watch.emitter != Some(check.leader) || self.is_gone(check.leader) || moved;
-            !check.after_proof && stale
+            let moved = self.watch.changed_at > check.changed_at;
+            let (limit, _) = self.stillness_limit(now);
+            (ours && !gone && !moved).then(|| self.watch.changed_at + limit)
         };
-        if no_verdict {
+        let Some(at) = verdict_at else {
             self.schedule_check(now);
+            return;
+        };
+        if now < at {
+            self.host_check = Some(check);
+            self.timers.set(Timer::HostCheck, at);
             return;
         }
         let Some(hosts) = self.hosts.clone() else {

@@ -193,6 +193,8 @@ impl Engine {
         self.timers = TimerTable::NONE;
         self.quorum = None;
         self.host_check = None;
+        self.watch.host_watch = None;
+        self.local.deferred_exits = Vec::new();
         self.fanouts.clear();
         self.pending_write = None;
         self.suspect = None;
@@ -226,6 +228,7 @@ impl Engine {
             return Err(HandleError::NotActive);
         }
         self.participation = Participation::Left;
+        self.local.deferred_exits = Vec::new();
         self.abort_agreements(AgreeAbort::Left);
         self.timers.stop(Timer::Check);
         self.timers.stop(Timer::Suspect);

@@ -19,7 +19,7 @@ use super::{
     Cause, Engine, Event, Evidence, FabricSaid, FailureDetail, NO_RANK, Output, Participation,
     Timer, TransportErrorKind, slot_digest, slot_generation,
 };
-use crate::config::{InbandMode, Rank, Time};
+use crate::config::{InbandMode, QuorumMode, Rank, Time};
 use crate::ranks::RankList;
 use crate::wire::{Kind, MAX_MARKS, Marks, ProbeVerdict, SLOTS};
 
@@ -66,6 +66,7 @@ pub(super) struct Watch {
 /// check that declares the rest.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct HostWatch {
+    pub(super) mended_at: Time,
     pub(super) from: Time,
     pub(super) until: Time,
 }
@@ -136,7 +137,11 @@ impl Engine {
         if let Some(at) = self.host_precheck_at(limit, cause).filter(|&at| at > now) {
             next = next.min(at);
         }
-        if let Some(at) = self.host_recheck_due(now) {
+        // (Not while a check runs: its end schedules the next check.)
+        if let Some(at) = self
+            .host_recheck_due(now)
+            .filter(|_| self.host_check.is_none())
+        {
             next = next.min(at.max(now + Duration::from_nanos(1)));
         }
         self.timers.set(Timer::Check, next);
@@ -538,6 +543,7 @@ impl Engine {
                 self.check_rest_of_host(now, p);
                 if h.host_of(e) != h.host_of(self.me) {
                     self.watch.host_watch = Some(HostWatch {
+                        mended_at: now,
                         from: now,
                         until: now + self.health.stretch(self.config.timeout),
                     });
@@ -552,22 +558,30 @@ impl Engine {
     /// no watch runs or it ends first.
     fn host_recheck_due(&self, now: Time) -> Option<Time> {
         let w = self.watch.host_watch?;
-        let moved = if self.watch.changed_at <= now {
+        let due = w.from.max(self.last_stir(now)) + self.health.stretch(self.config.timeout) / 4;
+        (due < w.until).then_some(due)
+    }
+
+    /// The emitter's last sign of life (a beat, its link coming up) if it
+    /// lies in the past; `Time::ZERO` while a mended emitter's baseline
+    /// still lies a link grace ahead.
+    fn last_stir(&self, now: Time) -> Time {
+        if self.watch.changed_at <= now {
             self.watch.changed_at
         } else {
             Time::ZERO
-        };
-        let due = w.from.max(moved) + self.health.stretch(self.config.timeout) / 4;
-        (due < w.until).then_some(due)
+        }
     }
 
     /// The close watch's re-check, when due ([`HostWatch`]): a check of
     /// the host that gives no verdict if any rank of it answers, or the
     /// emitter beats or its link comes up before the window closes; one
-    /// that does not answer is one silent host, through the quorum. Not on
-    /// a late wake-up of this rank's own, nor while another check runs;
-    /// the next is a quarter timeout after this one's window at the
-    /// earliest.
+    /// that does not answer is one silent host, through the quorum, or,
+    /// without one (`FFD_QUORUM=off`, nobody to refute a stalled host),
+    /// only once the emitter has been still for its whole limit since the
+    /// mending or its last sign of life. Not on a late wake-up of this
+    /// rank's own, nor while another check runs; the next is a quarter
+    /// timeout after this one's window at the earliest.
     fn recheck_host(&mut self, now: Time, emitter: Rank, lagging: bool) {
         let Some(w) = self.watch.host_watch else {
             return;
@@ -580,11 +594,17 @@ impl Engine {
         if lagging || !due || self.host_check.is_some() {
             return;
         }
+        let quarter = self.health.stretch(self.config.timeout) / 4;
         self.watch.host_watch = Some(HostWatch {
-            from: now + self.config.timeout / 4,
+            from: now + quarter,
             ..w
         });
-        self.check_host_of_still_emitter(now, emitter);
+        let not_before = if self.config.quorum == QuorumMode::Off {
+            w.mended_at.max(self.last_stir(now)) + self.health.stretch(self.config.timeout)
+        } else {
+            now
+        };
+        self.check_host_of_still_emitter(now, emitter, not_before);
     }
 
     // ----- in-band evidence -----
