@@ -84,16 +84,15 @@ pub(super) struct HostCheck {
     /// check is about the rest of its host only.
     after_proof: bool,
     /// The close watch's re-check of a mended emitter's host
-    /// ([`HostWatch`](super::observation::HostWatch)): `leader` is that
+    /// ([`HostWatch`](super::observation::HostWatch)), with no verdict
+    /// before this instant (later than the window only without a quorum:
+    /// see [`Engine::recheck_host`](super::Engine)): `leader` is that
     /// emitter, and a beat seen or its link confirmed meanwhile ends the
     /// check with no verdict.
-    for_still_emitter: bool,
+    still_emitter: Option<Time>,
     /// A rank of the host answered a check of a silent leader (not after
     /// proof): only the leader can be declared, once its time is up.
     answered: bool,
-    /// No verdict before this instant (a close-watch re-check without a
-    /// quorum: see [`Engine::recheck_host`](super::Engine)).
-    not_before: Time,
 }
 
 /// The other ranks of this host that read its notice board.
@@ -248,11 +247,7 @@ impl Engine {
         {
             return;
         }
-        let next = hosts
-            .members(hosts.host_of(self.me))
-            .iter()
-            .copied()
-            .find(|&r| !self.is_gone(r));
+        let next = hosts.leader(hosts.host_of(self.me), |r| self.is_gone(r));
         let mut deferred = std::mem::take(&mut self.local.deferred_exits);
         let mut orphans: Vec<DeferredExit> = Vec::new();
         deferred.retain_mut(|d| {
@@ -652,7 +647,7 @@ impl Engine {
 
     /// The check of `leader`'s host after proof; `still_emitter`: the
     /// close watch's re-check, not before that instant (see
-    /// [`HostCheck::for_still_emitter`]). A check of `leader`'s silence
+    /// [`HostCheck::still_emitter`]). A check of `leader`'s silence
     /// under way (begun a quarter timeout early, or answered and waiting
     /// for its time) gives way: `leader` is gone, and the rest of its host
     /// is what is left to check.
@@ -691,8 +686,7 @@ impl Engine {
 
     /// Probes each of `live` (of `host`, whose leader is `leader`) and
     /// resolves the check a quarter timeout later. `(after_proof,
-    /// still_emitter)`: as in [`HostCheck`] (`for_still_emitter` and its
-    /// `not_before`).
+    /// still_emitter)`: as in [`HostCheck`].
     fn begin_host_check(
         &mut self,
         now: Time,
@@ -713,9 +707,8 @@ impl Engine {
             nonce: self.nonce,
             changed_at: self.watch.changed_at,
             after_proof,
-            for_still_emitter: still_emitter.is_some(),
+            still_emitter,
             answered: false,
-            not_before: still_emitter.unwrap_or(now),
         });
         self.timers
             .set(Timer::HostCheck, now + self.config.timeout / 4);
@@ -780,8 +773,8 @@ impl Engine {
     /// rest of it, after proof) is declared, unless the leader's slot moved
     /// meanwhile (it was slow) or this rank mended elsewhere, and not
     /// before the leader's time is up (its stretched limit may have grown
-    /// since the check began a quarter timeout early) or the re-check's
-    /// `not_before`.
+    /// since the check began a quarter timeout early) or the instant a
+    /// re-check gives ([`HostCheck::still_emitter`]).
     pub(super) fn resolve_host_check(&mut self, now: Time, lagging: bool) {
         let Some(check) = self.host_check else {
             return;
@@ -799,7 +792,7 @@ impl Engine {
         self.host_check = None;
         let gone = self.is_gone(check.leader);
         let ours = self.watch.emitter == Some(check.leader);
-        let verdict_at = if check.for_still_emitter {
+        let verdict_at = if let Some(not_before) = check.still_emitter {
             // The close watch's re-check of a still emitter: no verdict
             // while that emitter may run (it beat, its link came up, or
             // this rank mended away from it). Declared by others meanwhile
@@ -812,7 +805,7 @@ impl Engine {
             } else if !ours || stirred {
                 None
             } else {
-                Some(check.not_before)
+                Some(not_before)
             }
         } else if check.after_proof {
             Some(now)
