@@ -324,6 +324,47 @@ fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
     );
 }
 
+/// A voter counts only the votes of ranks it forwarded the round to, and
+/// never sends a count above N: a count above N does not decode at its
+/// flood parent, and the whole subtree's votes would be lost (the fuzz's
+/// `send_undecodable` on seeds 1, 3, 5 and 6 before the fix).
+#[test]
+fn a_voter_counts_only_the_ranks_it_forwarded_to_and_never_above_n() {
+    let n = 8;
+    let mut v = checker(n, 2);
+    let outs = deliver(&mut v, at(1), Encoder::new(KEY, 1).suspect(1, 7, 5, 0, 0));
+    let forwarded = kinds_to(&outs, n, Kind::Suspect);
+    assert!(forwarded.len() >= 2, "{forwarded:?}");
+    // A vote from a rank the round did not go to (its parent, 1) is no
+    // child's: refused and counted, and no vote goes up for it.
+    let refused = v.stats().dropped_untrusted_origin;
+    let outs = deliver(
+        &mut v,
+        at(2),
+        Encoder::new(KEY, 1).vote(1, 7, n - 1, VOTE_COMPLETE),
+    );
+    assert_eq!(v.stats().dropped_untrusted_origin, refused + 1);
+    assert!(kinds_to(&outs, n, Kind::Vote).is_empty(), "{outs:?}");
+    // Two children each claim N − 1 (faulty or forged): 1 + 2(N − 1) is
+    // more than the job holds; what goes up is capped at N and decodes.
+    let mut counts = Vec::new();
+    for (i, &child) in forwarded.iter().enumerate() {
+        let outs = deliver(
+            &mut v,
+            at(3 + i as u64),
+            Encoder::new(KEY, child).vote(1, 7, n - 1, VOTE_COMPLETE),
+        );
+        counts.extend(sent(&outs, n).into_iter().filter_map(|(to, m)| match m {
+            Message::Vote { count, .. } => {
+                assert_eq!(to, 1, "votes go to the flood parent");
+                Some(count)
+            }
+            _ => None,
+        }));
+    }
+    assert_eq!(counts.iter().max(), Some(&n), "{counts:?}");
+}
+
 #[test]
 fn the_suspect_refutes_and_the_accuser_withdraws() {
     let n = 5;

@@ -55,15 +55,32 @@ struct Subtree {
     /// (child, count, flags).
     children: Vec<(Rank, u32, u16)>,
     /// Overlay link slots (`LinkKey::Overlay`) this rank forwarded the
-    /// flood to that have not answered yet.
+    /// flood to: only those ranks can be its children, so only their votes
+    /// count.
+    forwarded: u64,
+    /// Of `forwarded`, the slots that have not answered yet.
     unresolved: u64,
 }
 
 impl Subtree {
-    fn count(&self) -> u32 {
+    /// A subtree for a flood forwarded to the overlay slots `mask`.
+    fn forwarded_to(mask: u64) -> Self {
+        Subtree {
+            children: Vec::new(),
+            forwarded: mask,
+            unresolved: mask,
+        }
+    }
+
+    /// This rank and its children's subtrees, at most `n` (the job's size:
+    /// a vote above it does not decode, so a count above it, which only a
+    /// faulty or forged child can cause, would lose the whole subtree's
+    /// votes at the parent).
+    fn count(&self, n: u32) -> u32 {
         self.children
             .iter()
             .fold(1u32, |c, &(_, k, _)| c.saturating_add(k))
+            .min(n)
     }
 
     /// [`VOTE_TIEBREAK`] if this rank (`me_lowest`) or a child's subtree
@@ -79,12 +96,19 @@ impl Subtree {
         (u16::from(tiebreak) * VOTE_TIEBREAK) | (u16::from(complete) * VOTE_COMPLETE)
     }
 
-    /// Records `child`'s vote; counts only grow.
-    fn record(&mut self, child: Rank, count: u32, flags: u16) {
+    /// Records the vote of `child` (whose overlay slot is `bit`); counts
+    /// only grow. A vote from a rank the flood was not forwarded to is no
+    /// child's: refused (false), never counted.
+    fn record(&mut self, child: Rank, bit: u64, count: u32, flags: u16) -> bool {
+        if bit & self.forwarded == 0 {
+            return false;
+        }
+        self.unresolved &= !bit;
         match self.children.iter_mut().find(|(c, _, _)| *c == child) {
             Some(entry) => *entry = (child, entry.1.max(count), flags | (entry.2 & VOTE_TIEBREAK)),
             None => self.children.push((child, count, flags)),
         }
+        true
     }
 }
 
@@ -379,10 +403,7 @@ impl Engine {
         let Some(a) = q.accusations.iter_mut().find(|a| a.suspect == suspect) else {
             return;
         };
-        a.tree = Subtree {
-            children: Vec::new(),
-            unresolved: mask,
-        };
+        a.tree = Subtree::forwarded_to(mask);
         let (nonce, probe_nonce, flags) = (a.nonce, a.probe_nonce, a.flags());
         let probed = match &a.host {
             Some((_, members)) => members.clone(),
@@ -403,13 +424,14 @@ impl Engine {
     /// or 2C = V with the lowest live rank on this side.
     fn check_quorum(&mut self, now: Time) {
         let live = self.live_view();
+        let n = self.ring.len();
         let me_lowest = self.lowest_live() == self.me;
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
         let mut confirmed = Vec::new();
         q.accusations.retain(|a| {
-            let votes = a.tree.count();
+            let votes = a.tree.count(n);
             let tiebreak = a.tree.flags(me_lowest) & VOTE_TIEBREAK != 0;
             let twice = 2 * u64::from(votes);
             if twice > u64::from(live) || (twice == u64::from(live) && tiebreak) {
@@ -646,6 +668,7 @@ impl Engine {
     /// from the last one sent.
     fn maybe_vote(&mut self, now: Time, accuser: Rank, suspect: Rank) {
         let me_lowest = self.lowest_live() == self.me;
+        let n = self.ring.len();
         let Some(b) = self.quorum.as_mut().and_then(|q| {
             q.ballots
                 .iter_mut()
@@ -653,7 +676,7 @@ impl Engine {
         }) else {
             return;
         };
-        let count = b.tree.count();
+        let count = b.tree.count(n);
         let flags = b.tree.flags(me_lowest);
         let due = flags & VOTE_COMPLETE != 0 || now >= b.vote_due;
         if !due || b.sent == Some((count, flags)) {
@@ -792,10 +815,7 @@ impl Engine {
             suspect,
             nonce,
             parent: sender,
-            tree: Subtree {
-                children: Vec::new(),
-                unresolved: mask,
-            },
+            tree: Subtree::forwarded_to(mask),
             vote_due: now + self.config.vote_wait(),
             sent: None,
             closed: false,
@@ -819,15 +839,19 @@ impl Engine {
         flags: u16,
     ) {
         let bit = self.slot_bit(sender);
+        let n = self.ring.len();
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
         if accuser == self.me {
             if let Some(a) = q.accusations.iter_mut().find(|a| a.nonce == nonce) {
-                a.tree.record(sender, count, flags);
-                a.tree.unresolved &= !bit;
-                if a.tree.count() > a.best {
-                    a.best = a.tree.count();
+                if !a.tree.record(sender, bit, count, flags) {
+                    self.stats.dropped_untrusted_origin += 1;
+                    return;
+                }
+                let votes = a.tree.count(n);
+                if votes > a.best {
+                    a.best = votes;
                     a.grew_at = now;
                 }
                 self.check_quorum(now);
@@ -842,8 +866,10 @@ impl Engine {
         else {
             return;
         };
-        b.tree.record(sender, count, flags);
-        b.tree.unresolved &= !bit;
+        if !b.tree.record(sender, bit, count, flags) {
+            self.stats.dropped_untrusted_origin += 1;
+            return;
+        }
         let suspect = b.suspect;
         self.maybe_vote(now, accuser, suspect);
         self.rearm_quorum(now);
