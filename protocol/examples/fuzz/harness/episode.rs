@@ -144,6 +144,8 @@ pub struct Episode<'t> {
     tally: &'t mut Tally,
     /// Stop once the tally counts this many inputs.
     limit: u64,
+    /// Bytes of the payloads the Engines accepted to broadcast.
+    payload_bytes: u64,
 }
 
 /// A job configuration the library's settings would accept (positive
@@ -186,8 +188,10 @@ fn config(dice: &mut Dice) -> EngineConfig {
 }
 
 /// Runs one episode drawn from `dice`, counting into `tally`, until its
-/// drawn length, the tally's `limit`, or the end of a tape.
-pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
+/// drawn length, the tally's `limit`, or the end of a tape. Returns its
+/// payload allowance: the bytes of the payloads its Engines accepted to
+/// broadcast, times the job's size (each Engine may keep a copy of each).
+pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) -> u64 {
     let n = dice.pick(&[2u32, 2, 3, 4, 5, 8, 8, 13, 16, 33]);
     let ring = match dice.below(3) {
         0 => Ring::by_rank(n),
@@ -227,6 +231,7 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
         tally,
         limit,
         keys: keys.clone(),
+        payload_bytes: 0,
     };
     for r in 0..n {
         let made = match &hosts {
@@ -241,7 +246,7 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
             ),
         };
         let Ok(mut engine) = made else {
-            return;
+            return 0;
         };
         if modelled {
             engine.model_heartbeats();
@@ -274,6 +279,7 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) {
     for node in &ep.nodes {
         node.check.at_end(&node.engine, &mut ep.tally.violations);
     }
+    ep.payload_bytes * u64::from(n)
 }
 
 impl Episode<'_> {
@@ -807,7 +813,12 @@ impl Episode<'_> {
         let max = self.config.max_payload;
         let len = dice.pick(&[0, 1, 17, 300, max, max + 1]);
         let bytes = dice.bytes(len);
-        let _ = self.engine_call(r, InputKind::Broadcast, Input::Broadcast(&bytes));
+        if self
+            .engine_call(r, InputKind::Broadcast, Input::Broadcast(&bytes))
+            .is_ok()
+        {
+            self.payload_bytes += bytes.len() as u64;
+        }
     }
 
     fn leave(&mut self, dice: &mut Dice) {
