@@ -69,9 +69,15 @@ def fmt(v, digits=1):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+# Every table a benchmark printed, in order: write_json keeps them in its
+# JSON, so that benches/report.py renders the same table in the docs.
+TABLES = []
+
+
 def table(headers, rows):
-    """Prints an aligned table."""
+    """Prints an aligned table (and keeps it for write_json)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    TABLES.append({"headers": cells[0], "rows": cells[1:]})
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for i, r in enumerate(cells):
         print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
@@ -79,7 +85,36 @@ def table(headers, rows):
             print("  ".join("-" * w for w in widths))
 
 
+def git(*args):
+    """`git ARGS` in the repository, its output stripped; None outside one."""
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def provenance(command=None):
+    """What a benchmark's figures ran on: the commit (and whether tracked
+    files differed from it), the date, the command and the machine.
+    benches/report.py refuses a JSON without it."""
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "--short=12", "HEAD"),
+        "dirty": bool(dirty),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": command or " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]]),
+        "machine": machine(),
+    }
+
+
 def write_json(name, data):
+    """Writes target/bench/NAME.json, stamped with its provenance and the
+    tables printed so far (an object gets both keys; a list is wrapped as
+    {"results": list})."""
+    if not isinstance(data, dict):
+        data = {"results": data}
+    data = {"provenance": provenance(), "tables": list(TABLES), **data}
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"{name}.json")
     with open(path, "w") as f:

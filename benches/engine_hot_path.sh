@@ -8,4 +8,6 @@
 # (default 31), ENGINE_HOT_PATH_COLD=0 to skip the cold pool.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo bench -p ffd-protocol --bench engine_hot_path "$@"
+cargo bench -p ffd-protocol --bench engine_hot_path "$@"
+# The commit, date, command and machine, for benches/report.py.
+benches/stamp.py target/bench/engine_hot_path.json "benches/engine_hot_path.sh $*"

@@ -3,6 +3,10 @@
 
     benches/plot.py [--in target/bench] [--out docs/img]
 
+benches/report.py runs it on benches/results/ (the committed runs). Each
+PNG carries the commit and date of its JSON, in a corner and in its
+Comment.
+
 Each plot is drawn when its JSON is there and skipped, with a message,
 when it is not (run the benchmark first; the README's "Benchmarks" says
 how):
@@ -21,7 +25,7 @@ how):
   accuracy.json    (benches/accuracy.py)
       accuracy.png            under a CPU hog: false reports and the kill's
                               detection time against the timeout
-  ulfm*.json       (no benchmark in this repository yet)
+  ulfm*.json       (benches/local_kill.py writes ulfm_local.json)
       ulfm.png                ffd beside ULFM's own detector
 
 The ULFM side-by-side expects one or more files target/bench/ulfm*.json,
@@ -83,10 +87,18 @@ def log2_axis(ax, sizes):
     ax.set_xticklabels([str(n) for n in sizes])
 
 
+# The provenance of the JSON being drawn (benches/common.py stamps it).
+STAMP = {}
+
+
 def save(fig, out, name, written):
+    """Saves the figure with its JSON's commit and date in its corner and
+    in the PNG's Comment (benches/report.py --check reads it there)."""
     path = os.path.join(out, name)
+    stamp = f"{STAMP.get('commit') or 'unstamped'}{' (dirty)' if STAMP.get('dirty') else ''}, {STAMP.get('date', '?')}"
+    fig.text(0.995, 0.005, stamp, ha="right", va="bottom", fontsize=6, color="gray")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Comment": f"ffd commit {stamp}; {STAMP.get('command', '')}"})
     written.append(path)
 
 
@@ -267,7 +279,11 @@ def main():
     def source(name, bench):
         path = os.path.join(a.src, name)
         if os.path.exists(path):
-            return load(path)
+            data = load(path)
+            STAMP.clear()
+            if isinstance(data, dict):
+                STAMP.update(data.get("provenance") or {})
+            return data
         skipped.append(f"{name} not found in {a.src}: run {bench}")
         return None
 
@@ -276,7 +292,7 @@ def main():
         plot_detection(plt, data, a.out, written)
     data = source("sim_scale.json", "benches/sim_scale.sh")
     if data:
-        plot_sim_scale(plt, data, a.out, written)
+        plot_sim_scale(plt, data["results"] if isinstance(data, dict) else data, a.out, written)
     data = source("noise.json", "benches/noise.py")
     if data:
         plot_noise(plt, data, a.out, written)
@@ -285,7 +301,7 @@ def main():
         plot_accuracy(plt, data, a.out, written)
     ulfm = sorted(glob.glob(os.path.join(a.src, "ulfm*.json")))
     if ulfm:
-        rows = [r for path in ulfm for r in load(path)["results"]]
+        rows = [r for path in ulfm for r in source(os.path.basename(path), "benches/local_kill.py")["results"]]
         detection = os.path.join(a.src, "detection.json")
         if not any(r["detector"] == "ffd" for r in rows) and os.path.exists(detection):
             rows += [dict(r, detector="ffd") for r in load(detection)["results"]]

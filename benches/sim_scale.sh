@@ -5,4 +5,6 @@
 # Knobs: SIM_SCALE_MAX_LOG2 (default 20), SIM_SCALE_STRESS=0, SIM_SCALE_SEED.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo bench -p ffd-cli --bench sim_scale "$@"
+cargo bench -p ffd-cli --bench sim_scale "$@"
+# The commit, date, command and machine, for benches/report.py.
+benches/stamp.py target/bench/sim_scale.json "benches/sim_scale.sh $*"
