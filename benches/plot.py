@@ -67,7 +67,8 @@ def ensure_matplotlib():
     except ImportError:
         pass
     python = os.path.join(VENV, "bin", "python")
-    if os.path.realpath(sys.executable) == os.path.realpath(python):
+    # The venv's python is a link to the system's: tell them apart by prefix.
+    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
         sys.exit(f"plot.py: matplotlib is not importable even in {VENV}; remove it and retry")
     if not os.path.exists(python):
         print(f"plot.py: installing {MATPLOTLIB} into {os.path.relpath(VENV, ROOT)}", file=sys.stderr)

@@ -96,7 +96,13 @@ def description(command):
     if script.endswith(".py"):
         doc = ast.get_docstring(ast.parse(text)) or ""
     else:
-        lines = [ln[2:] for ln in text.splitlines()[1:] if ln.startswith("# ")]
+        # The header comment: the lines after the #! line, up to the first
+        # that is not a comment.
+        lines = []
+        for ln in text.splitlines()[1:]:
+            if not ln.startswith("#"):
+                break
+            lines.append(ln[2:])
         doc = "\n".join(lines)
     return " ".join(doc.split("\n\n")[0].split())
 
@@ -115,7 +121,13 @@ def rows_table(rows):
         for k, v in r.items():
             if k not in keys and not isinstance(v, (list, dict)):
                 keys.append(k)
-    fmt = lambda v: "-" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return str(int(v)) if v.is_integer() else f"{v:.2f}"
+        return str(v)
+
     return markdown_table(keys, [[fmt(r.get(k)) for k in keys] for r in rows])
 
 
@@ -125,7 +137,7 @@ def section(name, data, seen):
     results (local_kill.py) prints its tables once."""
     p = stamp_of(data, name)
     title = data.get("benchmark", name)
-    cmd = p["command"]
+    cmd = p["command"].strip()
     m = p.get("machine") or {}
     machine = ", ".join(x for x in (f"{m['cpus']} CPUs" if m.get("cpus") else "",
                                      f"kernel preemption {m['preempt']}" if m.get("preempt") else "") if x)
