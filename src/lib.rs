@@ -13,14 +13,16 @@
 //!   - [`bootstrap`]: the address-exchange transports (an allgather of
 //!     bytes: host callback, TCP rendezvous, PMIx, in-process groups);
 //!   - [`fabric`]: safe libfabric wrappers (`unsafe` here, with `libfabric-sys`);
+//!   - [`node`]: the operating system's side of same-host watching (pidfd,
+//!     exit words, the host's shared segment, scheduling; `unsafe` here);
 //!   - [`runtime`]: the detector itself, [`runtime::Detector`], its start-up,
 //!     its pinned progress thread, events and stats;
 //!   - [`capi`]: the C ABI (`include/ffd.h`).
 //! - `ffd-cli` (`cli/`): the `ffd` command (`run`, `agent`, `rendezvous`,
 //!   `sim`, `info`); the library links none of it.
 //!
-//! `unsafe` is denied crate-wide and allowed only in [`fabric`], [`capi`]
-//! and [`bootstrap::pmix`](bootstrap) (feature `pmix`), each block with a
+//! `unsafe` is denied crate-wide and allowed only in [`fabric`], [`node`],
+//! [`capi`] and [`bootstrap::pmix`](bootstrap) (feature `pmix`), each block with a
 //! `// SAFETY:` comment; every other module forbids it.
 
 #![deny(unsafe_code)]
@@ -33,4 +35,6 @@ pub mod capi;
 pub mod config;
 #[allow(unsafe_code)]
 pub mod fabric;
+#[allow(unsafe_code)]
+pub mod node;
 pub mod runtime;

@@ -11,10 +11,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use ffd::config::{Config, Env, LocalMode, SchedPolicy, var};
-use ffd::fabric::local::{
+use ffd::fabric::{self, Info};
+use ffd::node::{
     Boost, FIFO_PRIORITY, exit_word_probe, fifo_refusal, pidfd_probe, set_current_thread_fifo,
 };
-use ffd::fabric::{self, Info};
 use ffd::runtime::placement;
 
 /// Prints the report to `out`; problems go to `err`. Exit status 2 when a

@@ -153,7 +153,7 @@ fn check_scheduling_line(env: &[(&str, &str)], shown: &str, allowed: bool, allow
 fn info_says_whether_the_progress_thread_may_run_under_fifo_and_refuses_a_bad_policy() {
     // What this process may do, asked from a thread of its own; `ffd
     // info` runs with the same credentials and limits.
-    let allowed = thread::spawn(ffd::fabric::local::set_current_thread_fifo)
+    let allowed = thread::spawn(ffd::node::set_current_thread_fifo)
         .join()
         .unwrap()
         .is_ok();

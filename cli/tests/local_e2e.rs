@@ -36,7 +36,7 @@ fn delay_of(report: &Value, rank: u64) -> f64 {
 /// Whether this machine lets a process open pidfds (Linux ≥ 5.3, no
 /// seccomp rule against it); the tests that need one say so and pass.
 fn pidfds_here() -> bool {
-    match ffd::fabric::local::pidfd_probe() {
+    match ffd::node::pidfd_probe() {
         Ok(()) => true,
         Err(why) => {
             eprintln!("skipped: no pidfd here ({why})");
@@ -47,7 +47,7 @@ fn pidfds_here() -> bool {
 
 /// Whether this machine has exit words (`futex_waitv`, Linux ≥ 5.16).
 fn exit_words_here() -> bool {
-    match ffd::fabric::local::exit_word_probe() {
+    match ffd::node::exit_word_probe() {
         Ok(()) => true,
         Err(why) => {
             eprintln!("skipped: no exit words here ({why})");
@@ -148,7 +148,7 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
 /// Whether this process may use SCHED_FIFO (root, CAP_SYS_NICE or
 /// `ulimit -r`), asked from a thread of its own: the agents inherit it.
 fn fifo_allowed_here() -> std::io::Result<()> {
-    std::thread::spawn(ffd::fabric::local::set_current_thread_fifo)
+    std::thread::spawn(ffd::node::set_current_thread_fifo)
         .join()
         .unwrap()
 }

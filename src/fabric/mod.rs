@@ -60,7 +60,6 @@ mod cq;
 mod endpoint;
 mod error;
 mod info;
-pub mod local;
 mod mr;
 mod resources;
 

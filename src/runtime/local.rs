@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::LocalMode;
-use crate::fabric::local::{
+use crate::node::{
     BoardReader, Boost, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable,
     SegmentError, WordEvent, board_readers, monotonic_ns, post_on_board, segment_name, watchers_of,
 };
@@ -680,6 +680,6 @@ mod tests {
     }
 
     fn pidfd_probe_here() -> Result<(), PidfdUnavailable> {
-        crate::fabric::local::pidfd_probe()
+        crate::node::pidfd_probe()
     }
 }

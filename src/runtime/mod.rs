@@ -160,7 +160,7 @@ pub enum StartError {
     /// The host's counter segment for node-local watching could not be
     /// made (`FFD_LOCAL=off` does without it).
     #[error("node-local watching: {0}")]
-    Local(#[from] crate::fabric::local::SegmentError),
+    Local(#[from] crate::node::SegmentError),
 }
 
 /// What the host asked for that could not be done.

@@ -41,7 +41,7 @@ use super::log::Logger;
 use super::state::{StopCause, StopReason};
 use super::stats::RuntimeCounters;
 use super::{Callback, PublishedState, SlotRegion};
-use crate::fabric::local::{Boost, monotonic_ns};
+use crate::node::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
 

@@ -41,10 +41,10 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
 use crate::config::{Config, CoreChoice, Env, LocalMode, ProgressMode, SchedPolicy};
-use crate::fabric::local as fabric_local;
 use crate::fabric::{
     AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
 };
+use crate::node;
 use crate::protocol::{self, EngineConfig, Hosts, Rank, Ring};
 
 use super::link::LinkProgress;
@@ -498,14 +498,14 @@ fn apply_sched(
     sched: SchedPolicy,
     widen: bool,
     logger: Logger,
-) -> (String, Option<Arc<fabric_local::Boost>>) {
+) -> (String, Option<Arc<node::Boost>>) {
     let refused = |e: &std::io::Error| {
-        let why = fabric_local::fifo_refusal(e);
+        let why = node::fifo_refusal(e);
         (format!("normal (FFD_SCHED={sched} refused: {why})"), why)
     };
     match sched {
         SchedPolicy::Normal => (sched.to_string(), None),
-        SchedPolicy::Boost => match fabric_local::Boost::for_current_thread(true, widen) {
+        SchedPolicy::Boost => match node::Boost::for_current_thread(true, widen) {
             Ok(boost) => (sched.to_string(), Some(Arc::new(boost))),
             Err(e) => {
                 let (shown, why) = refused(&e);
@@ -515,10 +515,10 @@ fn apply_sched(
                 (shown, None)
             }
         },
-        SchedPolicy::Fifo => match fabric_local::set_current_thread_fifo() {
+        SchedPolicy::Fifo => match node::set_current_thread_fifo() {
             Ok(()) => {
                 let boost = widen
-                    .then(|| fabric_local::Boost::for_current_thread(false, true).ok())
+                    .then(|| node::Boost::for_current_thread(false, true).ok())
                     .flatten();
                 (sched.to_string(), boost.map(Arc::new))
             }
