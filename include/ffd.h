@@ -99,7 +99,7 @@ typedef enum {
      */
     FFD_ERR_CONFIG = -3,
     /**
-     * The address exchange at ffd_init() failed (the host's allgather
+     * The address exchange at ffd_init() failed (the embedder's allgather
      * returned non-zero, PMIx or the TCP rendezvous failed, ranks disagree
      * on size, version or settings, no bootstrap available).
      */
@@ -150,7 +150,7 @@ typedef enum {
     /**
      * The others declared *this* rank failed (`rank` is this rank,
      * `detector` the rank that told it). Fail-stop: the detector stops and
-     * the host must stop using this process.
+     * the embedder must stop using this process.
      */
     FFD_EVENT_SELF_EXCLUDED = 3,
     /**
@@ -180,7 +180,7 @@ typedef enum {
      * (native byte order; from ffd_next_event(), in the caller's buffer,
      * which must then be aligned for uint32_t). Every live rank raises the
      * same views in the same order (ids 1, 2, 3, ...), each after the
-     * FAILED and LEFT events of the ranks it names, so a host can shrink
+     * FAILED and LEFT events of the ranks it names, so an embedder can shrink
      * its communicator to the view without another round. `hops`: the
      * agreement's longest message chain. ffd_view() gives the latest.
      */
@@ -272,7 +272,7 @@ typedef enum {
     FFD_STATE_LEFT = 1,
     /**
      * The others declared this rank failed (FFD_EVENT_SELF_EXCLUDED): it
-     * no longer takes part and the host must stop using this process.
+     * no longer takes part and the embedder must stop using this process.
      */
     FFD_STATE_EXCLUDED = 2,
     /**
@@ -391,7 +391,7 @@ typedef struct {
 typedef void (*ffd_event_callback)(void *userdata, const ffd_event_t *event);
 
 /**
- * The host's fixed-length allgather: every rank contributes `len` bytes at
+ * The embedder's fixed-length allgather: every rank contributes `len` bytes at
  * `mine` (the same `len` on every rank) and receives every rank's bytes in
  * `all` (`len * size` bytes), rank r's at offset `r * len`. Returns 0 on
  * success; any other value fails ffd_init() with FFD_ERR_BOOTSTRAP (the
@@ -402,7 +402,7 @@ typedef void (*ffd_event_callback)(void *userdata, const ffd_event_t *event);
 typedef int (*ffd_allgather_fn)(void *userdata, const void *mine, size_t len, void *all);
 
 /**
- * The host's out-of-band collective for ffd_init()'s address exchange, as
+ * The embedder's out-of-band collective for ffd_init()'s address exchange, as
  * in UCC's OOB: an MPI library passes MPI_Allgather over MPI_COMM_WORLD
  * (`MPI_BYTE`, count `len`), an OpenSHMEM library shmem_fcollect or its
  * PMI. `rank` becomes this process's ffd rank, the rank every other call
@@ -601,7 +601,7 @@ ffd_result ffd_config_from_env(ffd_config_t **out);
 
 /**
  * Applies the process environment's `FFD_*` variables over what `cfg`
- * holds: call it after setting the host's own defaults with
+ * holds: call it after setting the embedder's own defaults with
  * ffd_config_set() to let users override them, as HPC users expect.
  *
  * @return FFD_OK, FFD_ERR_NULL, or FFD_ERR_CONFIG (then `cfg` is unchanged).
@@ -703,7 +703,7 @@ void ffd_config_free(ffd_config_t *cfg);
  * heartbeat link is up (or the start-up grace has passed). **Collective**:
  * every rank of the job must call it, each once per detector.
  *
- * Address exchange: through `oob` (the host's allgather, called on this
+ * Address exchange: through `oob` (the embedder's allgather, called on this
  * thread during the call) when it is not NULL. Otherwise through the
  * launcher: the TCP rendezvous named by FFD_BOOTSTRAP (with FFD_RANK,
  * FFD_SIZE) when that is set, in the config or the environment, else PMIx
@@ -717,7 +717,7 @@ void ffd_config_free(ffd_config_t *cfg);
  * freed right after the call. Warnings (unknown `FFD_*` names, a timeout
  * under three periods) go to stderr unless FFD_LOG is `off` or `error`.
  *
- * @param oob the host's collective, or NULL.
+ * @param oob the embedder's collective, or NULL.
  * @param cfg the settings and callback, or NULL.
  * @param[out] out receives the handle on success only.
  * @return FFD_OK; FFD_ERR_NULL (`out`, or `oob->allgather`);
@@ -786,7 +786,7 @@ int ffd_is_alive(const ffd_t *h, uint32_t rank);
 
 /**
  * Whether the other ranks declared this rank failed (it received
- * FFD_EVENT_SELF_EXCLUDED): 1 or 0. The host must then stop using this
+ * FFD_EVENT_SELF_EXCLUDED): 1 or 0. The embedder must then stop using this
  * process (fail-stop). Lock-free; any thread.
  *
  * @return 1, 0, or FFD_ERR_NULL (negative).
@@ -808,7 +808,7 @@ int ffd_is_excluded(const ffd_t *h);
 ffd_result ffd_rank_size(const ffd_t *h, uint32_t *rank, uint32_t *size);
 
 /**
- * The number of failures this rank knows of; never decreases (a host can
+ * The number of failures this rank knows of; never decreases (an embedder can
  * compare it with a value it saw before to learn cheaply that something
  * changed). Lock-free; any thread.
  *
@@ -890,7 +890,7 @@ ffd_result ffd_state(const ffd_t *h, ffd_state_t *out, char *reason, size_t len,
 
 /**
  * A file descriptor that is readable while events are queued, for the
- * host's poll()/epoll loop; call ffd_next_event() until FFD_NO_EVENT when
+ * embedder's poll()/epoll loop; call ffd_next_event() until FFD_NO_EVENT when
  * it becomes readable (it may also be readable, spuriously, just after the
  * last event was taken). Owned by ffd: do not read, write or close it; it
  * is valid until ffd_finalize(). Any thread.

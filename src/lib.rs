@@ -11,7 +11,7 @@
 //! - this crate, the embeddable library (`libffd.so`, `libffd.a`):
 //!   - [`config`]: the `FFD_*` settings, their builder and their origins;
 //!   - [`bootstrap`]: the address-exchange transports (an allgather of
-//!     bytes: host callback, TCP rendezvous, PMIx, in-process groups);
+//!     bytes: embedder's callback, TCP rendezvous, PMIx, in-process groups);
 //!   - [`fabric`]: safe libfabric wrappers (`unsafe` here, with `libfabric-sys`);
 //!   - [`node`]: the operating system's side of same-host watching (pidfd,
 //!     exit words, the host's shared segment, scheduling; `unsafe` here);

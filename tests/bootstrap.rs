@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::{Bootstrap, BootstrapError, HostAllgather, LocalBootstrap, MAX_CONTRIBUTION};
+use ffd::bootstrap::{
+    Bootstrap, BootstrapError, EmbedderAllgather, InProcessBootstrap, MAX_CONTRIBUTION,
+};
 use ffd::protocol::Rank;
 
 /// Runs `f` on one thread per member and returns the results by rank.
@@ -56,7 +58,9 @@ fn rounds_agree<B: Bootstrap>(mut b: B, rounds: u32) -> Result<(), String> {
 #[test]
 fn local_groups_gather_several_rounds_of_different_lengths() {
     for n in [1, 2, 5] {
-        let results = on_threads(LocalBootstrap::group(n).unwrap(), |b| rounds_agree(b, 4));
+        let results = on_threads(InProcessBootstrap::group(n).unwrap(), |b| {
+            rounds_agree(b, 4)
+        });
         assert!(results.iter().all(Result::is_ok), "n = {n}: {results:?}");
     }
 }
@@ -64,14 +68,14 @@ fn local_groups_gather_several_rounds_of_different_lengths() {
 #[test]
 fn a_local_group_needs_a_rank() {
     assert!(matches!(
-        LocalBootstrap::group(0),
+        InProcessBootstrap::group(0),
         Err(BootstrapError::Invalid(_))
     ));
 }
 
 #[test]
 fn a_rank_that_never_comes_times_the_round_out_on_every_member() {
-    let mut group = LocalBootstrap::group_with_timeout(3, Duration::from_millis(100)).unwrap();
+    let mut group = InProcessBootstrap::group_with_timeout(3, Duration::from_millis(100)).unwrap();
     let absent = group.pop().unwrap(); // rank 2: alive but silent
     let start = Instant::now();
     let errors = on_threads(group, |mut b| b.allgather(b"x").unwrap_err().to_string());
@@ -98,7 +102,7 @@ fn a_rank_that_never_comes_times_the_round_out_on_every_member() {
 
 #[test]
 fn a_member_dropped_mid_job_fails_the_next_round_naming_it() {
-    let group = LocalBootstrap::group(3).unwrap();
+    let group = InProcessBootstrap::group(3).unwrap();
     let errors = on_threads(group, |mut b| {
         b.allgather(b"one").map_err(|e| e.to_string())?;
         if b.rank() == 1 {
@@ -117,7 +121,7 @@ fn a_member_dropped_mid_job_fails_the_next_round_naming_it() {
 
 #[test]
 fn local_contributions_over_the_limit_are_refused() {
-    let mut group = LocalBootstrap::group(1).unwrap();
+    let mut group = InProcessBootstrap::group(1).unwrap();
     let err = group[0]
         .allgather(&vec![0; MAX_CONTRIBUTION + 1])
         .unwrap_err();
@@ -136,13 +140,13 @@ impl<F: FnMut(&[u8], &mut [u8]) -> Result<(), String> + Send> HostCollective for
 
 /// A host collective (fixed length, like MPI_Allgather) built on a local
 /// group, counting its calls.
-fn host_over_local(n: u32) -> Vec<HostAllgather<impl HostCollective>> {
-    LocalBootstrap::group(n)
+fn host_over_local(n: u32) -> Vec<EmbedderAllgather<impl HostCollective>> {
+    InProcessBootstrap::group(n)
         .unwrap()
         .into_iter()
         .map(|mut local| {
             let rank = local.rank();
-            HostAllgather::new(rank, n, move |mine: &[u8], all: &mut [u8]| {
+            EmbedderAllgather::new(rank, n, move |mine: &[u8], all: &mut [u8]| {
                 let gathered = local.allgather(mine).map_err(|e| e.to_string())?;
                 for (r, bytes) in gathered.iter().enumerate() {
                     if bytes.len() != mine.len() {
@@ -172,7 +176,7 @@ fn host_allgather_turns_variable_lengths_into_fixed_rounds() {
 #[test]
 fn host_allgather_calls_the_host_once_for_a_barrier_and_twice_otherwise() {
     let calls = Mutex::new(Vec::new());
-    let mut b = HostAllgather::new(0, 1, |mine: &[u8], all: &mut [u8]| {
+    let mut b = EmbedderAllgather::new(0, 1, |mine: &[u8], all: &mut [u8]| {
         calls.lock().unwrap().push(mine.len());
         all.copy_from_slice(mine);
         Ok(())
@@ -186,22 +190,22 @@ fn host_allgather_calls_the_host_once_for_a_barrier_and_twice_otherwise() {
 
 #[test]
 fn host_allgather_reports_the_hosts_failure_and_inconsistency() {
-    let mut failing = HostAllgather::new(0, 2, |_: &[u8], _: &mut [u8]| {
+    let mut failing = EmbedderAllgather::new(0, 2, |_: &[u8], _: &mut [u8]| {
         Err("MPI_ERR_COMM: invalid communicator".into())
     })
     .unwrap();
     assert_eq!(
         failing.allgather(b"x").unwrap_err().to_string(),
-        "the host's allgather failed: MPI_ERR_COMM: invalid communicator"
+        "the embedder's allgather failed: MPI_ERR_COMM: invalid communicator"
     );
     // A host that fills `all` with zeros never put our bytes at our place.
-    let mut zeros = HostAllgather::new(1, 2, |_: &[u8], _: &mut [u8]| Ok(())).unwrap();
+    let mut zeros = EmbedderAllgather::new(1, 2, |_: &[u8], _: &mut [u8]| Ok(())).unwrap();
     assert_eq!(
         zeros.allgather(b"x").unwrap_err().to_string(),
-        "the host's allgather is inconsistent: this rank's 8 bytes are not at its position (rank 1 × 8 bytes)"
+        "the embedder's allgather is inconsistent: this rank's 8 bytes are not at its position (rank 1 × 8 bytes)"
     );
     assert!(matches!(
-        HostAllgather::new(2, 2, |_: &[u8], _: &mut [u8]| Ok(())),
+        EmbedderAllgather::new(2, 2, |_: &[u8], _: &mut [u8]| Ok(())),
         Err(BootstrapError::Invalid(_))
     ));
 }

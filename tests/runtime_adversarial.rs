@@ -20,7 +20,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::{Bootstrap, LocalBootstrap};
+use ffd::bootstrap::{Bootstrap, InProcessBootstrap};
 use ffd::config::{Config, CoreChoice};
 use ffd::fabric::*;
 use ffd::protocol::wire::{self, Encoder, JobKeys, Message};
@@ -119,7 +119,7 @@ fn rejected(s: &StatsSnapshot, r: RejectReason) -> u64 {
 
 fn attacks_are_dropped(provider: &str) {
     let config = config(provider);
-    let mut group = LocalBootstrap::group(3).unwrap();
+    let mut group = InProcessBootstrap::group(3).unwrap();
     let mut me = group.pop().unwrap();
     let detectors: Vec<_> = group
         .into_iter()

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::LocalBootstrap;
+use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
 use ffd::protocol::Event;
 use ffd::runtime::{
@@ -39,7 +39,7 @@ fn config_with(local: LocalMode) -> Config {
 
 /// Starts `n` detectors concurrently (start is a collective).
 fn start_group(n: u32, config: &Config) -> Vec<Detector> {
-    let group = LocalBootstrap::group(n).expect("group");
+    let group = InProcessBootstrap::group(n).expect("group");
     let handles: Vec<_> = group
         .into_iter()
         .map(|mut b| {
@@ -166,7 +166,7 @@ fn a_clean_leave_is_reported_as_left_not_failed() {
 fn all_ranks_shutting_down_at_once_report_no_failure() {
     let config = config();
     let seen: Arc<Mutex<Vec<(u32, DetectorEvent)>>> = Arc::default();
-    let group = LocalBootstrap::group(5).expect("group");
+    let group = InProcessBootstrap::group(5).expect("group");
     let handles: Vec<_> = group
         .into_iter()
         .map(|mut b| {
@@ -258,7 +258,7 @@ fn an_unavailable_provider_is_a_clear_error_naming_the_available_ones() {
         .core(CoreChoice::None)
         .build()
         .unwrap();
-    let mut group = LocalBootstrap::group(1).unwrap();
+    let mut group = InProcessBootstrap::group(1).unwrap();
     let err = Detector::start(&config, &mut group[0])
         .unwrap_err()
         .to_string();
@@ -282,7 +282,7 @@ fn patient_config() -> Config {
 /// Starts `callbacks.len()` detectors concurrently, rank r with
 /// `callbacks[r]` when it has one.
 fn start_with_callbacks(config: &Config, callbacks: Vec<Option<Callback>>) -> Vec<Detector> {
-    let group = LocalBootstrap::group(callbacks.len() as u32).expect("group");
+    let group = InProcessBootstrap::group(callbacks.len() as u32).expect("group");
     let handles: Vec<_> = group
         .into_iter()
         .zip(callbacks)

@@ -11,7 +11,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::{Bootstrap, LocalBootstrap};
+use ffd::bootstrap::{Bootstrap, InProcessBootstrap};
 use ffd::config::{Config, CoreChoice};
 use ffd::fabric::*;
 use ffd::runtime::Detector;
@@ -75,7 +75,7 @@ fn write_and_wait(
 
 fn only_the_slot_page_is_writable(provider: &str) {
     let config = config(provider);
-    let mut group = LocalBootstrap::group(3).unwrap();
+    let mut group = InProcessBootstrap::group(3).unwrap();
     let mut me = group.pop().unwrap();
     let detectors: Vec<_> = group
         .into_iter()

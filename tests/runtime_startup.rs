@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ffd::bootstrap::secret::JobSecret;
 use ffd::bootstrap::tcp::{Rendezvous, TcpBootstrap};
-use ffd::bootstrap::{Bootstrap, BootstrapError, HostAllgather, LocalBootstrap};
+use ffd::bootstrap::{Bootstrap, BootstrapError, EmbedderAllgather, InProcessBootstrap};
 use ffd::protocol::{EngineConfig, Rank, wire};
 use ffd::runtime::startup::{ExchangeError, JobView, PeerRecord, SecretClaim, exchange, keys};
 
@@ -36,13 +36,13 @@ impl<F: FnMut(&[u8], &mut [u8]) -> Result<(), String> + Send> HostCollective for
 
 /// A host collective (fixed length, like MPI_Allgather) built on a local
 /// group.
-fn host_over_local(n: u32) -> Vec<HostAllgather<impl HostCollective>> {
-    LocalBootstrap::group(n)
+fn host_over_local(n: u32) -> Vec<EmbedderAllgather<impl HostCollective>> {
+    InProcessBootstrap::group(n)
         .unwrap()
         .into_iter()
         .map(|mut local| {
             let rank = local.rank();
-            HostAllgather::new(rank, n, move |mine: &[u8], all: &mut [u8]| {
+            EmbedderAllgather::new(rank, n, move |mine: &[u8], all: &mut [u8]| {
                 let gathered = local.allgather(mine).map_err(|e| e.to_string())?;
                 for (r, bytes) in gathered.iter().enumerate() {
                     if bytes.len() != mine.len() {
@@ -83,7 +83,7 @@ fn rank0_secret() -> JobSecret {
 #[test]
 fn exchange_returns_every_record_and_rank_0s_choices() {
     let hosts = ["a", "b", "a", "c"];
-    let views = on_threads(LocalBootstrap::group(4).unwrap(), |mut b| {
+    let views = on_threads(InProcessBootstrap::group(4).unwrap(), |mut b| {
         let rank = b.rank();
         exchange(&mut b, &record(rank, 4, hosts[rank as usize])).unwrap()
     });
@@ -116,7 +116,7 @@ fn exchange_over_the_host_adapter() {
 
 /// Each rank's exchange error text when rank `odd` contributes `tweak`ed.
 fn exchange_errors(n: u32, odd: Rank, tweak: impl Fn(&mut PeerRecord) + Sync) -> Vec<String> {
-    on_threads(LocalBootstrap::group(n).unwrap(), |mut b| {
+    on_threads(InProcessBootstrap::group(n).unwrap(), |mut b| {
         let rank = b.rank();
         let mut mine = record(rank, n, "h");
         if rank == odd {
@@ -225,7 +225,7 @@ fn rank_0_must_send_a_job_key_and_everyone_an_address() {
 #[test]
 fn ranks_holding_one_secret_send_only_its_fingerprint() {
     let secret = JobSecret::from_bytes([0x77; 32]);
-    let views = on_threads(LocalBootstrap::group(3).unwrap(), |mut b| {
+    let views = on_threads(InProcessBootstrap::group(3).unwrap(), |mut b| {
         let rank = b.rank();
         let mut mine = record(rank, 3, "h");
         mine.secret = keys::claim(rank, Some(&secret)).unwrap();
@@ -287,7 +287,7 @@ fn ranks_holding_different_secrets_fail_naming_both() {
         "{}",
         errors[2]
     );
-    let errors = on_threads(LocalBootstrap::group(2).unwrap(), |mut g| {
+    let errors = on_threads(InProcessBootstrap::group(2).unwrap(), |mut g| {
         let rank = g.rank();
         let mut mine = record(rank, 2, "h");
         let held = if rank == 0 { &a } else { &b };

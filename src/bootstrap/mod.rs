@@ -3,27 +3,27 @@
 //! [`from_env`], the one choice between them for a process a launcher
 //! started.
 //!
-//! Owns: the bootstrap collectives (host callback adapter, TCP rendezvous,
+//! Owns: the bootstrap collectives (embedder's allgather adapter, TCP rendezvous,
 //! PMIx, in-process groups for tests) and their own `FFD_*` variables.
 //! Must not: know what the bytes mean (the peer records and their
 //! validation are the runtime's start-up, `runtime::startup`), touch the
 //! fabric or the protocol Engine, import from the protocol anything but
 //! ranks, or block without a bound (every wait of ours has a timeout; a
-//! host's collective is the host's business).
+//! embedder's collective is the embedder's business).
 //!
 //! Implementations:
-//! - [`HostAllgather`]: the embedding case; the host passes a fixed-length
+//! - [`EmbedderAllgather`]: the embedding case; the embedder passes a fixed-length
 //!   allgather (like `MPI_Allgather`), as the C ABI's `ffd_oob_t` will.
 //! - [`tcp::TcpBootstrap`] with [`tcp::Rendezvous`]: `FFD_BOOTSTRAP`,
 //!   `FFD_RANK`, `FFD_SIZE`, `FFD_SECRET_FILE`, for the `ffd` launcher and
 //!   ranks started by hand; authenticated by the job secret.
 //! - `pmix::PmixBootstrap` (feature `pmix`): PMIx Put/Commit/Fence/Get
 //!   through the server of `mpirun`, `prterun` or `srun --mpi=pmix`.
-//! - [`LocalBootstrap`]: threads of one process standing in for ranks.
+//! - [`InProcessBootstrap`]: threads of one process standing in for ranks.
 //!
 //! Unlike a plain allgather function, `allgather` takes `&mut self`: a bootstrap
 //! is driven by one thread through a sequence of rounds that must happen in
-//! the same order on every rank, a TCP client owns its stream, and a host's
+//! the same order on every rank, a TCP client owns its stream, and an embedder's
 //! C callback is an `FnMut`. Sharing one between threads has no meaning.
 
 #![deny(unsafe_code)]
@@ -33,16 +33,16 @@ use std::time::Duration;
 use crate::config::{ConfigError, Env, format_duration, var};
 use crate::protocol::Rank;
 
-mod host;
-mod local;
+mod embedder;
+mod in_process;
 #[cfg(feature = "pmix")]
 #[allow(unsafe_code)]
 pub mod pmix;
 pub mod secret;
 pub mod tcp;
 
-pub use host::HostAllgather;
-pub use local::LocalBootstrap;
+pub use embedder::EmbedderAllgather;
+pub use in_process::InProcessBootstrap;
 
 /// Largest contribution of one rank to one allgather round, in bytes.
 /// A start-up peer record is well under 1 KiB; this bounds what an
@@ -64,7 +64,7 @@ pub trait Bootstrap {
     /// rank shares (the TCP rendezvous reads `FFD_SECRET_FILE` to
     /// authenticate itself). `None` (the default): start-up takes it from
     /// `FFD_SECRET_FILE`, or rank 0 draws one and hands it to the others
-    /// through this allgather, which must then be the host's own channel.
+    /// through this allgather, which must then be the embedder's own channel.
     fn secret(&self) -> Option<&secret::JobSecret> {
         None
     }
@@ -100,7 +100,7 @@ impl<B: Bootstrap + ?Sized> Bootstrap for Box<B> {
     }
 }
 
-/// The bootstrap a process started by a launcher uses when its host lent
+/// The bootstrap a process started by a launcher uses when its embedder lent
 /// no allgather of its own: an explicit `FFD_BOOTSTRAP` (the TCP rendezvous
 /// of `ffd run`/`ffd rendezvous`) first, else PMIx when this process was
 /// started by a PMIx launcher (`mpirun`, `prterun`, `srun --mpi=pmix`; the
@@ -148,13 +148,13 @@ pub enum BootstrapError {
         "rank {rank}'s contribution of {len} bytes exceeds the limit of {MAX_CONTRIBUTION} bytes"
     )]
     TooLarge { rank: Rank, len: u64 },
-    /// The host's allgather callback reported a failure.
-    #[error("the host's allgather failed: {0}")]
-    Host(String),
-    /// The host's allgather returned data that cannot be right (this rank's
-    /// own contribution not at its position).
-    #[error("the host's allgather is inconsistent: {0}")]
-    HostInconsistent(String),
+    /// The embedder's allgather callback reported a failure.
+    #[error("the embedder's allgather failed: {0}")]
+    Embedder(String),
+    /// The embedder's allgather returned data that cannot be right (this
+    /// rank's own contribution not at its position).
+    #[error("the embedder's allgather is inconsistent: {0}")]
+    EmbedderInconsistent(String),
     /// A bounded wait ran out.
     #[error("timed out after {} waiting for {waiting}", format_duration(*.after))]
     Timeout { after: Duration, waiting: String },

@@ -2,8 +2,8 @@
 //! launcher (`mpirun` of Open MPI ≥ 4, `prterun`, Slurm's `srun
 //! --mpi=pmix`), through the launcher's own PMIx server (feature `pmix`).
 //!
-//! Use it when the host library did not hand ffd an allgather of its own
-//! ([`HostAllgather`](super::HostAllgather) is cheaper when it can) and the
+//! Use it when the embedding library did not hand ffd an allgather of its own
+//! ([`EmbedderAllgather`](super::EmbedderAllgather) is cheaper when it can) and the
 //! job was not started by the `ffd` launcher ([`TcpBootstrap`](super::tcp::TcpBootstrap)):
 //! a standalone tool or an OpenSHMEM runtime under `mpirun`/`srun` needs no
 //! rendezvous of its own, the launcher already runs one.
@@ -35,13 +35,13 @@
 //!
 //! Initialisation: `PMIx_Init` is reference counted (documented in PMIx
 //! 4.2.2's `pmix.h`, and checked by this module's test, which finalizes a
-//! second `PmixBootstrap` and goes on with the first): when the host MPI
+//! second `PmixBootstrap` and goes on with the first): when the embedding MPI
 //! library has already initialised PMIx, [`PmixBootstrap::init`] takes one
 //! more reference on the same connection and dropping the bootstrap gives it
 //! back with `PMIx_Finalize`; only the last `PMIx_Finalize` of the process
 //! closes the connection. Open MPI 4.1.4's `ext3x` component links the same
 //! system `libpmix.so.2`, so the count is shared. Drop the bootstrap (or
-//! call [`PmixBootstrap::finalize`]) before the host finalizes PMIx.
+//! call [`PmixBootstrap::finalize`]) before the embedder finalizes PMIx.
 //! A *failed* `PMIx_Init` is never finalized: PMIx 4.2.2 then still reports
 //! itself initialised (`PMIx_Initialized() == 1`), and a `PMIx_Finalize`
 //! in that state crashed (SIGSEGV) here, so the half-initialised client is

@@ -10,8 +10,8 @@
 //! - `ffd run` and `ffd rendezvous` make one and write it to a file only
 //!   their user can read (mode 0600), passed to the ranks as
 //!   `FFD_SECRET_FILE`; the rendezvous checks it before it trusts a client.
-//! - An embedded job (the host's allgather, or PMIx) has rank 0 draw one
-//!   and hand it to the others through that allgather, which is the host's
+//! - An embedded job (the embedder's allgather, or PMIx) has rank 0 draw one
+//!   and hand it to the others through that allgather, which is the embedder's
 //!   own channel; an `FFD_SECRET_FILE` given to every rank takes precedence.
 //!
 //! A secret file holds the secret as 64 hexadecimal digits (a trailing

@@ -4,7 +4,7 @@
 //! Owns: these exports and the writing of a decided agreement into the
 //! caller's outputs. Must not: write an output when a call fails (an
 //! undecided test writes `*done` alone), block in ffd_agree_test(), or keep
-//! a pointer the host lent past the call.
+//! a pointer the embedder lent past the call.
 //!
 //! An agreement is a collective, as `MPIX_Comm_agree`: every live rank must
 //! make the same agreement calls in the same order, and each one waits for

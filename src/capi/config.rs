@@ -5,8 +5,8 @@
 //! names the variable, the value and the accepted form), the `_ns` setters
 //! set typed values, ffd_config_get() formats from the typed value. Must
 //! not: check what needs two settings before ffd_config_get() or
-//! ffd_init() (a host may set the timeout before the period), or read the
-//! environment but where the host asks (ffd_config_from_env(),
+//! ffd_init() (an embedder may set the timeout before the period), or read the
+//! environment but where the embedder asks (ffd_config_from_env(),
 //! ffd_config_load_env(), or ffd_init() without a config).
 
 use std::collections::BTreeMap;
@@ -171,7 +171,7 @@ pub unsafe extern "C" fn ffd_config_from_env(out: *mut *mut ffd_config_t) -> ffd
 }
 
 /// Applies the process environment's `FFD_*` variables over what `cfg`
-/// holds: call it after setting the host's own defaults with
+/// holds: call it after setting the embedder's own defaults with
 /// ffd_config_set() to let users override them, as HPC users expect.
 ///
 /// @return FFD_OK, FFD_ERR_NULL, or FFD_ERR_CONFIG (then `cfg` is unchanged).

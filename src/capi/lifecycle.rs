@@ -1,5 +1,5 @@
-//! Start and stop: ffd_init() (the settings, the bootstrap — the host's
-//! allgather or the launcher's — and the detector with the host's
+//! Start and stop: ffd_init() (the settings, the bootstrap — the embedder's
+//! allgather or the launcher's — and the detector with the embedder's
 //! callback) and ffd_finalize().
 //!
 //! Owns: the handle's birth and death, and the rules that an event callback
@@ -13,17 +13,17 @@ use std::cell::Cell;
 
 use super::ffd_result::{self, *};
 use super::{Error, boundary, ffd_config_t, ffd_oob_t, ffd_t, to_c_event};
-use crate::bootstrap::{self, Bootstrap, HostAllgather};
+use crate::bootstrap::{self, Bootstrap, EmbedderAllgather};
 use crate::config::LogLevel;
 use crate::protocol::Rank;
 use crate::runtime::{Detector, DetectorEvent};
 
 thread_local! {
-    /// This thread is running a host event callback (it is a progress thread).
+    /// This thread is running a embedder's event callback (it is a progress thread).
     static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The host's allgather as a [`Bootstrap`].
+/// The embedder's allgather as a [`Bootstrap`].
 fn host_bootstrap(oob: &ffd_oob_t) -> Result<Box<dyn Bootstrap>, Error> {
     let Some(f) = oob.allgather else {
         return Err(Error::null("oob->allgather"));
@@ -35,13 +35,13 @@ fn host_bootstrap(oob: &ffd_oob_t) -> Result<Box<dyn Bootstrap>, Error> {
         )));
     }
     let userdata = oob.userdata;
-    let bootstrap = HostAllgather::new(
+    let bootstrap = EmbedderAllgather::new(
         oob.rank as Rank,
         oob.size as u32,
         move |mine: &[u8], all: &mut [u8]| {
-            // SAFETY: `f` is the host's allgather (ffd_oob_t's contract): it reads
+            // SAFETY: `f` is the embedder's allgather (ffd_oob_t's contract): it reads
             // `mine.len()` bytes at `mine` and writes `mine.len() * size` bytes
-            // at `all`, which HostAllgather sized so; both live for the call.
+            // at `all`, which EmbedderAllgather sized so; both live for the call.
             let rc = unsafe {
                 f(
                     userdata,
@@ -66,7 +66,7 @@ fn host_bootstrap(oob: &ffd_oob_t) -> Result<Box<dyn Bootstrap>, Error> {
 /// heartbeat link is up (or the start-up grace has passed). **Collective**:
 /// every rank of the job must call it, each once per detector.
 ///
-/// Address exchange: through `oob` (the host's allgather, called on this
+/// Address exchange: through `oob` (the embedder's allgather, called on this
 /// thread during the call) when it is not NULL. Otherwise through the
 /// launcher: the TCP rendezvous named by FFD_BOOTSTRAP (with FFD_RANK,
 /// FFD_SIZE) when that is set, in the config or the environment, else PMIx
@@ -80,7 +80,7 @@ fn host_bootstrap(oob: &ffd_oob_t) -> Result<Box<dyn Bootstrap>, Error> {
 /// freed right after the call. Warnings (unknown `FFD_*` names, a timeout
 /// under three periods) go to stderr unless FFD_LOG is `off` or `error`.
 ///
-/// @param oob the host's collective, or NULL.
+/// @param oob the embedder's collective, or NULL.
 /// @param cfg the settings and callback, or NULL.
 /// @param[out] out receives the handle on success only.
 /// @return FFD_OK; FFD_ERR_NULL (`out`, or `oob->allgather`);
@@ -187,7 +187,7 @@ pub unsafe extern "C" fn ffd_finalize(handle: *mut *mut ffd_t) -> ffd_result {
         }
         if IN_CALLBACK.get() {
             return Err(Error::invalid(
-                "called from an event callback (the progress thread); call it from a host thread",
+                "called from an event callback (the progress thread); call it from an embedder's thread",
             ));
         }
         // SAFETY: `handle` is non-NULL and valid for reads (contract).

@@ -4,11 +4,11 @@
 //!
 //! Owns: the exported `ffd_*` functions, their handles, result codes,
 //! thread-local error messages and the conversion of events, stats and the
-//! host's allgather to and from C. Must not: make detection decisions (the
+//! embedder's allgather to and from C. Must not: make detection decisions (the
 //! runtime does), let a Rust panic unwind into C (every export runs inside
 //! [`boundary`] or [`boundary_value`]), write an output parameter when a call
-//! fails, or keep a pointer the host lent it past the call that lent it
-//! (except the callback's `userdata`, which the host promises to keep alive
+//! fails, or keep a pointer the embedder lent it past the call that lent it
+//! (except the callback's `userdata`, which the embedder promises to keep alive
 //! until `ffd_finalize` returns).
 //!
 //! The shape follows rustls-ffi: opaque handles with `_new`/`_free` pairs,
@@ -18,12 +18,12 @@
 //! name variables, values, ranks and libfabric texts that no code can carry.
 //!
 //! Everything `unsafe` in the crate outside `sys/` and `src/fabric/` is here:
-//! dereferencing the host's pointers, calling its function pointers, and
+//! dereferencing the embedder's pointers, calling its function pointers, and
 //! declaring the callback's context sendable; each block says why it holds.
 //!
 //! The parts, in the header's order:
 //! - `types.rs`: the C-visible types (result codes, events, stats, the
-//!   host's allgather and callback, the opaque handles);
+//!   embedder's allgather and callback, the opaque handles);
 //! - `error.rs`: errors to result codes, the thread-local last message,
 //!   the panic boundary, ffd_strerror() and ffd_version();
 //! - `config.rs`: ffd_config_t, a typed settings builder;
@@ -61,7 +61,7 @@ pub use types::*;
 
 use error::{Error, boundary, boundary_value};
 
-// The handle is shared between host threads: the detector must be `Sync`.
+// The handle is shared between the embedder's threads: the detector must be `Sync`.
 const _: fn() = || {
     fn shared_between_threads<T: Send + Sync>() {}
     shared_between_threads::<Detector>();
@@ -83,7 +83,7 @@ unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, Error> {
         .map_err(|_| Error::invalid(format!("{what} is not valid UTF-8")))
 }
 
-/// Copies `text` into the host's buffer `buf` of `len` bytes, NUL-terminated
+/// Copies `text` into the embedder's buffer `buf` of `len` bytes, NUL-terminated
 /// and truncated on a character boundary to `len - 1` bytes; writes the full
 /// length (without the NUL) to `out_len` when it is not NULL.
 ///

@@ -1,4 +1,4 @@
-//! The questions a host asks a running detector: is this rank alive, the
+//! The questions an embedder asks a running detector: is this rank alive, the
 //! epoch, the failed ranks, the detector's state, the next event and its
 //! file descriptor, this rank and the job size, the counters; and
 //! ffd_broadcast().
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn ffd_is_alive(h: *const ffd_t, rank: u32) -> c_int {
 }
 
 /// Whether the other ranks declared this rank failed (it received
-/// FFD_EVENT_SELF_EXCLUDED): 1 or 0. The host must then stop using this
+/// FFD_EVENT_SELF_EXCLUDED): 1 or 0. The embedder must then stop using this
 /// process (fail-stop). Lock-free; any thread.
 ///
 /// @return 1, 0, or FFD_ERR_NULL (negative).
@@ -120,7 +120,7 @@ pub unsafe extern "C" fn ffd_rank_size(
     })
 }
 
-/// The number of failures this rank knows of; never decreases (a host can
+/// The number of failures this rank knows of; never decreases (an embedder can
 /// compare it with a value it saw before to learn cheaply that something
 /// changed). Lock-free; any thread.
 ///
@@ -330,7 +330,7 @@ pub unsafe extern "C" fn ffd_state(
 }
 
 /// A file descriptor that is readable while events are queued, for the
-/// host's poll()/epoll loop; call ffd_next_event() until FFD_NO_EVENT when
+/// embedder's poll()/epoll loop; call ffd_next_event() until FFD_NO_EVENT when
 /// it becomes readable (it may also be readable, spuriously, just after the
 /// last event was taken). Owned by ffd: do not read, write or close it; it
 /// is valid until ffd_finalize(). Any thread.

@@ -337,7 +337,7 @@ fn a_failing_host_allgather_is_a_bootstrap_error_naming_it() {
     assert!(
         text.starts_with("ffd_init: rank 0: ")
             && text.ends_with(
-                "the host's allgather failed: the ffd_oob_t allgather callback returned 3"
+                "the embedder's allgather failed: the ffd_oob_t allgather callback returned 3"
             ),
         "{text}"
     );
@@ -792,7 +792,7 @@ fn errors_map_to_their_codes() {
         FFD_ERR_PAYLOAD_TOO_LARGE
     );
     assert_eq!(
-        code(BootstrapError::Host("x".into()).into()),
+        code(BootstrapError::Embedder("x".into()).into()),
         FFD_ERR_BOOTSTRAP
     );
     // A bootstrap variable's bad value is a settings error, not a bootstrap one.

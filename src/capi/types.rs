@@ -1,11 +1,11 @@
 //! The C-visible types: result codes, events (kinds, causes, stop causes,
-//! the struct), the detector's state, the stats struct, the host's
+//! the struct), the detector's state, the stats struct, the embedder's
 //! allgather and callback types, the two opaque handles, and the conversion
 //! of a detector event and a state to C.
 //!
 //! Owns: the layout C sees (every `#[repr(C)]` item here is in
 //! `include/ffd.h`, in this order). Must not: add, reorder or resize a
-//! field or a variant (that changes the C ABI), or hold a pointer the host
+//! field or a variant (that changes the C ABI), or hold a pointer the embedder
 //! lent past the call that lent it, except the callback's `userdata`.
 
 use std::collections::BTreeMap;
@@ -54,7 +54,7 @@ pub enum ffd_result {
     /// A setting's value is not accepted; the message names the variable,
     /// the value and the accepted form.
     FFD_ERR_CONFIG = -3,
-    /// The address exchange at ffd_init() failed (the host's allgather
+    /// The address exchange at ffd_init() failed (the embedder's allgather
     /// returned non-zero, PMIx or the TCP rendezvous failed, ranks disagree
     /// on size, version or settings, no bootstrap available).
     FFD_ERR_BOOTSTRAP = -4,
@@ -89,7 +89,7 @@ pub enum ffd_event_kind {
     FFD_EVENT_LEFT = 2,
     /// The others declared *this* rank failed (`rank` is this rank,
     /// `detector` the rank that told it). Fail-stop: the detector stops and
-    /// the host must stop using this process.
+    /// the embedder must stop using this process.
     FFD_EVENT_SELF_EXCLUDED = 3,
     /// `rank`, this rank's emitter, was silent for `stalled_ns` and then
     /// heartbeated again: a slow but live process. A warning, never a failure.
@@ -111,7 +111,7 @@ pub enum ffd_event_kind {
     /// (native byte order; from ffd_next_event(), in the caller's buffer,
     /// which must then be aligned for uint32_t). Every live rank raises the
     /// same views in the same order (ids 1, 2, 3, ...), each after the
-    /// FAILED and LEFT events of the ranks it names, so a host can shrink
+    /// FAILED and LEFT events of the ranks it names, so an embedder can shrink
     /// its communicator to the view without another round. `hops`: the
     /// agreement's longest message chain. ffd_view() gives the latest.
     FFD_EVENT_VIEW = 7,
@@ -215,7 +215,7 @@ pub enum ffd_state_kind {
     /// This rank left cleanly (seen only while ffd_finalize() runs).
     FFD_STATE_LEFT = 1,
     /// The others declared this rank failed (FFD_EVENT_SELF_EXCLUDED): it
-    /// no longer takes part and the host must stop using this process.
+    /// no longer takes part and the embedder must stop using this process.
     FFD_STATE_EXCLUDED = 2,
     /// The progress thread stopped on an error or a panic
     /// (FFD_EVENT_STOPPED): nothing watches the job from this rank, and the
@@ -289,7 +289,7 @@ pub struct ffd_stats_t {
     pub detections_exited: u64,
 }
 
-/// The host's fixed-length allgather: every rank contributes `len` bytes at
+/// The embedder's fixed-length allgather: every rank contributes `len` bytes at
 /// `mine` (the same `len` on every rank) and receives every rank's bytes in
 /// `all` (`len * size` bytes), rank r's at offset `r * len`. Returns 0 on
 /// success; any other value fails ffd_init() with FFD_ERR_BOOTSTRAP (the
@@ -305,7 +305,7 @@ pub type ffd_allgather_fn = Option<
     ) -> c_int,
 >;
 
-/// The host's out-of-band collective for ffd_init()'s address exchange, as
+/// The embedder's out-of-band collective for ffd_init()'s address exchange, as
 /// in UCC's OOB: an MPI library passes MPI_Allgather over MPI_COMM_WORLD
 /// (`MPI_BYTE`, count `len`), an OpenSHMEM library shmem_fcollect or its
 /// PMI. `rank` becomes this process's ffd rank, the rank every other call
@@ -377,7 +377,7 @@ pub struct ffd_t {
     pub(super) detector: Detector,
 }
 
-/// The host's callback and its context, called on the progress thread.
+/// The embedder's callback and its context, called on the progress thread.
 #[derive(Clone, Copy)]
 pub(super) struct HostCallback {
     pub(super) f: unsafe extern "C" fn(*mut c_void, *const ffd_event_t),
@@ -386,7 +386,7 @@ pub(super) struct HostCallback {
 
 impl HostCallback {
     pub(super) fn call(&self, event: &ffd_event_t) {
-        // SAFETY: the host's callback with its own userdata, callable from
+        // SAFETY: the embedder's callback with its own userdata, callable from
         // this (progress) thread until ffd_finalize returns
         // (ffd_config_set_callback's contract), which it does only once
         // this thread has ended; `event` and the payload it points into
@@ -395,9 +395,9 @@ impl HostCallback {
     }
 }
 
-// SAFETY: `userdata` is the host's pointer, used only as the first argument
-// of the host's callback. ffd_config_set_callback() documents that the
-// callback runs on ffd's progress thread with that pointer, so the host
+// SAFETY: `userdata` is the embedder's pointer, used only as the first argument
+// of the embedder's callback. ffd_config_set_callback() documents that the
+// callback runs on ffd's progress thread with that pointer, so the embedder
 // promised the pair may be used from another thread; ffd never dereferences it.
 unsafe impl Send for HostCallback {}
 

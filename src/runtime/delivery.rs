@@ -1,7 +1,7 @@
 //! Delivery of events from the progress thread to the host: the published
 //! failed and left sets, the host's callback, and the event queue.
 //!
-//! Owns: the host callback, the gate that lets no callback start once
+//! Owns: the embedder's callback, the gate that lets no callback start once
 //! shutdown has begun, and what each event publishes before the host hears
 //! of it. Must not: wait on the host (the queue never blocks; a callback is
 //! the host's promise to return quickly), or let a panic of the host's

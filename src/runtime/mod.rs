@@ -9,7 +9,7 @@
 //! detector's life ([`state`]). This file holds the host's API,
 //! [`Detector`]. Must not: make protocol decisions (the Engine does),
 //! block the progress thread on the host, allocate on the heartbeat path,
-//! or let a host callback run after [`Detector::shutdown`] returns.
+//! or let a embedder's callback run after [`Detector::shutdown`] returns.
 //!
 //! ```no_run
 //! use ffd::bootstrap::tcp::TcpBootstrap;
@@ -108,7 +108,7 @@ pub enum Event {
     Stopped(StopReason),
 }
 
-/// A host callback. It runs **on the progress thread**, once per event: it
+/// A embedder's callback. It runs **on the progress thread**, once per event: it
 /// must return quickly (heartbeats wait while it runs); a panic in it is
 /// caught and counted. No callback starts once [`Detector::shutdown`] (or
 /// the drop) has begun, and the detector's shutdown waits for a running one
@@ -255,7 +255,7 @@ impl Detector {
     }
 
     /// The instant the detector's clock started: [`DetectorEvent::at`] and
-    /// the stats' `uptime_ms` count from it, so a host can place an event
+    /// the stats' `uptime_ms` count from it, so an embedder can place an event
     /// on its own clocks (`started() + event.at`).
     pub fn started(&self) -> Instant {
         self.started
@@ -308,7 +308,7 @@ impl Detector {
     }
 
     /// Whether the others declared this rank failed: it no longer takes
-    /// part and the host must stop using it (fail-stop).
+    /// part and the embedder must stop using it (fail-stop).
     pub fn is_excluded(&self) -> bool {
         self.shared.life.is_excluded()
     }
@@ -390,7 +390,7 @@ impl Detector {
     /// it), keeps the link up for a few periods so the notice is out, then
     /// stops the progress thread and waits for it to end.
     ///
-    /// No host callback starts once shutdown has begun (events still reach
+    /// No embedder's callback starts once shutdown has begun (events still reach
     /// the queue), and none runs after it returns: if one is running, it
     /// waits for it to return, **however long that takes**: a callback that
     /// never returns keeps shutdown from returning. While it waits past the

@@ -1,5 +1,5 @@
 //! The detector's life as the host sees it: running, left, excluded, or
-//! stopped and why; whether host callbacks may still start, and since when
+//! stopped and why; whether embedder's callbacks may still start, and since when
 //! one has been running.
 //!
 //! Owns: [`DetectorState`], [`StopReason`], [`Liveness`] and [`Lifecycle`],
@@ -22,7 +22,7 @@ pub enum DetectorState {
     /// This rank left cleanly (its shutdown ran).
     Left,
     /// The others declared this rank failed (`by` told it): it no longer
-    /// takes part and the host must stop using it (fail-stop).
+    /// takes part and the embedder must stop using it (fail-stop).
     Excluded { by: Rank },
     /// The progress thread ended on an error or a panic: nothing watches
     /// the job any more, and the other ranks will declare this one failed.
@@ -129,9 +129,9 @@ pub(crate) struct Lifecycle {
     stop: OnceLock<StopReason>,
     /// The progress thread has ended.
     thread_ended: AtomicBool,
-    /// Set when shutdown begins: no host callback starts after it.
+    /// Set when shutdown begins: no embedder's callback starts after it.
     callbacks_closed: AtomicBool,
-    /// 0 while no host callback runs; else 1 + the detector-clock ns at
+    /// 0 while no embedder's callback runs; else 1 + the detector-clock ns at
     /// which the running one started.
     callback_since: AtomicU64,
 }
@@ -198,13 +198,13 @@ impl Lifecycle {
         !self.thread_ended.load(Ordering::Acquire)
     }
 
-    /// From now on no host callback starts (the one running, if any, is the
+    /// From now on no embedder's callback starts (the one running, if any, is the
     /// last).
     pub(crate) fn close_callbacks(&self) {
         self.callbacks_closed.store(true, Ordering::SeqCst);
     }
 
-    /// Marks a host callback as started at `at` (detector clock), unless
+    /// Marks a embedder's callback as started at `at` (detector clock), unless
     /// callbacks are closed: then it must not run, and this returns false.
     pub(crate) fn callback_starts(&self, at: Duration) -> bool {
         let at = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX - 1);
@@ -220,7 +220,7 @@ impl Lifecycle {
         self.callback_since.store(0, Ordering::SeqCst);
     }
 
-    /// How long the running host callback has run, at `now` (detector
+    /// How long the running embedder's callback has run, at `now` (detector
     /// clock), or `None` when none runs.
     pub(crate) fn callback_running_for(&self, now: Duration) -> Option<Duration> {
         match self.callback_since.load(Ordering::SeqCst) {

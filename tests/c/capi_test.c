@@ -502,7 +502,7 @@ static void part1_arguments(void) {
     CHECK(ffd_config_get(cfg, "FFD_TIMEOUT", value, sizeof value, &n) == FFD_ERR_CONFIG);
     CHECK(contains(last_error(), "the timeout must exceed the period"));
 
-    /* init refuses the settings before calling the host's collective. */
+    /* init refuses the settings before calling the embedder's collective. */
     ffd_oob_t oob = {.rank = 0, .size = 1, .allgather = failing_allgather, .userdata = NULL};
     ffd_t *h = (ffd_t *)&oob; /* a sentinel: must stay untouched on failure */
     CHECK(ffd_init(&oob, cfg, &h) == FFD_ERR_CONFIG && h == (ffd_t *)&oob && allgather_calls == 0);

@@ -1,6 +1,6 @@
 //! Lifetimes at the C boundary, driven through the exports: a callback
 //! stuck during ffd_finalize() (finalize waits for it, and no callback runs
-//! after finalize returns), a panic on the progress thread (the host gets
+//! after finalize returns), a panic on the progress thread (the embedder gets
 //! FFD_EVENT_STOPPED, ffd_state() says why, liveness answers say they are
 //! stale, the other ranks declare the rank), and payloads copied into the
 //! caller's buffer.
@@ -23,7 +23,7 @@ struct Handle(*mut ffd_t);
 // finalize each handle once, from one thread.
 unsafe impl Send for Handle {}
 
-/// A host callback and its userdata, for a rank of [`start_job`].
+/// A embedder's callback and its userdata, for a rank of [`start_job`].
 #[derive(Clone, Copy)]
 struct HostCb {
     f: unsafe extern "C" fn(*mut c_void, *const ffd_event_t),
@@ -290,7 +290,7 @@ fn a_progress_thread_panic_stops_the_rank_visibly_and_the_others_declare_it() {
         .inject_fault(Fault::Panic)
         .expect("the thread takes commands");
 
-    // The host hears it: by queue, by callback, by ffd_state().
+    // The embedder hears it: by queue, by callback, by ffd_state().
     let (ev, _) = wait_event(victim, Duration::from_secs(10), |e| {
         e.kind == ffd_event_kind::FFD_EVENT_STOPPED
     })

@@ -8,7 +8,7 @@
 //! published to the host, spawning the progress thread, and the linking
 //! phase with its barrier. Must not: make protocol decisions (the Engine
 //! does), carry bytes between ranks itself (a [`Bootstrap`] does), or wait
-//! without a bound of its own (a host's collective is the host's business).
+//! without a bound of its own (a embedder's collective is the embedder's business).
 //!
 //! The steps, each a function below, in the order `start` runs them:
 //! `open_fabric`, `exchange_records` (with this rank's claim on the job's

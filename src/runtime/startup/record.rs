@@ -124,7 +124,7 @@ pub enum SecretClaim {
     #[default]
     None,
     /// Rank 0 drew the job's secret and hands it to the others through the
-    /// bootstrap (the host's own channel).
+    /// bootstrap (the embedder's own channel).
     Drawn(JobSecret),
     /// This rank holds a secret (its bootstrap's or `FFD_SECRET_FILE`'s);
     /// only this fingerprint of it travels.

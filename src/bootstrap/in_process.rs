@@ -16,10 +16,10 @@ use crate::protocol::Rank;
 use crate::protocol::ranks::format_ranks;
 
 /// How long a member waits for the others in one round unless told otherwise.
-pub const DEFAULT_LOCAL_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_IN_PROCESS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One rank's handle on an in-process group; see [`LocalBootstrap::group`].
-pub struct LocalBootstrap {
+/// One rank's handle on an in-process group; see [`InProcessBootstrap::group`].
+pub struct InProcessBootstrap {
     rank: Rank,
     group: Arc<Group>,
     /// Rounds this member has completed.
@@ -48,17 +48,17 @@ struct State {
     failed: Option<String>,
 }
 
-impl LocalBootstrap {
+impl InProcessBootstrap {
     /// `size` handles, one per rank, waiting at most 10 s per round.
-    pub fn group(size: u32) -> Result<Vec<LocalBootstrap>, BootstrapError> {
-        LocalBootstrap::group_with_timeout(size, DEFAULT_LOCAL_TIMEOUT)
+    pub fn group(size: u32) -> Result<Vec<InProcessBootstrap>, BootstrapError> {
+        InProcessBootstrap::group_with_timeout(size, DEFAULT_IN_PROCESS_TIMEOUT)
     }
 
     /// `size` handles whose every wait is bounded by `timeout`.
     pub fn group_with_timeout(
         size: u32,
         timeout: Duration,
-    ) -> Result<Vec<LocalBootstrap>, BootstrapError> {
+    ) -> Result<Vec<InProcessBootstrap>, BootstrapError> {
         if size == 0 {
             return Err(BootstrapError::Invalid(
                 "a group needs at least one rank".into(),
@@ -78,7 +78,7 @@ impl LocalBootstrap {
             changed: Condvar::new(),
         });
         Ok((0..size)
-            .map(|rank| LocalBootstrap {
+            .map(|rank| InProcessBootstrap {
                 rank,
                 group: Arc::clone(&group),
                 rounds: 0,
@@ -93,7 +93,7 @@ fn lock(group: &Group) -> MutexGuard<'_, State> {
     group.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Bootstrap for LocalBootstrap {
+impl Bootstrap for InProcessBootstrap {
     fn rank(&self) -> Rank {
         self.rank
     }
@@ -168,7 +168,7 @@ impl Bootstrap for LocalBootstrap {
     }
 }
 
-impl Drop for LocalBootstrap {
+impl Drop for InProcessBootstrap {
     fn drop(&mut self) {
         let (rank, done) = (self.rank, self.rounds);
         let mut state = lock(&self.group);

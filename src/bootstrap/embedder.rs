@@ -1,12 +1,12 @@
-//! The embedding case: the host (an MPI or OpenSHMEM library) lends its own
+//! The embedding case: the embedder (an MPI or OpenSHMEM library) lends its own
 //! fixed-length allgather, as `MPI_Allgather` or UCC's OOB allgather do.
 //!
 //! Owns: turning variable-length contributions into fixed-length rounds.
-//! Must not: call the host's collective a different number of times on
+//! Must not: call the embedder's collective a different number of times on
 //! different ranks (every decision below depends only on data all ranks
 //! hold after the first round).
 //!
-//! A round of [`Bootstrap::allgather`] is one or two host rounds: first every
+//! A round of [`Bootstrap::allgather`] is one or two rounds of the embedder's: first every
 //! rank's length (8 bytes, little-endian), then, unless every contribution is
 //! empty, every contribution padded with zeros to the longest.
 
@@ -15,17 +15,17 @@
 use super::{Bootstrap, BootstrapError, MAX_CONTRIBUTION};
 use crate::protocol::Rank;
 
-/// A [`Bootstrap`] over the host's fixed-length allgather `f(mine, all)`:
+/// A [`Bootstrap`] over the embedder's fixed-length allgather `f(mine, all)`:
 /// `mine` has the same length `L` on every rank, `all` has `L × size` bytes
-/// and receives rank r's bytes at `r × L`. An `Err` text is the host's
-/// reason (it becomes [`BootstrapError::Host`]).
-pub struct HostAllgather<F> {
+/// and receives rank r's bytes at `r × L`. An `Err` text is the embedder's
+/// reason (it becomes [`BootstrapError::Embedder`]).
+pub struct EmbedderAllgather<F> {
     rank: Rank,
     size: u32,
     allgather: F,
 }
 
-impl<F> HostAllgather<F>
+impl<F> EmbedderAllgather<F>
 where
     F: FnMut(&[u8], &mut [u8]) -> Result<(), String>,
 {
@@ -35,7 +35,7 @@ where
                 "rank {rank} is not below the job size {size}"
             )));
         }
-        Ok(HostAllgather {
+        Ok(EmbedderAllgather {
             rank,
             size,
             allgather,
@@ -51,10 +51,10 @@ where
                 len: mine.len() as u64,
             })?;
         let mut all = vec![0; total];
-        (self.allgather)(mine, &mut all).map_err(BootstrapError::Host)?;
+        (self.allgather)(mine, &mut all).map_err(BootstrapError::Embedder)?;
         let at = self.rank as usize * mine.len();
         if all[at..at + mine.len()] != *mine {
-            return Err(BootstrapError::HostInconsistent(format!(
+            return Err(BootstrapError::EmbedderInconsistent(format!(
                 "this rank's {} bytes are not at its position (rank {} × {} bytes)",
                 mine.len(),
                 self.rank,
@@ -65,7 +65,7 @@ where
     }
 }
 
-impl<F> Bootstrap for HostAllgather<F>
+impl<F> Bootstrap for EmbedderAllgather<F>
 where
     F: FnMut(&[u8], &mut [u8]) -> Result<(), String>,
 {
