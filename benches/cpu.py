@@ -10,7 +10,7 @@ process per period, user and system. /proc/<pid>/task/*/schedstat (ns run
 on a CPU) is read alongside, a finer cross-check of the same quantity.
 
 Emulated hosts put rank r on host r mod H; a host's leader is its lowest
-rank (r < H). When this ffd supports FFD_LOCAL (issue 12: only leaders
+rank (r < H). When this ffd supports FFD_LOCAL (only leaders
 heartbeat over the fabric), it runs with FFD_LOCAL=auto and =off and the
 auto rows separate leaders from the other ranks; before that, every rank
 is on the fabric ring and one row covers them all.

@@ -2,7 +2,7 @@
 """Where the CPU goes between a same-host kill -9 and the last survivor
 knowing: a scheduler trace of `ffd run -n N --kill V@1500ms`.
 
-Issue 12 asks for kill -9 -> every survivor p99 <= 1 ms at N = 8 and
+The targets: kill -9 -> every survivor p99 <= 1 ms at N = 8 and
 <= 3 ms at N = 32 on this 2-core machine. Each survivor learns through
 its own exit word (no message), so the time to the last one is the time
 the cores take to run every survivor's threads once. This shows what

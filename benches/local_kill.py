@@ -315,7 +315,7 @@ def print_tables(rows, timeout_ms):
             targets.append([f"{r['fault']} propagation p99, N=32", r["detector"], "<= 3",
                             fmt(r["propagate_p99_ms"], 2), verdict(r["propagate_p99_ms"], 3.0)])
     if targets:
-        table(["issue 12 target", "detector", "goal ms", "measured ms", "met"], targets)
+        table(["target", "detector", "goal ms", "measured ms", "met"], targets)
 
 
 def interrupted(signum, frame):

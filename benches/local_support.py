@@ -28,7 +28,7 @@ _started = []
 def local_modes():
     """The FFD_LOCAL values to measure: ["auto", "pidfd", "off"] ("pidfd"
     only where this ffd accepts it: exit words came after it), or [None]
-    when this ffd does not know the setting (main before issue 12)."""
+    when this ffd does not know the setting (before node-local watching)."""
     out = subprocess.run([FFD, "info"], capture_output=True, text=True, timeout=120).stdout
     if not any(line.split()[:1] == ["FFD_LOCAL"] for line in out.splitlines()):
         return [None]

@@ -1,4 +1,4 @@
-//! Adversarial messages against the real decoder and Engine (issue 10):
+//! Adversarial messages against the real decoder and Engine:
 //! an attacker who knows the job key (it travels in clear) but not the
 //! job's secret, a replay of captured genuine bytes, a genuine message from
 //! the wrong source address, a stale process of an earlier job, and the

@@ -486,7 +486,7 @@ fn run_late(e: &mut Engine, wakeups: u32) -> Time {
 /// An accuser whose own wake-ups run late (local health above 1) does not
 /// give up its side for want of votes: the votes it lacks may be its own
 /// lateness or its voters', and its give-up takes its voters along
-/// (issue 14: at N = 128 on 2 cores with a 20 ms timeout, ranks whose
+/// (at N = 128 on 2 cores with a 20 ms timeout, ranks whose
 /// wake-ups ran hundreds of ms late excluded themselves one after the
 /// other; at N = 64 with CPU hogs, one give-up excluded 24 live ranks).
 /// Its late wake-ups already defer the give-up; the on-time wake-ups
@@ -578,7 +578,7 @@ fn accuses_new_emitter_at(e: &mut Engine, limit: Time) -> Option<Time> {
 /// has `first_beat_within` (timeout / 8) to write its first beat, so a
 /// partition's chain of cut-off ranks costs an eighth of a timeout per
 /// link. Only while the observer keeps time: at N = 32 with CPU hogs on 2
-/// cores and a 10 ms timeout (issue 14), live emitters missed the eighth
+/// cores and a 10 ms timeout, live emitters missed the eighth
 /// one after another and a majority confirmed each, 19 false declarations
 /// along one mending chain. An observer whose wake-ups ran late gives the
 /// new emitter the full stretched timeout from its link-up (the mend rate

@@ -408,7 +408,7 @@ fn an_exit_is_declared_by_every_local_rank_and_broadcast_by_the_lowest() {
 
 /// The ranks of the victim's host see its exit themselves: the notice
 /// goes to the other hosts, and from none of them back onto the host as
-/// news (issue 12: copies to ranks whose own words the kernel had not yet
+/// news (copies to ranks whose own words the kernel had not yet
 /// marked were forwarded by each to its overlay links).
 #[test]
 fn an_exit_is_broadcast_past_the_ranks_that_see_it_themselves() {
@@ -459,7 +459,7 @@ fn an_exit_is_broadcast_past_the_ranks_that_see_it_themselves() {
 
 /// The rank due to broadcast an exit (its host's lowest live rank) dies
 /// before it handles it, unseen yet by the others: when its own exit is
-/// seen, the next lowest live rank broadcasts both (issue 12: a host's
+/// seen, the next lowest live rank broadcasts both (a host's
 /// processes killed one after another lost such notices, and the other
 /// hosts found the rank a timeout or more later).
 #[test]
@@ -774,7 +774,7 @@ fn a_hung_non_leader_is_found_by_its_local_observer() {
 /// A local emitter whose progress thread the driver found runnable
 /// (waiting for a CPU) when its counter was a timeout old is starved, not
 /// hung: its observer judges it by the ceiling, `health_max` (4)
-/// timeouts (issue 14: with CPU hogs on 2 cores, observers that got a CPU
+/// timeouts (with CPU hogs on 2 cores, observers that got a CPU
 /// first declared emitters still waiting for theirs). Not runnable
 /// (stopped, blocked): the timeout.
 #[test]
@@ -812,7 +812,7 @@ fn a_starved_local_emitter_is_judged_by_the_ceiling() {
 /// observation no partition can split and no starvation can fake. The
 /// round is two more waves of wake-ups of every rank (the flood, the
 /// answers) before the notice's: at N = 32 on 2 cores, about 10 ms of
-/// a SIGSTOP's declaration (issue 12).
+/// a SIGSTOP's declaration.
 #[test]
 fn a_local_emitter_the_kernel_shows_stopped_is_declared_without_a_round() {
     // (what the kernel says of its thread, declared with a round)
@@ -858,7 +858,7 @@ fn a_local_emitter_the_kernel_shows_stopped_is_declared_without_a_round() {
 /// The mend rate limit holds for local watching too: after declaring its
 /// local emitter, a rank gives the next one a full timeout from the
 /// mending, not from that rank's last wake-up, which on an overloaded
-/// host may already be a timeout old (issue 14: observers declared their
+/// host may already be a timeout old (observers declared their
 /// next local emitter at the first look, one after another).
 #[test]
 fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
@@ -884,7 +884,7 @@ fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
 /// (its wake-ups are its own counter's beats), and a suspect that refutes
 /// gets a fresh timeout. Before, the accuser stopped checking: it slept
 /// until the next message, its own counter stood still, its observer
-/// accused it in turn, and so on round the ring (issue 14: 32 ranks on
+/// accused it in turn, and so on round the ring (32 ranks on
 /// 2 cores with CPU hogs, 10 ms timeout, every rank accused its emitter
 /// within 800 ms and 8 live ranks were declared).
 #[test]

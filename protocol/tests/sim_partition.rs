@@ -1,5 +1,5 @@
 //! The primary partition in the simulator (`FFD_QUORUM=majority`, the
-//! default; `docs/design.md` §4.11): the checks of issue 11. After a
+//! default; `docs/design.md` §4.11). After a
 //! partition exactly one side goes on; the other excludes itself within two
 //! timeouts and names nobody; the primary side declares the other within a
 //! timeout and a few ms; only silence counts against the quorum.
@@ -9,7 +9,7 @@ use std::time::Duration;
 use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator};
 use ffd_protocol::{Cause, QuorumMode, Rank};
 
-/// The job of issue 11's checks: 64 ranks on 8 hosts, period 10 ms,
+/// The job of these checks: 64 ranks on 8 hosts, period 10 ms,
 /// timeout 100 ms, in-band errors from dead processes after 3 ms.
 fn config(faults: &[String], seed: u64) -> SimConfig {
     let mut cfg = SimConfig::new(64);

@@ -18,8 +18,7 @@ use ffd::config::format_duration;
 /// the kernel's loopback TCP, and the wake-ups. Measured on this
 /// project's 2-core machine as the agents' user + system time over 5 idle
 /// seconds divided by ranks × periods: 77-104 µs at N = 32 and 128, the
-/// same before and after issue 14's changes (README, "Notes from these
-/// machines").
+/// same with and without the overload guards of the Engine's health.
 pub const COST_PER_PERIOD: Duration = Duration::from_micros(80);
 
 /// The share of the cores the heartbeats may take before `ffd run` warns:

@@ -128,7 +128,7 @@ impl Engine {
     /// An emitter whose progress thread the kernel has runnable (the
     /// driver looks once its counter is a timeout old) is starved, not
     /// hung: it waits for a CPU that busier threads hold, and an observer
-    /// that happened to get one first would declare it (issue 14: with CPU
+    /// that happened to get one first would declare it (with CPU
     /// hogs on 2 cores the hogs held both CPUs for ~11 ms at a time). It is
     /// judged by the ceiling, `health_max` timeouts, the bound that holds
     /// anyway; a stopped (SIGSTOP) or blocked emitter is not runnable and
@@ -190,7 +190,7 @@ impl Engine {
     /// themselves: a copy would only wake them, or, arriving before the
     /// kernel has marked their own words (it marks and wakes one watcher
     /// at a time), be news they forward to every overlay neighbour, a
-    /// flood on the host while its cores are busiest (issue 12).
+    /// flood on the host while its cores are busiest.
     pub(super) fn on_exited(&mut self, now: Time, rank: Rank, seen_by: &[Rank]) {
         self.stats.exits_seen += 1;
         let Some(hosts) = self.hosts.clone() else {
@@ -233,7 +233,7 @@ impl Engine {
     /// kernel waking the watchers of one exit while it tore down the next
     /// process), and then no one else would: the other hosts would find
     /// the rank only through their own watch of its host, a timeout or
-    /// more later (issue 12: at N = 32 a notice lost so cost 60-130 ms).
+    /// more later (at N = 32 a notice lost so cost 60-130 ms).
     fn broadcast_orphaned_exits(&mut self, now: Time, hosts: &Hosts) {
         let kept = self.health.stretch(self.config.timeout).saturating_mul(2);
         self.local
@@ -328,8 +328,8 @@ impl Engine {
     /// fabric copy (true: posted, the fan-out skips them). A notice's
     /// forward-once over the overlay wakes each rank of a host once per
     /// overlay link it has there: at 32 ranks on one host, 244 copies for
-    /// one hang, 210 of them duplicates, on the cores the notice waits for
-    /// (issue 12); the board wakes each once.
+    /// one hang, 210 of them duplicates, on the cores the notice waits
+    /// for; the board wakes each once.
     pub(super) fn post_on_board(&mut self, failed: &[Rank], detector: Rank) -> bool {
         if matches!(self.board_readers, BoardReaders::None) || failed.is_empty() {
             return false;
@@ -411,7 +411,7 @@ impl Engine {
         // be the emitter's last wake-up from before it, a timeout old on
         // an overloaded host, and judging from it would declare the new
         // emitter at once (the mend rate limit gives it a full timeout from
-        // the mending; issue 14).
+        // the mending).
         if !self.local.fresh_only || beat.at >= self.local.baseline {
             self.local.baseline = Time::ZERO;
             self.local.fresh_only = false;
@@ -465,7 +465,7 @@ impl Engine {
                 // splits and no starvation fakes. No accusation round (one
                 // under way ends with the declaration): its flood and the
                 // answers are two more waves of wake-ups of every rank
-                // before the notice's (issue 12).
+                // before the notice's.
                 self.stats.stopped_emitters_declared += 1;
                 self.declare_now(
                     now,
@@ -482,7 +482,7 @@ impl Engine {
             // checking, and keep waking, every check interval meanwhile.
             // (This rank's wake-ups are its own counter's beats: a rank
             // that stopped checking slept until the next message, and its
-            // observer accused it in turn, round the ring; issue 14.)
+            // observer accused it in turn, round the ring.)
             if self.local.emitter == Some(emitter) && self.participation == Participation::Active {
                 self.schedule_local_check(now);
             }

@@ -103,7 +103,7 @@ impl Engine {
     /// waits its turn like this one's, misses the eighth, and the
     /// majority (whose votes count reachability) confirms it: at N = 32
     /// with CPU hogs on 2 cores and a 10 ms timeout one false accusation
-    /// dragged 18 mended emitters after it, one after another (issue 14).
+    /// dragged 18 mended emitters after it, one after another.
     /// A rank running late keeps the mend rate limit instead: the next
     /// emitter has a full stretched timeout from its link-up.
     pub(super) fn stillness_limit(&self, now: Time) -> (Duration, Cause) {

@@ -573,7 +573,7 @@ impl Engine {
         // While this rank's wake-ups run late (local health above 1) the
         // votes it lacks may be its own lateness (or its voters'), and
         // giving up would take its voters with it, a cascade on an
-        // overloaded host (issue 14: at N = 64 with CPU hogs on 2 cores
+        // overloaded host (at N = 64 with CPU hogs on 2 cores
         // and a 20 ms timeout, one give-up excluded 24 live ranks). It
         // keeps its side until the health is back at 1: a stretched
         // timeout of on-time running per step.
