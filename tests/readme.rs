@@ -151,3 +151,62 @@ fn every_subcommand_is_documented() {
         );
     }
 }
+
+/// Every `§N` or `§N.M` that the repository's code and documents cite
+/// names one section of `docs/design.md`, and each number there heads one
+/// section: a number with two meanings, or none, sends the reader astray.
+/// Citations of other documents say so before the sign (`DESIGN §6`, the
+/// shared reference design; `paper 000 §4.6`) and are left out.
+#[test]
+fn every_design_section_citation_resolves() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let design = std::fs::read_to_string(format!("{root}/docs/design.md")).expect("docs/design.md");
+    let mut numbers = std::collections::BTreeMap::<String, usize>::new();
+    for line in design.lines().filter(|l| l.starts_with('#')) {
+        let title = line.trim_start_matches('#').trim();
+        if let Some(number) = title.split_whitespace().next() {
+            let number = number.trim_end_matches('.');
+            if number.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+                *numbers.entry(number.to_owned()).or_default() += 1;
+            }
+        }
+    }
+    let twice: Vec<_> = numbers.iter().filter(|&(_, &k)| k > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "docs/design.md numbers two sections alike: {twice:?}"
+    );
+    let files = std::process::Command::new("git")
+        .args([
+            "ls-files", "--", "*.rs", "*.md", "*.c", "*.h", "*.py", "*.sh", "*.toml", "ci/*",
+        ])
+        .current_dir(root)
+        .output()
+        .expect("git ls-files");
+    let mut dangling = Vec::new();
+    for file in String::from_utf8_lossy(&files.stdout).lines() {
+        let Ok(text) = std::fs::read_to_string(format!("{root}/{file}")) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            for (at, _) in line.match_indices('§') {
+                let before = &line[..at];
+                if before.ends_with("DESIGN ") || before.contains("paper ") {
+                    continue;
+                }
+                let number: String = line[at + '§'.len_utf8()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                let number = number.trim_end_matches('.');
+                if !number.is_empty() && !numbers.contains_key(number) {
+                    dangling.push(format!("{file}:{}: §{number}", i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        dangling.is_empty(),
+        "citations of docs/design.md sections it does not have: {dangling:?}"
+    );
+}

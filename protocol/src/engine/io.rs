@@ -67,7 +67,7 @@ pub enum Input<'a> {
     /// otherwise, and for ranks of other hosts.
     Exited { rank: Rank, seen_by: &'a [Rank] },
     /// Failures read from this host's notice board (`docs/design.md`
-    /// §4.10): `detector`'s news of `failed` (ascending), posted there by a
+    /// §4.12): `detector`'s news of `failed` (ascending), posted there by a
     /// rank of the host ([`Output::PostOnBoard`]). Learned like a
     /// notice's (cause `notice`) and forwarded in one notice to this
     /// rank's overlay links except the host's board readers, never posted
@@ -191,7 +191,7 @@ pub enum Output {
 }
 
 /// What a driver saw of one local rank's counter in shared memory
-/// (`docs/design.md` §4.10): when that rank's progress thread last woke, in
+/// (`docs/design.md` §4.12): when that rank's progress thread last woke, in
 /// this Engine's time, the digest fold of its failed ∪ left set then, and,
 /// once the counter was a timeout old, what the kernel said of that thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -356,7 +356,7 @@ pub enum Event {
     /// Every rank of host `host` (an index of
     /// [`Hosts`](crate::Hosts), numbered by lowest rank) failed together:
     /// this rank declared them in one notice after none of them answered
-    /// (`docs/design.md` §4.10). Follows their `Failed` events.
+    /// (`docs/design.md` §4.12). Follows their `Failed` events.
     HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` left cleanly.
     Left { rank: Rank },
@@ -380,7 +380,7 @@ pub enum Event {
     /// View `id` was decided: the ranks out of the job are `failed` (failed
     /// or left, ascending). Every live rank raises the same views in the
     /// same order (ids 1, 2, 3, …), each after the `Failed`/`Left` events
-    /// of the ranks it names (`docs/design.md` §4.10). `hops`: the longest
+    /// of the ranks it names (`docs/design.md` §4.12). `hops`: the longest
     /// chain of agreement messages behind this rank's decision.
     ViewChange {
         id: u64,

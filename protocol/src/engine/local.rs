@@ -1,5 +1,5 @@
 //! Host groups in the Engine: local watching and the fabric ring of hosts
-//! (`docs/design.md` §4.10).
+//! (`docs/design.md` §4.12).
 //!
 //! Owns: this rank's local watch (its nearest live same-host predecessor's
 //! counter in shared memory, judged by the rules of the fabric slot: the
@@ -285,7 +285,7 @@ impl Engine {
 
     // ----- the host's notice board -----
 
-    /// The driver's board readers of this host (`docs/design.md` §4.10).
+    /// The driver's board readers of this host (`docs/design.md` §4.12).
     pub(super) fn on_board_readers(&mut self, ranks: &[Rank]) {
         let Some(hosts) = &self.hosts else {
             return;

@@ -265,7 +265,7 @@ impl Engine {
         Engine::build(config, ring, None, me, keys.into(), now)
     }
 
-    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.10):
+    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.12):
     /// same-host ranks watch each other (exits through
     /// [`Input::Exited`], hangs through the counters the driver reads for
     /// [`Engine::handle_timeout_with`]), and only each host's leader (its

@@ -39,7 +39,7 @@
 //!
 //! Version 3 added the process identity (pid, pid namespace, start time)
 //! that a same-host watcher checks before it trusts a pid (a recycled pid
-//! or one of another namespace is refused, `docs/design.md` §4.10), and the
+//! or one of another namespace is refused, `docs/design.md` §4.12), and the
 //! local watching setting every rank must share.
 //!
 //! Version 2 turned the reserved byte at 75 into the secret claim and added
