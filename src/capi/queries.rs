@@ -415,7 +415,7 @@ pub unsafe extern "C" fn ffd_stats(h: *const ffd_t, out: *mut ffd_stats_t) -> ff
         let stats = ffd_stats_t {
             uptime_ns: (s.uptime_ms * 1e6) as u64,
             epoch: s.epoch,
-            heartbeats_sent: r.heartbeats_posted,
+            heartbeats_sent: r.heartbeats_sent,
             heartbeats_completed: r.heartbeats_completed,
             posts_refused: r.posts_refused,
             transport_errors: r.transport_errors,

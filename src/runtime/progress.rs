@@ -796,7 +796,7 @@ impl Core<'_> {
             u64::from(to),
         ) {
             Ok(()) => {
-                self.counters.heartbeats_posted += 1;
+                self.counters.heartbeats_sent += 1;
             }
             // The next period brings the next beat; only the run is counted.
             Err(e) if e.is_refusal() => self.refused(to),

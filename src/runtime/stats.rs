@@ -63,7 +63,7 @@ impl LatenessHistogram {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RuntimeCounters {
     /// Heartbeat writes posted (accepted by the provider).
-    pub heartbeats_posted: u64,
+    pub heartbeats_sent: u64,
     /// Heartbeat writes that completed (tracked writes).
     pub heartbeats_completed: u64,
     /// Posts refused with `-FI_EAGAIN` (or `-FI_ENOENT`), heartbeats and messages.
