@@ -85,6 +85,7 @@ mod membership;
 mod observation;
 mod payloads;
 mod quorum;
+mod timer;
 mod trust;
 mod views;
 
@@ -109,66 +110,12 @@ pub use io::{
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
+use timer::{TIMERS, Timer, TimerTable};
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 use views::Views;
 
 /// "No rank" in fixed-size fields.
 const NO_RANK: Rank = Rank::MAX;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Timer {
-    /// Next heartbeat write (Write mode).
-    Beat = 0,
-    /// Next check of the emitter's slot.
-    Check = 1,
-    /// A suspect's time to prove itself alive is up.
-    Suspect = 2,
-    /// Forward the leaves learned in this window.
-    LeaveBatch = 3,
-    /// Join the next view change with the failures learned in this window.
-    ViewBatch = 4,
-    /// Accusations and ballots (`quorum`): new rounds, give-ups, votes.
-    Quorum = 5,
-    /// Next check of the local emitter's counter (host groups).
-    LocalCheck = 6,
-    /// A silent leader's host had its time to answer (host groups).
-    HostCheck = 7,
-}
-
-const TIMERS: [Timer; 8] = [
-    Timer::Beat,
-    Timer::Check,
-    Timer::Suspect,
-    Timer::LeaveBatch,
-    Timer::ViewBatch,
-    Timer::Quorum,
-    Timer::LocalCheck,
-    Timer::HostCheck,
-];
-
-/// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer
-/// whose deadline has moved is simply not due: no cancel API.
-#[derive(Clone, Copy, Debug)]
-struct TimerTable([Time; TIMERS.len()]);
-
-impl TimerTable {
-    const NONE: TimerTable = TimerTable([Time::NEVER; TIMERS.len()]);
-}
-
-impl TimerTable {
-    fn get(&self, t: Timer) -> Time {
-        self.0[t as usize]
-    }
-    fn set(&mut self, t: Timer, at: Time) {
-        self.0[t as usize] = at;
-    }
-    fn stop(&mut self, t: Timer) {
-        self.0[t as usize] = Time::NEVER;
-    }
-    fn next(&self) -> Time {
-        self.0.iter().copied().min().unwrap_or(Time::NEVER)
-    }
-}
 
 /// One rank's protocol state. Per-rank memory is O(failures + log N): the
 /// ring and config are shared (`Arc`), the failed set is sparse.
