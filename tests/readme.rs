@@ -210,3 +210,59 @@ fn every_design_section_citation_resolves() {
         "citations of docs/design.md sections it does not have: {dangling:?}"
     );
 }
+
+const CONFIG_BEGIN: &str = "<!-- The settings table, generated from src/config/table.rs by tests/readme.rs: \
+                            FFD_BLESS=1 cargo test --test readme rewrites it. -->";
+const CONFIG_END: &str = "<!-- End of the generated settings table. -->";
+
+/// The table of `docs/configuration.md`: every `FFD_*` variable of the
+/// settings table, in its order, with its accepted form, default and help.
+fn settings_markdown() -> String {
+    let cell = |s: &str| {
+        s.replace('|', "\\|")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut out = String::from("| variable | accepted | default | meaning |\n|---|---|---|---|\n");
+    for v in VARIABLES {
+        out += &format!(
+            "| `{}` | {} | `{}` | {} |\n",
+            v.name,
+            cell(v.accepted),
+            cell(&v.default_text()),
+            cell(v.meaning)
+        );
+    }
+    out
+}
+
+/// `docs/configuration.md` holds the settings table as the code has it,
+/// between its two markers: a setting added, renamed or given another
+/// default changes the page, or this test fails (`FFD_BLESS=1` rewrites the
+/// block; the prose around it is the maintainers').
+#[test]
+fn docs_configuration_is_the_settings_table() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+    let text = std::fs::read_to_string(path).expect("docs/configuration.md");
+    let (head, rest) = text
+        .split_once(CONFIG_BEGIN)
+        .expect("docs/configuration.md has the table's first marker");
+    let (block, tail) = rest
+        .split_once(CONFIG_END)
+        .expect("docs/configuration.md has the table's end marker");
+    let want = format!("\n\n{}\n", settings_markdown());
+    if block != want {
+        if std::env::var_os("FFD_BLESS").is_some() {
+            std::fs::write(
+                path,
+                format!("{head}{CONFIG_BEGIN}{want}{CONFIG_END}{tail}"),
+            )
+            .expect("write docs/configuration.md");
+            return;
+        }
+        panic!(
+            "docs/configuration.md's settings table is not the code's: run \
+             FFD_BLESS=1 cargo test --test readme docs_configuration"
+        );
+    }
+}

@@ -88,7 +88,7 @@ settings_table! {
         unsafe_timing: bool => bool {
             var: UNSAFE_TIMING = "FFD_UNSAFE_TIMING",
             accepted: "0|1",
-            help: "1 accepts a period under 100us or a timeout over 600s (for experts: see the README)",
+            help: "1 accepts a period under 100us or a timeout over 600s (for experts: see docs/configuration.md)",
             default: false,
             parse: flag,
             check: any,
