@@ -8,8 +8,8 @@ PNG carries the commit and date of its JSON, in a corner and in its
 Comment.
 
 Each plot is drawn when its JSON is there and skipped, with a message,
-when it is not (run the benchmark first; the README's "Benchmarks" says
-how):
+when it is not (run the benchmark first; docs/testing.md, "Benchmarks",
+says how):
 
   detection.json   (benches/detection.py)
       detection_latency.png   detection latency by cause against N

@@ -28,7 +28,7 @@
  *   thread and must not block; none runs after ffd_finalize() returns.
  *
  * Link: pkg-config --cflags --libs ffd (shared), or ffd-static (static);
- * see the README section "Embedding ffd in an MPI or OpenSHMEM library".
+ * see docs/embedding.md.
  */
 
 #ifndef FFD_H

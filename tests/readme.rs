@@ -1,120 +1,105 @@
-//! The README documents what the code offers: every `FFD_*` variable and
-//! every subcommand appears in it, its configuration table says what the
-//! settings table says, and it starts with the two commands.
+//! The documents say what the code offers: the README starts with the two
+//! commands and names every subcommand; `docs/configuration.md` holds the
+//! settings table as the code has it, so every `FFD_*` variable is
+//! documented; no document names an `FFD_*` variable or constant the code
+//! does not have; every design-section citation resolves.
 
 use ffd::config::VARIABLES;
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+fn readme() -> String {
+    read("README.md")
+}
+
+/// The repository's tracked files matching `patterns`.
+fn tracked(patterns: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .arg("ls-files")
+        .arg("--")
+        .args(patterns)
+        .current_dir(ROOT)
+        .output()
+        .expect("git ls-files");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `FFD_*` names in `text` (`FFD_` and at least one more capital,
+/// digit or underscore; trailing underscores dropped).
+fn ffd_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (at, _) in text.match_indices("FFD_") {
+        if text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let tail: String = text[at + 4..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        let tail = tail.trim_end_matches('_');
+        if !tail.is_empty() {
+            names.insert(format!("FFD_{tail}"));
+        }
+    }
+    names
+}
+
+/// Every setting's variable is documented where the settings live:
+/// `docs/configuration.md` (its generated table, kept equal to the code by
+/// `docs_configuration_is_the_settings_table`), and the README points there.
 #[test]
 fn every_ffd_variable_is_documented() {
-    let text = readme();
+    let text = read("docs/configuration.md");
     let missing: Vec<&str> = VARIABLES
         .iter()
         .map(|v| v.name)
-        .filter(|name| {
-            !text.contains(&format!("`{name}`")) && !text.contains(&format!("`{name}`,"))
-        })
+        .filter(|name| !text.contains(&format!("`{name}`")))
         .collect();
     assert!(
         missing.is_empty(),
-        "README.md does not document {missing:?}"
+        "docs/configuration.md does not document {missing:?}"
+    );
+    assert!(
+        readme().contains("(docs/configuration.md)"),
+        "README.md does not link docs/configuration.md"
     );
 }
 
-/// The cells of a Markdown table row as they read: `\|` is a `|`, `&lt;`
-/// a `<`, `&gt;` a `>`.
-fn cells(row: &str) -> Vec<String> {
-    let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
-    let mut cells = vec![String::new()];
-    let mut chars = inner.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek() == Some(&'|') => {
-                cells.last_mut().unwrap().push('|');
-                chars.next();
-            }
-            '|' => cells.push(String::new()),
-            c => cells.last_mut().unwrap().push(c),
-        }
-    }
-    // `<` and `>` are written as entities (else Markdown takes `<cpu index>`
-    // for an HTML tag).
-    cells
-        .iter()
-        .map(|c| c.trim().replace("&lt;", "<").replace("&gt;", ">"))
-        .collect()
-}
-
-/// The rows of the table in the README's "## Configuration" section:
-/// variable, accepted form, default (without its code quotes), meaning.
-fn configuration_rows() -> Vec<[String; 4]> {
-    let text = readme();
-    let section = text
-        .split("\n## Configuration\n")
-        .nth(1)
-        .expect("README.md has a `## Configuration` section");
-    let section = section.split("\n## ").next().unwrap_or_default();
-    let unquote = |c: &str| {
-        c.strip_prefix('`')
-            .and_then(|c| c.strip_suffix('`'))
-            .filter(|inner| !inner.contains('`'))
-            .unwrap_or(c)
-            .to_owned()
-    };
-    section
-        .lines()
-        .filter(|l| l.starts_with("| `"))
-        .map(|l| {
-            let c = cells(l);
-            assert_eq!(c.len(), 4, "a row of 4 cells: {l}");
-            [unquote(&c[0]), c[1].clone(), unquote(&c[2]), c[3].clone()]
-        })
-        .collect()
-}
-
+/// No document names an `FFD_*` variable or constant the code does not
+/// have (a setting renamed or removed, a C constant gone): every name the
+/// README and `docs/*.md` mention occurs in the code (the settings table,
+/// `include/ffd.h`, the variables the tests, scripts and build read).
 #[test]
-fn the_configuration_table_says_what_the_settings_table_says() {
-    let rows = configuration_rows();
-    let mut problems = Vec::new();
-    for row in &rows {
-        let [name, accepted, default, _] = row;
-        match ffd::config::variable(name) {
-            None => problems.push(format!("{name} is in the README but not in the code")),
-            Some(v) => {
-                if *accepted != v.accepted {
-                    problems.push(format!(
-                        "{name}: the README accepts `{accepted}`, the code `{}`",
-                        v.accepted
-                    ));
-                }
-                if *default != v.default_text() {
-                    problems.push(format!(
-                        "{name}: the README's default is `{default}`, the code's `{}`",
-                        v.default_text()
-                    ));
-                }
-            }
+fn every_ffd_name_in_the_docs_exists_in_the_code() {
+    let mut known: std::collections::BTreeSet<String> =
+        VARIABLES.iter().map(|v| v.name.to_owned()).collect();
+    for file in tracked(&["*.rs", "*.h", "*.c", "*.py", "ci/*"]) {
+        if let Ok(text) = std::fs::read_to_string(format!("{ROOT}/{file}")) {
+            known.extend(ffd_names(&text));
         }
     }
-    for v in VARIABLES.iter() {
-        if !rows.iter().any(|[name, ..]| name == v.name) {
-            problems.push(format!(
-                "{} has no row: | `{}` | {} | `{}` | {} |",
-                v.name,
-                v.name,
-                v.accepted.replace('|', "\\|"),
-                v.default_text(),
-                v.meaning
-            ));
+    let mut unknown = Vec::new();
+    for doc in tracked(&["README.md", "docs/*.md"]) {
+        for name in ffd_names(&read(&doc)) {
+            if !known.contains(&name) {
+                unknown.push(format!("{doc}: {name}"));
+            }
         }
     }
     assert!(
-        problems.is_empty(),
-        "README.md, ## Configuration:\n{}",
-        problems.join("\n")
+        unknown.is_empty(),
+        "documents name what the code does not have: {unknown:?}"
     );
 }
 
@@ -159,8 +144,7 @@ fn every_subcommand_is_documented() {
 /// shared reference design; `paper 000 §4.6`) and are left out.
 #[test]
 fn every_design_section_citation_resolves() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let design = std::fs::read_to_string(format!("{root}/docs/design.md")).expect("docs/design.md");
+    let design = read("docs/design.md");
     let mut numbers = std::collections::BTreeMap::<String, usize>::new();
     for line in design.lines().filter(|l| l.starts_with('#')) {
         let title = line.trim_start_matches('#').trim();
@@ -176,16 +160,11 @@ fn every_design_section_citation_resolves() {
         twice.is_empty(),
         "docs/design.md numbers two sections alike: {twice:?}"
     );
-    let files = std::process::Command::new("git")
-        .args([
-            "ls-files", "--", "*.rs", "*.md", "*.c", "*.h", "*.py", "*.sh", "*.toml", "ci/*",
-        ])
-        .current_dir(root)
-        .output()
-        .expect("git ls-files");
     let mut dangling = Vec::new();
-    for file in String::from_utf8_lossy(&files.stdout).lines() {
-        let Ok(text) = std::fs::read_to_string(format!("{root}/{file}")) else {
+    for file in tracked(&[
+        "*.rs", "*.md", "*.c", "*.h", "*.py", "*.sh", "*.toml", "ci/*",
+    ]) {
+        let Ok(text) = std::fs::read_to_string(format!("{ROOT}/{file}")) else {
             continue;
         };
         for (i, line) in text.lines().enumerate() {
@@ -242,7 +221,7 @@ fn settings_markdown() -> String {
 /// block; the prose around it is the maintainers').
 #[test]
 fn docs_configuration_is_the_settings_table() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+    let path = &format!("{ROOT}/docs/configuration.md");
     let text = std::fs::read_to_string(path).expect("docs/configuration.md");
     let (head, rest) = text
         .split_once(CONFIG_BEGIN)

@@ -416,7 +416,7 @@ fn watch_quiet(job: &Job, span: Duration, primary: &[u32], cut_off: &[u32]) -> u
 }
 
 /// The bounds every partition must meet: self-exclusion within two
-/// timeouts (README, "Primary partition") of the cut or of the end of the
+/// timeouts (`docs/design.md` §4.11) of the cut or of the end of the
 /// start-up grace, whichever is later, plus slack for a loaded machine;
 /// detection within a timeout per cut-off rank plus a mended link's grace
 /// (`FFD_STARTUP_GRACE`: an emitter mended to after a declaration has it

@@ -16,7 +16,7 @@
  * the same view everywhere too. A real library would now shrink its
  * communicator to the survivors, or restart.
  *
- * Build and run (the README, "Agreements and views"):
+ * Build and run (docs/embedding.md, "Agreements and views"):
  *
  *   ci/pkgconfig
  *   mpicc examples/c/mpi_agree.c $(PKG_CONFIG_PATH=target/release pkg-config --cflags --libs ffd) \

@@ -17,7 +17,7 @@
  * for ffd's report of the victim, prints what it learned and how long after
  * the kill, prints its counters, finalizes ffd and exits.
  *
- * Build and run (the README, "Embedding ffd in an MPI or OpenSHMEM library"):
+ * Build and run (docs/embedding.md, "The example, for real"):
  *
  *   ci/pkgconfig --features pmix
  *   mpicc examples/c/mpi_detect.c $(PKG_CONFIG_PATH=target/release pkg-config --cflags --libs ffd) \

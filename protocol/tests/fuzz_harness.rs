@@ -1,4 +1,4 @@
-//! The fuzz harness of `examples/fuzz` (the README's stable fuzz command)
+//! The fuzz harness of `examples/fuzz` (the stable fuzz command of docs/testing.md)
 //! in `cargo test`: a short seeded run must raise no panic and break no
 //! invariant while reaching the protocol's interesting states; the same
 //! seed gives the same counts; a recorded episode replays identically; and

@@ -192,7 +192,7 @@ fn late_wakeups_stretch_the_timeout_up_to_health_max() {
     assert_eq!(e.local_health(), 4);
     assert_eq!(e.stats().health_peak, 4);
     assert!(e.stats().health_rises >= 3);
-    // The bound the README states: within health_max timeouts of the last
+    // The bound `docs/design.md` §4.3 states: within health_max timeouts of the last
     // beat, plus the wake-up's own lateness and a check interval.
     assert!(
         t >= beat + ms(400) && t <= beat + ms(400) + ms(30) + ms(25),

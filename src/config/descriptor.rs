@@ -31,7 +31,7 @@ pub struct Setting<T: 'static> {
     pub name: &'static str,
     /// Its environment variable, e.g. `FFD_PERIOD`.
     pub var: &'static str,
-    /// The accepted form, as error messages and the README show it.
+    /// The accepted form, as error messages and docs/configuration.md show it.
     pub accepted: &'static str,
     /// One line saying what it does.
     pub help: &'static str,
@@ -130,7 +130,7 @@ impl<T> Setting<T> {
 }
 
 /// One `FFD_*` variable: its name, accepted form, default and meaning, as
-/// `ffd info` and the README show them. The settings' variables come first,
+/// `ffd info` and docs/configuration.md show them. The settings' variables come first,
 /// in the table's order, then those the bootstrap reads.
 #[derive(Clone, Copy, Debug)]
 pub struct Variable {
@@ -141,7 +141,7 @@ pub struct Variable {
 }
 
 impl Variable {
-    /// The default, as the README's table shows it: a value in the accepted
+    /// The default, as docs/configuration.md's table shows it: a value in the accepted
     /// form (`10ms`), or words for what happens when it is unset (`random`).
     pub fn default_text(&self) -> String {
         (self.default)()

@@ -4,7 +4,7 @@
 //! it: `var::*`, `setting::*`, [`VARIABLES`], the fields, accessors and
 //! setters of [`Config`] and [`ConfigBuilder`], `ffd info`'s lines, the
 //! environment's resolution and the C API's setters and getters. The
-//! README's configuration table is checked against it (`tests/readme.rs`).
+//! table of docs/configuration.md is generated from it (`tests/readme.rs`).
 //!
 //! Owns: the list and its order (the order of `ffd info` and of the first
 //! error reported). Must not: restate a default the protocol owns (those

@@ -317,7 +317,7 @@ mod tests {
             k.sort();
             keys.push(k.join(","));
         }
-        // The keys the README and the benchmarks read.
+        // The keys the documentation and the benchmarks read.
         let stamp = ["me", "t_ms", "unix_ms"];
         let want = [
             &["core", "event", "pid"][..],
