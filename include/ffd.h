@@ -26,6 +26,12 @@
  *   any number of threads at once, except ffd_finalize(), which must not
  *   race with other calls on it. Event callbacks run on ffd's progress
  *   thread and must not block; none runs after ffd_finalize() returns.
+ * - fork(): a detector handle belongs to the process that called
+ *   ffd_init(). In a fork()ed child every call on it (and on an
+ *   ffd_agree_req_t of the parent's) returns FFD_ERR_FORKED, ffd_is_alive()
+ *   too, rather than the parent's answers frozen at the fork; ffd_finalize()
+ *   frees the child's copy at once and touches nothing of the parent's,
+ *   whose detector runs on. A child that needs a detector calls ffd_init().
  *
  * Link: pkg-config --cflags --libs ffd (shared), or ffd-static (static);
  * see docs/embedding.md.
@@ -130,6 +136,15 @@ typedef enum {
      * message says where; please report it.
      */
     FFD_ERR_PANIC = -9,
+    /**
+     * The handle belongs to another process: this process is a fork()ed
+     * child of the one that called ffd_init(), and holds only a copy of
+     * the handle (the detector's threads and fabric stayed with the
+     * parent). Every call on it returns this code (ffd_is_alive() too),
+     * and ffd_finalize() frees the copy at once, touching nothing of the
+     * parent's. A child that needs a detector calls ffd_init() anew.
+     */
+    FFD_ERR_FORKED = -10,
 } ffd_result;
 
 /**
@@ -289,7 +304,9 @@ typedef enum {
  * (with a larger buffer). Independent of the detector's handle: it may be
  * freed before or after ffd_finalize() (an agreement still open at
  * ffd_finalize() ends with FFD_ERR_STOPPED). One thread at a time per
- * request.
+ * request. In a fork()ed child of the process that asked for it,
+ * ffd_agree_test() and ffd_agree_wait() return FFD_ERR_FORKED (nobody will
+ * decide it there); ffd_agree_free() frees the child's copy.
  */
 typedef struct ffd_agree_req_t ffd_agree_req_t;
 
@@ -306,6 +323,8 @@ typedef struct ffd_config_t ffd_config_t;
  * A running detector, from ffd_init() to ffd_finalize(). Every function
  * taking a `const ffd_t *` may be called from any thread, concurrently;
  * ffd_is_alive(), ffd_epoch() and ffd_failed_ranks() never take a lock.
+ * It belongs to the process that called ffd_init(): in a fork()ed child
+ * every call on it returns FFD_ERR_FORKED (see ffd_finalize()).
  */
 typedef struct ffd_t ffd_t;
 
@@ -756,9 +775,19 @@ ffd_result ffd_init(const ffd_oob_t *oob, const ffd_config_t *cfg, ffd_t **out);
  * Must not race with any other call on the same handle, and must not be
  * called from an event callback (that returns FFD_ERR_INVALID_ARGUMENT).
  *
+ * In a fork()ed child of the process that called ffd_init() the handle is
+ * a copy: ffd_finalize() frees the child's copy, sets `*handle` to NULL
+ * and returns FFD_ERR_FORKED at once. It touches nothing of the parent's:
+ * no notice is sent, no libfabric object is closed, the host's shared
+ * segment is neither written nor unmapped, no thread is waited for (the
+ * child has none of the detector's threads); what the copy inherited
+ * (libfabric's memory and descriptors, the mapping) stays allocated in
+ * the child until it exits or execs, since releasing it would act on
+ * objects the parent still uses. The parent's detector runs on.
+ *
  * @return FFD_OK; FFD_ERR_NULL when `handle` or `*handle` is NULL (already
  * finalized, or ffd_init() did not succeed); FFD_ERR_INVALID_ARGUMENT from
- * a callback.
+ * a callback; FFD_ERR_FORKED (handle freed) in a fork()ed child.
  *
  * # Safety
  * `handle` is NULL or valid for reads and writes, and `*handle` is NULL or
@@ -773,11 +802,14 @@ ffd_result ffd_finalize(ffd_t **handle);
  * longer running (this rank was excluded, or its progress thread stopped
  * on an error or a panic) it returns FFD_ERR_STOPPED for every rank of
  * the job rather than a stale answer: test `== 1` for alive, `== 0` for
- * failed, `< 0` for "cannot say" (ffd_state() says why). Lock-free; any
- * thread.
+ * failed, `< 0` for "cannot say" (ffd_state() says why). In a fork()ed
+ * child of the process that called ffd_init() it returns FFD_ERR_FORKED
+ * for every rank (the child has only a copy of the parent's detector).
+ * Lock-free; any thread.
  *
- * @return 1, 0, FFD_ERR_STOPPED (negative) once the detector stopped, or
- * FFD_ERR_NULL (negative) when `h` is NULL.
+ * @return 1, 0, FFD_ERR_STOPPED (negative) once the detector stopped,
+ * FFD_ERR_FORKED (negative) in a fork()ed child, or FFD_ERR_NULL
+ * (negative) when `h` is NULL.
  *
  * # Safety
  * `h` is NULL or a live handle from ffd_init() (not finalized).
@@ -914,7 +946,8 @@ int ffd_event_fd(const ffd_t *h);
  *
  * @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
  * gives the limit, FFD_MAX_PAYLOAD); FFD_ERR_STOPPED once this rank has
- * been excluded or its detector stopped.
+ * been excluded or its detector stopped; FFD_ERR_FORKED in a fork()ed
+ * child (nothing is sent).
  *
  * # Safety
  * `h` is NULL or a live handle; `bytes` is NULL or valid for `len` reads.
@@ -959,7 +992,8 @@ ffd_result ffd_stats(const ffd_t *h, ffd_stats_t *out);
  * @return FFD_OK; FFD_BUFFER_TOO_SMALL (positive); FFD_ERR_NULL;
  * FFD_ERR_STOPPED when this rank left, was excluded or its detector
  * stopped before the decision (the message says which);
- * FFD_ERR_INVALID_ARGUMENT from the callback.
+ * FFD_ERR_INVALID_ARGUMENT from the callback; FFD_ERR_FORKED in a
+ * fork()ed child.
  *
  * # Safety
  * `h` is NULL or a live handle; `out_flags`, `view_id` and `count` are NULL
@@ -977,7 +1011,7 @@ ffd_result ffd_agree(const ffd_t *h, uint64_t flags, uint64_t *out_flags, uint64
  *
  * @param[out] req receives the request on success.
  * @return FFD_OK; FFD_ERR_NULL; FFD_ERR_STOPPED once the detector no
- * longer runs.
+ * longer runs; FFD_ERR_FORKED in a fork()ed child.
  *
  * # Safety
  * `h` is NULL or a live handle; `req` is NULL or valid for a write.
@@ -997,7 +1031,8 @@ ffd_result ffd_iagree(const ffd_t *h, uint64_t flags, ffd_agree_req_t **req);
  * @param[out] done receives 1 or 0 on success; the others as ffd_agree().
  * @return FFD_OK; FFD_BUFFER_TOO_SMALL; FFD_ERR_NULL; FFD_ERR_STOPPED
  * (nothing written) when the agreement ended undecided here: this rank
- * left or was excluded, or its detector stopped (it is over: free it).
+ * left or was excluded, or its detector stopped (it is over: free it);
+ * FFD_ERR_FORKED in a fork()ed child of the process that asked for it.
  *
  * # Safety
  * `req` is NULL or live; `done`, `out_flags`, `view_id`, `count` are NULL

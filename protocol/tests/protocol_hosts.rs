@@ -1408,3 +1408,43 @@ fn a_host_recheck_whose_emitter_is_declared_by_others_meanwhile_declares_the_res
     c.run_for(ms(100));
     assert!(c.all_know(4) && c.all_know(7));
 }
+
+/// Shared memory cannot be partitioned: a job whose ranks all share one
+/// host has no minority to leave, so an accusation whose votes do not come
+/// (here none can: a lone Engine, its local emitter's counter still and
+/// its thread neither runnable nor stopped) goes on with new rounds and
+/// never excludes its accuser for want of a quorum. The same accuser on a
+/// job of two hosts gives up and excludes itself, as a cut minority must.
+#[test]
+fn a_one_host_job_never_excludes_itself_for_want_of_a_quorum() {
+    let run = |hosts_of: &[u32]| -> (ffd_protocol::Participation, u64) {
+        let hosts = Arc::new(Hosts::new(RingKind::Topology, hosts_of, 0));
+        let ring = Arc::new(Ring::topology(hosts_of));
+        let config = host_config(QuorumMode::Majority);
+        let mut e = Engine::with_hosts(config, ring, hosts, 2, keys(), Time::ZERO).expect("valid");
+        let emitter = e.local_emitter().expect("a local emitter");
+        let stale = LocalBeat {
+            at: Time::ZERO + ms(150),
+            digest: fold_digest(e.digest()),
+            thread: EmitterThread::Waiting,
+        };
+        // Twenty timeouts of silence, every deadline served.
+        let end = Time::ZERO + ms(2_000);
+        while let Some(d) = e.next_deadline() {
+            if d > end || e.participation() == ffd_protocol::Participation::Excluded {
+                break;
+            }
+            e.handle_timeout_with(d, |_| 0, |r| (r == emitter).then_some(stale));
+            std::iter::from_fn(|| e.poll_output()).for_each(drop);
+        }
+        (e.participation(), e.stats().accusation_rounds)
+    };
+    let (one_host, rounds) = run(&[0, 0, 0, 0]);
+    assert_eq!(one_host, ffd_protocol::Participation::Active);
+    assert!(
+        rounds >= 5,
+        "the accusation goes on with new rounds: {rounds}"
+    );
+    let (two_hosts, _) = run(&[0, 0, 0, 0, 1, 1, 1, 1]);
+    assert_eq!(two_hosts, ffd_protocol::Participation::Excluded);
+}

@@ -14,17 +14,8 @@
 use std::ffi::c_int;
 
 use super::ffd_result::{self, *};
-use super::{Error, boundary, ffd_agree_req_t, ffd_t};
+use super::{Error, boundary, ffd_agree_req_t, ffd_t, handle};
 use crate::runtime::{Agreement, DetectorState};
-
-/// The detector behind a handle argument.
-///
-/// # Safety
-/// `h` is NULL or a live handle from ffd_init(), not finalized during the call.
-unsafe fn handle<'a>(h: *const ffd_t) -> Result<&'a ffd_t, Error> {
-    // SAFETY: NULL or a live handle (contract); 'a ends with the export's call.
-    unsafe { h.as_ref() }.ok_or_else(|| Error::null("the handle"))
-}
 
 /// The caller's outputs for a decided agreement; every pointer but
 /// `failed` (with `cap` 0) is checked non-NULL before anything is written.
@@ -103,7 +94,8 @@ impl Outputs {
 /// @return FFD_OK; FFD_BUFFER_TOO_SMALL (positive); FFD_ERR_NULL;
 /// FFD_ERR_STOPPED when this rank left, was excluded or its detector
 /// stopped before the decision (the message says which);
-/// FFD_ERR_INVALID_ARGUMENT from the callback.
+/// FFD_ERR_INVALID_ARGUMENT from the callback; FFD_ERR_FORKED in a
+/// fork()ed child.
 ///
 /// # Safety
 /// `h` is NULL or a live handle; `out_flags`, `view_id` and `count` are NULL
@@ -144,7 +136,7 @@ pub unsafe extern "C" fn ffd_agree(
 ///
 /// @param[out] req receives the request on success.
 /// @return FFD_OK; FFD_ERR_NULL; FFD_ERR_STOPPED once the detector no
-/// longer runs.
+/// longer runs; FFD_ERR_FORKED in a fork()ed child.
 ///
 /// # Safety
 /// `h` is NULL or a live handle; `req` is NULL or valid for a write.
@@ -189,7 +181,8 @@ unsafe fn request<'a>(req: *const ffd_agree_req_t) -> Result<&'a ffd_agree_req_t
 /// @param[out] done receives 1 or 0 on success; the others as ffd_agree().
 /// @return FFD_OK; FFD_BUFFER_TOO_SMALL; FFD_ERR_NULL; FFD_ERR_STOPPED
 /// (nothing written) when the agreement ended undecided here: this rank
-/// left or was excluded, or its detector stopped (it is over: free it).
+/// left or was excluded, or its detector stopped (it is over: free it);
+/// FFD_ERR_FORKED in a fork()ed child of the process that asked for it.
 ///
 /// # Safety
 /// `req` is NULL or live; `done`, `out_flags`, `view_id`, `count` are NULL

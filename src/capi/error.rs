@@ -19,7 +19,7 @@ use crate::config::ConfigError;
 use crate::runtime::{AgreeError, DetectorError, StartError};
 
 impl ffd_result {
-    pub(super) const ALL: [ffd_result; 13] = [
+    pub(super) const ALL: [ffd_result; 14] = [
         FFD_OK,
         FFD_NO_EVENT,
         FFD_BUFFER_TOO_SMALL,
@@ -33,6 +33,7 @@ impl ffd_result {
         FFD_ERR_STOPPED,
         FFD_ERR_PAYLOAD_TOO_LARGE,
         FFD_ERR_PANIC,
+        FFD_ERR_FORKED,
     ];
 
     fn text(self) -> &'static CStr {
@@ -50,6 +51,9 @@ impl ffd_result {
             FFD_ERR_STOPPED => c"the detector has stopped (see ffd_state())",
             FFD_ERR_PAYLOAD_TOO_LARGE => c"the payload is too large",
             FFD_ERR_PANIC => c"internal error (a panic was caught)",
+            FFD_ERR_FORKED => {
+                c"the handle belongs to the parent process: a fork()ed child must call ffd_init anew"
+            }
         }
     }
 }
@@ -73,6 +77,18 @@ impl Error {
     }
     pub(super) fn invalid(message: impl Into<String>) -> Error {
         Error::new(FFD_ERR_INVALID_ARGUMENT, message)
+    }
+    /// The handle is a fork()ed child's copy of the one process `pid` holds.
+    pub(super) fn forked(pid: u32) -> Error {
+        Error::new(
+            FFD_ERR_FORKED,
+            format!(
+                "the handle belongs to process {pid}, which called ffd_init and runs the \
+                 detector; this process ({}) is a fork()ed child of it and holds only a copy: \
+                 call ffd_init anew here if this process needs a detector",
+                std::process::id()
+            ),
+        )
     }
 }
 
@@ -111,6 +127,7 @@ impl From<AgreeError> for Error {
         let code = match e {
             AgreeError::OnProgressThread => FFD_ERR_INVALID_ARGUMENT,
             AgreeError::Left | AgreeError::Excluded | AgreeError::Stopped(_) => FFD_ERR_STOPPED,
+            AgreeError::Forked { .. } => FFD_ERR_FORKED,
         };
         Error::new(code, e.to_string())
     }
@@ -121,6 +138,7 @@ impl From<DetectorError> for Error {
         let code = match e {
             DetectorError::Stopped => FFD_ERR_STOPPED,
             DetectorError::PayloadTooLarge { .. } => FFD_ERR_PAYLOAD_TOO_LARGE,
+            DetectorError::Forked { .. } => FFD_ERR_FORKED,
         };
         Error::new(code, e.to_string())
     }

@@ -172,9 +172,19 @@ pub unsafe extern "C" fn ffd_init(
 /// Must not race with any other call on the same handle, and must not be
 /// called from an event callback (that returns FFD_ERR_INVALID_ARGUMENT).
 ///
+/// In a fork()ed child of the process that called ffd_init() the handle is
+/// a copy: ffd_finalize() frees the child's copy, sets `*handle` to NULL
+/// and returns FFD_ERR_FORKED at once. It touches nothing of the parent's:
+/// no notice is sent, no libfabric object is closed, the host's shared
+/// segment is neither written nor unmapped, no thread is waited for (the
+/// child has none of the detector's threads); what the copy inherited
+/// (libfabric's memory and descriptors, the mapping) stays allocated in
+/// the child until it exits or execs, since releasing it would act on
+/// objects the parent still uses. The parent's detector runs on.
+///
 /// @return FFD_OK; FFD_ERR_NULL when `handle` or `*handle` is NULL (already
 /// finalized, or ffd_init() did not succeed); FFD_ERR_INVALID_ARGUMENT from
-/// a callback.
+/// a callback; FFD_ERR_FORKED (handle freed) in a fork()ed child.
 ///
 /// # Safety
 /// `handle` is NULL or valid for reads and writes, and `*handle` is NULL or
@@ -185,16 +195,32 @@ pub unsafe extern "C" fn ffd_finalize(handle: *mut *mut ffd_t) -> ffd_result {
         if handle.is_null() {
             return Err(Error::null("the handle's address"));
         }
-        if IN_CALLBACK.get() {
-            return Err(Error::invalid(
-                "called from an event callback (the progress thread); call it from an embedder's thread",
-            ));
-        }
         // SAFETY: `handle` is non-NULL and valid for reads (contract).
         let h = unsafe { *handle };
         if h.is_null() {
             return Err(Error::null(
                 "the handle (already finalized, or ffd_init did not succeed)",
+            ));
+        }
+        // SAFETY: non-NULL, a live handle from ffd_init (contract).
+        if let Some(pid) = unsafe { &*h }.detector.forked_from() {
+            // SAFETY: as below: valid for writes, and the only copy of the
+            // pointer in this process is now NULL.
+            let h = unsafe {
+                *handle = std::ptr::null_mut();
+                Box::from_raw(h)
+            };
+            // A forked child's shutdown returns at once and leaks what the
+            // parent still uses (Detector::shutdown).
+            h.detector.shutdown();
+            let mut e = Error::forked(pid);
+            e.message
+                .push_str(" (ffd_finalize freed this process's copy)");
+            return Err(e);
+        }
+        if IN_CALLBACK.get() {
+            return Err(Error::invalid(
+                "called from an event callback (the progress thread); call it from an embedder's thread",
             ));
         }
         // SAFETY: valid for writes (contract). NULL first, so that the

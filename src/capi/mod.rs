@@ -27,7 +27,8 @@
 //! - `error.rs`: errors to result codes, the thread-local last message,
 //!   the panic boundary, ffd_strerror() and ffd_version();
 //! - `config.rs`: ffd_config_t, a typed settings builder;
-//! - `lifecycle.rs`: ffd_init() and ffd_finalize();
+//! - `lifecycle.rs`: ffd_init() and ffd_finalize() (also in a fork()ed
+//!   child, where the handle is a copy of the parent's);
 //! - `queries.rs`: what a running detector is asked (ffd_is_alive() ...
 //!   ffd_stats()) and ffd_broadcast();
 //! - `agree.rs`: agreements (ffd_agree(), ffd_iagree() and its request)
@@ -66,6 +67,23 @@ const _: fn() = || {
     fn shared_between_threads<T: Send + Sync>() {}
     shared_between_threads::<Detector>();
 };
+
+/// The detector behind a handle argument, if it belongs to this process:
+/// in a fork()ed child of the process that called ffd_init(), every call
+/// on the handle fails with FFD_ERR_FORKED before it touches anything (a
+/// lock another thread of the parent held at the fork stays held in the
+/// child, and the descriptors are shared with the parent).
+///
+/// # Safety
+/// `h` is NULL or a live handle from ffd_init(), not finalized during the call.
+unsafe fn handle<'a>(h: *const ffd_t) -> Result<&'a ffd_t, Error> {
+    // SAFETY: NULL or a live handle (contract); 'a ends with the export's call.
+    let h = unsafe { h.as_ref() }.ok_or_else(|| Error::null("the handle"))?;
+    match h.detector.forked_from() {
+        None => Ok(h),
+        Some(pid) => Err(Error::forked(pid)),
+    }
+}
 
 /// A NUL-terminated UTF-8 argument.
 ///

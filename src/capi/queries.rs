@@ -17,19 +17,10 @@ use std::os::fd::AsRawFd;
 use super::ffd_result::{self, *};
 use super::{
     Error, boundary, boundary_value, ffd_event_kind, ffd_event_t, ffd_state_t, ffd_stats_t, ffd_t,
-    to_c_event, to_c_state, write_text,
+    handle, to_c_event, to_c_state, write_text,
 };
 use crate::protocol::Cause;
 use crate::runtime::{DetectorState, Liveness};
-
-/// The detector behind a handle argument.
-///
-/// # Safety
-/// `h` is NULL or a live handle from ffd_init(), not finalized during the call.
-unsafe fn handle<'a>(h: *const ffd_t) -> Result<&'a ffd_t, Error> {
-    // SAFETY: NULL or a live handle (contract); 'a ends with the export's call.
-    unsafe { h.as_ref() }.ok_or_else(|| Error::null("the handle"))
-}
 
 /// Whether `rank` is alive as far as this rank knows: 1 if it is neither
 /// known failed nor known to have left, 0 if it failed, left, or is not
@@ -37,11 +28,14 @@ unsafe fn handle<'a>(h: *const ffd_t) -> Result<&'a ffd_t, Error> {
 /// longer running (this rank was excluded, or its progress thread stopped
 /// on an error or a panic) it returns FFD_ERR_STOPPED for every rank of
 /// the job rather than a stale answer: test `== 1` for alive, `== 0` for
-/// failed, `< 0` for "cannot say" (ffd_state() says why). Lock-free; any
-/// thread.
+/// failed, `< 0` for "cannot say" (ffd_state() says why). In a fork()ed
+/// child of the process that called ffd_init() it returns FFD_ERR_FORKED
+/// for every rank (the child has only a copy of the parent's detector).
+/// Lock-free; any thread.
 ///
-/// @return 1, 0, FFD_ERR_STOPPED (negative) once the detector stopped, or
-/// FFD_ERR_NULL (negative) when `h` is NULL.
+/// @return 1, 0, FFD_ERR_STOPPED (negative) once the detector stopped,
+/// FFD_ERR_FORKED (negative) in a fork()ed child, or FFD_ERR_NULL
+/// (negative) when `h` is NULL.
 ///
 /// # Safety
 /// `h` is NULL or a live handle from ffd_init() (not finalized).
@@ -364,7 +358,8 @@ pub unsafe extern "C" fn ffd_event_fd(h: *const ffd_t) -> c_int {
 ///
 /// @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
 /// gives the limit, FFD_MAX_PAYLOAD); FFD_ERR_STOPPED once this rank has
-/// been excluded or its detector stopped.
+/// been excluded or its detector stopped; FFD_ERR_FORKED in a fork()ed
+/// child (nothing is sent).
 ///
 /// # Safety
 /// `h` is NULL or a live handle; `bytes` is NULL or valid for `len` reads.

@@ -808,4 +808,5 @@ fn errors_map_to_their_codes() {
 }
 
 mod agree;
+mod fork;
 mod lifetimes;

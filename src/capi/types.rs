@@ -74,6 +74,13 @@ pub enum ffd_result {
     /// A bug inside ffd: a Rust panic was caught at the API boundary. The
     /// message says where; please report it.
     FFD_ERR_PANIC = -9,
+    /// The handle belongs to another process: this process is a fork()ed
+    /// child of the one that called ffd_init(), and holds only a copy of
+    /// the handle (the detector's threads and fabric stayed with the
+    /// parent). Every call on it returns this code (ffd_is_alive() too),
+    /// and ffd_finalize() frees the copy at once, touching nothing of the
+    /// parent's. A child that needs a detector calls ffd_init() anew.
+    FFD_ERR_FORKED = -10,
 }
 
 /// What an event is about (ffd_event_t::kind).
@@ -365,7 +372,9 @@ pub struct ffd_config_t {
 /// (with a larger buffer). Independent of the detector's handle: it may be
 /// freed before or after ffd_finalize() (an agreement still open at
 /// ffd_finalize() ends with FFD_ERR_STOPPED). One thread at a time per
-/// request.
+/// request. In a fork()ed child of the process that asked for it,
+/// ffd_agree_test() and ffd_agree_wait() return FFD_ERR_FORKED (nobody will
+/// decide it there); ffd_agree_free() frees the child's copy.
 pub struct ffd_agree_req_t {
     pub(super) request: crate::runtime::AgreeRequest,
 }
@@ -373,6 +382,8 @@ pub struct ffd_agree_req_t {
 /// A running detector, from ffd_init() to ffd_finalize(). Every function
 /// taking a `const ffd_t *` may be called from any thread, concurrently;
 /// ffd_is_alive(), ffd_epoch() and ffd_failed_ranks() never take a lock.
+/// It belongs to the process that called ffd_init(): in a fork()ed child
+/// every call on it returns FFD_ERR_FORKED (see ffd_finalize()).
 pub struct ffd_t {
     pub(super) detector: Detector,
 }
@@ -524,6 +535,13 @@ pub(super) fn to_c_state(state: &DetectorState) -> (ffd_state_t, String) {
             c.state = ffd_state_kind::FFD_STATE_STOPPED;
             c.stop_cause = to_c_stop_cause(reason.cause);
             reason.to_string()
+        }
+        // The C calls on a forked child's handle fail with FFD_ERR_FORKED
+        // before they ask for the state; should one ask, "not running" is
+        // the truth for this process.
+        DetectorState::Forked { pid } => {
+            c.state = ffd_state_kind::FFD_STATE_STOPPED;
+            format!("this process is a fork()ed child of process {pid}, which runs the detector")
         }
     };
     (c, text)

@@ -6,13 +6,15 @@
 //! per-host shared-memory segment of wake-up counters and its notice
 //! board (failures posted for every local rank at once), the monotonic
 //! clock those counters carry, and the progress thread's scheduling policy
-//! (`FFD_SCHED`).
+//! (`FFD_SCHED`); and, process-wide, which process a detector belongs to
+//! (a `fork()`ed child holds only a copy of its parent's).
 //!
 //! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
 //! segment and its layout, `set_robust_list`/`futex_waitv` and the
 //! exit-word threads, `clock_gettime(CLOCK_MONOTONIC)`,
 //! `sched_setscheduler` and `sched_setaffinity` of the calling thread and
-//! (a [`Boost`]'s lift) of the progress thread; every
+//! (a [`Boost`]'s lift) of the progress thread, the process's fork
+//! handler (`pthread_atfork`); every
 //! `unsafe` block here carries a `// SAFETY:` line. Must not: decide who
 //! failed (the Engine does, from what the runtime hands it), or block the
 //! progress thread: every call it makes here returns at once (only the
@@ -20,6 +22,7 @@
 
 mod board;
 mod exit_word;
+mod fork;
 mod pidfd;
 mod sched;
 mod segment;
@@ -28,6 +31,7 @@ pub use board::{BoardReader, post as post_on_board, readers as board_readers};
 pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
 };
+pub use fork::Owner;
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
 pub use segment::{HostSegment, SegmentError, segment_name};

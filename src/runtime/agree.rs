@@ -20,6 +20,7 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::node::Owner;
 use crate::protocol::{self, AgreeAbort};
 
 use super::Detector;
@@ -62,6 +63,13 @@ pub enum AgreeError {
         "agree() and wait() cannot be called from the detector's callback (the progress thread would wait for itself); use iagree() and test()"
     )]
     OnProgressThread,
+    /// This process is a `fork()`ed child of process `pid`, which started
+    /// the detector (and the request) and runs it.
+    #[error(
+        "this agreement belongs to process {pid}, which started its detector; this process is a \
+         fork()ed child of it and holds only a copy"
+    )]
+    Forked { pid: u32 },
 }
 
 type Outcome = Result<Agreement, AgreeError>;
@@ -194,12 +202,30 @@ pub struct AgreeRequest {
     slot: Arc<Slot>,
     /// The progress thread, which must never wait for itself.
     progress: Option<std::thread::ThreadId>,
+    /// The process that asked for it: in a `fork()`ed child nobody will
+    /// ever give it a result, and its lock may have been held at the fork.
+    owner: Owner,
 }
 
 impl AgreeRequest {
     /// The result if it is known; never blocks on the progress thread.
+    /// [`AgreeError::Forked`] in a `fork()`ed child of the process that
+    /// asked for it.
     pub fn test(&self) -> Option<Result<Agreement, AgreeError>> {
+        if let Err(forked) = self.owned_here() {
+            return Some(Err(forked));
+        }
         self.slot.lock().clone()
+    }
+
+    fn owned_here(&self) -> Result<(), AgreeError> {
+        if self.owner.is_this_process() {
+            Ok(())
+        } else {
+            Err(AgreeError::Forked {
+                pid: self.owner.pid(),
+            })
+        }
     }
 
     /// Waits for the result, **without a time limit**: an agreement waits
@@ -216,6 +242,9 @@ impl AgreeRequest {
     }
 
     fn wait_until(&self, deadline: Option<Instant>) -> Option<Outcome> {
+        if let Err(forked) = self.owned_here() {
+            return Some(Err(forked));
+        }
         if self.progress == Some(std::thread::current().id()) {
             return self.test().or(Some(Err(AgreeError::OnProgressThread)));
         }
@@ -256,8 +285,14 @@ impl Detector {
 
     /// Starts an agreement and returns at once; [`AgreeRequest::test`] or
     /// [`AgreeRequest::wait`] give the result. Several may be in flight;
-    /// they are decided in call order.
+    /// they are decided in call order. [`AgreeError::Forked`] in a
+    /// `fork()`ed child of the process that started the detector.
     pub fn iagree(&self, flags: u64) -> Result<AgreeRequest, AgreeError> {
+        if !self.owner.is_this_process_checked() {
+            return Err(AgreeError::Forked {
+                pid: self.owner.pid(),
+            });
+        }
         let slot = Arc::new(Slot::default());
         let book = &self.shared.agreements;
         {
@@ -276,13 +311,19 @@ impl Detector {
         Ok(AgreeRequest {
             slot,
             progress: self.thread.as_ref().map(|t| t.thread().id()),
+            owner: self.owner,
         })
     }
 
     /// The latest view this rank raised (`Event::ViewChange`): id 0 and
     /// nobody until the first one. Takes a lock the progress thread holds
-    /// only to swap the view in.
+    /// only to swap the view in. In a `fork()`ed child, id 0 and nobody
+    /// (that lock may have been held at the fork; [`state`](Self::state)
+    /// says [`DetectorState::Forked`](super::DetectorState::Forked)).
     pub fn view(&self) -> protocol::View {
+        if !self.owner.is_this_process() {
+            return protocol::View::default();
+        }
         protocol::View::clone(&self.shared.agreements.lock().view)
     }
 }
@@ -309,6 +350,7 @@ mod tests {
         AgreeRequest {
             slot,
             progress: None,
+            owner: Owner::this_process(),
         }
     }
 

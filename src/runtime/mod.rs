@@ -55,6 +55,7 @@ use std::time::{Duration, Instant};
 use crate::bootstrap::Bootstrap;
 use crate::config::Config;
 use crate::fabric::{FabricError, MemoryRegion, SlotPage};
+use crate::node::Owner;
 use crate::protocol::{self, Rank};
 
 pub use agree::{AgreeError, AgreeRequest, Agreement};
@@ -168,6 +169,13 @@ pub enum StartError {
 pub enum DetectorError {
     #[error("the detector has stopped (shut down, excluded, or its thread ended; see its state)")]
     Stopped,
+    /// This process is a `fork()`ed child of the one that started the
+    /// detector ([`DetectorState::Forked`]): the detector runs there.
+    #[error(
+        "this detector belongs to process {pid}, which started it; this process is a fork()ed \
+         child of it and holds only a copy: start a detector of its own if it needs one"
+    )]
+    Forked { pid: u32 },
     #[error("payload of {len} bytes exceeds the {max}-byte limit")]
     PayloadTooLarge { len: usize, max: usize },
 }
@@ -193,6 +201,9 @@ struct PublishedState {
 /// host reads. Dropping it shuts it down cleanly (see [`Detector::shutdown`]),
 /// with the same guarantee: no callback runs once the drop has returned.
 pub struct Detector {
+    /// The process that started it: a `fork()`ed child holds a copy of
+    /// this struct but none of the threads behind it.
+    owner: Owner,
     shared: Arc<PublishedState>,
     commands: mpsc::Sender<Command>,
     /// Writing a byte wakes the progress thread.
@@ -273,9 +284,14 @@ impl Detector {
 
     /// What this detector can say about `rank`: alive, not alive (failed,
     /// left, or not a rank of the job; final), or unknown because the
-    /// detector is no longer running ([`state`](Self::state) says why).
-    /// Lock-free; any thread.
+    /// detector is no longer running ([`state`](Self::state) says why),
+    /// which includes a `fork()`ed child's copy of it
+    /// ([`DetectorState::Forked`]: unknown for every rank, even one beyond
+    /// the job). Lock-free; any thread.
     pub fn liveness(&self, rank: Rank) -> Liveness {
+        if !self.owner.is_this_process() {
+            return Liveness::Unknown;
+        }
         if rank >= self.size {
             return Liveness::NotAlive;
         }
@@ -289,14 +305,16 @@ impl Detector {
         }
     }
 
-    /// Whether `rank` left cleanly (shut its detector down). Lock-free.
+    /// Whether `rank` left cleanly (shut its detector down). Lock-free. In
+    /// a `fork()`ed child, what the parent knew at the fork.
     pub fn has_left(&self, rank: Rank) -> bool {
         self.shared.left.contains(rank)
     }
 
     /// Count of failures known to this rank; never decreases. Lock-free.
     /// Stale once the detector is no longer running
-    /// ([`state`](Self::state)): it is then the count it knew at its end.
+    /// ([`state`](Self::state)): it is then the count it knew at its end
+    /// (in a `fork()`ed child, the count the parent knew at the fork).
     pub fn epoch(&self) -> u64 {
         self.shared.failed.epoch()
     }
@@ -308,43 +326,84 @@ impl Detector {
     }
 
     /// Whether the others declared this rank failed: it no longer takes
-    /// part and the embedder must stop using it (fail-stop).
+    /// part and the embedder must stop using it (fail-stop). False in a
+    /// `fork()`ed child ([`DetectorState::Forked`]).
     pub fn is_excluded(&self) -> bool {
-        self.shared.life.is_excluded()
+        self.owner.is_this_process() && self.shared.life.is_excluded()
     }
 
     /// Where the detector is in its life: running, left, excluded (and by
-    /// whom), or stopped on an error or a panic (and why). Lock-free.
+    /// whom), or stopped on an error or a panic (and why); in a `fork()`ed
+    /// child of the process that started it, [`DetectorState::Forked`].
+    /// Lock-free.
     pub fn state(&self) -> DetectorState {
+        if !self.owner.is_this_process() {
+            return DetectorState::Forked {
+                pid: self.owner.pid(),
+            };
+        }
         self.shared.life.state()
     }
 
     /// Whether the progress thread is still running (it ends shortly after
-    /// the state leaves [`DetectorState::Running`]).
+    /// the state leaves [`DetectorState::Running`]); false in a `fork()`ed
+    /// child, which has no progress thread.
     pub fn is_running(&self) -> bool {
-        self.shared.life.thread_running()
+        self.owner.is_this_process() && self.shared.life.thread_running()
+    }
+
+    /// In a `fork()`ed child of the process that started the detector, that
+    /// process's pid (the state is then [`DetectorState::Forked`]); `None`
+    /// in that process. Lock-free: one atomic load.
+    pub fn forked_from(&self) -> Option<u32> {
+        (!self.owner.is_this_process()).then(|| self.owner.pid())
+    }
+
+    /// `Err(Forked)` in a `fork()`ed child of the process that started the
+    /// detector: then nothing of the detector may be touched but this
+    /// process's own memory (no lock another thread of the parent may have
+    /// held at the fork, no descriptor shared with the parent).
+    fn owned_here(&self, checked: bool) -> Result<(), DetectorError> {
+        let here = if checked {
+            self.owner.is_this_process_checked()
+        } else {
+            self.owner.is_this_process()
+        };
+        if here {
+            Ok(())
+        } else {
+            Err(DetectorError::Forked {
+                pid: self.owner.pid(),
+            })
+        }
     }
 
     /// The next queued event, if any; never waits for the progress thread. Events that did not fit
     /// the queue (`FFD_EVENT_QUEUE`) are counted in the stats; the failed set
     /// stays exact, so re-read [`failed_ranks`](Self::failed_ranks) then.
+    /// None in a `fork()`ed child (the queue's descriptor is the parent's).
     pub fn try_next_event(&self) -> Option<DetectorEvent> {
+        self.owned_here(false).ok()?;
         self.shared.events.try_pop()
     }
 
     /// The next queued event if `take` accepts it (`Some(Ok(event))`). One
     /// it refuses stays first in line, the event fd stays readable, and its
     /// error comes back (`Some(Err(_))`): for a consumer whose buffer may be
-    /// too small for a payload. Never blocks on the progress thread.
+    /// too small for a payload. Never blocks on the progress thread. None
+    /// in a `fork()`ed child, as [`try_next_event`](Self::try_next_event).
     pub fn try_next_event_if<R>(
         &self,
         take: impl FnOnce(&DetectorEvent) -> Result<(), R>,
     ) -> Option<Result<DetectorEvent, R>> {
+        self.owned_here(false).ok()?;
         self.shared.events.try_pop_if(take)
     }
 
     /// A file descriptor that is readable while events are queued, for the
-    /// host's poll/epoll loop.
+    /// host's poll/epoll loop. In a `fork()`ed child it is the parent's
+    /// (inherited): readable when the parent has events; do not wait on it
+    /// there ([`state`](Self::state) says [`DetectorState::Forked`]).
     pub fn event_fd(&self) -> BorrowedFd<'_> {
         self.shared.events.as_fd()
     }
@@ -352,8 +411,10 @@ impl Detector {
     /// Reliably broadcasts `payload` to every live rank (they receive
     /// [`protocol::Event::Payload`]; this rank too, unless
     /// `FFD_DELIVER_OWN=no`): all or none, in order per origin, once each
-    /// (docs/design.md §4.9); returns at once.
+    /// (docs/design.md §4.9); returns at once. [`DetectorError::Forked`]
+    /// in a `fork()`ed child: nothing is sent.
     pub fn broadcast(&self, payload: &[u8]) -> Result<(), DetectorError> {
+        self.owned_here(false)?;
         if payload.len() > self.max_payload {
             return Err(DetectorError::PayloadTooLarge {
                 len: payload.len(),
@@ -367,8 +428,12 @@ impl Detector {
     }
 
     /// The counters as last published by the progress thread (at most a
-    /// few periods old).
+    /// few periods old). All zero in a `fork()`ed child: the counters are
+    /// the parent's, and their lock may have been held at the fork.
     pub fn stats(&self) -> StatsSnapshot {
+        if self.owned_here(false).is_err() {
+            return StatsSnapshot::default();
+        }
         match self.shared.stats.lock() {
             Ok(s) => s.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -399,6 +464,13 @@ impl Detector {
     /// `ffd[R] warn: shutdown (ffd_finalize) is waiting for the event callback to return (running for 2.0s); it cannot return before the callback does`.
     /// Otherwise bounded by the linger plus 2 s. From the
     /// detector's own callback it cannot wait (see [`Callback`]).
+    ///
+    /// In a `fork()`ed child of the process that started the detector
+    /// (the drop too) it returns at once and touches nothing of the
+    /// parent's: no notice, no thread to wait for, no libfabric object
+    /// closed, the host's segment neither written nor unmapped. What the
+    /// copy inherited stays allocated in the child until it exits or
+    /// execs: releasing it would act on objects the parent still uses.
     pub fn shutdown(mut self) {
         self.stop();
     }
@@ -407,6 +479,24 @@ impl Detector {
         let Some(thread) = self.thread.take() else {
             return;
         };
+        if self.owned_here(true).is_err() {
+            // A fork()ed child: the progress thread, the exit-word threads
+            // and everything they own (libfabric objects, the host's
+            // segment, pidfds, the exit words) stayed with the parent, and
+            // their memory here is an unused copy that no Drop ever runs
+            // on: they are leaked, as they must be (closing the inherited
+            // libfabric objects would tear down the parent's connections,
+            // unmapping or unlinking the segment would be the parent's
+            // business). Nothing is sent: the wake socket is shared with
+            // the parent. The thread handle is forgotten, not dropped: in
+            // a child glibc recycles the dead threads' descriptors, so
+            // detaching it could detach a thread the child starts later.
+            // What remains to drop here is this process's memory and its
+            // copies of two descriptors (closing a copy leaves the parent's
+            // open).
+            std::mem::forget(thread);
+            return;
+        }
         // From here on no callback starts: one running now is the last.
         self.shared.life.close_callbacks();
         let _ = self.command(Command::Leave);
@@ -466,6 +556,7 @@ impl Detector {
     }
 
     fn command(&self, command: Command) -> Result<(), DetectorError> {
+        self.owned_here(true)?;
         self.commands
             .send(command)
             .map_err(|_| DetectorError::Stopped)?;

@@ -27,6 +27,13 @@ pub enum DetectorState {
     /// The progress thread ended on an error or a panic: nothing watches
     /// the job any more, and the other ranks will declare this one failed.
     Stopped(StopReason),
+    /// This process is a `fork()`ed child of process `pid`, which started
+    /// the detector and runs it: the child holds a copy without the
+    /// threads behind it. Its answers would be stale, so liveness is
+    /// unknown, calls that act fail with `Forked`, and shutdown frees the
+    /// copy at once, touching nothing of the parent's. A child that needs
+    /// a detector starts its own.
+    Forked { pid: u32 },
 }
 
 /// What ended a progress thread that stopped on its own.

@@ -18,6 +18,11 @@
  * ffd_finalize() must wait for the callback to return, no callback may run
  * after it (the callback's userdata is freed right after it returns, so
  * valgrind would see a late call), and the others see a departure.
+ * Part 4 forks a process holding a one-rank detector: in the child every
+ * call on the parent's handle returns FFD_ERR_FORKED and ffd_finalize()
+ * frees the copy within 5 s (the parent kills a child that takes longer);
+ * the parent's detector then still answers, delivers a broadcast and
+ * finalizes.
  *
  * Prints "ok <line>: <check>" per check and "not ok ..." with ffd's last
  * message on failure; ends with "capi_test: all N checks passed" (exit 0)
@@ -31,9 +36,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <ffd.h>
+
+/* Part 4's child asks valgrind for its error count and turns its leak
+ * check off (both no-ops when not under valgrind, or without its header). */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef VALGRIND_COUNT_ERRORS
+#define VALGRIND_COUNT_ERRORS 0u
+#define VALGRIND_CLO_CHANGE(option)
+#endif
 
 #define RANKS 3
 #define WAIT_MS 20000 /* bound on every wait for an event or a barrier */
@@ -462,7 +482,8 @@ static void part1_arguments(void) {
     CHECK(strcmp(ffd_version(), FFD_VERSION) == 0);
     const int codes[] = {FFD_OK, FFD_NO_EVENT, FFD_BUFFER_TOO_SMALL, FFD_STALE, FFD_ERR_NULL,
                          FFD_ERR_INVALID_ARGUMENT, FFD_ERR_CONFIG, FFD_ERR_BOOTSTRAP, FFD_ERR_FABRIC,
-                         FFD_ERR_SYSTEM, FFD_ERR_STOPPED, FFD_ERR_PAYLOAD_TOO_LARGE, FFD_ERR_PANIC};
+                         FFD_ERR_SYSTEM, FFD_ERR_STOPPED, FFD_ERR_PAYLOAD_TOO_LARGE, FFD_ERR_PANIC,
+                         FFD_ERR_FORKED};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         CHECK(strcmp(ffd_strerror(codes[i]), "unknown ffd result code") != 0);
     CHECK(strcmp(ffd_strerror(12345), "unknown ffd result code") == 0);
@@ -573,6 +594,111 @@ static void part1_arguments(void) {
     CHECK(ffd_last_error_message(NULL, 0, &n) == FFD_OK && n > 0);
 }
 
+/* Part 4: fork. A one-rank job: the allgather is a copy. */
+static int solo_allgather(void *userdata, const void *mine, size_t len, void *all) {
+    (void)userdata;
+    memcpy(all, mine, len);
+    return 0;
+}
+
+#define FORK_FINALIZE_MS 5000 /* the child's ffd_finalize() must return within this */
+#define CHILD_WAIT_MS 60000   /* the parent's bound on the child (valgrind's leak check included) */
+
+/* In the child: the calls on the parent's handle. Prints its checks like
+ * CHECK; returns how many failed. `errors` is valgrind's error count at
+ * the fork: the checks must add none. */
+static int child_checks(ffd_t *h, unsigned errors) {
+    int bad = 0;
+#define CHILD_CHECK(cond)                                                                     \
+    do {                                                                                      \
+        if (cond) {                                                                           \
+            printf("ok %d: child: %s\n", __LINE__, #cond);                                    \
+        } else {                                                                              \
+            bad++;                                                                            \
+            printf("not ok %d: child: %s (last error: %s)\n", __LINE__, #cond, last_error()); \
+        }                                                                                     \
+        fflush(stdout);                                                                       \
+    } while (0)
+    CHILD_CHECK(ffd_is_alive(h, 0) == FFD_ERR_FORKED);
+    CHILD_CHECK(contains(last_error(), "fork()ed child") && contains(last_error(), "ffd_init anew"));
+    CHILD_CHECK(ffd_is_excluded(h) == FFD_ERR_FORKED);
+    uint32_t rank = 99, size = 99;
+    CHILD_CHECK(ffd_rank_size(h, &rank, &size) == FFD_ERR_FORKED && rank == 99 && size == 99);
+    uint64_t epoch = 7;
+    CHILD_CHECK(ffd_epoch(h, &epoch) == FFD_ERR_FORKED && epoch == 7);
+    size_t n = 7;
+    CHILD_CHECK(ffd_failed_ranks(h, NULL, 0, &n) == FFD_ERR_FORKED && n == 7);
+    ffd_event_t ev;
+    CHILD_CHECK(ffd_next_event(h, &ev, NULL, 0) == FFD_ERR_FORKED);
+    ffd_state_t state;
+    CHILD_CHECK(ffd_state(h, &state, NULL, 0, NULL) == FFD_ERR_FORKED);
+    CHILD_CHECK(ffd_event_fd(h) == FFD_ERR_FORKED);
+    CHILD_CHECK(ffd_broadcast(h, "child", 5) == FFD_ERR_FORKED);
+    ffd_stats_t st;
+    CHILD_CHECK(ffd_stats(h, &st) == FFD_ERR_FORKED);
+    ffd_agree_req_t *req = NULL;
+    CHILD_CHECK(ffd_iagree(h, 1, &req) == FFD_ERR_FORKED && req == NULL);
+    long long t0 = now_ms();
+    CHILD_CHECK(ffd_finalize(&h) == FFD_ERR_FORKED && h == NULL);
+    CHILD_CHECK(now_ms() - t0 < FORK_FINALIZE_MS);
+    CHILD_CHECK(ffd_finalize(&h) == FFD_ERR_NULL);
+    CHILD_CHECK(VALGRIND_COUNT_ERRORS == errors);
+#undef CHILD_CHECK
+    return bad;
+}
+
+static void *part4_fork(void *arg) {
+    (void)arg;
+    static rank_ctx_t solo;
+    ffd_config_t *cfg = job_config(5ull * 1000 * 1000 * 1000, on_event, &solo);
+    ffd_oob_t oob = {.rank = 0, .size = 1, .allgather = solo_allgather, .userdata = NULL};
+    ffd_t *h = NULL;
+    CHECK(ffd_init(&oob, cfg, &h) == FFD_OK && h != NULL);
+    ffd_config_free(cfg);
+    if (h == NULL)
+        return NULL;
+    fflush(stdout); /* nothing buffered for the child to print again */
+    unsigned errors = VALGRIND_COUNT_ERRORS;
+    pid_t child = fork();
+    if (child == 0) {
+        int bad = child_checks(h, errors);
+        /* The child leaks what it inherited on purpose (see ffd_finalize()):
+         * memory reached only from the parent's threads, which the child
+         * does not have, so a leak check at its exit would call it lost.
+         * Its memory errors were counted by the last check above. */
+        VALGRIND_CLO_CHANGE("--leak-check=no");
+        _exit(bad == 0 ? 0 : 1);
+    }
+    CHECK(child > 0);
+    if (child > 0) {
+        /* Bounded wait: a child still running at the deadline is killed. */
+        int status = 0;
+        pid_t reaped = 0;
+        long long deadline = now_ms() + CHILD_WAIT_MS;
+        while ((reaped = waitpid(child, &status, WNOHANG)) == 0 && now_ms() < deadline)
+            poll(NULL, 0, 10);
+        if (reaped == 0) {
+            kill(child, SIGKILL);
+            reaped = waitpid(child, &status, 0);
+            CHECK(!"the forked child was done within the bound (killed)");
+        }
+        CHECK(reaped == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+
+    /* The parent's detector runs on. */
+    CHECK(ffd_is_alive(h, 0) == 1);
+    uint64_t epoch = 7;
+    CHECK(ffd_epoch(h, &epoch) == FFD_OK && epoch == 0);
+    CHECK(ffd_broadcast(h, "after", 5) == FFD_OK);
+    ffd_event_t ev;
+    unsigned char buf[FFD_MAX_PAYLOAD];
+    CHECK(wait_event(h, FFD_EVENT_PAYLOAD, 0, &ev, buf, sizeof buf) == 0 && ev.payload_len == 5 &&
+          memcmp(buf, "after", 5) == 0);
+    CHECK(atomic_load(&solo.payloads) == 1);
+    CHECK(ffd_finalize(&h) == FFD_OK && h == NULL);
+    return NULL;
+}
+
 /* Runs `body` on RANKS threads standing in for ranks. */
 static int run_job(void *(*body)(void *)) {
     pthread_t threads[RANKS];
@@ -605,6 +731,14 @@ int main(void) {
     }
     for (int r = 0; r < RANKS; r++)
         free(slots[r]);
+    /* On a thread of its own, as the ranks above: the main thread's Rust
+     * thread-locals are never freed, and valgrind would see them. */
+    pthread_t forker;
+    if (pthread_create(&forker, NULL, part4_fork, NULL) != 0) {
+        printf("not ok: pthread_create\n");
+        return 1;
+    }
+    pthread_join(forker, NULL);
 
     int p = atomic_load(&passed), f = atomic_load(&failed);
     if (f == 0) {

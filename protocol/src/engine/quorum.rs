@@ -267,6 +267,22 @@ impl Engine {
         self.ring.len() - (self.failed.len() + self.left.len()) as u32
     }
 
+    /// Every live rank of the view shares this rank's host. Shared memory
+    /// cannot be cut, so no silence among them is a partition: a quorum
+    /// that does not come is late votes, never the evidence of a minority
+    /// that a self-exclusion needs (`docs/design.md` §4.11).
+    fn view_on_my_host(&self) -> bool {
+        let Some(h) = &self.hosts else {
+            return false;
+        };
+        let mine = h
+            .members(h.host_of(self.me))
+            .iter()
+            .filter(|&&r| !self.is_gone(r))
+            .count();
+        mine as u32 == self.live_view()
+    }
+
     fn lowest_live(&self) -> Rank {
         (0..self.ring.len())
             .find(|&r| !self.is_gone(r))
@@ -578,6 +594,11 @@ impl Engine {
         // keeps its side until the health is back at 1: a stretched
         // timeout of on-time running per step.
         let stretched = self.local_health() > 1;
+        // A job whose live ranks all share this host never gives up: its
+        // accusations go on with new rounds until the votes come or the
+        // suspect answers (test
+        // a_one_host_job_never_excludes_itself_for_want_of_a_quorum).
+        let one_host = self.view_on_my_host();
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
@@ -586,7 +607,7 @@ impl Engine {
         for a in &mut q.accusations {
             let stalled = now.saturating_since(a.grew_at) >= stall;
             if now >= a.give_up {
-                if lagging || stretched || !stalled {
+                if lagging || stretched || !stalled || one_host {
                     a.give_up = now + retry;
                 } else {
                     give_up = true;
@@ -909,6 +930,13 @@ impl Engine {
         };
         match verdict {
             OutcomeVerdict::Withdrawn => {
+                self.fan_out(Kind::Outcome, fwd.into(), accuser, &[sender], false);
+                self.rearm_quorum(now);
+            }
+            // A voter whose live view shares its host has no minority to
+            // leave with the accuser (it knows more failures than the
+            // accuser did): it passes the outcome on and stays.
+            OutcomeVerdict::NoQuorum if self.view_on_my_host() => {
                 self.fan_out(Kind::Outcome, fwd.into(), accuser, &[sender], false);
                 self.rearm_quorum(now);
             }

@@ -65,6 +65,8 @@ pub(super) fn start(
     bootstrap: &mut dyn Bootstrap,
     callback: Option<Callback>,
 ) -> Result<Detector, StartError> {
+    // Before any thread is spawned: the detector belongs to this process.
+    let owner = crate::node::Owner::this_process();
     let (me, size) = (bootstrap.rank(), bootstrap.size());
     let logger = Logger::new(config.log(), me);
     let phases = Phases {
@@ -146,6 +148,7 @@ pub(super) fn start(
     await_links(config, bootstrap, &phases, &linking, go_tx, &wake)?;
 
     Ok(Detector {
+        owner,
         shared: published,
         commands,
         wake,
