@@ -55,7 +55,10 @@ fn start_pair() -> Vec<Handle> {
                 // other tests' threads) must not make a false report of
                 // the parent's epoch checks.
                 // SAFETY: a live config.
-                assert_eq!(unsafe { ffd_config_set_timeout_ns(cfg, 2_000_000_000) }, FFD_OK);
+                assert_eq!(
+                    unsafe { ffd_config_set_timeout_ns(cfg, 2_000_000_000) },
+                    FFD_OK
+                );
                 let (name, value) = (c("FFD_LOCAL"), c("auto"));
                 // SAFETY: a live config and NUL-terminated strings.
                 let rc = unsafe { ffd_config_set(cfg, name.as_ptr(), value.as_ptr()) };
