@@ -8,14 +8,15 @@
 //! protocol crate's tree, test-only: an allocator can only be written
 //! that way. The library itself says `#![forbid(unsafe_code)]`.
 
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::Arc;
-use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::{self, Encoder, JobKeys};
-use ffd_protocol::{Engine, EngineConfig, Input, Output, Rank, Ring, Time, slot_value};
+use ffd_protocol::wire::Encoder;
+use ffd_protocol::{Engine, EngineConfig, Input, Output, Rank, slot_value};
+use support::{Job, at, deliver_from, drain, drained};
 
 thread_local! {
     /// Allocation calls (alloc, alloc_zeroed, realloc) on this thread.
@@ -71,9 +72,7 @@ fn allocations_in<R>(f: impl FnOnce() -> R) -> (u64, R) {
 
 const KEY: u64 = 0x0A11_0C47_10E5;
 
-fn keys() -> JobKeys {
-    JobKeys::new(KEY, [0xA1; 32])
-}
+const JOB: Job = Job::new(KEY, [0xA1; 32]);
 const N: u32 = 4096;
 const ME: Rank = 100;
 /// A live rank far from `ME` on the ring, the sender of every notice.
@@ -86,38 +85,17 @@ fn known_failures() -> Vec<Rank> {
 
 /// A notice from `SENDER` to `ME` with sequence number `seq`.
 fn notice(failed: &[Rank], seq: u64) -> Vec<u8> {
-    wire::seal(
+    JOB.seal_numbered(
         &Encoder::new(KEY, SENDER).notice(SENDER, 0, failed, &[]),
         seq,
         ME,
-        &keys(),
     )
-}
-
-fn drain(e: &mut Engine) -> Vec<Output> {
-    std::iter::from_fn(|| e.poll_output()).collect()
 }
 
 /// Rank `ME` of `N` (ring by rank) knowing `known_failures()`.
 fn engine() -> Engine {
-    let mut e = Engine::new(
-        Arc::new(EngineConfig::default()),
-        Arc::new(Ring::by_rank(N)),
-        ME,
-        keys(),
-        Time::ZERO,
-    )
-    .expect("valid engine");
-    drain(&mut e);
-    e.handle(
-        Time::ZERO + Duration::from_millis(1),
-        Input::Message {
-            from: Some(SENDER),
-            bytes: &notice(&known_failures(), 1),
-        },
-    )
-    .expect("notice accepted");
-    drain(&mut e);
+    let mut e = drained(JOB.engine(EngineConfig::default(), N, ME));
+    deliver_from(&mut e, at(1), SENDER, &notice(&known_failures(), 1));
     assert_eq!(e.epoch(), 50);
     assert_eq!(e.generation(), 0, "nobody mended");
     e
@@ -175,7 +153,7 @@ fn an_idle_modelled_check_allocates_nothing() {
 #[test]
 fn a_duplicate_notice_allocates_nothing_and_a_new_one_does() {
     let mut e = engine();
-    let now = Time::ZERO + Duration::from_millis(2);
+    let now = at(2);
     // The same news in 100 messages (a replayed message would be dropped
     // before it is read).
     let duplicates: Vec<Vec<u8>> = (2..102)

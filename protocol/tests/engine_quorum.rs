@@ -5,145 +5,52 @@
 //! round once, votes to its flood parent and follows the outcome; the
 //! suspect refutes; proof is declared at once.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod support;
+
 use std::time::Duration;
 
-use ffd_protocol::wire::{self, Encoder, JobKeys, Message, OutcomeVerdict, VOTE_COMPLETE};
+use ffd_protocol::wire::{Encoder, Message, OutcomeVerdict, VOTE_COMPLETE};
 use ffd_protocol::{
     Cause, Confirmation, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid,
-    FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, Ring, Time,
-    TransportErrorKind,
+    FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, Time, TransportErrorKind,
 };
+use support::{Job, at, drain, drained, events, ms, serve_deadlines, slot_reading, sorted, tick};
 
 const KEY: u64 = 0x0000_0011_0000_0011;
-
-fn keys() -> JobKeys {
-    JobKeys::new(KEY, [0x11; 32])
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
-
-fn at(v: u64) -> Time {
-    Time::ZERO + ms(v)
-}
+const JOB: Job = Job::new(KEY, [0x11; 32]);
 
 /// Period 10 ms, timeout 100 ms (checks every 25 ms), no start-up grace,
 /// a majority needed for silence.
 fn config() -> EngineConfig {
     EngineConfig {
-        period: ms(10),
-        timeout: ms(100),
         startup_grace: Some(Duration::ZERO),
-        quorum: QuorumMode::Majority,
-        ..EngineConfig::default()
+        ..support::config(QuorumMode::Majority)
     }
 }
 
 /// Rank `me` of a rank-ordered ring of `n` (its emitter is `me − 1`),
 /// checking its slot only.
 fn checker(n: u32, me: Rank) -> Engine {
-    let mut e = Engine::new(
-        Arc::new(config()),
-        Arc::new(Ring::by_rank(n)),
-        me,
-        keys(),
-        Time::ZERO,
-    )
-    .expect("valid engine");
-    e.model_heartbeats();
-    drain(&mut e);
-    e
+    drained(JOB.checker(config(), n, me))
 }
 
-fn drain(e: &mut Engine) -> Vec<Output> {
-    std::iter::from_fn(|| e.poll_output())
-        .take(100_000)
-        .collect()
-}
-
-fn events(outs: &[Output]) -> Vec<Event> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Event(e) => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// (to, kind, message) of every send, decoded.
-fn sent_kinds(outs: &[Output], n: u32) -> Vec<(Rank, Kind, Message<'static>)> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Send { to, message } => {
-                let bytes: &'static [u8] = Box::leak(message.to_vec().into_boxed_slice());
-                let (h, m) = wire::decode(bytes, &keys(), *to, n).expect("valid bytes");
-                Some((*to, h.kind, m))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// (to, message) of every send, decoded.
-fn sent(outs: &[Output], n: u32) -> Vec<(Rank, Message<'static>)> {
-    sent_kinds(outs, n)
-        .into_iter()
-        .map(|(to, _, m)| (to, m))
-        .collect()
-}
-
+/// The receivers of the sends of `kind`, sorted: a flood's fan-out order
+/// is no part of what these tests check.
 fn kinds_to(outs: &[Output], n: u32, kind: Kind) -> Vec<Rank> {
-    let mut v: Vec<Rank> = sent_kinds(outs, n)
-        .into_iter()
-        .filter(|(_, k, _)| *k == kind)
-        .map(|(to, _, _)| to)
-        .collect();
-    v.sort_unstable();
-    v
-}
-
-/// `unsealed` from its sender, sealed for `to` with a fresh sequence number.
-fn deliver(e: &mut Engine, now: Time, unsealed: Vec<u8>) -> Vec<Output> {
-    static SEQ: AtomicU64 = AtomicU64::new(1);
-    let bytes = wire::seal(
-        &unsealed,
-        SEQ.fetch_add(1, Ordering::Relaxed),
-        e.me(),
-        &keys(),
-    );
-    e.handle(
-        now,
-        Input::Message {
-            from: None,
-            bytes: &bytes,
-        },
-    )
-    .expect("accepted");
-    drain(e)
+    sorted(JOB.sent_to(outs, n, kind))
 }
 
 /// Runs `e`'s deadlines up to `until`, its slot never written: everything
 /// it output.
 fn run_until(e: &mut Engine, until: Time) -> Vec<Output> {
-    let mut outs = Vec::new();
-    while let Some(d) = e.next_deadline() {
-        if d > until {
-            break;
-        }
-        e.handle_timeout(d, |_| 0);
-        outs.extend(drain(e));
-    }
-    outs
+    support::run_until(e, until, slot_reading(|_| 0))
 }
 
 /// The nonce of the accusation round `outs` flooded.
 fn round(outs: &[Output], n: u32) -> u32 {
-    sent(outs, n)
+    JOB.sent(outs, n)
         .into_iter()
-        .find_map(|(_, m)| match m {
+        .find_map(|(_, _, m)| match m {
             Message::Suspect { nonce, .. } => Some(nonce),
             _ => None,
         })
@@ -163,7 +70,7 @@ fn silence_is_an_accusation_declared_once_a_majority_votes() {
     assert_eq!(e.stats().accusations, 1);
     let nonce = round(&outs, n);
     // Rank 0's subtree of 2 (itself and 4) votes: 3 of 5 live ranks.
-    let outs = deliver(
+    let outs = JOB.deliver(
         &mut e,
         at(112),
         Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
@@ -197,7 +104,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
     let mut low = checker(n, 0);
     let outs = run_until(&mut low, at(110));
     let nonce = round(&outs, n);
-    let outs = deliver(&mut low, at(112), Encoder::new(KEY, 1).vote(0, nonce, 1, 0));
+    let outs = JOB.deliver(&mut low, at(112), Encoder::new(KEY, 1).vote(0, nonce, 1, 0));
     assert!(
         matches!(
             events(&outs)[..],
@@ -222,7 +129,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
     let mut high = checker(n, 2);
     let outs = run_until(&mut high, at(110));
     let first = round(&outs, n);
-    let outs = deliver(
+    let outs = JOB.deliver(
         &mut high,
         at(112),
         Encoder::new(KEY, 3).vote(2, first, 1, 0),
@@ -250,9 +157,10 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
             why: Exclusion::NoQuorum
         }]
     );
-    let outcomes: Vec<OutcomeVerdict> = sent(&outs, n)
+    let outcomes: Vec<OutcomeVerdict> = JOB
+        .sent(&outs, n)
         .into_iter()
-        .filter_map(|(_, m)| match m {
+        .filter_map(|(_, _, m)| match m {
             Message::Outcome { verdict, .. } => Some(verdict),
             _ => None,
         })
@@ -269,7 +177,7 @@ fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
     let n = 8;
     let mut v = checker(n, 2);
     let suspect = Encoder::new(KEY, 1).suspect(1, 7, 5, 0, 0);
-    let outs = deliver(&mut v, at(1), suspect.clone());
+    let outs = JOB.deliver(&mut v, at(1), suspect.clone());
     let forwarded = kinds_to(&outs, n, Kind::Suspect);
     assert!(
         !forwarded.is_empty() && !forwarded.contains(&1),
@@ -278,9 +186,10 @@ fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
     // Its neighbours have not answered: it votes after the vote wait
     // (timeout / 32), to its flood parent.
     let outs = run_until(&mut v, at(1) + ms(100) / 32);
-    let votes: Vec<(Rank, Message)> = sent_kinds(&outs, n)
+    let votes: Vec<(Rank, Message)> = JOB
+        .sent(&outs, n)
         .into_iter()
-        .filter(|(_, k, _)| *k == Kind::Vote)
+        .filter(|(_, header, _)| header.kind == Kind::Vote)
         .map(|(to, _, m)| (to, m))
         .collect();
     assert!(
@@ -301,16 +210,16 @@ fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
     // Withdrawn: passed on once; a straggling copy of the round is not
     // forwarded again (it would circulate for ever).
     let withdrawn = Encoder::new(KEY, 1).outcome(1, 7, 5, 0, OutcomeVerdict::Withdrawn);
-    let outs = deliver(&mut v, at(5), withdrawn.clone());
+    let outs = JOB.deliver(&mut v, at(5), withdrawn.clone());
     assert!(!kinds_to(&outs, n, Kind::Outcome).is_empty());
     assert!(events(&outs).is_empty());
     let late = Encoder::new(KEY, 3).suspect(1, 7, 5, 1, 0);
-    assert!(kinds_to(&deliver(&mut v, at(6), late), n, Kind::Suspect).is_empty());
-    assert!(kinds_to(&deliver(&mut v, at(7), withdrawn), n, Kind::Outcome).is_empty());
+    assert!(kinds_to(&JOB.deliver(&mut v, at(6), late), n, Kind::Suspect).is_empty());
+    assert!(kinds_to(&JOB.deliver(&mut v, at(7), withdrawn), n, Kind::Outcome).is_empty());
     // A new accusation's round with no quorum: the ballot holder excludes
     // itself with the accuser.
-    deliver(&mut v, at(10), Encoder::new(KEY, 1).suspect(1, 9, 5, 0, 0));
-    let outs = deliver(
+    JOB.deliver(&mut v, at(10), Encoder::new(KEY, 1).suspect(1, 9, 5, 0, 0));
+    let outs = JOB.deliver(
         &mut v,
         at(80),
         Encoder::new(KEY, 1).outcome(1, 9, 5, 0, OutcomeVerdict::NoQuorum),
@@ -332,13 +241,13 @@ fn a_voter_forwards_a_round_once_votes_to_its_parent_and_follows_the_outcome() {
 fn a_voter_counts_only_the_ranks_it_forwarded_to_and_never_above_n() {
     let n = 8;
     let mut v = checker(n, 2);
-    let outs = deliver(&mut v, at(1), Encoder::new(KEY, 1).suspect(1, 7, 5, 0, 0));
+    let outs = JOB.deliver(&mut v, at(1), Encoder::new(KEY, 1).suspect(1, 7, 5, 0, 0));
     let forwarded = kinds_to(&outs, n, Kind::Suspect);
     assert!(forwarded.len() >= 2, "{forwarded:?}");
     // A vote from a rank the round did not go to (its parent, 1) is no
     // child's: refused and counted, and no vote goes up for it.
     let refused = v.stats().dropped_untrusted_origin;
-    let outs = deliver(
+    let outs = JOB.deliver(
         &mut v,
         at(2),
         Encoder::new(KEY, 1).vote(1, 7, n - 1, VOTE_COMPLETE),
@@ -349,18 +258,22 @@ fn a_voter_counts_only_the_ranks_it_forwarded_to_and_never_above_n() {
     // more than the job holds; what goes up is capped at N and decodes.
     let mut counts = Vec::new();
     for (i, &child) in forwarded.iter().enumerate() {
-        let outs = deliver(
+        let outs = JOB.deliver(
             &mut v,
             at(3 + i as u64),
             Encoder::new(KEY, child).vote(1, 7, n - 1, VOTE_COMPLETE),
         );
-        counts.extend(sent(&outs, n).into_iter().filter_map(|(to, m)| match m {
-            Message::Vote { count, .. } => {
-                assert_eq!(to, 1, "votes go to the flood parent");
-                Some(count)
-            }
-            _ => None,
-        }));
+        counts.extend(
+            JOB.sent(&outs, n)
+                .into_iter()
+                .filter_map(|(to, _, m)| match m {
+                    Message::Vote { count, .. } => {
+                        assert_eq!(to, 1, "votes go to the flood parent");
+                        Some(count)
+                    }
+                    _ => None,
+                }),
+        );
     }
     assert_eq!(counts.iter().max(), Some(&n), "{counts:?}");
 }
@@ -370,7 +283,7 @@ fn the_suspect_refutes_and_the_accuser_withdraws() {
     let n = 5;
     // The suspect answers a flood naming it, and neither forwards nor votes.
     let mut s = checker(n, 1);
-    let outs = deliver(&mut s, at(1), Encoder::new(KEY, 3).suspect(2, 4, 1, 1, 0));
+    let outs = JOB.deliver(&mut s, at(1), Encoder::new(KEY, 3).suspect(2, 4, 1, 1, 0));
     assert_eq!(kinds_to(&outs, n, Kind::Refute), vec![2]);
     assert!(kinds_to(&outs, n, Kind::Suspect).is_empty());
     assert!(kinds_to(&run_until(&mut s, at(20)), n, Kind::Vote).is_empty());
@@ -379,7 +292,7 @@ fn the_suspect_refutes_and_the_accuser_withdraws() {
     let mut a = checker(n, 2);
     let outs = run_until(&mut a, at(110));
     let nonce = round(&outs, n);
-    let outs = deliver(&mut a, at(111), Encoder::new(KEY, 1).refute(2, nonce));
+    let outs = JOB.deliver(&mut a, at(111), Encoder::new(KEY, 1).refute(2, nonce));
     assert!(events(&outs).is_empty());
     assert!(!kinds_to(&outs, n, Kind::Outcome).is_empty());
     assert_eq!(a.stats().refutations, 1);
@@ -440,12 +353,12 @@ fn votes_still_coming_in_hold_off_new_rounds_and_the_give_up() {
             events(&outs)
         );
         assert!(
-            sent(&outs, n)
+            JOB.sent(&outs, n)
                 .iter()
-                .all(|(_, m)| !matches!(m, Message::Suspect { .. })),
+                .all(|(_, _, m)| !matches!(m, Message::Suspect { .. })),
             "a new round while votes were still coming in (before {t})"
         );
-        let outs = deliver(&mut e, t, Encoder::new(KEY, voter).vote(2, nonce, 1, 0));
+        let outs = JOB.deliver(&mut e, t, Encoder::new(KEY, voter).vote(2, nonce, 1, 0));
         if let Some(Event::Failed { rank, detail, .. }) = events(&outs).first() {
             declared = Some((t, *rank, *detail));
         }
@@ -477,8 +390,7 @@ fn run_late(e: &mut Engine, wakeups: u32) -> Time {
     for _ in 0..wakeups {
         let d = e.next_deadline().expect("a deadline");
         last_late = d + ms(60);
-        e.handle_timeout(last_late, |_| 0);
-        drain(e);
+        tick(e, last_late, 0);
     }
     last_late
 }
@@ -510,8 +422,7 @@ fn an_accuser_whose_wakeups_ran_late_defers_its_give_up_until_its_health_is_back
         let mut excluded_at = None;
         while let Some(d) = e.next_deadline() {
             assert!(d <= last_late + ms(3000), "still not excluded at {d}");
-            e.handle_timeout(d, |_| 0);
-            drain(&mut e);
+            tick(&mut e, d, 0);
             if e.participation() == Participation::Excluded {
                 excluded_at = Some(d);
                 break;
@@ -539,9 +450,9 @@ fn mended_amid_accusations(late_wakeups: u32) -> (Engine, Time) {
     let n = 10;
     let mut e = checker(n, 5);
     let t = run_late(&mut e, late_wakeups).max(at(1));
-    deliver(&mut e, t, Encoder::new(KEY, 8).notice(8, 0, &[4], &[]));
+    JOB.deliver(&mut e, t, Encoder::new(KEY, 8).notice(8, 0, &[4], &[]));
     assert_eq!(e.emitter(), Some(3));
-    deliver(&mut e, t, Encoder::new(KEY, 8).suspect(8, 1, 7, 0, 0));
+    JOB.deliver(&mut e, t, Encoder::new(KEY, 8).suspect(8, 1, 7, 0, 0));
     e.handle(t, Input::Sent { to: 3 }).expect("accepted");
     drain(&mut e);
     assert_eq!(e.stats().mend_links_confirmed, 1);
@@ -551,26 +462,25 @@ fn mended_amid_accusations(late_wakeups: u32) -> (Engine, Time) {
 /// When rank 5 of [`mended_amid_accusations`] floods its accusation of
 /// its new emitter 3 (whose slot stays empty), running on time.
 fn accuses_new_emitter_at(e: &mut Engine, limit: Time) -> Option<Time> {
-    while let Some(d) = e.next_deadline() {
-        if d > limit {
-            return None;
-        }
-        e.handle_timeout(d, |_| 0);
-        let accused = sent(&drain(e), 10).into_iter().any(|(_, m)| {
-            matches!(
-                m,
-                Message::Suspect {
-                    accuser: 5,
-                    suspect: 3,
-                    ..
-                }
-            )
-        });
-        if accused {
-            return Some(d);
-        }
-    }
-    None
+    serve_deadlines(
+        e,
+        limit,
+        Duration::ZERO,
+        slot_reading(|_| 0),
+        |_, d, outs| {
+            let accused = JOB.sent(&outs, 10).into_iter().any(|(_, _, m)| {
+                matches!(
+                    m,
+                    Message::Suspect {
+                        accuser: 5,
+                        suspect: 3,
+                        ..
+                    }
+                )
+            });
+            accused.then_some(d)
+        },
+    )
 }
 
 /// The chain rule (`docs/design.md` §4.11 "Chains"): while other

@@ -6,26 +6,21 @@
 //! learned first; a decision naming a rank excludes it; a leave ends the
 //! pending agreements; messages too far ahead are dropped and counted.
 
+mod support;
+
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Duration;
 
 use ffd_protocol::agreement::Value;
-use ffd_protocol::wire::{self, AgreementId, Encoder, JobKeys};
+use ffd_protocol::wire::{self, AgreementId, Encoder};
 use ffd_protocol::{
-    AgreeAbort, Cause, Engine, EngineConfig, Event, Exclusion, HandleError, Input, Kind, Output,
-    Participation, Rank, Ring, Time, View,
+    AgreeAbort, Cause, Engine, Event, Exclusion, HandleError, Input, Kind, Output, Participation,
+    QuorumMode, Rank, Time, View,
 };
+use support::{Job, ms};
 
 const KEY: u64 = 0x5151_7777_0000_0001;
 
-fn keys() -> JobKeys {
-    JobKeys::new(KEY, [0x24; 32])
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
+const JOB: Job = Job::new(KEY, [0x24; 32]);
 
 /// Engines on one ring by rank, delivering every send in order. The
 /// start-up grace (1 s) keeps anyone from being declared by a timeout.
@@ -43,20 +38,8 @@ struct Net {
 
 impl Net {
     fn new(n: u32) -> Net {
-        let cfg = Arc::new(EngineConfig {
-            period: ms(10),
-            timeout: ms(100),
-            ..EngineConfig::default()
-        });
-        let ring = Arc::new(Ring::by_rank(n));
-        let keys = Arc::new(keys());
         let engines = (0..n)
-            .map(|r| {
-                let mut e = Engine::new(cfg.clone(), ring.clone(), r, keys.clone(), Time::ZERO)
-                    .expect("valid engine");
-                e.model_heartbeats();
-                e
-            })
+            .map(|r| JOB.checker(support::config(QuorumMode::default()), n, r))
             .collect();
         let mut net = Net {
             engines,
@@ -138,7 +121,7 @@ impl Net {
     fn hand_notice(&mut self, dead: Rank, to: Rank, failed: &[Rank], left: &[Rank]) {
         assert!(!self.alive[dead as usize]);
         let m = Encoder::new(KEY, dead).notice(dead, 0, failed, left);
-        let bytes = wire::seal(&m, 1, to, &keys());
+        let bytes = JOB.seal_numbered(&m, 1, to);
         let input = Input::Message {
             from: Some(dead),
             bytes: &bytes,
@@ -342,7 +325,7 @@ fn a_decision_naming_this_rank_excludes_it() {
     let mut net = Net::new(3);
     let down =
         Encoder::new(KEY, 0).agree_down(AgreementId::User(1), 1, 0, &Value::new(u64::MAX, &[1]));
-    let bytes = wire::seal(&down, 1, 1, &keys());
+    let bytes = JOB.seal_numbered(&down, 1, 1);
     net.handle(1, Input::Agree { flags: 0 }).unwrap();
     net.handle(
         1,
@@ -402,7 +385,7 @@ fn messages_too_far_ahead_or_behind_are_dropped_and_counted() {
     let mut net = Net::new(4);
     let up = |id, seq| {
         let m = Encoder::new(KEY, 1).agree_up(id, 1, 0, &Value::new(7, &[]), None);
-        wire::seal(&m, seq, 0, &keys())
+        JOB.seal_numbered(&m, seq, 0)
     };
     for (seq, (id, dropped)) in (1..).zip([
         (AgreementId::User(1), 0),

@@ -3,8 +3,9 @@
 //! forward-once, exclusion, lag guard, in-band modes, sync, leave.
 //! Payloads have their own file, `protocol_payloads.rs`.
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
@@ -14,181 +15,66 @@ use ffd_protocol::{
     HandleError, InbandMode, Input, Kind, Output, Overlay, Participation, QuorumMode, Rank,
     RejectReason, Ring, Time, TransportErrorKind, slot_value,
 };
+use support::{
+    Job, at, deliver_sealed, drain, drained, events, ms, serve_deadlines, slot_reading, tick,
+};
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
 const MESSAGE_KEY: [u8; 32] = [0x42; 32];
-
-fn keys() -> JobKeys {
-    JobKeys::new(KEY, MESSAGE_KEY)
-}
-
-/// `unsealed` sealed by its sender for receiver `to` with a sequence
-/// number never used before (one counter for every test link, so each
-/// link's numbers increase).
-fn seal_for(to: Rank, unsealed: &[u8]) -> Vec<u8> {
-    static SEQ: AtomicU64 = AtomicU64::new(1);
-    wire::seal(unsealed, SEQ.fetch_add(1, Ordering::Relaxed), to, &keys())
-}
-
-/// A message a test peer sends: sealed for the Engine it is delivered to.
-struct Msg(Vec<u8>);
-
-fn msg(unsealed: Vec<u8>) -> Msg {
-    Msg(unsealed)
-}
-
-/// What `deliver` hands an Engine: a test peer's message (sealed then), or
-/// the wire bytes of another Engine's output (already sealed).
-trait Deliverable {
-    fn wire_bytes(&self, to: Rank) -> Vec<u8>;
-}
-
-impl Deliverable for Msg {
-    fn wire_bytes(&self, to: Rank) -> Vec<u8> {
-        seal_for(to, &self.0)
-    }
-}
-
-impl Deliverable for Vec<u8> {
-    fn wire_bytes(&self, _: Rank) -> Vec<u8> {
-        self.clone()
-    }
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
-
-fn at(v: u64) -> Time {
-    Time::ZERO + ms(v)
-}
+const JOB: Job = Job::new(KEY, MESSAGE_KEY);
 
 /// These tests pin the declare-at-once behaviour, `FFD_QUORUM=off`
 /// (the primary partition is tested in `engine_quorum.rs` and `sim_partition.rs`).
 fn config() -> EngineConfig {
-    EngineConfig {
-        period: ms(10),
-        timeout: ms(100),
-        quorum: QuorumMode::Off,
-        ..EngineConfig::default()
-    }
-}
-
-fn engine_with(cfg: EngineConfig, n: u32, me: Rank) -> Engine {
-    Engine::new(
-        Arc::new(cfg),
-        Arc::new(Ring::by_rank(n)),
-        me,
-        keys(),
-        Time::ZERO,
-    )
-    .expect("valid engine")
+    support::config(QuorumMode::Off)
 }
 
 fn engine(n: u32, me: Rank) -> Engine {
-    engine_with(config(), n, me)
-}
-
-/// An engine in modelled-heartbeat mode: its deadlines are slot checks only.
-fn checker_with(cfg: EngineConfig, n: u32, me: Rank) -> Engine {
-    let mut e = engine_with(cfg, n, me);
-    e.model_heartbeats();
-    e
+    JOB.engine(config(), n, me)
 }
 
 fn checker(n: u32, me: Rank) -> Engine {
-    checker_with(config(), n, me)
+    JOB.checker(config(), n, me)
 }
 
-fn drain(e: &mut Engine) -> Vec<Output> {
-    let mut v = Vec::new();
-    for _ in 0..100_000 {
-        match e.poll_output() {
-            Some(o) => v.push(o),
-            None => return v,
-        }
+/// A notice a test peer `from` sends (unsealed).
+fn notice(from: Rank, origin: Rank, failed: &[Rank], left: &[Rank]) -> Vec<u8> {
+    Encoder::new(KEY, from).notice(origin, 0, failed, left)
+}
+
+/// A transport error on the link to `peer` that proves it gone, the
+/// fabric saying nothing more.
+fn transport_error(peer: Rank, kind: TransportErrorKind) -> Input<'static> {
+    Input::TransportError {
+        peer,
+        kind,
+        evidence: Evidence::Proof,
+        said: FabricSaid::Nothing,
     }
-    panic!("poll_output never returned None");
-}
-
-fn events(outs: &[Output]) -> Vec<Event> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Event(e) => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// (to, decoded kind) of every send.
-fn sends(outs: &[Output], n: u32) -> Vec<(Rank, Kind)> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Send { to, message } => Some((
-                *to,
-                wire::decode(&message.to_vec(), &keys(), *to, n)
-                    .expect("engine sends valid bytes")
-                    .0
-                    .kind,
-            )),
-            _ => None,
-        })
-        .collect()
-}
-
-fn sent_to(outs: &[Output], n: u32, kind: Kind) -> Vec<Rank> {
-    sends(outs, n)
-        .into_iter()
-        .filter(|&(_, k)| k == kind)
-        .map(|(t, _)| t)
-        .collect()
-}
-
-/// The deadline step of `e` at `now`, its watched slot reading `value`.
-fn tick(e: &mut Engine, now: Time, value: u64) -> Vec<Output> {
-    e.handle_timeout(now, |_| value);
-    drain(e)
-}
-
-fn notice(from: Rank, origin: Rank, failed: &[Rank], left: &[Rank]) -> Msg {
-    msg(Encoder::new(KEY, from).notice(origin, 0, failed, left))
-}
-
-fn deliver(e: &mut Engine, now: Time, m: &impl Deliverable) -> Vec<Output> {
-    let bytes = m.wire_bytes(e.me());
-    e.handle(
-        now,
-        Input::Message {
-            from: None,
-            bytes: &bytes,
-        },
-    )
-    .unwrap();
-    drain(e)
 }
 
 /// Runs `e` with its emitter's slot frozen at `value` until it declares,
 /// returning the outputs of the declaring tick and its time.
 fn run_until_declared(e: &mut Engine, value: u64, limit: Time) -> (Time, Vec<Output>) {
-    for _ in 0..10_000 {
-        let Some(t) = e.next_deadline() else {
-            panic!("no deadline")
-        };
-        assert!(t <= limit, "not declared by {limit}");
-        let outs = tick(e, t, value);
-        if events(&outs).iter().any(|ev| {
-            matches!(
-                ev,
-                Event::Failed {
-                    cause: Cause::Timeout,
-                    ..
-                }
-            )
-        }) {
-            return (t, outs);
-        }
-    }
-    panic!("loop bound");
+    serve_deadlines(
+        e,
+        limit,
+        Duration::ZERO,
+        slot_reading(|_| value),
+        |_, t, outs| {
+            let declared = events(&outs).iter().any(|ev| {
+                matches!(
+                    ev,
+                    Event::Failed {
+                        cause: Cause::Timeout,
+                        ..
+                    }
+                )
+            });
+            declared.then_some((t, outs))
+        },
+    )
+    .unwrap_or_else(|| panic!("not declared by {limit}"))
 }
 
 #[test]
@@ -225,8 +111,7 @@ fn heartbeats_go_to_the_successor_every_period() {
 #[test]
 fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
     let n = 16;
-    let mut e = checker(n, 5);
-    drain(&mut e);
+    let mut e = drained(checker(n, 5));
     let mut reads = Vec::new();
     let t = e.next_deadline().expect("a first check");
     e.handle_timeout(t, |slot| {
@@ -237,7 +122,7 @@ fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
     assert_eq!(e.stats().slot_checks, 1, "the due check ran");
     // After mending (emitter 4 reported failed), the step reads the new
     // generation's slot.
-    deliver(&mut e, at(30), &notice(9, 9, &[4], &[]));
+    JOB.deliver(&mut e, at(30), notice(9, 9, &[4], &[]));
     assert_eq!(e.watched_slot(), Some(1));
     reads.clear();
     let digest = fold_digest(e.digest());
@@ -253,8 +138,7 @@ fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
     assert_eq!(e.stats().slot_checks, checks);
     assert_eq!(e.stats().foreign_slot_values, 0);
     // Alone in the job: no emitter, nothing to read.
-    let mut alone = engine(1, 0);
-    drain(&mut alone);
+    let mut alone = drained(engine(1, 0));
     assert_eq!(alone.watched_slot(), None);
     alone.handle_timeout(at(50), |slot| panic!("read slot {slot} without an emitter"));
     assert!(drain(&mut alone).is_empty());
@@ -289,8 +173,7 @@ fn modelled_heartbeats_wake_at_the_timeout_scale() {
 #[test]
 fn timeout_declares_mends_and_broadcasts() {
     let n = 16;
-    let mut e = checker(n, 5);
-    drain(&mut e);
+    let mut e = drained(checker(n, 5));
     let (t, outs) = run_until_declared(&mut e, slot_value(0, 0, 7), at(1000));
     // The one beat is seen at the first check (25); it never changes again:
     // declared one timeout (100) later, at check-interval granularity.
@@ -307,7 +190,7 @@ fn timeout_declares_mends_and_broadcasts() {
     }));
     // The failed rank is told directly; the notice goes over the overlay
     // (tree links first, from this rank as root), never to the failed rank.
-    let notices = sent_to(&outs, n, Kind::Notice);
+    let notices = JOB.sent_to(&outs, n, Kind::Notice);
     assert_eq!(notices[0], 4);
     let overlay = Overlay::new(BcastKind::Bmg, n);
     let mut expect: Vec<Rank> = {
@@ -318,7 +201,7 @@ fn timeout_declares_mends_and_broadcasts() {
     expect.retain(|&r| r != 4);
     assert_eq!(&notices[1..], &expect[..]);
     // Mending: ObserveMe to the next predecessor, new generation and slot.
-    assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![3]);
+    assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), vec![3]);
     assert_eq!(
         (e.emitter(), e.generation(), e.watched_slot()),
         (Some(3), 1, Some(1))
@@ -330,14 +213,13 @@ fn timeout_declares_mends_and_broadcasts() {
 #[test]
 fn mending_skips_known_failures_and_wraps_around() {
     let n = 10;
-    let mut e = checker(n, 1);
-    drain(&mut e);
+    let mut e = drained(checker(n, 1));
     // Others reported 9 and 8 (behind 0 across the wrap).
-    deliver(&mut e, at(1), &notice(5, 5, &[8, 9], &[]));
+    JOB.deliver(&mut e, at(1), notice(5, 5, &[8, 9], &[]));
     assert_eq!(e.emitter(), Some(0));
     // Now 0 fails: the next live predecessor is 7.
-    let outs = deliver(&mut e, at(2), &notice(5, 5, &[0], &[]));
-    assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![7]);
+    let outs = JOB.deliver(&mut e, at(2), notice(5, 5, &[0], &[]));
+    assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), vec![7]);
     assert_eq!(e.emitter(), Some(7));
     // The post-mending grace: nothing is declared for one timeout.
     let mut t = at(2);
@@ -356,9 +238,9 @@ fn mending_skips_known_failures_and_wraps_around() {
         // While no beat arrives, ObserveMe is re-sent at each check (the
         // other wake-ups here start view changes).
         if e.stats().slot_checks > checks {
-            assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![7]);
+            assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), vec![7]);
         } else {
-            assert_eq!(sent_to(&outs, n, Kind::ObserveMe), Vec::<Rank>::new());
+            assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), Vec::<Rank>::new());
         }
     }
     let declared_at = declared_at.expect("7 declared");
@@ -369,20 +251,18 @@ fn mending_skips_known_failures_and_wraps_around() {
 #[test]
 fn all_but_one_failed_ends_with_no_emitter() {
     let n = 7;
-    let mut e = engine(n, 3);
-    drain(&mut e);
+    let mut e = drained(engine(n, 3));
     let others: Vec<Rank> = (0..n).filter(|&r| r != 3).collect();
-    let outs = deliver(&mut e, at(1), &notice(2, 2, &others[1..], &[]));
+    let outs = JOB.deliver(&mut e, at(1), notice(2, 2, &others[1..], &[]));
     assert!(!outs.is_empty());
     // The last other rank, the emitter candidate, fails too.
-    let outs = deliver(&mut e, at(2), &notice(others[0], others[0], &[], &[]));
+    let outs = JOB.deliver(&mut e, at(2), notice(others[0], others[0], &[], &[]));
     assert!(
-        sends(&outs, n).is_empty(),
+        JOB.sent_kinds(&outs, n).is_empty(),
         "a duplicate-free empty notice changes nothing"
     );
-    let mut e2 = engine(n, 3);
-    drain(&mut e2);
-    deliver(&mut e2, at(1), &notice(2, 2, &others, &[]));
+    let mut e2 = drained(engine(n, 3));
+    JOB.deliver(&mut e2, at(1), notice(2, 2, &others, &[]));
     assert_eq!(
         (e2.emitter(), e2.observer(), e2.watched_slot()),
         (None, None, None)
@@ -411,11 +291,10 @@ fn all_but_one_failed_ends_with_no_emitter() {
 #[test]
 fn observe_me_switches_the_target_and_rejects_stale_requests() {
     let n = 10;
-    let mut e = engine(n, 2);
-    drain(&mut e);
+    let mut e = drained(engine(n, 2));
     assert_eq!(e.heartbeat_target(), Some((3, 0)));
     // 4 took over (3 is gone in its view): farther than 3, accepted; write at once.
-    let outs = deliver(&mut e, at(5), &msg(Encoder::new(KEY, 4).observe_me(1, 1)));
+    let outs = JOB.deliver(&mut e, at(5), Encoder::new(KEY, 4).observe_me(1, 1));
     assert_eq!(
         outs,
         vec![Output::WriteHeartbeat {
@@ -427,30 +306,35 @@ fn observe_me_switches_the_target_and_rejects_stale_requests() {
     );
     assert_eq!(e.heartbeat_target(), Some((4, 1)));
     // A late request from 3 (nearer than 4) is stale.
-    assert!(deliver(&mut e, at(6), &msg(Encoder::new(KEY, 3).observe_me(5, 5))).is_empty());
+    assert!(
+        JOB.deliver(&mut e, at(6), Encoder::new(KEY, 3).observe_me(5, 5))
+            .is_empty()
+    );
     // An older generation from the current observer is stale too.
-    assert!(deliver(&mut e, at(7), &msg(Encoder::new(KEY, 4).observe_me(0, 0))).is_empty());
+    assert!(
+        JOB.deliver(&mut e, at(7), Encoder::new(KEY, 4).observe_me(0, 0))
+            .is_empty()
+    );
     assert_eq!(e.heartbeat_target(), Some((4, 1)));
     assert_eq!(e.stats().observe_me_stale, 2);
     // A repeated request (same generation) is answered with a write.
-    let outs = deliver(&mut e, at(8), &msg(Encoder::new(KEY, 4).observe_me(1, 1)));
+    let outs = JOB.deliver(&mut e, at(8), Encoder::new(KEY, 4).observe_me(1, 1));
     assert!(matches!(
         outs[..],
         [Output::WriteHeartbeat { to: 4, slot: 1, .. }]
     ));
     // Across the wrap: 0 is farther from 2 than 4 is.
-    deliver(&mut e, at(9), &msg(Encoder::new(KEY, 0).observe_me(3, 3)));
+    JOB.deliver(&mut e, at(9), Encoder::new(KEY, 0).observe_me(3, 3));
     assert_eq!(e.heartbeat_target(), Some((0, 3)));
 }
 
 #[test]
 fn notices_are_forwarded_once_and_never_to_failed_ranks() {
     let n = 32;
-    let mut e = engine(n, 10);
-    drain(&mut e);
-    let m = seal_for(10, &Encoder::new(KEY, 26).notice(26, 0, &[11, 20], &[]));
-    let outs = deliver(&mut e, at(1), &m);
-    let targets = sent_to(&outs, n, Kind::Notice);
+    let mut e = drained(engine(n, 10));
+    let m = JOB.seal(&Encoder::new(KEY, 26).notice(26, 0, &[11, 20], &[]), 10);
+    let outs = deliver_sealed(&mut e, at(1), &m);
+    let targets = JOB.sent_to(&outs, n, Kind::Notice);
     assert!(!targets.is_empty());
     assert!(
         !targets.contains(&11) && !targets.contains(&20),
@@ -462,15 +346,7 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
     sorted.dedup();
     assert_eq!(sorted.len(), targets.len(), "each link once");
     // The forwarded copy keeps the origin and counts a hop.
-    let Output::Send { to: dest, message } = outs
-        .iter()
-        .find(|o| matches!(o, Output::Send { .. }))
-        .unwrap()
-    else {
-        unreachable!()
-    };
-    let bytes = &message.to_vec();
-    let (h, Message::Notice(fwd)) = wire::decode(bytes, &keys(), *dest, n).unwrap() else {
+    let (_, h, Message::Notice(fwd)) = JOB.sent(&outs, n)[0] else {
         panic!()
     };
     assert_eq!((h.sender, fwd.origin, fwd.hops), (10, 26, 1));
@@ -487,8 +363,14 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
     );
     // The same news again (a new message), or a subset, is not forwarded.
     let again = notice(26, 26, &[11, 20], &[]);
-    assert!(sends(&deliver(&mut e, at(2), &again), n).is_empty());
-    assert!(sends(&deliver(&mut e, at(3), &notice(3, 3, &[20], &[])), n).is_empty());
+    assert!(
+        JOB.sent_kinds(&JOB.deliver(&mut e, at(2), &again), n)
+            .is_empty()
+    );
+    assert!(
+        JOB.sent_kinds(&JOB.deliver(&mut e, at(3), notice(3, 3, &[20], &[])), n)
+            .is_empty()
+    );
     assert_eq!(e.stats().duplicate_notices, 2);
     assert_eq!(e.stats().notices_forwarded, 1);
     // Events name the origin as detector, with the hop count.
@@ -503,16 +385,15 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
     // The emitter (9) is alive; 11 was the observer: heartbeats stop until
     // 12 (11's observer) mends to us.
     assert_eq!(e.observer(), None);
-    deliver(&mut e, at(4), &msg(Encoder::new(KEY, 12).observe_me(1, 1)));
+    JOB.deliver(&mut e, at(4), Encoder::new(KEY, 12).observe_me(1, 1));
     assert_eq!(e.heartbeat_target(), Some((12, 1)));
 }
 
 #[test]
 fn a_notice_naming_me_excludes_me_for_good() {
     let n = 8;
-    let mut e = engine(n, 4);
-    drain(&mut e);
-    let outs = deliver(&mut e, at(1), &notice(5, 5, &[4], &[]));
+    let mut e = drained(engine(n, 4));
+    let outs = JOB.deliver(&mut e, at(1), notice(5, 5, &[4], &[]));
     assert_eq!(
         events(&outs),
         vec![Event::SelfExcluded {
@@ -522,7 +403,10 @@ fn a_notice_naming_me_excludes_me_for_good() {
     );
     assert_eq!(e.participation(), Participation::Excluded);
     assert_eq!(e.next_deadline(), None);
-    assert!(deliver(&mut e, at(2), &notice(5, 5, &[1], &[])).is_empty());
+    assert!(
+        JOB.deliver(&mut e, at(2), notice(5, 5, &[1], &[]))
+            .is_empty()
+    );
     assert!(tick(&mut e, at(500), 0).is_empty());
     assert_eq!(
         e.handle(at(3), Input::Broadcast(b"x")),
@@ -534,36 +418,34 @@ fn a_notice_naming_me_excludes_me_for_good() {
 #[test]
 fn messages_from_failed_ranks_are_answered_with_an_exclusion_rate_limited() {
     let n = 8;
-    let mut e = engine(n, 4);
-    drain(&mut e);
-    deliver(&mut e, at(1), &notice(6, 6, &[2], &[]));
+    let mut e = drained(engine(n, 4));
+    JOB.deliver(&mut e, at(1), notice(6, 6, &[2], &[]));
     // 2 (failed here) sends a notice about 3: dropped, answered.
-    let outs = deliver(&mut e, at(2), &notice(2, 2, &[3], &[]));
-    assert_eq!(sends(&outs, n), vec![(2, Kind::Notice)]);
-    let Output::Send { to: dest, message } = &outs[0] else {
-        panic!()
-    };
-    let bytes = &message.to_vec();
-    let (_, Message::Notice(x)) = wire::decode(bytes, &keys(), *dest, n).unwrap() else {
+    let outs = JOB.deliver(&mut e, at(2), notice(2, 2, &[3], &[]));
+    assert_eq!(JOB.sent_kinds(&outs, n), vec![(2, Kind::Notice)]);
+    let (_, _, Message::Notice(x)) = JOB.sent(&outs[..1], n)[0] else {
         panic!()
     };
     assert_eq!(x.failed.to_vec(), vec![2]);
     assert!(!e.is_failed(3));
     // Within a timeout: no second answer.
     assert!(
-        deliver(
+        JOB.deliver(
             &mut e,
             at(50),
-            &msg(Encoder::new(KEY, 2).sync_request(0, &[], &[]))
+            Encoder::new(KEY, 2).sync_request(0, &[], &[])
         )
         .is_empty()
     );
     assert_eq!(
-        sends(&deliver(&mut e, at(200), &notice(2, 2, &[3], &[])), n),
+        JOB.sent_kinds(&JOB.deliver(&mut e, at(200), notice(2, 2, &[3], &[])), n),
         vec![(2, Kind::Notice)]
     );
     // A notice forwarded by a live rank but originated by a failed one is not trusted.
-    assert!(deliver(&mut e, at(201), &notice(6, 2, &[3, 4], &[])).is_empty());
+    assert!(
+        JOB.deliver(&mut e, at(201), notice(6, 2, &[3, 4], &[]))
+            .is_empty()
+    );
     assert!(!e.is_failed(3));
     assert_eq!(
         e.participation(),
@@ -576,8 +458,7 @@ fn messages_from_failed_ranks_are_answered_with_an_exclusion_rate_limited() {
 #[test]
 fn the_lag_guard_declares_nobody_and_checks_our_standing() {
     let n = 8;
-    let mut e = checker(n, 4);
-    drain(&mut e);
+    let mut e = drained(checker(n, 4));
     let v = slot_value(0, 0, 3);
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, v);
@@ -589,7 +470,7 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
         "nobody declared on a late wake-up"
     );
     assert_eq!(e.stats().self_lag_trips, 1);
-    let mut asked = sent_to(&outs, n, Kind::SyncRequest);
+    let mut asked = JOB.sent_to(&outs, n, Kind::SyncRequest);
     asked.sort_unstable();
     assert_eq!(
         asked,
@@ -597,7 +478,7 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
         "standing checked with emitter and observer"
     );
     // The answer names us: excluded before any false declaration.
-    let outs = deliver(&mut e, late + ms(1), &notice(3, 3, &[4], &[]));
+    let outs = JOB.deliver(&mut e, late + ms(1), notice(3, 3, &[4], &[]));
     assert_eq!(
         events(&outs),
         vec![Event::SelfExcluded {
@@ -607,8 +488,7 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
     );
 
     // Had nobody excluded us, the emitter gets a full timeout from the wake-up.
-    let mut e = checker(n, 4);
-    drain(&mut e);
+    let mut e = drained(checker(n, 4));
     let first = e.next_deadline().unwrap();
     tick(&mut e, first, v);
     tick(&mut e, late, v);
@@ -622,29 +502,15 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
 #[test]
 fn inband_declare_off_and_departed_peers() {
     let n = 8;
-    let mut e = engine(n, 4);
-    drain(&mut e);
+    let mut e = drained(engine(n, 4));
     // An error towards a distant peer is not evidence.
-    e.handle(
-        at(1),
-        Input::TransportError {
-            peer: 0,
-            kind: TransportErrorKind::Send,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
-    )
-    .unwrap();
+    e.handle(at(1), transport_error(0, TransportErrorKind::Send))
+        .unwrap();
     assert!(drain(&mut e).is_empty());
     // Towards the observer: declared at once.
     e.handle(
         at(2),
-        Input::TransportError {
-            peer: 5,
-            kind: TransportErrorKind::HeartbeatWrite,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
+        transport_error(5, TransportErrorKind::HeartbeatWrite),
     )
     .unwrap();
     let outs = drain(&mut e);
@@ -658,54 +524,28 @@ fn inband_declare_off_and_departed_peers() {
         },
     }));
     // Again (the peer is known failed now): ignored.
-    e.handle(
-        at(3),
-        Input::TransportError {
-            peer: 5,
-            kind: TransportErrorKind::Send,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
-    )
-    .unwrap();
+    e.handle(at(3), transport_error(5, TransportErrorKind::Send))
+        .unwrap();
     assert!(drain(&mut e).is_empty());
     assert_eq!(e.stats().transport_errors_ignored, 2);
 
-    let mut off = engine_with(
+    let mut off = drained(JOB.engine(
         EngineConfig {
             inband: InbandMode::Off,
             ..config()
         },
         n,
         4,
-    );
-    drain(&mut off);
-    off.handle(
-        at(2),
-        Input::TransportError {
-            peer: 5,
-            kind: TransportErrorKind::Unreachable,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
-    )
-    .unwrap();
+    ));
+    off.handle(at(2), transport_error(5, TransportErrorKind::Unreachable))
+        .unwrap();
     assert!(drain(&mut off).is_empty());
     assert!(off.failed().is_empty());
 
     // The emitter's link failing is evidence too (e.g. ObserveMe send failed).
-    let mut e = engine(n, 4);
-    drain(&mut e);
-    e.handle(
-        at(2),
-        Input::TransportError {
-            peer: 3,
-            kind: TransportErrorKind::Send,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
-    )
-    .unwrap();
+    let mut e = drained(engine(n, 4));
+    e.handle(at(2), transport_error(3, TransportErrorKind::Send))
+        .unwrap();
     let outs = drain(&mut e);
     assert!(events(&outs).contains(&Event::Failed {
         rank: 3,
@@ -716,7 +556,7 @@ fn inband_declare_off_and_departed_peers() {
             said: FabricSaid::Nothing,
         },
     }));
-    assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![2]);
+    assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), vec![2]);
 }
 
 #[test]
@@ -726,52 +566,35 @@ fn inband_suspect_probes_before_declaring() {
         inband: InbandMode::Suspect,
         ..config()
     };
-    let mut e = checker_with(cfg.clone(), n, 4);
-    drain(&mut e);
+    let mut e = drained(JOB.checker(cfg.clone(), n, 4));
     e.handle(
         at(10),
-        Input::TransportError {
-            peer: 5,
-            kind: TransportErrorKind::HeartbeatWrite,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
+        transport_error(5, TransportErrorKind::HeartbeatWrite),
     )
     .unwrap();
     let outs = drain(&mut e);
     assert!(events(&outs).is_empty());
-    let mut probed = sent_to(&outs, n, Kind::Probe);
+    let mut probed = JOB.sent_to(&outs, n, Kind::Probe);
     probed.sort_unstable();
     assert_eq!(probed, vec![5, 6], "the suspect and its observer");
     // The suspect's observer vouches for it: cleared.
-    let Output::Send { to: dest, message } = &outs[0] else {
+    let (_, _, Message::Probe { nonce, about }) = JOB.sent(&outs[..1], n)[0] else {
         panic!()
     };
-    let bytes = &message.to_vec();
-    let (_, Message::Probe { nonce, about }) = wire::decode(bytes, &keys(), *dest, n).unwrap()
-    else {
-        panic!()
-    };
-    deliver(
+    JOB.deliver(
         &mut e,
         at(11),
-        &msg(Encoder::new(KEY, 6).probe_ack(nonce, about, ProbeVerdict::Alive)),
+        Encoder::new(KEY, 6).probe_ack(nonce, about, ProbeVerdict::Alive),
     );
     assert_eq!(e.stats().suspicions_cleared, 1);
     let t = e.next_deadline().unwrap();
     assert!(events(&tick(&mut e, t.max(at(100)), slot_value(0, 0, 1))).is_empty());
 
     // No answer within suspect_timeout: declared (in-band).
-    let mut e = checker_with(cfg, n, 4);
-    drain(&mut e);
+    let mut e = drained(JOB.checker(cfg, n, 4));
     e.handle(
         at(10),
-        Input::TransportError {
-            peer: 5,
-            kind: TransportErrorKind::HeartbeatWrite,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
+        transport_error(5, TransportErrorKind::HeartbeatWrite),
     )
     .unwrap();
     drain(&mut e);
@@ -793,12 +616,14 @@ fn inband_suspect_probes_before_declaring() {
 #[test]
 fn a_probe_about_my_emitter_is_answered_by_its_next_beat() {
     let n = 8;
-    let mut e = checker(n, 4);
-    drain(&mut e);
+    let mut e = drained(checker(n, 4));
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, slot_value(0, 0, 1));
     // A probe about our emitter (3): no answer until a beat written after it.
-    assert!(deliver(&mut e, t + ms(1), &msg(Encoder::new(KEY, 2).probe(9, 3))).is_empty());
+    assert!(
+        JOB.deliver(&mut e, t + ms(1), Encoder::new(KEY, 2).probe(9, 3))
+            .is_empty()
+    );
     let soon = e.next_deadline().unwrap();
     assert!(
         soon <= t + ms(11),
@@ -810,56 +635,51 @@ fn a_probe_about_my_emitter_is_answered_by_its_next_beat() {
     );
     let next = e.next_deadline().unwrap();
     let outs = tick(&mut e, next, slot_value(0, 0, 2));
-    let Output::Send {
-        to: dest @ 2,
-        message,
-    } = &outs[0]
-    else {
-        panic!("{outs:?}")
-    };
-    let bytes = &message.to_vec();
     assert!(matches!(
-        wire::decode(bytes, &keys(), *dest, n).unwrap().1,
-        Message::ProbeAck {
-            nonce: 9,
-            about: 3,
-            verdict: ProbeVerdict::Alive
-        }
+        JOB.sent(&outs[..1], n)[..],
+        [(
+            2,
+            _,
+            Message::ProbeAck {
+                nonce: 9,
+                about: 3,
+                verdict: ProbeVerdict::Alive
+            }
+        )]
     ));
     // After half a timeout of stillness, the answer is immediate: silent.
     let still = next + ms(60);
-    let outs = deliver(&mut e, still, &msg(Encoder::new(KEY, 2).probe(10, 3)));
-    let Output::Send { to: dest, message } = &outs[0] else {
-        panic!("{outs:?}")
-    };
-    let bytes = &message.to_vec();
+    let outs = JOB.deliver(&mut e, still, Encoder::new(KEY, 2).probe(10, 3));
     assert!(matches!(
-        wire::decode(bytes, &keys(), *dest, n).unwrap().1,
-        Message::ProbeAck {
-            verdict: ProbeVerdict::Silent,
-            ..
-        }
+        JOB.sent(&outs[..1], n)[..],
+        [(
+            _,
+            _,
+            Message::ProbeAck {
+                verdict: ProbeVerdict::Silent,
+                ..
+            }
+        )]
     ));
     // About someone else: unknown.
-    let outs = deliver(&mut e, still, &msg(Encoder::new(KEY, 2).probe(11, 6)));
-    let Output::Send { to: dest, message } = &outs[0] else {
-        panic!("{outs:?}")
-    };
-    let bytes = &message.to_vec();
+    let outs = JOB.deliver(&mut e, still, Encoder::new(KEY, 2).probe(11, 6));
     assert!(matches!(
-        wire::decode(bytes, &keys(), *dest, n).unwrap().1,
-        Message::ProbeAck {
-            verdict: ProbeVerdict::Unknown,
-            ..
-        }
+        JOB.sent(&outs[..1], n)[..],
+        [(
+            _,
+            _,
+            Message::ProbeAck {
+                verdict: ProbeVerdict::Unknown,
+                ..
+            }
+        )]
     ));
 }
 
 #[test]
 fn digest_mismatch_triggers_a_rate_limited_sync() {
     let n = 16;
-    let mut e = checker(n, 4);
-    drain(&mut e);
+    let mut e = drained(checker(n, 4));
     // The emitter knows of a failure (digest ≠ ours) that never reached us.
     let mut other = ffd_protocol::RankSet::new();
     other.insert(12);
@@ -869,7 +689,7 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
     let mut requests = Vec::new();
     for beat in 1..=40u16 {
         let outs = tick(&mut e, t, slot_value(0, theirs, beat));
-        if !sent_to(&outs, n, Kind::SyncRequest).is_empty() {
+        if !JOB.sent_to(&outs, n, Kind::SyncRequest).is_empty() {
             requests.push(t);
         }
         t = e.next_deadline().unwrap();
@@ -884,7 +704,7 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
         "at most one per timeout"
     );
     // The reply fills the gap; the learned rank is re-broadcast as a notice.
-    let outs = deliver(&mut e, t, &msg(Encoder::new(KEY, 3).sync_reply(&[12], &[])));
+    let outs = JOB.deliver(&mut e, t, Encoder::new(KEY, 3).sync_reply(&[12], &[]));
     assert!(e.is_failed(12));
     assert!(events(&outs).contains(&Event::Failed {
         rank: 12,
@@ -893,49 +713,41 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
         hops: 1,
         detail: FailureDetail::Learned,
     }));
-    assert!(!sent_to(&outs, n, Kind::Notice).is_empty());
+    assert!(!JOB.sent_to(&outs, n, Kind::Notice).is_empty());
     assert_eq!(e.stats().ranks_learned_by_sync, 1);
 }
 
 #[test]
 fn a_sync_request_is_merged_and_answered_with_the_difference() {
     let n = 16;
-    let mut e = engine(n, 4);
-    drain(&mut e);
-    deliver(&mut e, at(1), &notice(9, 9, &[7, 8], &[]));
-    let outs = deliver(
+    let mut e = drained(engine(n, 4));
+    JOB.deliver(&mut e, at(1), notice(9, 9, &[7, 8], &[]));
+    let outs = JOB.deliver(
         &mut e,
         at(2),
-        &msg(Encoder::new(KEY, 5).sync_request(1, &[8, 13], &[])),
+        Encoder::new(KEY, 5).sync_request(1, &[8, 13], &[]),
     );
     assert!(e.is_failed(13));
-    let replies: Vec<_> = outs
-        .iter()
-        .filter_map(|o| match o {
-            Output::Send { to, message } if message.kind() == Some(Kind::SyncReply) => {
-                Some((*to, message.to_vec()))
-            }
-            _ => None,
-        })
+    let replies: Vec<_> = JOB
+        .sent(&outs, n)
+        .into_iter()
+        .filter(|(_, header, _)| header.kind == Kind::SyncReply)
         .collect();
     assert_eq!(replies.len(), 1);
-    let (to, bytes) = &replies[0];
-    assert_eq!(*to, 5);
-    let (_, Message::SyncReply { failed, left }) = wire::decode(bytes, &keys(), *to, n).unwrap()
-    else {
+    let (to, _, Message::SyncReply { failed, left }) = replies[0] else {
         panic!()
     };
+    assert_eq!(to, 5);
     assert_eq!((failed.to_vec(), left.to_vec()), (vec![7], vec![]));
 }
 
 #[test]
 fn leave_is_announced_and_never_reported_as_a_failure() {
     let n = 8;
-    let mut leaver = engine(n, 4);
-    drain(&mut leaver);
+    let mut leaver = drained(engine(n, 4));
     leaver.handle(at(5), Input::Leave).unwrap();
     let outs = drain(&mut leaver);
-    let targets = sent_to(&outs, n, Kind::Notice);
+    let targets = JOB.sent_to(&outs, n, Kind::Notice);
     assert_eq!(&targets[..2], &[5, 3], "ring neighbours first");
     assert_eq!(leaver.participation(), Participation::Left);
     let Output::Send { to: 5, message } = &outs[0] else {
@@ -946,12 +758,7 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
     leaver
         .handle(
             at(6),
-            Input::TransportError {
-                peer: 5,
-                kind: TransportErrorKind::HeartbeatWrite,
-                evidence: Evidence::Proof,
-                said: FabricSaid::Nothing,
-            },
+            transport_error(5, TransportErrorKind::HeartbeatWrite),
         )
         .unwrap();
     let mut t = at(6);
@@ -962,34 +769,24 @@ fn leave_is_announced_and_never_reported_as_a_failure() {
     assert!(t > at(500));
 
     // Its observer mends around it and reports Left.
-    let mut obs = engine(n, 5);
-    drain(&mut obs);
-    let outs = deliver(&mut obs, at(6), &leave_notice);
+    let mut obs = drained(engine(n, 5));
+    let outs = deliver_sealed(&mut obs, at(6), &leave_notice);
     assert_eq!(events(&outs), vec![Event::Left { rank: 4 }]);
-    assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![3]);
+    assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), vec![3]);
     assert!(obs.failed().is_empty());
     // A failure notice about a rank known to have left does not make it failed.
-    deliver(&mut obs, at(7), &notice(1, 1, &[4], &[]));
+    JOB.deliver(&mut obs, at(7), notice(1, 1, &[4], &[]));
     assert!(!obs.is_failed(4));
     // Transport errors about it are ignored.
-    obs.handle(
-        at(8),
-        Input::TransportError {
-            peer: 4,
-            kind: TransportErrorKind::Send,
-            evidence: Evidence::Proof,
-            said: FabricSaid::Nothing,
-        },
-    )
-    .unwrap();
+    obs.handle(at(8), transport_error(4, TransportErrorKind::Send))
+        .unwrap();
     assert!(drain(&mut obs).is_empty());
 }
 
 #[test]
 fn a_slow_emitter_is_a_warning_not_a_failure() {
     let n = 8;
-    let mut e = checker(n, 4);
-    drain(&mut e);
+    let mut e = drained(checker(n, 4));
     let mut t = e.next_deadline().unwrap();
     let mut beat = 1;
     tick(&mut e, t, slot_value(0, 0, beat));
@@ -1011,8 +808,7 @@ fn a_slow_emitter_is_a_warning_not_a_failure() {
 #[test]
 fn bad_messages_are_rejected_and_counted() {
     let n = 8;
-    let mut e = engine(n, 4);
-    drain(&mut e);
+    let mut e = drained(engine(n, 4));
     let other_job = JobKeys::new(KEY ^ 1, MESSAGE_KEY);
     let wrong_key = wire::seal(&Encoder::new(KEY ^ 1, 3).observe_me(1, 1), 1, 4, &other_job);
     assert_eq!(
@@ -1025,7 +821,7 @@ fn bad_messages_are_rejected_and_counted() {
         ),
         Err(HandleError::Rejected(RejectReason::WrongJobKey))
     );
-    let from_self = seal_for(4, &Encoder::new(KEY, 4).observe_me(1, 1));
+    let from_self = JOB.seal(&Encoder::new(KEY, 4).observe_me(1, 1), 4);
     assert_eq!(
         e.handle(
             at(1),
@@ -1054,13 +850,13 @@ fn bad_messages_are_rejected_and_counted() {
 #[test]
 fn engine_rejects_impossible_settings() {
     let ring = Arc::new(Ring::by_rank(4));
-    assert!(Engine::new(Arc::new(config()), ring.clone(), 4, keys(), Time::ZERO).is_err());
+    assert!(Engine::new(Arc::new(config()), ring.clone(), 4, JOB.keys(), Time::ZERO).is_err());
     let bad = EngineConfig {
         timeout: ms(10),
         period: ms(10),
         ..config()
     };
-    assert!(Engine::new(Arc::new(bad), ring, 0, keys(), Time::ZERO).is_err());
+    assert!(Engine::new(Arc::new(bad), ring, 0, JOB.keys(), Time::ZERO).is_err());
     // A job of one has nobody to watch.
     let mut alone = engine(1, 0);
     assert!(drain(&mut alone).is_empty());
@@ -1087,7 +883,7 @@ mod mending_properties {
         ) {
             let me = me_seed % n;
             let ring = Arc::new(Ring::shuffled(n, shuffle_seed));
-            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, keys(), Time::ZERO).unwrap();
+            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, JOB.keys(), Time::ZERO).unwrap();
             drain(&mut e);
             let mut failed: Vec<Rank> = Vec::new();
             let mut t = 1;
@@ -1102,7 +898,7 @@ mod mending_properties {
                     continue;
                 }
                 let before = e.emitter();
-                let outs = deliver(&mut e, at(t), &notice(from, from, &names, &[]));
+                let outs = JOB.deliver(&mut e, at(t), notice(from, from, &names, &[]));
                 t += 1;
                 if failed.contains(&from) {
                     continue;
@@ -1117,11 +913,11 @@ mod mending_properties {
                     prop_assert!(e.generation() > last_generation);
                     last_generation = e.generation();
                     if let Some(x) = expect {
-                        prop_assert_eq!(sent_to(&outs, n, Kind::ObserveMe), vec![x]);
+                        prop_assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), vec![x]);
                     }
                 }
                 // Forwarded notices never go to ranks known failed.
-                for to in sent_to(&outs, n, Kind::Notice) {
+                for to in JOB.sent_to(&outs, n, Kind::Notice) {
                     prop_assert!(!failed.contains(&to), "notice to failed {}", to);
                 }
             }

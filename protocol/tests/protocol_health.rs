@@ -4,30 +4,21 @@
 //! timeouts; a mended emitter's timeout starts when its link is confirmed,
 //! within a link grace.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod support;
+
 use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::{self, JobKeys};
+use ffd_protocol::wire::Encoder;
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Input, Output, QuorumMode, Rank, Ring, Time, slot_value,
+    Cause, Engine, EngineConfig, Input, Output, QuorumMode, Rank, Time, slot_value,
+};
+use support::{
+    Job, at, deliver_sealed, drain, drained, failures, ms, serve_deadlines, slot_reading, tick,
 };
 
 const KEY: u64 = 0x5EED_0000_0000_0014;
-const MESSAGE_KEY: [u8; 32] = [0x14; 32];
-
-fn keys() -> JobKeys {
-    JobKeys::new(KEY, MESSAGE_KEY)
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
-
-fn at(v: u64) -> Time {
-    Time::ZERO + ms(v)
-}
+const JOB: Job = Job::new(KEY, [0x14; 32]);
 
 /// Period 10 ms, timeout 100 ms (checks every 25 ms, late after 25 ms, lag
 /// guard 50 ms), start-up and link grace 1 s, health ceiling 4. These
@@ -35,84 +26,44 @@ fn at(v: u64) -> Time {
 /// alone has no voters, so silence is declared at once (`FFD_QUORUM=off`).
 fn config() -> EngineConfig {
     EngineConfig {
-        period: ms(10),
-        timeout: ms(100),
         startup_grace: Some(ms(1000)),
-        quorum: QuorumMode::Off,
-        ..EngineConfig::default()
+        ..support::config(QuorumMode::Off)
     }
 }
 
 /// Rank `me` of a rank-ordered ring of `n`, checking its slot only
 /// (modelled heartbeats: its deadlines are slot checks).
 fn checker(cfg: EngineConfig, n: u32, me: Rank) -> Engine {
-    let mut e = Engine::new(
-        Arc::new(cfg),
-        Arc::new(Ring::by_rank(n)),
-        me,
-        keys(),
-        Time::ZERO,
-    )
-    .expect("valid engine");
-    e.model_heartbeats();
-    drain(&mut e);
-    e
-}
-
-fn drain(e: &mut Engine) -> Vec<Output> {
-    std::iter::from_fn(|| e.poll_output())
-        .take(100_000)
-        .collect()
+    drained(JOB.checker(cfg, n, me))
 }
 
 /// The failures `outs` report as declared here (timeout or in-band).
 fn declared(outs: &[Output]) -> Vec<Rank> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Event(Event::Failed { rank, cause, .. }) if *cause != Cause::Notice => {
-                Some(*rank)
-            }
-            _ => None,
-        })
+    failures(outs)
+        .into_iter()
+        .filter(|&(_, cause)| cause != Cause::Notice)
+        .map(|(rank, _)| rank)
         .collect()
 }
 
 /// A notice from `from` naming `rank` failed, sealed for receiver `to`
 /// with a sequence number never used before.
 fn notice_failing(rank: Rank, from: Rank, to: Rank) -> Vec<u8> {
-    static SEQ: AtomicU64 = AtomicU64::new(1);
-    let unsealed = wire::Encoder::new(KEY, from).notice(from, 0, &[rank], &[]);
-    wire::seal(&unsealed, SEQ.fetch_add(1, Ordering::Relaxed), to, &keys())
+    JOB.seal(&Encoder::new(KEY, from).notice(from, 0, &[rank], &[]), to)
 }
 
 /// Ticks `e` at each deadline plus `late`, its slot reading `value`, until
 /// it declares someone or `limit` passes: (when, whom).
 fn run(e: &mut Engine, value: u64, late: Duration, limit: Time) -> Option<(Time, Rank)> {
-    while let Some(deadline) = e.next_deadline() {
-        let now = deadline + late;
-        if now > limit {
-            return None;
-        }
-        e.handle_timeout(now, |_| value);
-        if let Some(&r) = declared(&drain(e)).first() {
-            return Some((now, r));
-        }
-    }
-    None
+    serve_deadlines(e, limit, late, slot_reading(|_| value), |_, now, outs| {
+        declared(&outs).first().map(|&r| (now, r))
+    })
 }
 
 /// Rank 5 of 10 whose emitter 4 was reported failed at 1 ms: it mends to 3.
 fn mended() -> Engine {
     let mut e = checker(config(), 10, 5);
-    e.handle(
-        at(1),
-        Input::Message {
-            from: None,
-            bytes: &notice_failing(4, 8, 5),
-        },
-    )
-    .unwrap();
-    drain(&mut e);
+    deliver_sealed(&mut e, at(1), &notice_failing(4, 8, 5));
     assert_eq!(e.emitter(), Some(3));
     e
 }
@@ -155,13 +106,11 @@ fn a_beat_confirms_the_link_too() {
     let mut e = mended();
     // First read: the fresh slot is empty; then the new emitter's beat.
     let t = e.next_deadline().unwrap();
-    e.handle_timeout(t, |_| 0);
-    drain(&mut e);
+    tick(&mut e, t, 0);
     // A beat counts in the generation the ObserveMe named (docs/design.md §5).
     let beat = slot_value(e.generation(), fold_digest(e.digest()), 1);
     let t = e.next_deadline().unwrap();
-    e.handle_timeout(t, |_| beat);
-    drain(&mut e);
+    tick(&mut e, t, beat);
     // A completion now changes nothing: the beat started the clock.
     e.handle(t + ms(50), Input::Sent { to: 3 }).unwrap();
     assert_eq!(e.stats().mend_links_confirmed, 0);
@@ -175,8 +124,7 @@ fn a_beat_confirms_the_link_too() {
 /// The emitter's last beat is read at `beat`; then the slot freezes.
 fn beating_until(cfg: EngineConfig, beat: Time) -> Engine {
     let mut e = checker(cfg, 8, 4);
-    e.handle_timeout(beat, |_| slot_value(0, 0, 1));
-    drain(&mut e);
+    tick(&mut e, beat, slot_value(0, 0, 1));
     e
 }
 
@@ -208,8 +156,7 @@ fn on_time_wakeups_bring_the_timeout_back() {
     for _ in 0..3 {
         let now = e.next_deadline().unwrap() + ms(30);
         value += 1;
-        e.handle_timeout(now, |_| slot_value(0, 0, value));
-        drain(&mut e);
+        tick(&mut e, now, slot_value(0, 0, value));
     }
     assert_eq!(e.local_health(), 4);
     // On time from here, beating: one step down per stretched timeout
@@ -218,8 +165,7 @@ fn on_time_wakeups_bring_the_timeout_back() {
     while e.local_health() > 1 {
         now = e.next_deadline().unwrap();
         value += 1;
-        e.handle_timeout(now, |_| slot_value(0, 0, value));
-        drain(&mut e);
+        tick(&mut e, now, slot_value(0, 0, value));
         assert!(now < at(2000), "still at {} by {now}", e.local_health());
     }
     assert!(now >= at(1000), "back to 1 at {now}");

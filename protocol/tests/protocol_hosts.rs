@@ -6,16 +6,19 @@
 //! heartbeats land in a slot map, messages are delivered within the step,
 //! and each rank's counter is the time of its last wake-up.
 
+mod support;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::{self, JobKeys};
+use ffd_protocol::wire;
 use ffd_protocol::{
     Cause, EmitterThread, Engine, EngineConfig, Event, Evidence, FabricSaid, FailureDetail, Hosts,
     Input, Kind, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind,
 };
+use support::{Job, deliver_from, deliver_sealed, drain, ms, serve_deadlines};
 
 const KEY: u64 = 0x5EED_0000_1111_2222;
 
@@ -29,22 +32,13 @@ const SILENCE: FailureDetail = FailureDetail::Silence {
     quorum: None,
 };
 
-fn keys() -> Arc<JobKeys> {
-    Arc::new(JobKeys::new(KEY, [0x24; 32]))
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
+const JOB: Job = Job::new(KEY, [0x24; 32]);
 
 /// Period 10 ms, timeout 100 ms, start-up grace 100 ms.
 fn host_config(quorum: QuorumMode) -> Arc<EngineConfig> {
     Arc::new(EngineConfig {
-        period: ms(10),
-        timeout: ms(100),
         startup_grace: Some(ms(100)),
-        quorum,
-        ..EngineConfig::default()
+        ..support::config(quorum)
     })
 }
 
@@ -90,18 +84,14 @@ impl Cluster {
         let ids: Vec<u32> = (0..n).map(|r| r % h).collect();
         let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
         let ring = Arc::new(Ring::topology(&ids));
-        let keys = keys();
         let engines = (0..n)
             .map(|r| {
-                Engine::with_hosts(
+                JOB.engine_on_hosts(
                     Arc::clone(&config),
                     Arc::clone(&ring),
                     Arc::clone(&hosts),
                     r,
-                    Arc::clone(&keys),
-                    Time::ZERO,
                 )
-                .expect("valid engine")
             })
             .collect();
         let mut c = Cluster {
@@ -894,7 +884,7 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
     let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
     let ring = Arc::new(Ring::topology(&ids));
     let config = host_config(QuorumMode::Majority);
-    let mut e = Engine::with_hosts(config, ring, hosts, 2, keys(), Time::ZERO).expect("valid");
+    let mut e = JOB.engine_on_hosts(config, ring, hosts, 2);
     assert_eq!(e.local_emitter(), Some(1));
     // Rank 1 woke last at 150 ms, then its counter stands still.
     let stale = LocalBeat {
@@ -902,36 +892,20 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
         digest: fold_digest(e.digest()),
         thread: EmitterThread::Unknown,
     };
-    let decode = |outs: Vec<Output>| -> Vec<(Rank, u32)> {
-        outs.into_iter()
-            .filter_map(|o| match o {
-                Output::Send { to, message } => {
-                    let bytes: &'static [u8] = Box::leak(message.to_vec().into_boxed_slice());
-                    match wire::decode(bytes, &keys(), to, n) {
-                        Ok((_, wire::Message::Suspect { suspect, nonce, .. })) => {
-                            Some((suspect, nonce))
-                        }
-                        _ => None,
-                    }
-                }
-                _ => None,
-            })
-            .collect()
-    };
+    let wake = |e: &mut Engine, d: Time| e.handle_timeout_with(d, |_| 0, |_| Some(stale));
     // Runs the deadlines up to `until`: when rank 2 first floods an
     // accusation of 1, and the round's nonce.
     let run = |e: &mut Engine, until: Time| -> Option<(Time, u32)> {
-        while let Some(d) = e.next_deadline() {
-            if d > until {
-                return None;
-            }
-            e.handle_timeout_with(d, |_| 0, |_| Some(stale));
-            let outs: Vec<Output> = std::iter::from_fn(|| e.poll_output()).collect();
-            if let Some(&(_, nonce)) = decode(outs).iter().find(|(s, _)| *s == 1) {
-                return Some((d, nonce));
-            }
-        }
-        None
+        serve_deadlines(e, until, Duration::ZERO, wake, |_, d, outs| {
+            JOB.sent(&outs, n)
+                .into_iter()
+                .find_map(|(_, _, m)| match m {
+                    wire::Message::Suspect {
+                        suspect: 1, nonce, ..
+                    } => Some((d, nonce)),
+                    _ => None,
+                })
+        })
     };
     let (accused, nonce) = run(&mut e, Time::ZERO + ms(1000)).expect("accused");
     assert!(accused >= Time::ZERO + ms(250), "accused at {accused}");
@@ -941,23 +915,14 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
     while woke < accused + ms(50) {
         let d = e.next_deadline().expect("a deadline");
         assert!(d <= woke + ms(25), "woke at {woke}, next wake-up at {d}");
-        e.handle_timeout_with(d, |_| 0, |_| Some(stale));
-        std::iter::from_fn(|| e.poll_output()).for_each(drop);
+        wake(&mut e, d);
+        drain(&mut e);
         woke = d;
     }
     // Rank 1 answers: withdrawn.
     let refuted_at = woke + ms(1);
     let refute = wire::Encoder::new(KEY, 1).refute(2, nonce);
-    let sealed = wire::seal(&refute, 1, 2, &keys());
-    e.handle(
-        refuted_at,
-        Input::Message {
-            from: None,
-            bytes: &sealed,
-        },
-    )
-    .expect("accepted");
-    std::iter::from_fn(|| e.poll_output()).for_each(drop);
+    deliver_sealed(&mut e, refuted_at, &JOB.seal_numbered(&refute, 1, 2));
     let next = e.next_deadline().expect("still checking");
     assert!(next <= refuted_at + ms(25), "next wake-up at {next}");
     // A fresh timeout from the refutation, though the counter is still
@@ -996,7 +961,7 @@ fn host_groups_must_describe_the_ring() {
         Arc::new(Ring::by_rank(4)),
         hosts,
         0,
-        keys(),
+        JOB.keys(),
         Time::ZERO,
     )
     .unwrap_err();
@@ -1079,18 +1044,9 @@ fn a_rank_of_an_accused_host_refutes_the_accusation() {
     // rank 4 is on host 1 and alive, so it refutes; rank 5 (host 2) takes
     // a ballot and votes instead.
     let suspect = wire::Encoder::new(KEY, 2).suspect(2, 77, 1, 0, wire::SUSPECT_HOST);
-    let bytes = wire::seal(&suspect, 1_000_000, 4, &keys());
-    c.engines[4]
-        .handle(
-            c.now,
-            Input::Message {
-                from: Some(2),
-                bytes: &bytes,
-            },
-        )
-        .expect("accepted");
+    let bytes = JOB.seal_numbered(&suspect, 1_000_000, 4);
     let mut refuted = false;
-    while let Some(o) = c.engines[4].poll_output() {
+    for o in deliver_from(&mut c.engines[4], c.now, 2, &bytes) {
         if let Output::Send { to: 2, message } = &o {
             refuted |= message.kind() == Some(Kind::Refute);
             assert_ne!(
@@ -1421,7 +1377,7 @@ fn a_one_host_job_never_excludes_itself_for_want_of_a_quorum() {
         let hosts = Arc::new(Hosts::new(RingKind::Topology, hosts_of, 0));
         let ring = Arc::new(Ring::topology(hosts_of));
         let config = host_config(QuorumMode::Majority);
-        let mut e = Engine::with_hosts(config, ring, hosts, 2, keys(), Time::ZERO).expect("valid");
+        let mut e = JOB.engine_on_hosts(config, ring, hosts, 2);
         let emitter = e.local_emitter().expect("a local emitter");
         let stale = LocalBeat {
             at: Time::ZERO + ms(150),
@@ -1430,13 +1386,12 @@ fn a_one_host_job_never_excludes_itself_for_want_of_a_quorum() {
         };
         // Twenty timeouts of silence, every deadline served.
         let end = Time::ZERO + ms(2_000);
-        while let Some(d) = e.next_deadline() {
-            if d > end || e.participation() == ffd_protocol::Participation::Excluded {
-                break;
-            }
+        let wake = |e: &mut Engine, d: Time| {
             e.handle_timeout_with(d, |_| 0, |r| (r == emitter).then_some(stale));
-            std::iter::from_fn(|| e.poll_output()).for_each(drop);
-        }
+        };
+        serve_deadlines(&mut e, end, Duration::ZERO, wake, |e, _, _| {
+            (e.participation() == ffd_protocol::Participation::Excluded).then_some(())
+        });
         (e.participation(), e.stats().accusation_rounds)
     };
     let (one_host, rounds) = run(&[0, 0, 0, 0]);

@@ -4,80 +4,29 @@
 //! origin, never evicted; the digest/sync repair of a missed payload, in
 //! parts when it is large, and its limit (the kept window).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+mod support;
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::{self, Encoder, JobKeys, Message};
+use ffd_protocol::wire::{self, Encoder, Message};
 use ffd_protocol::{
-    Engine, EngineConfig, Event, HandleError, Input, Kind, Output, Rank, RejectReason, Ring, Time,
-    slot_value,
+    Engine, EngineConfig, Event, HandleError, Input, Kind, Output, QuorumMode, Rank, RejectReason,
+    Time, slot_value,
 };
+use support::{Job, at, deliver_sealed, drain, drained, sends_of, tick};
 
 const KEY: u64 = 0x7061_796C_6F61_6473;
-
-fn keys() -> JobKeys {
-    JobKeys::new(KEY, [0x5a; 32])
-}
-
-fn at(ms: u64) -> Time {
-    Time::ZERO + Duration::from_millis(ms)
-}
+const JOB: Job = Job::new(KEY, [0x5a; 32]);
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        period: Duration::from_millis(10),
-        timeout: Duration::from_millis(100),
-        ..EngineConfig::default()
-    }
+    support::config(QuorumMode::default())
 }
 
 fn engine_with(cfg: EngineConfig, n: u32, me: Rank) -> Engine {
-    let mut e = Engine::new(
-        Arc::new(cfg),
-        Arc::new(Ring::by_rank(n)),
-        me,
-        keys(),
-        Time::ZERO,
-    )
-    .expect("valid engine");
-    drain(&mut e);
-    e
+    drained(JOB.engine(cfg, n, me))
 }
 
 fn engine(n: u32, me: Rank) -> Engine {
     engine_with(config(), n, me)
-}
-
-fn drain(e: &mut Engine) -> Vec<Output> {
-    let mut v = Vec::new();
-    for _ in 0..1_000_000 {
-        match e.poll_output() {
-            Some(o) => v.push(o),
-            None => return v,
-        }
-    }
-    panic!("poll_output never returned None");
-}
-
-/// `unsealed` sealed for `to` with a sequence number never used before.
-fn seal_for(to: Rank, unsealed: &[u8]) -> Vec<u8> {
-    static SEQ: AtomicU64 = AtomicU64::new(1);
-    wire::seal(unsealed, SEQ.fetch_add(1, Ordering::Relaxed), to, &keys())
-}
-
-/// Hands `e` the wire bytes `bytes` (sealed for it).
-fn deliver_bytes(e: &mut Engine, now: Time, bytes: &[u8]) -> Vec<Output> {
-    e.handle(now, Input::Message { from: None, bytes })
-        .expect("accepted");
-    drain(e)
-}
-
-/// Hands `e` a test peer's unsealed message.
-fn deliver(e: &mut Engine, now: Time, unsealed: &[u8]) -> Vec<Output> {
-    let bytes = seal_for(e.me(), unsealed);
-    deliver_bytes(e, now, &bytes)
 }
 
 /// `origin`'s payload `seq` as relayed by `sender`.
@@ -95,24 +44,12 @@ fn delivered(outs: &[Output]) -> Vec<(Rank, u64)> {
         .collect()
 }
 
-/// (to, wire bytes) of every send of `kind`.
-fn sends_of(outs: &[Output], kind: Kind) -> Vec<(Rank, Vec<u8>)> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Send { to, message } if message.kind() == Some(kind) => {
-                Some((*to, message.to_vec()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 /// (origin, seq) of the payloads among `sends`, decoded at their receiver.
 fn payload_numbers(sends: &[(Rank, Vec<u8>)], n: u32) -> Vec<(Rank, u64)> {
     sends
         .iter()
         .map(
-            |(to, b)| match wire::decode(b, &keys(), *to, n).unwrap().1 {
+            |(to, b)| match wire::decode(b, &JOB.keys(), *to, n).unwrap().1 {
                 Message::Payload { origin, seq, .. } => (origin, seq),
                 m => panic!("not a payload: {m:?}"),
             },
@@ -133,7 +70,7 @@ fn payloads_are_delivered_once_and_forwarded_once() {
     assert_eq!(targets, vec![8, 4, 2, 1, 12, 14, 15]);
     let to_8 = &sends_of(&outs, Kind::Payload)[0].1;
     let mut r = engine(n, 8);
-    let outs = deliver_bytes(&mut r, at(2), to_8);
+    let outs = deliver_sealed(&mut r, at(2), to_8);
     assert_eq!(
         outs.iter()
             .filter_map(|o| match o {
@@ -149,9 +86,9 @@ fn payloads_are_delivered_once_and_forwarded_once() {
     );
     assert!(!sends_of(&outs, Kind::Payload).is_empty());
     // The same payload by another path: rank 4 forwards its copy.
-    let via_4 = seal_for(8, &wire::forwarded(to_8, 4).expect("a payload"));
+    let via_4 = JOB.seal(&wire::forwarded(to_8, 4).expect("a payload"), 8);
     assert!(
-        deliver_bytes(&mut r, at(3), &via_4).is_empty(),
+        deliver_sealed(&mut r, at(3), &via_4).is_empty(),
         "duplicate dropped"
     );
     assert_eq!(r.stats().payload_duplicates, 1);
@@ -200,7 +137,7 @@ fn the_origin_delivers_its_own_payloads_unless_told_not_to() {
     // A copy coming back through a relay is a duplicate.
     let (relay, copy) = sends_of(&outs, Kind::Payload)[0].clone();
     let back = wire::forwarded(&copy, relay).expect("a payload");
-    assert!(delivered(&deliver(&mut origin, at(3), &back)).is_empty());
+    assert!(delivered(&JOB.deliver(&mut origin, at(3), &back)).is_empty());
     assert_eq!(origin.stats().payload_duplicates, 1);
 
     let quiet = EngineConfig {
@@ -220,11 +157,11 @@ fn a_rank_that_knows_the_origin_failed_still_delivers_and_forwards_its_payload()
     let n = 16;
     let mut r = engine(n, 8);
     // Rank 2 declared the origin, 0, failed; rank 8 knows it.
-    deliver(&mut r, at(1), &Encoder::new(KEY, 2).notice(2, 0, &[0], &[]));
+    JOB.deliver(&mut r, at(1), Encoder::new(KEY, 2).notice(2, 0, &[0], &[]));
     assert!(r.is_failed(0));
     // The origin's payload, relayed by rank 4 (live): the revoke must reach
     // every survivor, so rank 8 delivers it and sends it on.
-    let outs = deliver(&mut r, at(2), &payload(4, 0, 1, b"revoke"));
+    let outs = JOB.deliver(&mut r, at(2), payload(4, 0, 1, b"revoke"));
     assert_eq!(delivered(&outs), vec![(0, 1)]);
     let on: Vec<Rank> = sends_of(&outs, Kind::Payload)
         .iter()
@@ -236,7 +173,7 @@ fn a_rank_that_knows_the_origin_failed_still_delivers_and_forwards_its_payload()
     );
     // From the failed origin itself it is not believed (its sender is
     // failed): answered with an exclusion, as any message from it.
-    let outs = deliver(&mut r, at(3), &payload(0, 0, 2, b"late"));
+    let outs = JOB.deliver(&mut r, at(3), payload(0, 0, 2, b"late"));
     assert!(delivered(&outs).is_empty());
     assert_eq!(r.stats().dropped_from_failed, 1);
 }
@@ -247,15 +184,15 @@ fn a_payload_overtaken_by_64_later_ones_is_delivered_first_then_the_rest_in_orde
     let mut r = engine(n, 8);
     let mut seen = Vec::new();
     for seq in 2..=65 {
-        seen.extend(delivered(&deliver(
+        seen.extend(delivered(&JOB.deliver(
             &mut r,
             at(1),
-            &payload(4, 5, seq, b"p"),
+            payload(4, 5, seq, b"p"),
         )));
     }
     assert!(seen.is_empty(), "held until 1 comes: {seen:?}");
     assert_eq!(r.payloads_held(5), 64);
-    let outs = deliver(&mut r, at(2), &payload(4, 5, 1, b"p"));
+    let outs = JOB.deliver(&mut r, at(2), payload(4, 5, 1, b"p"));
     let want: Vec<(Rank, u64)> = (1..=65).map(|s| (5, s)).collect();
     assert_eq!(delivered(&outs), want);
     // Forwarded in the origin's order too.
@@ -287,18 +224,18 @@ fn the_hold_is_bounded_and_what_overflows_is_counted_and_comes_again() {
     let mut r = engine_with(cfg, n, 8);
     // 3..=8 ahead of a gap at 1 and 2: the lowest four are held.
     for seq in [8, 3, 7, 4, 5, 6] {
-        assert!(delivered(&deliver(&mut r, at(1), &payload(4, 5, seq, b"p"))).is_empty());
+        assert!(delivered(&JOB.deliver(&mut r, at(1), payload(4, 5, seq, b"p"))).is_empty());
     }
     assert_eq!(r.payloads_held(5), 4);
     assert_eq!(r.stats().payloads_hold_overflow, 2);
-    deliver(&mut r, at(2), &payload(4, 5, 1, b"p"));
-    let outs = deliver(&mut r, at(2), &payload(4, 5, 2, b"p"));
+    JOB.deliver(&mut r, at(2), payload(4, 5, 1, b"p"));
+    let outs = JOB.deliver(&mut r, at(2), payload(4, 5, 2, b"p"));
     assert_eq!(
         delivered(&outs),
         (2..=6).map(|s| (5, s)).collect::<Vec<_>>()
     );
     // The dropped ones, sent again (a repair, another relay), are new.
-    let outs = deliver(&mut r, at(3), &payload(12, 5, 7, b"p"));
+    let outs = JOB.deliver(&mut r, at(3), payload(12, 5, 7, b"p"));
     assert_eq!(delivered(&outs), vec![(5, 7)]);
     // Dropped, not delivered out of order, and not twice.
     assert_eq!(r.stats().payloads_delivered, 7);
@@ -311,23 +248,23 @@ fn an_origin_is_never_forgotten_however_many_others_broadcast() {
     let n = 2000;
     let mut r = engine(n, 0);
     assert_eq!(
-        delivered(&deliver(&mut r, at(1), &payload(1, 1, 1, b"p"))),
+        delivered(&JOB.deliver(&mut r, at(1), payload(1, 1, 1, b"p"))),
         vec![(1, 1)]
     );
     for origin in 2..n {
-        let got = delivered(&deliver(&mut r, at(1), &payload(origin, origin, 1, b"p")));
+        let got = delivered(&JOB.deliver(&mut r, at(1), payload(origin, origin, 1, b"p")));
         assert_eq!(got, vec![(origin, 1)]);
     }
     for relay in [3, 1000, 1999] {
         let late = payload(relay, 1, 1, b"p");
-        assert!(delivered(&deliver(&mut r, at(2), &late)).is_empty());
+        assert!(delivered(&JOB.deliver(&mut r, at(2), &late)).is_empty());
     }
     assert_eq!(r.stats().payloads_delivered, u64::from(n - 1));
     // An origin's numbers far behind its newest stay duplicates.
     for seq in 2..=70u64 {
-        deliver(&mut r, at(3), &payload(7, 7, seq, b"p"));
+        JOB.deliver(&mut r, at(3), payload(7, 7, seq, b"p"));
     }
-    assert!(delivered(&deliver(&mut r, at(4), &payload(9, 7, 3, b"p"))).is_empty());
+    assert!(delivered(&JOB.deliver(&mut r, at(4), payload(9, 7, 3, b"p"))).is_empty());
     assert_eq!(r.payload_mark(7), 70);
 }
 
@@ -337,8 +274,7 @@ fn an_origin_is_never_forgotten_however_many_others_broadcast() {
 fn sync_request_of(o: &mut Engine, digest: u64) -> Vec<u8> {
     for beat in 1..=100u16 {
         let t = o.next_deadline().expect("checking");
-        o.handle_timeout(t, |_| slot_value(0, fold_digest(digest), beat));
-        let outs = drain(o);
+        let outs = tick(o, t, slot_value(0, fold_digest(digest), beat));
         if let Some((to, bytes)) = sends_of(&outs, Kind::SyncRequest).pop() {
             assert_eq!(to, 3);
             return bytes;
@@ -355,19 +291,19 @@ fn a_rank_that_missed_a_payload_gets_it_through_the_digest_sync() {
     observer.model_heartbeats();
     drain(&mut observer);
     // Rank 9's payload reached rank 3, and its copies to rank 4 were lost.
-    deliver(&mut emitter, at(1), &payload(9, 9, 1, b"revoke"));
+    JOB.deliver(&mut emitter, at(1), payload(9, 9, 1, b"revoke"));
     assert_ne!(
         emitter.digest(),
         observer.digest(),
         "the marks are in the digest"
     );
     let request = sync_request_of(&mut observer, emitter.digest());
-    let outs = deliver_bytes(&mut emitter, at(200), &request);
+    let outs = deliver_sealed(&mut emitter, at(200), &request);
     let repair = sends_of(&outs, Kind::Payload);
     assert_eq!(payload_numbers(&repair, n), vec![(9, 1)]);
     assert_eq!(repair[0].0, 4);
     assert_eq!(emitter.stats().sync_payloads_sent, 1);
-    let outs = deliver_bytes(&mut observer, at(201), &repair[0].1);
+    let outs = deliver_sealed(&mut observer, at(201), &repair[0].1);
     assert!(outs.iter().any(|o| matches!(
         o,
         Output::Event(Event::Payload { origin: 9, seq: 1, bytes }) if bytes == b"revoke"
@@ -390,11 +326,11 @@ fn a_large_repair_spans_several_requests_and_old_gaps_are_counted() {
     let mut e = engine_with(cfg, n, 3);
     let body = vec![7u8; 1000];
     for seq in 1..=10 {
-        deliver(&mut e, at(1), &payload(9, 9, seq, &body));
+        JOB.deliver(&mut e, at(1), payload(9, 9, seq, &body));
     }
     let ask = |e: &mut Engine, now: Time, marks: &[(Rank, u64)]| {
         let m = Encoder::new(KEY, 4).sync_request_with_marks(1, &[], &[], 0, n, marks);
-        let outs = deliver(e, now, &m);
+        let outs = JOB.deliver(e, now, &m);
         payload_numbers(&sends_of(&outs, Kind::Payload), n)
     };
     // Kept: 3..=10. A requester at 4 gets 5, 6, 7 (4 KiB: 3 of 1052 bytes).
@@ -410,5 +346,5 @@ fn a_large_repair_spans_several_requests_and_old_gaps_are_counted() {
     assert_eq!(e.stats().payloads_beyond_retention, 1);
     // Origins outside the marks' range are not answered for.
     let m = Encoder::new(KEY, 4).sync_request_with_marks(1, &[], &[], 10, n, &[]);
-    assert!(sends_of(&deliver(&mut e, at(360), &m), Kind::Payload).is_empty());
+    assert!(sends_of(&JOB.deliver(&mut e, at(360), &m), Kind::Payload).is_empty());
 }

@@ -2,63 +2,46 @@
 //! emitter's first heartbeat has been seen, its silence is judged against
 //! the plain timeout, even while the grace would still run.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
-use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, JobKeys, Output, QuorumMode, Ring, Time, slot_value,
-};
+use ffd_protocol::{Cause, Engine, EngineConfig, QuorumMode, Rank, Time, slot_value};
+use support::{Job, at, drained, failures, ms, serve_deadlines, slot_reading};
 
-fn at(ms: u64) -> Time {
-    Time::ZERO + Duration::from_millis(ms)
-}
+const JOB: Job = Job::new(7, [7; 32]);
 
-fn failures(e: &mut Engine) -> Vec<(u32, Cause)> {
-    let mut out = Vec::new();
-    for _ in 0..10_000 {
-        match e.poll_output() {
-            Some(Output::Event(Event::Failed { rank, cause, .. })) => out.push((rank, cause)),
-            Some(_) => {}
-            None => return out,
-        }
-    }
-    panic!("poll_output never returned None");
+/// Rank 3 of 4 (its emitter is 2) with the start-up grace `grace`. These
+/// tests pin when silence is judged, not how it is confirmed: declared at
+/// once (`FFD_QUORUM=off`).
+fn engine(grace: Duration) -> Engine {
+    let cfg = EngineConfig {
+        startup_grace: Some(grace),
+        ..support::config(QuorumMode::Off)
+    };
+    drained(JOB.engine(cfg, 4, 3))
 }
 
 /// Drives `e` through its deadlines up to `until`, feeding the slot value
 /// `value_at(t)` at each check. Returns the failures declared, with when.
-fn run(e: &mut Engine, until: Time, value_at: impl Fn(Time) -> u64) -> Vec<(Time, u32, Cause)> {
+fn run(e: &mut Engine, until: Time, value_at: impl Fn(Time) -> u64) -> Vec<(Time, Rank, Cause)> {
     let mut declared = Vec::new();
-    for _ in 0..100_000 {
-        let Some(t) = e.next_deadline() else { break };
-        if t > until {
-            break;
-        }
-        e.handle_timeout(t, |_| value_at(t));
-        declared.extend(failures(e).into_iter().map(|(r, c)| (t, r, c)));
-    }
+    serve_deadlines(
+        e,
+        until,
+        Duration::ZERO,
+        slot_reading(value_at),
+        |_, t, outs| {
+            declared.extend(failures(&outs).into_iter().map(|(r, c)| (t, r, c)));
+            None::<()>
+        },
+    );
     declared
 }
 
 #[test]
 fn a_stall_after_the_first_heartbeat_is_declared_one_timeout_later_within_the_grace() {
-    let cfg = EngineConfig {
-        period: Duration::from_millis(10),
-        timeout: Duration::from_millis(100),
-        startup_grace: Some(Duration::from_secs(1)),
-        // When silence is judged, not how it is confirmed: declared at once.
-        quorum: QuorumMode::Off,
-        ..EngineConfig::default()
-    };
-    let mut e = Engine::new(
-        Arc::new(cfg),
-        Arc::new(Ring::by_rank(4)),
-        3,
-        JobKeys::new(7, [7; 32]),
-        Time::ZERO,
-    )
-    .unwrap();
-    failures(&mut e);
+    let mut e = engine(ms(1000));
     // Rank 2 (the emitter) beats every 10 ms until 300 ms, then hangs.
     let beats = |t: Time| {
         slot_value(
@@ -79,23 +62,7 @@ fn a_stall_after_the_first_heartbeat_is_declared_one_timeout_later_within_the_gr
 
 #[test]
 fn an_emitter_never_heard_from_has_the_whole_grace() {
-    let cfg = EngineConfig {
-        period: Duration::from_millis(10),
-        timeout: Duration::from_millis(100),
-        startup_grace: Some(Duration::from_millis(500)),
-        // When silence is judged, not how it is confirmed: declared at once.
-        quorum: QuorumMode::Off,
-        ..EngineConfig::default()
-    };
-    let mut e = Engine::new(
-        Arc::new(cfg),
-        Arc::new(Ring::by_rank(4)),
-        3,
-        JobKeys::new(7, [7; 32]),
-        Time::ZERO,
-    )
-    .unwrap();
-    failures(&mut e);
+    let mut e = engine(ms(500));
     let declared = run(&mut e, at(2000), |_| 0);
     let (when, rank, _) = declared[0];
     assert_eq!(rank, 2);

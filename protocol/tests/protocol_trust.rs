@@ -5,83 +5,35 @@
 //! slot, a value of a replaced emitter, a zero), with the slot cleared
 //! before a new emitter is named.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
-use ffd_protocol::wire::{self, Encoder, JobKeys, Message, SLOTS};
+use ffd_protocol::wire::{self, Encoder, Message, SLOTS};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Input, Kind, Output, QuorumMode, Rank, RejectReason, Ring,
-    Time, slot_generation, slot_value,
+    Cause, Engine, EngineConfig, Input, Kind, Output, QuorumMode, Rank, RejectReason, Time,
+    slot_generation, slot_value,
+};
+use support::{
+    Job, at, deliver_from, drain, drained, failures, sends_of, serve_deadlines, slot_reading,
 };
 
 const KEY: u64 = 0x7275_7374_0000_0001;
-
-fn keys() -> JobKeys {
-    JobKeys::new(KEY, [0x3c; 32])
-}
-
-fn at(ms: u64) -> Time {
-    Time::ZERO + Duration::from_millis(ms)
-}
+const JOB: Job = Job::new(KEY, [0x3c; 32]);
 
 fn engine_with(config: EngineConfig, n: u32, me: Rank) -> Engine {
-    let mut e = Engine::new(
-        Arc::new(config),
-        Arc::new(Ring::by_rank(n)),
-        me,
-        keys(),
-        Time::ZERO,
-    )
-    .expect("valid engine");
-    drain(&mut e);
-    e
+    drained(JOB.engine(config, n, me))
 }
 
 /// One Engine alone has no voters: silence is declared at once
 /// (`FFD_QUORUM=off`), as these tests of the trust rules expect.
 fn engine(n: u32, me: Rank) -> Engine {
-    let config = EngineConfig {
-        quorum: QuorumMode::Off,
-        ..EngineConfig::default()
-    };
-    engine_with(config, n, me)
-}
-
-fn drain(e: &mut Engine) -> Vec<Output> {
-    std::iter::from_fn(|| e.poll_output()).collect()
-}
-
-/// Rank `from`'s message to `to`, sealed with sequence number `seq`.
-fn sealed(unsealed: &[u8], seq: u64, to: Rank) -> Vec<u8> {
-    wire::seal(unsealed, seq, to, &keys())
-}
-
-fn deliver(e: &mut Engine, now: Time, from: Rank, bytes: &[u8]) -> Vec<Output> {
-    e.handle(
-        now,
-        Input::Message {
-            from: Some(from),
-            bytes,
-        },
-    )
-    .expect("accepted");
-    drain(e)
+    engine_with(support::config(QuorumMode::Off), n, me)
 }
 
 fn rejected(e: &Engine, r: RejectReason) -> u64 {
     e.stats().rejected[r.index()]
-}
-
-fn sends_of(outs: &[Output], kind: Kind) -> Vec<(Rank, Vec<u8>)> {
-    outs.iter()
-        .filter_map(|o| match o {
-            Output::Send { to, message } if message.kind() == Some(kind) => {
-                Some((*to, message.to_vec()))
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
@@ -98,7 +50,7 @@ fn each_link_numbers_its_copies_from_1_and_the_receiver_checks_them() {
         let seqs: Vec<u64> = copies
             .iter()
             .filter(|(t, _)| *t == to)
-            .map(|(t, b)| wire::decode(b, &keys(), *t, n).unwrap().0.seq)
+            .map(|(t, b)| wire::decode(b, &JOB.keys(), *t, n).unwrap().0.seq)
             .collect();
         assert_eq!(seqs, vec![1, 2], "link 0 -> {to}");
     }
@@ -110,8 +62,8 @@ fn each_link_numbers_its_copies_from_1_and_the_receiver_checks_them() {
         .map(|(_, b)| b)
         .collect();
     let mut r = engine(n, 8);
-    deliver(&mut r, at(2), 0, to_8[1]);
-    deliver(&mut r, at(2), 0, to_8[0]);
+    deliver_from(&mut r, at(2), 0, to_8[1]);
+    deliver_from(&mut r, at(2), 0, to_8[0]);
     assert_eq!(r.stats().payloads_delivered, 2);
     for b in &to_8 {
         assert!(
@@ -127,9 +79,9 @@ fn each_link_numbers_its_copies_from_1_and_the_receiver_checks_them() {
     }
     assert_eq!(rejected(&r, RejectReason::Replayed), 2);
     // A number more than 64 behind the newest of that link is refused.
-    let old = sealed(&Encoder::new(KEY, 3).probe(1, 3), 10, 8);
-    let new = sealed(&Encoder::new(KEY, 3).probe(2, 3), 75, 8);
-    deliver(&mut r, at(4), 3, &new);
+    let old = JOB.seal_numbered(&Encoder::new(KEY, 3).probe(1, 3), 10, 8);
+    let new = JOB.seal_numbered(&Encoder::new(KEY, 3).probe(2, 3), 75, 8);
+    deliver_from(&mut r, at(4), 3, &new);
     assert!(
         r.handle(
             at(4),
@@ -147,29 +99,30 @@ fn each_link_numbers_its_copies_from_1_and_the_receiver_checks_them() {
 fn a_sync_request_is_honoured_only_from_a_neighbour_once_per_timeout() {
     let n = 16;
     let mut e = engine(n, 4);
-    deliver(
+    deliver_from(
         &mut e,
         at(1),
         9,
-        &sealed(&Encoder::new(KEY, 9).notice(9, 0, &[12], &[]), 1, 4),
+        &JOB.seal_numbered(&Encoder::new(KEY, 9).notice(9, 0, &[12], &[]), 1, 4),
     );
-    let request =
-        |from: Rank, seq: u64| sealed(&Encoder::new(KEY, from).sync_request(0, &[7], &[]), seq, 4);
+    let request = |from: Rank, seq: u64| {
+        JOB.seal_numbered(&Encoder::new(KEY, from).sync_request(0, &[7], &[]), seq, 4)
+    };
     // Rank 9 is neither our emitter (3) nor our observer (5): refused, and
     // nothing it lists is learned.
-    let outs = deliver(&mut e, at(2), 9, &request(9, 2));
+    let outs = deliver_from(&mut e, at(2), 9, &request(9, 2));
     assert!(outs.is_empty(), "{outs:?}");
     assert!(!e.is_failed(7));
     assert_eq!(e.stats().sync_requests_refused, 1);
     // Our observer: honoured (merged, answered with the difference).
-    let outs = deliver(&mut e, at(3), 5, &request(5, 1));
+    let outs = deliver_from(&mut e, at(3), 5, &request(5, 1));
     assert!(e.is_failed(7));
     assert_eq!(sends_of(&outs, Kind::SyncReply).len(), 1);
     // Again within a timeout: refused.
-    assert!(deliver(&mut e, at(50), 5, &request(5, 2)).is_empty());
+    assert!(deliver_from(&mut e, at(50), 5, &request(5, 2)).is_empty());
     assert_eq!(e.stats().sync_requests_refused, 2);
     // A timeout later: honoured again.
-    let outs = deliver(&mut e, at(110), 5, &request(5, 3));
+    let outs = deliver_from(&mut e, at(110), 5, &request(5, 3));
     assert_eq!(sends_of(&outs, Kind::SyncReply).len(), 1);
     assert_eq!(e.stats().sync_requests_received, 2);
 }
@@ -183,25 +136,26 @@ fn a_sync_reply_carries_at_most_max_sync_ranks() {
     };
     let mut e = engine_with(config, n, 4);
     let known: Vec<Rank> = (20..30).collect();
-    deliver(
+    deliver_from(
         &mut e,
         at(1),
         40,
-        &sealed(&Encoder::new(KEY, 40).notice(40, 0, &known, &[]), 1, 4),
+        &JOB.seal_numbered(&Encoder::new(KEY, 40).notice(40, 0, &known, &[]), 1, 4),
     );
     // The observer (5) knows none of them: it gets 3, and the next 3 a
     // timeout later.
     let mut got = Vec::new();
     for (i, t) in [2u64, 103, 204].into_iter().enumerate() {
-        let request = sealed(
+        let request = JOB.seal_numbered(
             &Encoder::new(KEY, 5).sync_request(1, &got, &[]),
             i as u64 + 1,
             4,
         );
-        let outs = deliver(&mut e, at(t), 5, &request);
+        let outs = deliver_from(&mut e, at(t), 5, &request);
         let replies = sends_of(&outs, Kind::SyncReply);
         let (_, bytes) = &replies[0];
-        let (_, Message::SyncReply { failed, .. }) = wire::decode(bytes, &keys(), 5, n).unwrap()
+        let (_, Message::SyncReply { failed, .. }) =
+            wire::decode(bytes, &JOB.keys(), 5, n).unwrap()
         else {
             panic!("not a reply")
         };
@@ -219,26 +173,26 @@ fn exclusion_replies_are_one_per_rank_per_timeout_with_bounded_memory() {
     let n = 1024;
     let mut e = engine(n, 4);
     let failed: Vec<Rank> = (100..300).collect();
-    deliver(
+    deliver_from(
         &mut e,
         at(1),
         900,
-        &sealed(&Encoder::new(KEY, 900).notice(900, 0, &failed, &[]), 1, 4),
+        &JOB.seal_numbered(&Encoder::new(KEY, 900).notice(900, 0, &failed, &[]), 1, 4),
     );
     // 200 ranks we hold failed each send twice within a timeout.
     let mut replies = 0;
     for round in 0..2u64 {
         for &r in &failed {
-            let m = sealed(&Encoder::new(KEY, r).probe(1, 4), round + 1, 4);
-            replies += sends_of(&deliver(&mut e, at(10 + round), r, &m), Kind::Notice).len();
+            let m = JOB.seal_numbered(&Encoder::new(KEY, r).probe(1, 4), round + 1, 4);
+            replies += sends_of(&deliver_from(&mut e, at(10 + round), r, &m), Kind::Notice).len();
         }
     }
     assert_eq!(replies, 64, "at most 64 ranks remembered, once each");
     assert_eq!(e.stats().exclusion_replies_suppressed, 400 - 64);
     // A timeout later the memory has room again.
-    let m = sealed(&Encoder::new(KEY, 299).probe(1, 4), 3, 4);
+    let m = JOB.seal_numbered(&Encoder::new(KEY, 299).probe(1, 4), 3, 4);
     assert_eq!(
-        sends_of(&deliver(&mut e, at(200), 299, &m), Kind::Notice).len(),
+        sends_of(&deliver_from(&mut e, at(200), 299, &m), Kind::Notice).len(),
         1
     );
 }
@@ -258,12 +212,12 @@ fn mended(mendings: u32) -> (Engine, Vec<Output>) {
     let mut last = Vec::new();
     for k in 0..mendings {
         let emitter = e.emitter().expect("an emitter");
-        let m = sealed(
+        let m = JOB.seal_numbered(
             &Encoder::new(KEY, 10).notice(10, 0, &[emitter], &[]),
             u64::from(k) + 1,
             ME,
         );
-        last = deliver(&mut e, at(1), 10, &m);
+        last = deliver_from(&mut e, at(1), 10, &m);
     }
     assert_eq!(e.generation(), mendings);
     // The last ObserveMe's send completed at once: the new emitter's
@@ -295,17 +249,18 @@ fn a_mending_clears_the_new_slot_before_naming_it() {
 /// returns the first `Failed` event about the emitter (if any) and its time.
 fn watch(e: &mut Engine, value: impl Fn(Time) -> u64, limit: Time) -> Option<(Time, Cause)> {
     let emitter = e.emitter()?;
-    while let Some(t) = e.next_deadline().filter(|&t| t <= limit) {
-        e.handle_timeout(t, |_| value(t));
-        for o in drain(e) {
-            if let Output::Event(Event::Failed { rank, cause, .. }) = o {
-                if rank == emitter {
-                    return Some((t, cause));
-                }
-            }
-        }
-    }
-    None
+    serve_deadlines(
+        e,
+        limit,
+        Duration::ZERO,
+        slot_reading(value),
+        |_, t, outs| {
+            failures(&outs)
+                .into_iter()
+                .find(|&(rank, _)| rank == emitter)
+                .map(|(_, cause)| (t, cause))
+        },
+    )
 }
 
 #[test]

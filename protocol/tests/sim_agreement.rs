@@ -10,22 +10,17 @@
 
 #![cfg(feature = "sim")]
 
-use ffd_protocol::sim::{AgreementReport, FaultSpec, SimConfig, SimReport, Simulator};
+mod support;
+
+use ffd_protocol::sim::{AgreementReport, SimConfig, SimReport};
 use ffd_protocol::{Rank, overlay};
+use support::{sim_config, simulate};
 
+/// `n` ranks on hosts of 8.
 fn config(n: u32, faults: &[String], seed: u64) -> SimConfig {
-    let mut cfg = SimConfig::new(n);
-    cfg.seed = seed;
+    let mut cfg = sim_config(n, faults, seed);
     cfg.hosts = (n / 8).max(1);
-    cfg.faults = faults
-        .iter()
-        .map(|f| f.parse::<FaultSpec>().expect("valid spec"))
-        .collect();
     cfg
-}
-
-fn run(cfg: SimConfig) -> SimReport {
-    Simulator::new(cfg).expect("valid simulation").run()
 }
 
 /// Every live rank decided, all the same, and the decision names every
@@ -105,7 +100,7 @@ fn crashes_of_the_root_and_interior_ranks_during_an_agreement() {
                 faults.push(format!("crash:{v}@{}us", 300_000 + after_us + i as u64));
             }
             let what = format!("n={n} crash {victims:?} {after_us}us after the call");
-            let r = run(config(n, &faults, seed as u64 + 1));
+            let r = simulate(config(n, &faults, seed as u64 + 1));
             let a = assert_agreed(&r, &what);
             assert_eq!(a.live, u64::from(n) - victims.len() as u64, "{what}");
             assert_views(&r, &what);
@@ -127,7 +122,7 @@ fn crashes_at_random_times_during_agreements() {
             faults.push(format!("crash:{v}@{at}us"));
         }
         let what = format!("seed {seed}: crash {victims:?}");
-        let r = run(config(n, &faults, seed));
+        let r = simulate(config(n, &faults, seed));
         assert_agreed(&r, &what);
         assert_views(&r, &what);
     }
@@ -136,13 +131,13 @@ fn crashes_at_random_times_during_agreements() {
 #[test]
 fn views_are_identical_everywhere_after_random_crashes() {
     for (n, k, seed) in [(64u32, 10u32, 1u64), (64, 20, 2), (1024, 16, 3)] {
-        let r = run(config(n, &[format!("random:{k}@300ms")], seed));
+        let r = simulate(config(n, &[format!("random:{k}@300ms")], seed));
         let what = format!("n={n} random:{k}");
         assert_eq!(r.totals.missed_notifications, 0, "{what}\n{r}");
         assert_views(&r, &what);
     }
     // Crashes spread over time: several views, in order, each identical.
-    let r = run(config(
+    let r = simulate(config(
         64,
         &[
             "crash:3@300ms".to_owned(),
@@ -158,7 +153,7 @@ fn views_are_identical_everywhere_after_random_crashes() {
 #[test]
 fn an_agreement_without_failures_takes_at_most_two_log_n_hops() {
     for n in [2u32, 7, 64, 1024] {
-        let r = run(config(n, &["agree@300ms".to_owned()], 1));
+        let r = simulate(config(n, &["agree@300ms".to_owned()], 1));
         let a = assert_agreed(&r, &format!("n={n}"));
         let bound = 2 * overlay::levels(n) as u16;
         assert!(a.hops.unwrap() <= bound, "n={n}: {:?} > {bound}", a.hops);
@@ -177,7 +172,7 @@ fn a_crash_in_the_middle_of_a_fan_out_cuts_it() {
     // links, one copy per µs. Crashing the detector 3 µs into that
     // fan-out leaves the other copies unsent: the first three receivers
     // forward it, and every live rank still learns both failures.
-    let first = run(config(64, &["crash:10@300ms".to_owned()], 5));
+    let first = simulate(config(64, &["crash:10@300ms".to_owned()], 5));
     let f = &first.failures[0];
     let (detector, detected_us) = (
         f.detector.expect("detected"),
@@ -188,7 +183,7 @@ fn a_crash_in_the_middle_of_a_fan_out_cuts_it() {
         "crash:10@300ms".to_owned(),
         format!("crash:{detector}@{}us", detected_us + 3),
     ];
-    let r = run(config(64, &faults, 5));
+    let r = simulate(config(64, &faults, 5));
     assert!(r.totals.never_left > 0, "no copy was cut\n{r}");
     assert_eq!(r.failures[0].detected_at_ms, f.detected_at_ms, "{r}");
     assert_eq!(r.totals.missed_notifications, 0, "{r}");
@@ -197,7 +192,7 @@ fn a_crash_in_the_middle_of_a_fan_out_cuts_it() {
 
 #[test]
 fn every_report_has_its_sections() {
-    let r = run(config(16, &[], 1));
+    let r = simulate(config(16, &[], 1));
     let json = serde_json::to_value(&r).unwrap();
     for section in ["failures", "totals", "payloads", "agreements", "views"] {
         assert!(

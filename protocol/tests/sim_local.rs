@@ -5,26 +5,20 @@
 
 use std::time::Duration;
 
-use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator};
+mod support;
+
+use ffd_protocol::sim::{SimConfig, SimReport};
 use ffd_protocol::{Cause, QuorumMode};
+use support::{sim_config, simulate};
 
 fn config(n: u32, hosts: u32, faults: &[&str], seed: u64) -> SimConfig {
-    let mut cfg = SimConfig::new(n);
-    cfg.seed = seed;
+    let mut cfg = sim_config(n, faults, seed);
     cfg.hosts = hosts;
     cfg.local = true;
     // Silence declared at once: one notice per silent host (with the
     // default majority the host is one accusation first).
     cfg.engine.quorum = QuorumMode::Off;
-    cfg.faults = faults
-        .iter()
-        .map(|f| f.parse::<FaultSpec>().expect("valid spec"))
-        .collect();
     cfg
-}
-
-fn run(cfg: SimConfig) -> SimReport {
-    Simulator::new(cfg).expect("valid simulation").run()
 }
 
 fn assert_complete(r: &SimReport) {
@@ -40,7 +34,7 @@ fn assert_complete(r: &SimReport) {
 fn a_crash_is_seen_by_its_host_after_the_pidfd_latency() {
     for seed in 1..=3 {
         // 256 ranks on 16 hosts of 16: rank 5 is on host 0, not its leader.
-        let r = run(config(256, 16, &["crash:5@300ms"], seed));
+        let r = simulate(config(256, 16, &["crash:5@300ms"], seed));
         assert_complete(&r);
         let f = &r.failures[0];
         assert_eq!(f.cause, Some(Cause::Exited), "{r}");
@@ -58,7 +52,7 @@ fn a_dead_leader_is_replaced_and_the_next_failure_is_found() {
     for seed in 1..=3 {
         // Rank 16 leads host 1; rank 17 takes over; then host 1's new
         // leader hangs, and host 2 dies whole.
-        let r = run(config(
+        let r = simulate(config(
             256,
             16,
             &["crash:16@300ms", "hang:17@600ms", "host:2@900ms"],
@@ -76,7 +70,7 @@ fn a_dead_leader_is_replaced_and_the_next_failure_is_found() {
 
 #[test]
 fn a_whole_host_is_one_notice_found_in_a_timeout_and_a_quarter() {
-    let r = run(config(256, 16, &["host:3@500ms"], 7));
+    let r = simulate(config(256, 16, &["host:3@500ms"], 7));
     assert_complete(&r);
     assert_eq!(r.failures.len(), 16);
     let first = r.failures[0].detected_at_ms.unwrap();
@@ -95,11 +89,11 @@ fn a_whole_host_is_one_notice_found_in_a_timeout_and_a_quarter() {
 
 #[test]
 fn fabric_heartbeats_scale_with_hosts_not_ranks() {
-    let local = run(config(4096, 64, &[], 1));
+    let local = simulate(config(4096, 64, &[], 1));
     let mut off_cfg = config(4096, 64, &[], 1);
     off_cfg.local = false;
     off_cfg.duration = Some(Duration::from_millis(300));
-    let off = run(off_cfg);
+    let off = simulate(off_cfg);
     let period = SimConfig::new(1).engine.period.as_secs_f64();
     assert_eq!(local.totals.fabric_heartbeats_per_s, 64.0 / period);
     assert_eq!(off.totals.fabric_heartbeats_per_s, 4096.0 / period);

@@ -6,24 +6,18 @@
 
 use std::time::Duration;
 
-use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator};
+mod support;
+
+use ffd_protocol::sim::{SimConfig, SimReport};
 use ffd_protocol::{Cause, QuorumMode, Rank};
+use support::{sim_config, simulate, sorted};
 
 /// The job of these checks: 64 ranks on 8 hosts, period 10 ms,
 /// timeout 100 ms, in-band errors from dead processes after 3 ms.
 fn config(faults: &[String], seed: u64) -> SimConfig {
-    let mut cfg = SimConfig::new(64);
-    cfg.seed = seed;
+    let mut cfg = sim_config(64, faults, seed);
     cfg.hosts = 8;
-    cfg.faults = faults
-        .iter()
-        .map(|f| f.parse::<FaultSpec>().expect("valid spec"))
-        .collect();
     cfg
-}
-
-fn run(cfg: SimConfig) -> SimReport {
-    Simulator::new(cfg).expect("valid simulation").run()
 }
 
 fn spec(ranks: &[Rank]) -> String {
@@ -33,11 +27,6 @@ fn spec(ranks: &[Rank]) -> String {
 
 fn timeout_ms(cfg: &SimConfig) -> f64 {
     cfg.engine.timeout.as_secs_f64() * 1e3
-}
-
-fn sorted(mut v: Vec<Rank>) -> Vec<Rank> {
-    v.sort_unstable();
-    v
 }
 
 /// Every rank of `cut_off` excluded itself for want of a quorum within two
@@ -78,7 +67,7 @@ fn ranks_0_to_9_of_64_cut_off_and_healed_exclude_themselves_and_name_nobody() {
         let timeout = timeout_ms(&cfg);
         let mut cfg = cfg;
         cfg.duration = Some(Duration::from_secs(5));
-        let r = run(cfg);
+        let r = simulate(cfg);
         let what = format!("seed {seed}");
         assert_one_side_goes_on(&r, &cut_off, timeout, &what);
         // The majority declares every one of them within timeout + 25 ms
@@ -107,7 +96,7 @@ fn an_even_odd_half_split_leaves_exactly_one_side_running() {
     for named in [&even, &odd] {
         let cfg = config(&[spec(named), "heal@2s".to_owned()], 1);
         let timeout = timeout_ms(&cfg);
-        let r = run(cfg);
+        let r = simulate(cfg);
         assert_one_side_goes_on(&r, &odd, timeout, &format!("{named:?}"));
         assert_eq!(r.failures.len(), odd.len(), "{r}");
         assert!(r.failures.iter().all(|f| f.detected_at_ms.is_some()), "{r}");
@@ -117,7 +106,7 @@ fn an_even_odd_half_split_leaves_exactly_one_side_running() {
 #[test]
 fn forty_of_64_crashed_with_in_band_declare_exclude_nobody() {
     for seed in 1..=5 {
-        let r = run(config(&["random:40@100ms".to_owned()], seed));
+        let r = simulate(config(&["random:40@100ms".to_owned()], seed));
         let what = format!("seed {seed}");
         assert!(r.totals.self_excluded.is_empty(), "{what}\n{r}");
         assert_eq!(r.totals.false_reports, 0, "{what}\n{r}");
@@ -139,7 +128,7 @@ fn without_quorum_the_cut_off_side_names_the_other_and_goes_on() {
     let cut_off: Vec<Rank> = (0..10).collect();
     let mut cfg = config(&[spec(&cut_off), "heal@2s".to_owned()], 1);
     cfg.engine.quorum = QuorumMode::Off;
-    let r = run(cfg);
+    let r = simulate(cfg);
     assert!(r.totals.false_reports > 0, "{r}");
     assert!(r.totals.false_reports_by_faulty_ranks > 0, "{r}");
     assert!(r.totals.no_quorum_exclusions.is_empty(), "{r}");

@@ -11,23 +11,12 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use ffd_protocol::sim::{FaultSpec, PayloadReport, SimConfig, SimReport, Simulator, Verdict};
+mod support;
+
+use ffd_protocol::sim::{PayloadReport, SimReport, Simulator, Verdict};
 use ffd_protocol::wire::HEADER_LEN;
 use ffd_protocol::{Kind, Rank, Time};
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
-
-fn config(n: u32, faults: &[String], seed: u64) -> SimConfig {
-    let mut cfg = SimConfig::new(n);
-    cfg.seed = seed;
-    cfg.faults = faults
-        .iter()
-        .map(|f| f.parse::<FaultSpec>().expect("valid spec"))
-        .collect();
-    cfg
-}
+use support::{ms, sim_config, simulate};
 
 fn specs(faults: &[&str]) -> Vec<String> {
     faults.iter().map(|f| (*f).to_owned()).collect()
@@ -69,7 +58,7 @@ fn an_origin_crashing_in_its_fan_out_is_delivered_by_every_live_rank_or_by_none(
                 format!("bcast:{origin}@300ms"),
                 format!("crash:{origin}@300001us"),
             ];
-            let mut sim = Simulator::new(config(n, &faults, seed)).unwrap();
+            let mut sim = Simulator::new(sim_config(n, &faults, seed)).unwrap();
             let left_origin = Rc::new(Cell::new(0usize));
             let out = Rc::clone(&left_origin);
             sim.set_rule(Box::new(move |m| {
@@ -111,7 +100,7 @@ fn a_revoke_from_an_origin_already_known_failed_still_reaches_everyone() {
         let origin = 3;
         // The crash comes once the whole fan-out has left.
         let faults = specs(&["bcast:3@300ms", "crash:3@300050us"]);
-        let mut sim = Simulator::new(config(n, &faults, 7)).unwrap();
+        let mut sim = Simulator::new(sim_config(n, &faults, 7)).unwrap();
         sim.set_rule(Box::new(move |m| {
             if m.kind == Some(Kind::Payload) && m.from != origin {
                 Verdict::Delay(ms(40))
@@ -150,7 +139,7 @@ fn two_hundred_payloads_from_one_origin_arrive_in_order_everywhere() {
         let faults: Vec<String> = (0..200)
             .map(|i| format!("bcast:5@{}us", 300_000 + 2 * i))
             .collect();
-        let mut cfg = config(n, &faults, 11);
+        let mut cfg = sim_config(n, &faults, 11);
         cfg.duration = Some(ms(1500));
         let mut sim = Simulator::new(cfg).unwrap();
         if lossy {
@@ -192,10 +181,10 @@ fn two_hundred_payloads_from_one_origin_arrive_in_order_everywhere() {
 /// FIFO link does.
 fn many_origins(n: u32, origins: u32, retention: usize) {
     let faults: Vec<String> = (0..origins).map(|o| format!("bcast:{o}@300ms")).collect();
-    let mut cfg = config(n, &faults, 5);
+    let mut cfg = sim_config(n, &faults, 5);
     cfg.net.jitter = Duration::ZERO;
     cfg.engine.payload_retention = retention;
-    let r = Simulator::new(cfg).unwrap().run();
+    let r = simulate(cfg);
     let what = format!("n={n} origins={origins}");
     assert_all_or_none(&r, &what);
     assert_eq!(r.payloads.len(), origins as usize, "{what}");
@@ -235,7 +224,7 @@ fn a_payload_lost_on_every_link_to_a_rank_comes_through_the_repair() {
     for n in [16u32, 200] {
         let victim: Rank = 9;
         let faults = specs(&["bcast:2@300ms", "bcast:2@310ms"]);
-        let mut cfg = config(n, &faults, 4);
+        let mut cfg = sim_config(n, &faults, 4);
         cfg.duration = Some(ms(1000));
         let mut sim = Simulator::new(cfg).unwrap();
         let lost_until = Time::ZERO + ms(350);

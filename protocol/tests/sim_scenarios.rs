@@ -7,31 +7,22 @@
 
 use std::time::Duration;
 
-use ffd_protocol::sim::{FailureReport, FaultSpec, SimConfig, SimReport, Simulator, Verdict};
-use ffd_protocol::{BcastKind, Cause, InbandMode, Kind, QuorumMode, Rank, Time};
+mod support;
 
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
+use ffd_protocol::sim::{FailureReport, SimConfig, SimReport, Simulator, Verdict};
+use ffd_protocol::{BcastKind, Cause, InbandMode, Kind, QuorumMode, Rank, Time};
+use support::{ms, sim_config, simulate};
 
 fn ceil_log2(n: u32) -> u32 {
     ffd_protocol::overlay::levels(n)
 }
 
+/// `n` ranks on hosts of 8, each link's traffic tracked up to 4096 ranks.
 fn config(n: u32, faults: &[&str], seed: u64) -> SimConfig {
-    let mut cfg = SimConfig::new(n);
-    cfg.seed = seed;
+    let mut cfg = sim_config(n, faults, seed);
     cfg.hosts = (n / 8).max(1);
-    cfg.faults = faults
-        .iter()
-        .map(|f| f.parse::<FaultSpec>().expect("valid spec"))
-        .collect();
     cfg.track_links = n <= 4096;
     cfg
-}
-
-fn run(cfg: SimConfig) -> SimReport {
-    Simulator::new(cfg).expect("valid simulation").run()
 }
 
 /// Every injected failure detected and known to every live rank; no live
@@ -89,7 +80,7 @@ fn single_crash_at_every_size() {
     for n in [2u32, 3, 7, 64, 1000] {
         for seed in 1..=3 {
             let victim = (seed as u32 * 7919) % n;
-            let r = run(config(n, &[&format!("crash:{victim}@300ms")], seed));
+            let r = simulate(config(n, &[&format!("crash:{victim}@300ms")], seed));
             let what = format!("n={n} seed={seed}");
             assert_complete(&r, &what);
             assert_bounds(&r, n, &what);
@@ -126,7 +117,7 @@ fn single_crash_detected_by_timeout_without_inband() {
     for n in [3u32, 64, 1000] {
         let mut cfg = config(n, &["crash:1@300ms"], 4);
         cfg.net.inband_latency = None;
-        let r = run(cfg);
+        let r = simulate(cfg);
         assert_complete(&r, "no in-band");
         let f = &r.failures[0];
         assert_eq!(f.cause, Some(Cause::Timeout));
@@ -141,7 +132,7 @@ fn single_crash_detected_by_timeout_without_inband() {
 #[test]
 fn sixty_five_thousand_ranks_single_crash() {
     let n = 65536;
-    let r = run(config(n, &["crash:40000@300ms"], 1));
+    let r = simulate(config(n, &["crash:40000@300ms"], 1));
     assert_complete(&r, "65536");
     assert_bounds(&r, n, "65536");
     assert!(u32::from(hops(&r.failures[0])) <= ceil_log2(n));
@@ -157,7 +148,7 @@ fn consecutive_failures_mend_around_the_gap() {
                 if !inband {
                     cfg.net.inband_latency = None;
                 }
-                let r = run(cfg);
+                let r = simulate(cfg);
                 let what = format!("n={n} k={k} inband={inband}");
                 assert_complete(&r, &what);
                 assert_bounds(&r, n, &what);
@@ -184,7 +175,7 @@ fn random_failures_up_to_twice_log2_n() {
     for n in [7u32, 64, 1000] {
         let k = 2 * ceil_log2(n) - 1;
         for seed in 1..=3 {
-            let r = run(config(n, &[&format!("random:{k}@300ms")], seed));
+            let r = simulate(config(n, &[&format!("random:{k}@300ms")], seed));
             let what = format!("n={n} k={k} seed={seed}");
             assert_complete(&r, &what);
             assert_bounds(&r, n, &what);
@@ -208,7 +199,7 @@ fn inband_suspect_mode_checks_before_declaring() {
     let mut cfg = config(n, &[&glitch], 3);
     cfg.engine.ring_seed = 1;
     cfg.engine.quorum = QuorumMode::Off;
-    let declare = run(cfg.clone());
+    let declare = simulate(cfg.clone());
     assert_eq!(
         declare.totals.false_reports, 1,
         "declare mode trusts the error\n{declare}"
@@ -216,7 +207,7 @@ fn inband_suspect_mode_checks_before_declaring() {
     // With a quorum (the default) a spurious error is silence, not proof:
     // an accusation, which the accused refutes.
     cfg.engine.quorum = QuorumMode::Majority;
-    let majority = run(cfg.clone());
+    let majority = simulate(cfg.clone());
     assert_eq!(majority.totals.false_reports, 0, "{majority}");
     assert!(majority.totals.self_excluded.is_empty(), "{majority}");
     assert!(
@@ -232,7 +223,7 @@ fn inband_suspect_mode_checks_before_declaring() {
     // crash is still found within the suspect timeout, before the timeout.
     cfg.engine.inband = InbandMode::Suspect;
     cfg.faults.push("crash:20@300ms".parse().unwrap());
-    let suspect = run(cfg);
+    let suspect = simulate(cfg);
     assert_complete(&suspect, "suspect");
     let f = &suspect.failures[0];
     assert_eq!(f.cause, Some(Cause::InBand));
@@ -255,15 +246,15 @@ fn chord_broadcast_is_complete_with_fewer_messages() {
             cfg.net.send_cost = Duration::ZERO;
             cfg
         };
-        let bmg = run(instant(config(n, &[spec], 5)));
+        let bmg = simulate(instant(config(n, &[spec], 5)));
         let mut cfg = instant(config(n, &[spec], 5));
         cfg.engine.bcast = BcastKind::Chord;
-        let chord = run(cfg);
+        let chord = simulate(cfg);
         assert_complete(&chord, spec);
         assert_bounds(&chord, n, spec);
         let mut cfg = config(n, &[spec], 5);
         cfg.engine.bcast = BcastKind::Chord;
-        assert_complete(&run(cfg), spec);
+        assert_complete(&simulate(cfg), spec);
         let count = |r: &SimReport| r.totals.messages.get("notice").map_or(0, |k| k.count);
         assert!(
             count(&chord) * 10 < count(&bmg) * 6,
@@ -283,7 +274,7 @@ fn a_whole_host_is_detected_within_one_timeout() {
             if !inband {
                 cfg.net.inband_latency = None;
             }
-            let r = run(cfg);
+            let r = simulate(cfg);
             let what = format!("n={n} inband={inband}");
             assert_complete(&r, &what);
             assert_eq!(r.failures.len() as u32, n / hosts);
@@ -315,7 +306,7 @@ fn a_hung_rank_that_resumes_is_excluded_and_reports_nobody() {
     for n in [3u32, 7, 64, 1000] {
         for seed in 1..=2 {
             let victim = n / 2;
-            let r = run(config(
+            let r = simulate(config(
                 n,
                 &[
                     &format!("hang:{victim}@300ms"),
@@ -402,7 +393,7 @@ fn a_mend_over_a_cold_link_gives_the_new_emitter_a_timeout_from_link_up() {
 /// plus a timeout after the mending.
 #[test]
 fn a_hung_emitter_behind_a_cold_link_is_declared_after_the_link_grace() {
-    let r = run(cold_links(
+    let r = simulate(cold_links(
         64,
         &["hang:10@300ms", "hang:9@300ms", "hang:8@300ms"],
         1,
@@ -428,7 +419,7 @@ fn a_hung_emitter_behind_a_cold_link_is_declared_after_the_link_grace() {
 fn a_partitioned_rank_is_declared_and_excluded_after_healing() {
     for n in [7u32, 64, 1000] {
         let victim = 3;
-        let r = run(config(
+        let r = simulate(config(
             n,
             &[&format!("partition:{victim}@300ms"), "heal@800ms"],
             2,
@@ -478,7 +469,7 @@ fn the_survivor_of_a_silent_mass_failure_excludes_itself_and_of_a_proven_one_goe
         let mut cfg = config(n, &[&format!("allbut:{survivor}@300ms")], 1);
         cfg.net.inband_latency = None;
         let timeout = cfg.engine.timeout;
-        let silent = run(cfg.clone());
+        let silent = simulate(cfg.clone());
         assert_eq!(silent.totals.false_reports, 0, "{what}\n{silent}");
         assert_eq!(silent.totals.self_excluded, vec![survivor], "{what}");
         assert_eq!(silent.totals.no_quorum_exclusions, vec![survivor], "{what}");
@@ -503,7 +494,7 @@ fn the_survivor_of_a_silent_mass_failure_excludes_itself_and_of_a_proven_one_goe
 fn all_ranks_leaving_report_no_failure() {
     for n in [2u32, 3, 7, 64, 1000] {
         for seed in 1..=2 {
-            let r = run(config(n, &["leave:all@300ms"], seed));
+            let r = simulate(config(n, &["leave:all@300ms"], seed));
             let what = format!("n={n} seed={seed}");
             assert_eq!(
                 r.totals.false_reports, 0,
@@ -521,7 +512,7 @@ fn all_ranks_leaving_report_no_failure() {
 #[test]
 fn one_rank_leaving_is_reported_as_left_everywhere() {
     for n in [3u32, 64, 1000] {
-        let r = run(config(n, &["leave:1@300ms"], 1));
+        let r = simulate(config(n, &["leave:1@300ms"], 1));
         assert_eq!(r.totals.false_reports, 0, "n={n}");
         assert_eq!(r.totals.left_events, u64::from(n - 1), "n={n}");
     }
@@ -530,7 +521,7 @@ fn one_rank_leaving_is_reported_as_left_everywhere() {
 #[test]
 fn payloads_reach_every_live_rank_once() {
     for n in [2u32, 64, 1000] {
-        let r = run(config(
+        let r = simulate(config(
             n,
             &["crash:1@300ms", "bcast:0@400ms", "bcast:0@410ms"],
             2,
@@ -599,12 +590,12 @@ fn identical_seeds_give_identical_runs() {
         "resume:3@900ms",
         "leave:9@400ms",
     ];
-    let a = run(config(500, &faults, 42)).deterministic_part();
-    let b = run(config(500, &faults, 42)).deterministic_part();
+    let a = simulate(config(500, &faults, 42)).deterministic_part();
+    let b = simulate(config(500, &faults, 42)).deterministic_part();
     assert_eq!(a, b);
     let json = |r: &SimReport| serde_json::to_string(r).expect("a report serialises");
     assert_eq!(json(&a), json(&b));
-    let c = run(config(500, &faults, 43)).deterministic_part();
+    let c = simulate(config(500, &faults, 43)).deterministic_part();
     let ranks = |r: &SimReport| r.failures.iter().map(|f| f.rank).collect::<Vec<_>>();
     assert_ne!(ranks(&a), ranks(&c), "another seed picks other victims");
 }
@@ -613,7 +604,7 @@ fn identical_seeds_give_identical_runs() {
 #[ignore = "minutes in a debug build; run with --release (benches/sim_scale.sh does)"]
 fn sixty_five_thousand_ranks_thirty_two_random_crashes() {
     let n = 65536;
-    let r = run(config(n, &["random:32@300ms"], 1));
+    let r = simulate(config(n, &["random:32@300ms"], 1));
     assert_complete(&r, "65536 x 32");
     assert_bounds(&r, n, "65536 x 32");
 }
