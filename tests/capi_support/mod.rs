@@ -1,6 +1,7 @@
-//! Shared by the C API tests (`tests/capi.rs`, `tests/install.rs` and the
+//! Shared by the C API tests (`tests/capi.rs`, `tests/install.rs`, the
 //! MPI embedding tests `tests/capi_mpi.rs`, `capi_ompi5.rs`,
-//! `capi_mpich.rs`, whose job lives in [`mpi`]): building libffd's
+//! `capi_mpich.rs`, whose job lives in [`mpi`], and the OpenSHMEM one,
+//! `tests/capi_shmem.rs`): building libffd's
 //! pkg-config files with `ci/pkgconfig`, compiling C against them, and
 //! running children with bounded waits.
 //!
@@ -240,9 +241,9 @@ pub fn compile_c_with(
     exe
 }
 
-/// Prefixes of the variables that steer ffd, libfabric and the MPI
-/// launchers and libraries.
-const STEERING: [&str; 8] = [
+/// Prefixes of the variables that steer ffd, libfabric, UCX and the MPI
+/// and OpenSHMEM launchers and libraries.
+const STEERING: [&str; 11] = [
     "FFD_",
     "PMIX_",
     "OMPI_",
@@ -251,11 +252,14 @@ const STEERING: [&str; 8] = [
     "MPIR_CVAR_",
     "HYDRA_",
     "LIBFABRIC_",
+    "UCX_",
+    "SHMEM_",
+    "OSHMEM_",
 ];
 
 /// A command without the variables of the test's own environment that
-/// steer ffd, libfabric or MPI ([`STEERING`]), so that only what the test
-/// sets applies.
+/// steer ffd, libfabric, UCX, MPI or OpenSHMEM ([`STEERING`]), so that
+/// only what the test sets applies.
 pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
     for (name, _) in std::env::vars_os() {

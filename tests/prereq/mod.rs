@@ -1,5 +1,6 @@
 //! What a test needs from the machine beyond Rust: root, network
-//! namespaces, `mpirun`, PMIx, valgrind, a C compiler, a wheel's venv.
+//! namespaces, `mpirun`, `oshrun`, PMIx, valgrind, a C compiler, a wheel's
+//! venv.
 //!
 //! A test asks [`available`] first. Where the need is met it runs; where it
 //! is not, it prints `SKIPPED: <test>: <why>` and returns, so a plain
@@ -99,6 +100,12 @@ pub fn netns() -> Result<(), String> {
 /// `mpirun` of the system's Open MPI (Debian's openmpi-bin).
 pub fn mpirun() -> Result<(), String> {
     command("mpirun").and_then(|()| command("mpicc"))
+}
+
+/// `oshrun` and `oshcc` of the system's Open MPI (Debian's openmpi-bin):
+/// its OpenSHMEM, `oshmem`.
+pub fn oshrun() -> Result<(), String> {
+    command("oshrun").and_then(|()| command("oshcc"))
 }
 
 /// A C compiler and pkg-config.
