@@ -82,14 +82,31 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 /// cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
 /// The bound keeps a participant that never calls (an agreement waits
 /// for every live rank) from costing the others more than one timeout of
-/// these wake-ups; nothing changes while none is under way.
+/// these wake-ups; nothing changes while none is under way. The interval
+/// grows with the ranks per CPU of the host ([`agreement_poll_every`]):
+/// each read of a `tcp;ofi_rxm` queue is some twenty system calls, and 32
+/// ranks on 2 cores reading every 100 µs would ask for several cores.
 const AGREEMENT_POLL: Duration = Duration::from_micros(100);
 
-/// The sleep cap of [`AGREEMENT_POLL`] at `now`: `Some` while an agreement
-/// that began at `since` is under way and at most `bound` old.
-fn agreement_poll(since: Option<Instant>, now: Instant, bound: Duration) -> Option<Duration> {
+/// The poll interval for `local_ranks` ranks of this host on `cpus` CPUs:
+/// [`AGREEMENT_POLL`] for every two ranks per CPU (rounded up), so that
+/// the host's ranks together read their queues about twice per CPU every
+/// [`AGREEMENT_POLL`].
+fn agreement_poll_every(local_ranks: usize, cpus: usize) -> Duration {
+    let per_cpu = local_ranks.max(1).div_ceil(cpus.max(1) * 2);
+    AGREEMENT_POLL.saturating_mul(u32::try_from(per_cpu).unwrap_or(u32::MAX))
+}
+
+/// The sleep cap at `now` (`every` apart): `Some` while an agreement that
+/// began at `since` is under way and at most `bound` old.
+fn agreement_poll(
+    since: Option<Instant>,
+    now: Instant,
+    bound: Duration,
+    every: Duration,
+) -> Option<Duration> {
     let since = since?;
-    (now.saturating_duration_since(since) <= bound).then_some(AGREEMENT_POLL)
+    (now.saturating_duration_since(since) <= bound).then_some(every)
 }
 
 /// What the host asks of the progress thread.
@@ -197,6 +214,8 @@ struct Core<'d> {
     /// (`None`: none is); see [`AGREEMENT_POLL`].
     agreeing_since: Option<Instant>,
     timeout: Duration,
+    /// [`agreement_poll_every`] for this host.
+    agreement_poll_every: Duration,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -340,6 +359,12 @@ impl<'d> Progress<'d> {
             .as_ref()
             .and_then(LocalWatching::wait_fd)
             .and_then(|fd| fd.try_clone_to_owned().ok());
+        let agreement_poll_every = agreement_poll_every(
+            engine
+                .hosts()
+                .map_or(1, |h| h.members(h.host_of(engine.me())).len()),
+            std::thread::available_parallelism().map_or(1, usize::from),
+        );
         Progress {
             endpoint: parts.endpoint,
             _av: parts._av,
@@ -360,6 +385,7 @@ impl<'d> Progress<'d> {
                 linger: super::linger(parts.period, parts.timeout),
                 agreeing_since: None,
                 timeout: parts.timeout,
+                agreement_poll_every,
                 logger: parts.logger,
                 counters: RuntimeCounters::default(),
                 refused_since: BTreeMap::new(),
@@ -902,7 +928,8 @@ impl Core<'_> {
             self.agreeing_since = None;
         } else {
             let started = *self.agreeing_since.get_or_insert_with(Instant::now);
-            if let Some(cap) = agreement_poll(Some(started), Instant::now(), self.timeout) {
+            let every = self.agreement_poll_every;
+            if let Some(cap) = agreement_poll(Some(started), Instant::now(), self.timeout, every) {
                 sleep = sleep.min(cap);
             }
         }
@@ -940,17 +967,29 @@ mod tests {
     fn the_agreement_poll_lasts_one_timeout_at_most() {
         let t0 = Instant::now();
         let timeout = Duration::from_millis(100);
-        assert_eq!(agreement_poll(None, t0, timeout), None);
-        assert_eq!(agreement_poll(Some(t0), t0, timeout), Some(AGREEMENT_POLL));
+        let every = AGREEMENT_POLL;
+        assert_eq!(agreement_poll(None, t0, timeout, every), None);
+        assert_eq!(agreement_poll(Some(t0), t0, timeout, every), Some(every));
         assert_eq!(
-            agreement_poll(Some(t0), t0 + timeout, timeout),
-            Some(AGREEMENT_POLL)
+            agreement_poll(Some(t0), t0 + timeout, timeout, every),
+            Some(every)
         );
-        assert_eq!(
-            agreement_poll(Some(t0), t0 + timeout + Duration::from_micros(1), timeout),
-            None
-        );
+        let after = t0 + timeout + Duration::from_micros(1);
+        assert_eq!(agreement_poll(Some(t0), after, timeout, every), None);
         assert!(AGREEMENT_POLL < timeout);
+    }
+
+    /// Two ranks per CPU read every 100 µs; more ranks, proportionally
+    /// less often, so the host's reads stay about two per CPU per 100 µs.
+    #[test]
+    fn the_agreement_poll_slows_with_the_ranks_per_cpu() {
+        let us = |v| Duration::from_micros(v);
+        assert_eq!(agreement_poll_every(1, 2), us(100));
+        assert_eq!(agreement_poll_every(4, 2), us(100));
+        assert_eq!(agreement_poll_every(8, 2), us(200));
+        assert_eq!(agreement_poll_every(32, 2), us(800));
+        assert_eq!(agreement_poll_every(32, 16), us(100));
+        assert_eq!(agreement_poll_every(0, 0), us(100));
     }
     use crate::protocol::wire::{AgreementId, Encoder, MAX_MARKS, TAG_LEN};
 
