@@ -94,14 +94,22 @@ def git(*args):
     return out.stdout.strip()
 
 
+# The commit a benchmark started on: a commit made while it runs must not
+# become its stamp.
+START_COMMIT = git("rev-parse", "--short=12", "HEAD")
+
+
 def provenance(command=None):
-    """What a benchmark's figures ran on: the commit (and whether tracked
-    files differed from it), the date, the command and the machine.
-    benches/report.py refuses a JSON without it."""
+    """What a benchmark's figures ran on: the commit it started on (and
+    whether tracked files differed from it, or HEAD moved during the run),
+    the date, the command and the machine. benches/report.py refuses a
+    JSON without it."""
     dirty = git("status", "--porcelain", "--untracked-files=no")
+    now = git("rev-parse", "--short=12", "HEAD")
+    start = START_COMMIT or now
     return {
-        "commit": git("rev-parse", "--short=12", "HEAD"),
-        "dirty": bool(dirty),
+        "commit": start,
+        "dirty": bool(dirty) or now != start,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": command or " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]]),
         "machine": machine(),
