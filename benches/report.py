@@ -142,7 +142,7 @@ def section(name, data, seen):
     m = p.get("machine") or {}
     machine = ", ".join(x for x in (f"{m['cpus']} CPUs" if m.get("cpus") else "",
                                      f"kernel preemption {m['preempt']}" if m.get("preempt") else "") if x)
-    dirty = " (with uncommitted changes)" if p.get("dirty") else ""
+    dirty = " (the tree differed from it, or HEAD moved, during the run)" if p.get("dirty") else ""
     out = [f"## {title}", ""]
     desc = description(cmd)
     if desc:
