@@ -25,6 +25,10 @@ pub mod agreement;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+#[cfg(feature = "model-bugs")]
+#[doc(hidden)]
+pub mod model_bugs;
+
 pub use config::{
     BcastKind, EngineConfig, EngineConfigError, InbandMode, ParseSettingError, QuorumMode, Rank,
     RingKind, Time,

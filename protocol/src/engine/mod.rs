@@ -82,6 +82,8 @@ mod heartbeat;
 mod io;
 mod local;
 mod membership;
+#[cfg(feature = "model")]
+mod model;
 mod observation;
 mod payloads;
 mod quorum;
@@ -135,7 +137,11 @@ const NO_RANK: Rank = Rank::MAX;
 /// notice (N = 2^20, up to 100 known failures; 1.7–3.8 µs with 1000, whose
 /// binary search misses too); on that shared 2-core machine the cold
 /// figures varied too much between runs to tell this layout from rustc's.
+///
+/// With the feature `model` (the model checker's, never the library's) an
+/// Engine is `Clone`, so that a checker can branch a job's state.
 #[derive(Debug)]
+#[cfg_attr(feature = "model", derive(Clone))]
 #[repr(C)]
 pub struct Engine {
     participation: Participation,

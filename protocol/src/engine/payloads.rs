@@ -249,6 +249,10 @@ impl Engine {
                     .to_vec(),
             });
         }
+        #[cfg(feature = "model-bugs")]
+        if origin != self.me && crate::model_bugs::on(crate::model_bugs::Bug::OriginOnlyForwards) {
+            return;
+        }
         self.fan_out(Kind::Payload, forward, origin, &[from], false);
     }
 

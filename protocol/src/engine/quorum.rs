@@ -77,10 +77,15 @@ impl Subtree {
     /// faulty or forged child can cause, would lose the whole subtree's
     /// votes at the parent).
     fn count(&self, n: u32) -> u32 {
-        self.children
+        let count = self
+            .children
             .iter()
-            .fold(1u32, |c, &(_, k, _)| c.saturating_add(k))
-            .min(n)
+            .fold(1u32, |c, &(_, k, _)| c.saturating_add(k));
+        #[cfg(feature = "model-bugs")]
+        if crate::model_bugs::on(crate::model_bugs::Bug::UncappedVotes) {
+            return count;
+        }
+        count.min(n)
     }
 
     /// [`VOTE_TIEBREAK`] if this rank (`me_lowest`) or a child's subtree
@@ -100,7 +105,12 @@ impl Subtree {
     /// only grow. A vote from a rank the flood was not forwarded to is no
     /// child's: refused (false), never counted.
     fn record(&mut self, child: Rank, bit: u64, count: u32, flags: u16) -> bool {
-        if bit & self.forwarded == 0 {
+        #[cfg(feature = "model-bugs")]
+        let refuse = bit & self.forwarded == 0
+            && !crate::model_bugs::on(crate::model_bugs::Bug::UncappedVotes);
+        #[cfg(not(feature = "model-bugs"))]
+        let refuse = bit & self.forwarded == 0;
+        if refuse {
             return false;
         }
         self.unresolved &= !bit;

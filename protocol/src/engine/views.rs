@@ -208,6 +208,16 @@ impl Engine {
         let gone = self.failed.len() + self.left.len();
         let v = self.views_mut();
         let (next, behind) = (v.view + 1, v.view_len < gone);
+        #[cfg(feature = "model-bugs")]
+        if behind && crate::model_bugs::on(crate::model_bugs::Bug::ViewBeforeDecision) {
+            let mut set: Vec<Rank> = self.failed.as_slice().to_vec();
+            set.extend_from_slice(self.left.as_slice());
+            set.sort_unstable();
+            let own = Value::new(u64::MAX, &set).with_view(next - 1);
+            self.raise_view(now, next, own, self.me, 0);
+            self.agreement_sweep(now);
+            return;
+        }
         if behind {
             self.contribute(AgreementId::View(next), u64::MAX);
         }

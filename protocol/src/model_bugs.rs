@@ -1,0 +1,61 @@
+//! Test-only (feature `model-bugs`, never in the library): switches that
+//! put known, fixed bugs back into the Engine, so that a test can show
+//! the model checker (`examples/model`) finds each one.
+//!
+//! Owns: the switches, one process-wide set (the checker explores on
+//! threads of its own). Must not: be compiled without the feature (every
+//! place that reads a switch is behind it), or be turned on outside a
+//! test of the checker: while one is on, every Engine of the process
+//! runs with that bug.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A known bug, fixed, that a switch puts back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// A voter's subtree records a vote from any rank (not only those it
+    /// forwarded the flood to) and counts its children without the cap
+    /// at N (test
+    /// `a_voter_counts_only_the_ranks_it_forwarded_to_and_never_above_n`).
+    UncappedVotes,
+    /// A payload is forwarded only by its origin: a relay delivers it and
+    /// sends it on to nobody.
+    OriginOnlyForwards,
+    /// A rank raises the next view from its own gone set when its batching
+    /// window ends, before (without) the view's agreement deciding.
+    ViewBeforeDecision,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 3] = [
+        Bug::UncappedVotes,
+        Bug::OriginOnlyForwards,
+        Bug::ViewBeforeDecision,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bug::UncappedVotes => "uncapped-votes",
+            Bug::OriginOnlyForwards => "origin-only-forwards",
+            Bug::ViewBeforeDecision => "view-before-decision",
+        }
+    }
+
+    fn bit(self) -> u32 {
+        1 << self as u32
+    }
+}
+
+static ON: AtomicU32 = AtomicU32::new(0);
+
+/// Puts exactly `bugs` back (none: every switch off), for every Engine of
+/// this process.
+pub fn set(bugs: &[Bug]) {
+    let bits = bugs.iter().fold(0, |b, bug| b | bug.bit());
+    ON.store(bits, Ordering::SeqCst);
+}
+
+/// Whether `bug` is back.
+pub(crate) fn on(bug: Bug) -> bool {
+    ON.load(Ordering::Relaxed) & bug.bit() != 0
+}
