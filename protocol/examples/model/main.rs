@@ -25,7 +25,7 @@ use harness::Bounds;
 
 const USAGE: &str = "usage: model --ranks N [--depth D] [--faults F] [options]
   --ranks N        ranks in the job, 2 to 5 (required)
-  --depth D        steps per path (default: 14 at N = 2 and 3, 10 at 4, 8 at 5)
+  --depth D        steps per path (default: 6 at N = 2 and 3, 5 at 4, 4 at 5)
   --faults F       crashes per path (default 1)
   --losses L       copies lost per path (default 1)
   --duplicates D   copies delivered twice per path (default 1)
@@ -38,7 +38,8 @@ const USAGE: &str = "usage: model --ranks N [--depth D] [--faults F] [options]
   --skew K         a rank's clock runs at most K timeouts ahead of the slowest
                    running rank's (default: unbounded)
   --threads T      checker threads (default 1: exact breadth-first order)
-  --max-states S   stop after S states (a bounded run, not an exhaustive one)
+  --max-states S   stop after S states, a bounded run rather than an exhaustive
+                   one (default 8000000: about 8 GiB of memory)
   --time-limit T   stop after T seconds (a bounded run, not an exhaustive one)
   --bug NAME       test only: put a known, fixed bug back (uncapped-votes,
                    origin-only-forwards, view-before-decision); repeatable";
@@ -46,9 +47,9 @@ const USAGE: &str = "usage: model --ranks N [--depth D] [--faults F] [options]
 /// The default depth at `ranks` ranks.
 fn default_depth(ranks: u32) -> u32 {
     match ranks {
-        0..=3 => 14,
-        4 => 10,
-        _ => 8,
+        0..=3 => 6,
+        4 => 5,
+        _ => 4,
     }
 }
 
@@ -123,6 +124,7 @@ fn parse() -> Result<(Bounds, Vec<Bug>), String> {
         ));
     }
     b.ranks = ranks;
+    b.max_states = b.max_states.or(Some(8_000_000));
     b.depth = depth.unwrap_or_else(|| default_depth(ranks));
     Ok((b, bugs))
 }
