@@ -38,8 +38,9 @@ const USAGE: &str = "usage: model --ranks N [--depth D] [--faults F] [options]
   --skew K         a rank's clock runs at most K timeouts ahead of the slowest
                    running rank's (default: unbounded)
   --threads T      checker threads (default 1: exact breadth-first order)
-  --max-states S   stop after S states, a bounded run rather than an exhaustive
-                   one (default 8000000: about 8 GiB of memory)
+  --max-states S   stop after S states generated (repeats included), a bounded
+                   run rather than an exhaustive one (default 20000000, about
+                   8 GiB of memory; 0: no limit)
   --time-limit T   stop after T seconds (a bounded run, not an exhaustive one)
   --bug NAME       test only: put a known, fixed bug back (uncapped-votes,
                    origin-only-forwards, view-before-decision); repeatable";
@@ -124,7 +125,11 @@ fn parse() -> Result<(Bounds, Vec<Bug>), String> {
         ));
     }
     b.ranks = ranks;
-    b.max_states = b.max_states.or(Some(8_000_000));
+    b.max_states = match b.max_states {
+        None => Some(20_000_000),
+        Some(0) => None,
+        cap => cap,
+    };
     b.depth = depth.unwrap_or_else(|| default_depth(ranks));
     Ok((b, bugs))
 }

@@ -58,8 +58,8 @@ pub struct Bounds {
     /// Checker threads (1: the breadth-first order is exact, so a
     /// counterexample is a shortest one and the depth bound is exact).
     pub threads: usize,
-    /// Stop after this many states (a bounded run rather than an
-    /// exhaustive one).
+    /// Stop after this many states generated, repeats included (a
+    /// bounded run rather than an exhaustive one).
     pub max_states: Option<usize>,
     /// Stop after this long.
     pub time_limit: Option<std::time::Duration>,
