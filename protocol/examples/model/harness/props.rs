@@ -70,9 +70,10 @@ impl Prop {
             }
             Prop::Proof => "a rank is declared on proof of death only if it crashed",
             Prop::Partition => {
-                "with a partition and no crash, no live rank of one side has declared a \
-                 rank of the other (in the job when the partition began) while a live \
-                 rank of that side has declared one of the first"
+                "with a partition and no crash, the two sides do not both go on \
+                 declaring each other: no rank going on with one side (active, in the \
+                 job when it began, declared by none of its side) has declared one \
+                 going on with the other while one of those has declared one of the first"
             }
             Prop::Silence => {
                 "every copy sent decodes at its receiver as its sender's, none goes to \
@@ -406,18 +407,28 @@ fn one_side(job: &Job, s: &mut State) {
         return;
     }
     let out = s.ghost.out_at_cut;
+    let n = job.n();
     let on_a = |r: Rank| side >> r & 1 == 1;
-    // A live rank of one side that has declared a rank of the other that
-    // was in the job when the partition began.
+    // A rank goes on with its side: active, in the job when the partition
+    // began, and declared by no active rank of its own side.
+    let goes_on = |r: Rank| {
+        s.active(r)
+            && out >> r & 1 == 0
+            && (0..n).all(|m| {
+                on_a(m) != on_a(r) || !s.active(m) || !s.nodes[m as usize].engine.is_failed(r)
+            })
+    };
+    // A rank going on with one side that has declared one going on with
+    // the other.
     let accuser = |a_side: bool| {
-        (0..job.n()).find_map(|r| {
-            if on_a(r) != a_side || !s.active(r) {
+        (0..n).find_map(|r| {
+            if on_a(r) != a_side || !goes_on(r) {
                 return None;
             }
             let e = &s.nodes[r as usize].engine;
             e.failed()
                 .iter()
-                .find(|&&x| on_a(x) != a_side && out >> x & 1 == 0)
+                .find(|&&x| on_a(x) != a_side && goes_on(x))
                 .map(|&x| (r, x))
         })
     };
