@@ -12,6 +12,12 @@
 //! from the lowest non-empty bucket. Pushes are O(1), each entry moves down
 //! a few buckets over its life, and memory is touched sequentially: several
 //! times faster than a binary heap at tens of millions of entries.
+//!
+//! Every bucket holds its entries in insertion order, so an entry needs no
+//! sequence number (8 bytes of each of the tens of millions in flight at
+//! 2^20 ranks): a push appends the newest entry, and a refill moves the
+//! lowest non-empty bucket, in order, into buckets that are all empty (they
+//! are lower), so each receives an ordered run before any later push.
 
 use std::collections::VecDeque;
 
@@ -19,14 +25,12 @@ use crate::Time;
 
 struct Entry<T> {
     at: u64,
-    seq: u64,
     item: T,
 }
 
 pub struct Agenda<T> {
     /// Time of bucket 0 (the last popped time).
     last: u64,
-    seq: u64,
     /// Entries due at `last`, in insertion order.
     now: VecDeque<Entry<T>>,
     /// `buckets[i]`: entries whose time differs from `last` first in bit i.
@@ -37,7 +41,6 @@ impl<T> Default for Agenda<T> {
     fn default() -> Self {
         Agenda {
             last: 0,
-            seq: 0,
             now: VecDeque::new(),
             buckets: (0..64).map(|_| Vec::new()).collect(),
         }
@@ -48,13 +51,8 @@ impl<T> Agenda<T> {
     /// Schedules `item` at `at`; times before the last popped time are
     /// treated as due now.
     pub fn push(&mut self, at: Time, item: T) {
-        self.seq += 1;
         let at = at.as_nanos().max(self.last);
-        let entry = Entry {
-            at,
-            seq: self.seq,
-            item,
-        };
+        let entry = Entry { at, item };
         match at ^ self.last {
             0 => self.now.push_back(entry),
             x => self.buckets[63 - x.leading_zeros() as usize].push(entry),
@@ -66,15 +64,12 @@ impl<T> Agenda<T> {
             let i = self.buckets.iter().position(|b| !b.is_empty())?;
             let moving = std::mem::take(&mut self.buckets[i]);
             self.last = moving.iter().map(|e| e.at).min().unwrap_or(self.last);
-            let mut due = Vec::new();
             for e in moving {
                 match e.at ^ self.last {
-                    0 => due.push(e),
+                    0 => self.now.push_back(e),
                     x => self.buckets[63 - x.leading_zeros() as usize].push(e),
                 }
             }
-            due.sort_unstable_by_key(|e| e.seq);
-            self.now.extend(due);
         }
         self.now
             .pop_front()

@@ -146,9 +146,6 @@ struct SimRank {
     deadline: Time,
     /// When its next copy can leave (`network`: one every `send_cost`).
     nic_free: Time,
-    /// When it crashed or closed its endpoint (`NEVER`: it did not):
-    /// copies due to leave later never leave.
-    down_at: Time,
     status: Status,
     flags: u8,
 }
@@ -244,8 +241,12 @@ pub struct Simulator {
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
     /// Per sender, the links with a copy in flight and the delivery time
-    /// of the last one (per-link FIFO, `network`).
+    /// of the last one (per-link FIFO, `network`); empty (not one list per
+    /// rank) until the first copy whose order needs it.
     in_flight: Vec<Vec<(Rank, Time)>>,
+    /// Ranks that went down (crashed or closed) with copies still waiting
+    /// to leave, and when (`network`): the few copies that never leave.
+    cut_off: BTreeMap<Rank, Time>,
     /// Copies that never left: their sender crashed before their turn.
     never_left: u64,
     /// Links set up during the run (with `NetModel::connect`), by
@@ -383,7 +384,6 @@ impl Simulator {
                 SimRank {
                     deadline: Time::NEVER,
                     nic_free: Time::ZERO,
-                    down_at: Time::NEVER,
                     status: Status::Up,
                     flags: 0
                 };
@@ -396,7 +396,8 @@ impl Simulator {
             held_board: BTreeMap::new(),
             board: std::collections::BTreeSet::new(),
             partition: None,
-            in_flight: vec![Vec::new(); n as usize],
+            in_flight: Vec::new(),
+            cut_off: BTreeMap::new(),
             never_left: 0,
             links_up: BTreeMap::new(),
             net_rng,
@@ -593,7 +594,7 @@ impl Simulator {
             What::Close(r) => {
                 if self.state[r as usize].status == Status::Up {
                     self.state[r as usize].status = Status::Closed;
-                    self.state[r as usize].down_at = now;
+                    self.went_down(r);
                     self.slots.stop(r, now);
                 }
             }
