@@ -107,6 +107,10 @@ pub struct SimArgs {
     /// With --local: how long a pidfd takes to wake a same-host watcher.
     #[arg(long, value_name = "D", default_value = "150us", value_parser = parse_duration)]
     pub exit_latency: Duration,
+    /// Compute and check every message's tag, as on a fabric (the report
+    /// is the same; the run about a tenth slower).
+    #[arg(long)]
+    pub authenticate: bool,
     /// Print nothing but errors.
     #[arg(long)]
     pub quiet: bool,
@@ -160,6 +164,7 @@ impl SimArgs {
         cfg.seed = self.seed;
         cfg.duration = self.duration;
         cfg.track_links = self.track_links;
+        cfg.authenticate = self.authenticate;
         Ok(cfg)
     }
 }

@@ -600,6 +600,51 @@ fn identical_seeds_give_identical_runs() {
     assert_ne!(ranks(&a), ranks(&c), "another seed picks other victims");
 }
 
+/// Tags are off by default in the simulator (nobody forges there) and
+/// change no outcome: the same run with every tag computed and checked
+/// reports the same, through crashes, a hang and its resumption (held
+/// copies), a leave, payloads and delayed copies (a rule). With tags on,
+/// the copies a rule sees end with a tag; off, with zeros.
+#[test]
+fn tags_on_or_off_the_report_is_the_same() {
+    let faults = [
+        "random:3@300ms",
+        "hang:3@350ms",
+        "resume:3@500ms",
+        "leave:9@400ms",
+        "bcast:12@320ms",
+    ];
+    let run_with = |authenticate: bool| {
+        let mut cfg = config(300, &faults, 5);
+        cfg.authenticate = authenticate;
+        let mut sim = Simulator::new(cfg).unwrap();
+        // (copies with a tag, copies)
+        let tags = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64)));
+        let seen = tags.clone();
+        sim.set_rule(Box::new(move |m| {
+            let bytes = m.message.to_vec();
+            let tag = &bytes[bytes.len() - ffd_protocol::wire::TAG_LEN..];
+            let (tagged, count) = seen.get();
+            let tagged = tagged + u64::from(tag.iter().any(|&b| b != 0));
+            seen.set((tagged, count + 1));
+            if m.kind == Some(Kind::Notice) && count % 4 == 0 {
+                Verdict::Delay(ms(3))
+            } else {
+                Verdict::Pass
+            }
+        }));
+        let r = sim.run().deterministic_part();
+        (r, tags.get())
+    };
+    let (on, (tagged_on, copies)) = run_with(true);
+    let (off, (tagged_off, _)) = run_with(false);
+    assert_complete(&off, "tags off");
+    assert!(copies > 1000, "{copies} copies");
+    assert_eq!(tagged_on, copies, "with tags, every copy carries one");
+    assert_eq!(tagged_off, 0, "without, none");
+    assert_eq!(on, off);
+}
+
 #[test]
 #[ignore = "minutes in a debug build; run with --release (benches/sim_scale.sh does)"]
 fn sixty_five_thousand_ranks_thirty_two_random_crashes() {

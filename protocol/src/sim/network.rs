@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use rand::RngCore;
 
-use super::{Simulator, Status, What};
+use super::{InFlight, Simulator, Status, What};
 use crate::wire::{Kind, Sealed};
 use crate::{Evidence, Rank, Time, TransportErrorKind};
 
@@ -90,6 +90,10 @@ pub enum Verdict {
 
 /// A per-message hook (turmoil style): pass, delay or drop.
 pub type Rule = Box<dyn FnMut(&MessageMeta<'_>) -> Verdict>;
+
+/// A delivery record's `flight_ns` for a copy in flight 2^32 − 1 ns (4.3 s)
+/// or longer: its departure is kept in `Simulator::long_flights`.
+const LONG_FLIGHT: u32 = u32::MAX;
 
 pub(super) fn cut_by(partition: &Option<Vec<Rank>>, a: Rank, b: Rank) -> bool {
     match partition {
@@ -167,13 +171,21 @@ impl Simulator {
             // receiver's state (as a TCP send to a freshly dead peer).
             self.queue.push(at, What::Sent { to: from, peer: to });
         }
+        let (unsealed, seq) = message.into_parts();
+        let flight_ns = match u32::try_from((at - departs).as_nanos()) {
+            Ok(ns) if ns != LONG_FLIGHT => ns,
+            _ => {
+                self.long_flights.insert((from, to, seq), departs);
+                LONG_FLIGHT
+            }
+        };
         self.queue.push(
             at,
             What::Deliver {
                 to,
                 from,
-                departs,
-                message,
+                flight_ns,
+                copy: InFlight { unsealed, seq },
             },
         );
     }
@@ -242,6 +254,23 @@ impl Simulator {
         if self.state[r as usize].nic_free > self.now {
             self.cut_off.insert(r, self.now);
         }
+    }
+
+    /// When the copy `from` → `to` delivered now left its sender, from its
+    /// record's `flight_ns`.
+    pub(super) fn departure(
+        &mut self,
+        from: Rank,
+        to: Rank,
+        flight_ns: u32,
+        copy: &InFlight,
+    ) -> Time {
+        if flight_ns == LONG_FLIGHT {
+            if let Some(departs) = self.long_flights.remove(&(from, to, copy.seq)) {
+                return departs;
+            }
+        }
+        Time::from_nanos(self.now.as_nanos() - u64::from(flight_ns))
     }
 
     /// Whether a copy that `from` sent to leave at `departs` left: not if
@@ -320,5 +349,59 @@ impl Simulator {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sim::SimConfig;
+    use crate::wire::{HEADER_LEN, JobKeys};
+
+    /// A copy delayed beyond what a delivery record holds (4.3 s) keeps its
+    /// departure aside, exactly: after its sender went down, a copy that
+    /// had left is delivered and one that had not never leaves, whether
+    /// its flight was long or short.
+    #[test]
+    fn long_flights_keep_their_departure() {
+        let mut sim = Simulator::new(SimConfig::new(4)).unwrap();
+        sim.set_rule(Box::new(|m| {
+            if m.message.seq() <= 2 {
+                Verdict::Delay(Duration::from_secs(5))
+            } else {
+                Verdict::Pass
+            }
+        }));
+        let keys = JobKeys::new(1, [0; 32]);
+        let copy = |seq, to| Sealed::new(Arc::from(vec![0u8; HEADER_LEN]), seq, to, &keys);
+        // Rank 1's copies leave at 0, 1 µs and 2 µs (one per send_cost).
+        sim.send(1, 2, copy(1, 2));
+        sim.send(1, 2, copy(2, 2));
+        sim.send(1, 3, copy(3, 3));
+        assert_eq!(sim.long_flights.len(), 2);
+        sim.went_down(1);
+        let mut seen = Vec::new();
+        while let Some((at, what)) = sim.queue.pop() {
+            sim.now = at;
+            if let What::Deliver {
+                to,
+                from,
+                flight_ns,
+                copy,
+            } = what
+            {
+                let departs = sim.departure(from, to, flight_ns, &copy);
+                seen.push((copy.seq, departs.as_nanos(), sim.left_sender(from, departs)));
+            }
+        }
+        let cost = NetModel::DEFAULT_SEND_COST.as_nanos() as u64;
+        assert_eq!(
+            seen,
+            vec![(3, 2 * cost, false), (1, 0, true), (2, cost, false)]
+        );
+        assert!(sim.long_flights.is_empty());
     }
 }
