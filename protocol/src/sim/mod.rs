@@ -146,7 +146,7 @@ enum Status {
     Closed,
 }
 
-/// Per-rank simulator state (beside its Engine), in one array: one cache miss per event.
+/// Per-rank simulator state, beside its Engine ([`Node`]).
 #[derive(Clone, Copy, Debug)]
 struct SimRank {
     /// The deadline a `Timer` event is queued for (`NEVER`: none).
@@ -155,6 +155,16 @@ struct SimRank {
     nic_free: Time,
     status: Status,
     flags: u8,
+}
+
+/// A rank: the simulator's state of it, then its Engine. Every event reads
+/// the state first (status, deadline) and then the Engine's first lines:
+/// side by side, that is one cache miss where two arrays made two (the
+/// state's was 12% of ffd sim's time at 2^17 ranks).
+#[repr(C)]
+struct Node {
+    sim: SimRank,
+    engine: Engine,
 }
 
 const FAULTY: u8 = 1;
@@ -247,8 +257,7 @@ pub struct Simulator {
     cfg: SimConfig,
     n: u32,
     ring: Arc<Ring>,
-    engines: Vec<Engine>,
-    state: Vec<SimRank>,
+    ranks: Vec<Node>,
     slots: SlotModel,
     queue: Agenda<What>,
     /// Messages to stopped ranks, delivered when they resume.
@@ -368,7 +377,7 @@ impl Simulator {
                 engine_cfg.ring_seed,
             ))
         });
-        let mut engines = Vec::with_capacity(n as usize);
+        let mut ranks = Vec::with_capacity(n as usize);
         for r in 0..n {
             let mut e = match &groups {
                 None => Engine::new(
@@ -394,7 +403,15 @@ impl Simulator {
                 let ranks = h.members(h.host_of(r));
                 let _ = e.handle(Time::ZERO, Input::BoardReaders { ranks });
             }
-            engines.push(e);
+            ranks.push(Node {
+                sim: SimRank {
+                    deadline: Time::NEVER,
+                    nic_free: Time::ZERO,
+                    status: Status::Up,
+                    flags: 0,
+                },
+                engine: e,
+            });
         }
         let counters = if cfg.local {
             vec![None; n as usize]
@@ -405,16 +422,7 @@ impl Simulator {
         Ok(Simulator {
             n,
             ring,
-            engines,
-            state: vec![
-                SimRank {
-                    deadline: Time::NEVER,
-                    nic_free: Time::ZERO,
-                    status: Status::Up,
-                    flags: 0
-                };
-                n as usize
-            ],
+            ranks,
             slots,
             queue: Agenda::default(),
             held: BTreeMap::new(),
@@ -470,7 +478,7 @@ impl Simulator {
 
     /// The Engine of `rank`, for inspection.
     pub fn engine(&self, rank: Rank) -> &Engine {
-        &self.engines[rank as usize]
+        &self.ranks[rank as usize].engine
     }
 
     pub fn ring(&self) -> &Arc<Ring> {
@@ -544,12 +552,12 @@ impl Simulator {
         let now = self.now;
         match what {
             What::Timer(r) => {
-                if self.state[r as usize].status != Status::Up
-                    || self.state[r as usize].deadline != now
+                if self.ranks[r as usize].sim.status != Status::Up
+                    || self.ranks[r as usize].sim.deadline != now
                 {
                     return;
                 }
-                self.state[r as usize].deadline = Time::NEVER;
+                self.ranks[r as usize].sim.deadline = Time::NEVER;
                 self.tick(r);
             }
             What::Deliver {
@@ -568,7 +576,7 @@ impl Simulator {
                     self.dropped += 1;
                     return;
                 }
-                match self.state[to as usize].status {
+                match self.ranks[to as usize].sim.status {
                     Status::Up => {
                         self.deliver(to, from, &copy);
                         self.after_handle(to);
@@ -584,9 +592,10 @@ impl Simulator {
                 peer,
                 kind,
                 evidence,
-            } => match self.state[to as usize].status {
+            } => match self.ranks[to as usize].sim.status {
                 Status::Up => {
-                    let _ = self.engines[to as usize]
+                    let _ = self.ranks[to as usize]
+                        .engine
                         .handle(now, transport_error(peer, kind, evidence));
                     self.after_handle(to);
                 }
@@ -600,8 +609,10 @@ impl Simulator {
             What::Sent { to, peer } => {
                 // A stopped sender reads the completion when it resumes;
                 // by then its first beat says as much.
-                if self.state[to as usize].status == Status::Up {
-                    let _ = self.engines[to as usize].handle(now, Input::Sent { to: peer });
+                if self.ranks[to as usize].sim.status == Status::Up {
+                    let _ = self.ranks[to as usize]
+                        .engine
+                        .handle(now, Input::Sent { to: peer });
                     self.after_handle(to);
                 }
             }
@@ -610,18 +621,18 @@ impl Simulator {
                 self.apply(action);
             }
             What::Leave(r) => {
-                if self.state[r as usize].status == Status::Up
-                    && self.state[r as usize].flags & (EXCLUDED | LEFT) == 0
+                if self.ranks[r as usize].sim.status == Status::Up
+                    && self.ranks[r as usize].sim.flags & (EXCLUDED | LEFT) == 0
                 {
-                    self.state[r as usize].flags |= LEFT;
-                    let _ = self.engines[r as usize].handle(now, Input::Leave);
+                    self.ranks[r as usize].sim.flags |= LEFT;
+                    let _ = self.ranks[r as usize].engine.handle(now, Input::Leave);
                     self.after_handle(r);
                     self.queue.push(now + self.linger(), What::Close(r));
                 }
             }
             What::Close(r) => {
-                if self.state[r as usize].status == Status::Up {
-                    self.state[r as usize].status = Status::Closed;
+                if self.ranks[r as usize].sim.status == Status::Up {
+                    self.ranks[r as usize].sim.status = Status::Closed;
                     self.went_down(r);
                     self.slots.stop(r, now);
                 }
@@ -630,13 +641,13 @@ impl Simulator {
                 to,
                 failed,
                 detector,
-            } => match self.state[to as usize].status {
+            } => match self.ranks[to as usize].sim.status {
                 Status::Up => {
                     let input = Input::BoardNotice {
                         failed: &failed,
                         detector,
                     };
-                    let _ = self.engines[to as usize].handle(now, input);
+                    let _ = self.ranks[to as usize].engine.handle(now, input);
                     self.after_handle(to);
                 }
                 Status::Hung => self
@@ -649,18 +660,20 @@ impl Simulator {
             What::Exited { to, rank } => {
                 // A stopped watcher learns it from the notices it finds;
                 // every rank of the host still up sees the exit itself.
-                if self.state[to as usize].status == Status::Up {
+                if self.ranks[to as usize].sim.status == Status::Up {
                     let seen_by: Vec<Rank> = self.hosts.as_ref().map_or(Vec::new(), |hosts| {
                         hosts
                             .members(hosts.host_of(rank))
                             .iter()
                             .copied()
                             .filter(|&w| {
-                                w != rank && w != to && self.state[w as usize].status == Status::Up
+                                w != rank
+                                    && w != to
+                                    && self.ranks[w as usize].sim.status == Status::Up
                             })
                             .collect()
                     });
-                    let _ = self.engines[to as usize].handle(
+                    let _ = self.ranks[to as usize].engine.handle(
                         now,
                         Input::Exited {
                             rank,
@@ -695,7 +708,10 @@ impl Simulator {
         let at = self.now + self.cfg.exit_latency;
         for &to in hosts.members(host) {
             if to != r
-                && matches!(self.state[to as usize].status, Status::Up | Status::Hung)
+                && matches!(
+                    self.ranks[to as usize].sim.status,
+                    Status::Up | Status::Hung
+                )
                 && !self.is_cut(r, to)
             {
                 let failed = Arc::clone(&new);
@@ -719,7 +735,7 @@ impl Simulator {
         };
         let at = self.now + self.cfg.exit_latency;
         for &to in hosts.members(hosts.host_of(r)) {
-            if to != r && self.state[to as usize].status == Status::Up {
+            if to != r && self.ranks[to as usize].sim.status == Status::Up {
                 self.queue.push(at, What::Exited { to, rank: r });
             }
         }
@@ -730,7 +746,7 @@ impl Simulator {
     fn heartbeat_streams(&self) -> u64 {
         (0..self.n)
             .filter(|&r| {
-                self.state[r as usize].status == Status::Up && self.slots.target(r).is_some()
+                self.ranks[r as usize].sim.status == Status::Up && self.slots.target(r).is_some()
             })
             .count() as u64
     }
@@ -741,7 +757,7 @@ impl Simulator {
     fn deliver(&mut self, to: Rank, from: Rank, copy: &InFlight) {
         self.scratch.clear();
         seal_into(&copy.unsealed, copy.seq, to, &self.keys, &mut self.scratch);
-        let _ = self.engines[to as usize].handle(
+        let _ = self.ranks[to as usize].engine.handle(
             self.now,
             Input::Message {
                 from: Some(from),
@@ -754,7 +770,7 @@ impl Simulator {
         let now = self.now;
         let slots = &self.slots;
         let counters = &self.counters;
-        self.engines[r as usize].handle_timeout_with(
+        self.ranks[r as usize].engine.handle_timeout_with(
             now,
             |slot| slots.read(r, slot, now),
             |e| counters.get(e as usize).copied().flatten(),
@@ -763,7 +779,7 @@ impl Simulator {
             // This rank woke: its counter says so.
             *c = Some(LocalBeat {
                 at: now,
-                digest: fold_digest(self.engines[r as usize].digest()),
+                digest: fold_digest(self.ranks[r as usize].engine.digest()),
                 thread: EmitterThread::Unknown,
             });
         }
@@ -774,7 +790,7 @@ impl Simulator {
     pub(super) fn after_handle(&mut self, r: Rank) {
         let now = self.now;
         for _ in 0..1_000_000 {
-            let Some(out) = self.engines[r as usize].poll_output() else {
+            let Some(out) = self.ranks[r as usize].engine.poll_output() else {
                 break;
             };
             match out {
@@ -793,7 +809,7 @@ impl Simulator {
                             });
                     if let (true, Some(t)) = (changed, to) {
                         if matches!(
-                            self.state[t as usize].status,
+                            self.ranks[t as usize].sim.status,
                             Status::Crashed | Status::Closed
                         ) {
                             self.bounce(r, t, TransportErrorKind::HeartbeatWrite);
@@ -808,14 +824,17 @@ impl Simulator {
                 Output::Event(ev) => self.on_event(r, ev),
             }
         }
-        let next = self.engines[r as usize].next_deadline().map(|t| t.max(now));
+        let next = self.ranks[r as usize]
+            .engine
+            .next_deadline()
+            .map(|t| t.max(now));
         match next {
-            Some(t) if t != self.state[r as usize].deadline => {
-                self.state[r as usize].deadline = t;
+            Some(t) if t != self.ranks[r as usize].sim.deadline => {
+                self.ranks[r as usize].sim.deadline = t;
                 self.queue.push(t, What::Timer(r));
             }
             Some(_) => {}
-            None => self.state[r as usize].deadline = Time::NEVER,
+            None => self.ranks[r as usize].sim.deadline = Time::NEVER,
         }
     }
 }

@@ -163,8 +163,8 @@ impl Simulator {
                 }
             }
         }
-        let departs = self.state[from as usize].nic_free.max(self.now);
-        self.state[from as usize].nic_free = departs + self.cfg.net.send_cost;
+        let departs = self.ranks[from as usize].sim.nic_free.max(self.now);
+        self.ranks[from as usize].sim.nic_free = departs + self.cfg.net.send_cost;
         let at = self.fifo(from, to, departs + delay);
         if kind == Some(Kind::ObserveMe) {
             // Transmit complete once it is on an up link, whatever the
@@ -251,7 +251,7 @@ impl Simulator {
     /// `r` crashed or closed its endpoint now: the copies it had not sent
     /// yet never leave. Only a rank with such copies is remembered.
     pub(super) fn went_down(&mut self, r: Rank) {
-        if self.state[r as usize].nic_free > self.now {
+        if self.ranks[r as usize].sim.nic_free > self.now {
             self.cut_off.insert(r, self.now);
         }
     }
@@ -293,7 +293,7 @@ impl Simulator {
         if let Some(&up) = self.links_up.get(&key) {
             return Some(up.saturating_since(self.now));
         }
-        if self.state[b as usize].status != Status::Up {
+        if self.ranks[b as usize].sim.status != Status::Up {
             return None;
         }
         self.links_up.insert(key, self.now + connect);
@@ -329,13 +329,13 @@ impl Simulator {
     /// back to the sender after the in-band latency, as proof (the dead
     /// process's kernel answers).
     pub(super) fn bounce(&mut self, sender: Rank, dead: Rank, kind: TransportErrorKind) {
-        if self.state[dead as usize].flags & super::LOST != 0 {
+        if self.ranks[dead as usize].sim.flags & super::LOST != 0 {
             // Lost with its host: no kernel answers for it.
             return;
         }
         if let Some(d) = self.cfg.net.inband_latency {
             if matches!(
-                self.state[sender as usize].status,
+                self.ranks[sender as usize].sim.status,
                 Status::Up | Status::Hung
             ) {
                 self.queue.push(
