@@ -107,8 +107,9 @@ pub struct SimArgs {
     /// With --local: how long a pidfd takes to wake a same-host watcher.
     #[arg(long, value_name = "D", default_value = "150us", value_parser = parse_duration)]
     pub exit_latency: Duration,
-    /// Compute and check every message's tag, as on a fabric (the report
-    /// is the same; the run about a tenth slower).
+    /// Authenticate every message as on a fabric: tags, sequence numbers
+    /// and replay windows (the report is the same; the run slower and
+    /// larger).
     #[arg(long)]
     pub authenticate: bool,
     /// Print nothing but errors.

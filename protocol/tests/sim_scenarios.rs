@@ -600,13 +600,15 @@ fn identical_seeds_give_identical_runs() {
     assert_ne!(ranks(&a), ranks(&c), "another seed picks other victims");
 }
 
-/// Tags are off by default in the simulator (nobody forges there) and
-/// change no outcome: the same run with every tag computed and checked
-/// reports the same, through crashes, a hang and its resumption (held
-/// copies), a leave, payloads and delayed copies (a rule). With tags on,
-/// the copies a rule sees end with a tag; off, with zeros.
+/// Authentication is off by default in the simulator (nobody forges
+/// there, and no copy arrives twice or out of order on its link) and
+/// changes no outcome: the same run with every tag and sequence number
+/// made and checked reports the same, through crashes, a hang and its
+/// resumption (held copies), a leave, payloads and delayed copies (a
+/// rule). With it, the copies a rule sees carry a tag and numbers counting
+/// up per link; without, a zero tag and number 1.
 #[test]
-fn tags_on_or_off_the_report_is_the_same() {
+fn authentication_on_or_off_the_report_is_the_same() {
     let faults = [
         "random:3@300ms",
         "hang:3@350ms",
@@ -618,15 +620,16 @@ fn tags_on_or_off_the_report_is_the_same() {
         let mut cfg = config(300, &faults, 5);
         cfg.authenticate = authenticate;
         let mut sim = Simulator::new(cfg).unwrap();
-        // (copies with a tag, copies)
-        let tags = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64)));
+        // (copies with a tag, copies numbered above 1, copies)
+        let tags = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64, 0u64)));
         let seen = tags.clone();
         sim.set_rule(Box::new(move |m| {
             let bytes = m.message.to_vec();
             let tag = &bytes[bytes.len() - ffd_protocol::wire::TAG_LEN..];
-            let (tagged, count) = seen.get();
+            let (tagged, numbered, count) = seen.get();
             let tagged = tagged + u64::from(tag.iter().any(|&b| b != 0));
-            seen.set((tagged, count + 1));
+            let numbered = numbered + u64::from(m.message.seq() > 1);
+            seen.set((tagged, numbered, count + 1));
             if m.kind == Some(Kind::Notice) && count % 4 == 0 {
                 Verdict::Delay(ms(3))
             } else {
@@ -636,12 +639,13 @@ fn tags_on_or_off_the_report_is_the_same() {
         let r = sim.run().deterministic_part();
         (r, tags.get())
     };
-    let (on, (tagged_on, copies)) = run_with(true);
-    let (off, (tagged_off, _)) = run_with(false);
-    assert_complete(&off, "tags off");
+    let (on, (tagged_on, numbered_on, copies)) = run_with(true);
+    let (off, (tagged_off, numbered_off, _)) = run_with(false);
+    assert_complete(&off, "authentication off");
     assert!(copies > 1000, "{copies} copies");
-    assert_eq!(tagged_on, copies, "with tags, every copy carries one");
-    assert_eq!(tagged_off, 0, "without, none");
+    assert_eq!(tagged_on, copies, "authenticated, every copy carries a tag");
+    assert!(numbered_on > copies / 2, "and numbers count up per link");
+    assert_eq!((tagged_off, numbered_off), (0, 0), "without, neither");
     assert_eq!(on, off);
 }
 

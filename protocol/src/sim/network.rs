@@ -175,7 +175,10 @@ impl Simulator {
         let flight_ns = match u32::try_from((at - departs).as_nanos()) {
             Ok(ns) if ns != LONG_FLIGHT => ns,
             _ => {
-                self.long_flights.insert((from, to, seq), departs);
+                self.long_flights
+                    .entry((from, to))
+                    .or_default()
+                    .push_back(departs);
                 LONG_FLIGHT
             }
         };
@@ -258,16 +261,16 @@ impl Simulator {
 
     /// When the copy `from` → `to` delivered now left its sender, from its
     /// record's `flight_ns`.
-    pub(super) fn departure(
-        &mut self,
-        from: Rank,
-        to: Rank,
-        flight_ns: u32,
-        copy: &InFlight,
-    ) -> Time {
+    pub(super) fn departure(&mut self, from: Rank, to: Rank, flight_ns: u32) -> Time {
         if flight_ns == LONG_FLIGHT {
-            if let Some(departs) = self.long_flights.remove(&(from, to, copy.seq)) {
-                return departs;
+            if let Some(queue) = self.long_flights.get_mut(&(from, to)) {
+                let departs = queue.pop_front();
+                if queue.is_empty() {
+                    self.long_flights.remove(&(from, to));
+                }
+                if let Some(departs) = departs {
+                    return departs;
+                }
             }
         }
         Time::from_nanos(self.now.as_nanos() - u64::from(flight_ns))
@@ -381,7 +384,7 @@ mod tests {
         sim.send(1, 2, copy(1, 2));
         sim.send(1, 2, copy(2, 2));
         sim.send(1, 3, copy(3, 3));
-        assert_eq!(sim.long_flights.len(), 2);
+        assert_eq!(sim.long_flights[&(1, 2)].len(), 2);
         sim.went_down(1);
         let mut seen = Vec::new();
         while let Some((at, what)) = sim.queue.pop() {
@@ -393,7 +396,7 @@ mod tests {
                 copy,
             } = what
             {
-                let departs = sim.departure(from, to, flight_ns, &copy);
+                let departs = sim.departure(from, to, flight_ns);
                 seen.push((copy.seq, departs.as_nanos(), sim.left_sender(from, departs)));
             }
         }

@@ -60,16 +60,24 @@ impl JobKeys {
         }
     }
 
-    /// Keys that compute no tag (every tag is zeros) and accept any: for
-    /// the simulator alone, where nobody forges and a tag is a fifth of
-    /// the cost of a message (`sim::SimConfig::authenticate`). Not
-    /// reachable from outside the crate.
+    /// Keys that authenticate nothing: no tag is computed (every tag is
+    /// zeros) and any is accepted, and the Engines that hold them number
+    /// no copy and keep no replay window (see [`JobKeys::authenticates`]).
+    /// For the simulator alone, where nobody forges and no copy arrives
+    /// twice or out of order on its link (`sim::SimConfig::authenticate`).
+    /// Not reachable from outside the crate.
     #[cfg(feature = "sim")]
     pub(crate) fn unauthenticated(job_key: u64) -> JobKeys {
         JobKeys {
             job_key,
             message_key: None,
         }
+    }
+
+    /// Whether messages are authenticated: always, but for the
+    /// simulator's [`JobKeys::unauthenticated`].
+    pub(crate) fn authenticates(&self) -> bool {
+        self.message_key.is_some()
     }
 
     /// The job key, stamped in clear on every message.
