@@ -152,11 +152,11 @@ impl Simulator {
     }
 
     pub(super) fn crash(&mut self, r: Rank, label: &'static str) {
-        if !matches!(self.ranks[r as usize].sim.status, Status::Up | Status::Hung) {
+        if !matches!(self.state[r as usize].status, Status::Up | Status::Hung) {
             return;
         }
         let now = self.now;
-        self.ranks[r as usize].sim.status = Status::Crashed;
+        self.state[r as usize].status = Status::Crashed;
         self.went_down(r);
         self.slots.stop(r, now);
         self.held.remove(&r);
@@ -169,11 +169,11 @@ impl Simulator {
         // in-band error; its observer finds it silent and checks the host.
         let silent = self.cfg.local && label == "host";
         if silent {
-            self.ranks[r as usize].sim.flags |= super::LOST;
+            self.state[r as usize].flags |= super::LOST;
         }
         if let (Some(d), false) = (self.cfg.net.inband_latency, silent) {
             for (_, writer) in self.slots.writers_into(r) {
-                if self.ranks[writer as usize].sim.status == Status::Up {
+                if self.state[writer as usize].status == Status::Up {
                     let at = self.slots.next_write(writer, now) + d;
                     self.queue.push(
                         at,
@@ -196,8 +196,8 @@ impl Simulator {
     /// about the other side's ranks are false reports.
     fn non_primary_side(&self, cut: &[Rank]) -> Vec<Rank> {
         let live = |r: Rank| {
-            self.ranks[r as usize].sim.status == Status::Up
-                && self.ranks[r as usize].sim.flags & (EXCLUDED | LEFT) == 0
+            self.state[r as usize].status == Status::Up
+                && self.state[r as usize].flags & (EXCLUDED | LEFT) == 0
         };
         let inside = |r: Rank| cut.binary_search(&r).is_ok();
         let cut_live = (0..self.n).filter(|&r| live(r) && inside(r)).count();
@@ -220,46 +220,45 @@ impl Simulator {
                 }
             }
             Action::Hang(r) => {
-                if self.ranks[r as usize].sim.status == Status::Up {
-                    self.ranks[r as usize].sim.status = Status::Hung;
+                if self.state[r as usize].status == Status::Up {
+                    self.state[r as usize].status = Status::Hung;
                     self.slots.stop(r, now);
                     self.track(r, "hang");
                 }
             }
             Action::Resume(r) => {
-                if self.ranks[r as usize].sim.status == Status::Hung {
-                    self.ranks[r as usize].sim.status = Status::Up;
+                if self.state[r as usize].status == Status::Hung {
+                    self.state[r as usize].status = Status::Up;
                     self.slots.resume(r);
                     // The progress thread wakes: its timers are long overdue.
-                    self.ranks[r as usize].sim.deadline = Time::NEVER;
+                    self.state[r as usize].deadline = Time::NEVER;
                     self.tick(r);
                     for (from, message) in self.held.remove(&r).unwrap_or_default() {
-                        if self.ranks[r as usize].sim.status != Status::Up {
+                        if self.state[r as usize].status != Status::Up {
                             break;
                         }
                         self.deliver(r, from, &message);
                         self.after_handle(r);
                     }
                     for (failed, detector) in self.held_board.remove(&r).unwrap_or_default() {
-                        if self.ranks[r as usize].sim.status != Status::Up {
+                        if self.state[r as usize].status != Status::Up {
                             break;
                         }
                         let input = Input::BoardNotice {
                             failed: &failed,
                             detector,
                         };
-                        let _ = self.ranks[r as usize].engine.handle(now, input);
+                        let _ = self.engines[r as usize].handle(now, input);
                         self.after_handle(r);
                     }
                     for (peer, kind, evidence) in self.held_errors.remove(&r).unwrap_or_default() {
-                        let _ = self.ranks[r as usize]
-                            .engine
+                        let _ = self.engines[r as usize]
                             .handle(now, transport_error(peer, kind, evidence));
                         self.after_handle(r);
                     }
                     if let Some((t, _)) = self.slots.target(r) {
                         if matches!(
-                            self.ranks[t as usize].sim.status,
+                            self.state[t as usize].status,
                             Status::Crashed | Status::Closed
                         ) {
                             self.bounce(r, t, TransportErrorKind::HeartbeatWrite);
@@ -293,13 +292,12 @@ impl Simulator {
                 },
             ),
             Action::Broadcast(r) => {
-                if self.ranks[r as usize].sim.status == Status::Up {
+                if self.state[r as usize].status == Status::Up {
                     let payload = format!("payload from {r} at {now}");
-                    let sent = self.ranks[r as usize]
-                        .engine
-                        .handle(now, Input::Broadcast(payload.as_bytes()));
+                    let sent =
+                        self.engines[r as usize].handle(now, Input::Broadcast(payload.as_bytes()));
                     if sent.is_ok() {
-                        let seq = self.ranks[r as usize].engine.payload_mark(r);
+                        let seq = self.engines[r as usize].payload_mark(r);
                         self.payload_log.broadcast(r, seq, now, self.n);
                     }
                     self.after_handle(r);
@@ -309,12 +307,10 @@ impl Simulator {
                 self.agree_calls += 1;
                 self.agreement_started(self.agree_calls);
                 for r in 0..self.n {
-                    let st = self.ranks[r as usize].sim;
+                    let st = self.state[r as usize];
                     if st.status == Status::Up && st.flags & (EXCLUDED | LEFT) == 0 {
                         let flags = !(1u64 << (r % 64));
-                        let _ = self.ranks[r as usize]
-                            .engine
-                            .handle(now, Input::Agree { flags });
+                        let _ = self.engines[r as usize].handle(now, Input::Agree { flags });
                         self.after_handle(r);
                     }
                 }

@@ -67,7 +67,7 @@ impl Simulator {
     }
 
     pub(super) fn track(&mut self, r: Rank, label: &'static str) {
-        self.ranks[r as usize].sim.flags |= FAULTY;
+        self.state[r as usize].flags |= FAULTY;
         if self.track_of.contains_key(&r) {
             return;
         }
@@ -99,7 +99,7 @@ impl Simulator {
                 ..
             } => {
                 let healthy_reporter =
-                    self.ranks[reporter as usize].sim.flags & (FAULTY | EXCLUDED) == 0;
+                    self.state[reporter as usize].flags & (FAULTY | EXCLUDED) == 0;
                 if !healthy_reporter {
                     self.reports_by_faulty += 1;
                 }
@@ -135,7 +135,7 @@ impl Simulator {
                 }
             }
             Event::SelfExcluded { why, .. } => {
-                self.ranks[reporter as usize].sim.flags |= EXCLUDED;
+                self.state[reporter as usize].flags |= EXCLUDED;
                 self.self_excluded.push(reporter);
                 self.self_excluded_at.push(ms(now));
                 if why == Exclusion::NoQuorum {
@@ -166,7 +166,7 @@ impl Simulator {
     /// A rank that should know every failure: never faulted, not excluded,
     /// not leaving, running.
     pub(super) fn is_live(&self, r: Rank) -> bool {
-        self.ranks[r as usize].sim.flags == 0 && self.ranks[r as usize].sim.status == Status::Up
+        self.state[r as usize].flags == 0 && self.state[r as usize].status == Status::Up
     }
 
     pub(super) fn missed(&self, t: &Track) -> u64 {

@@ -163,8 +163,8 @@ impl Simulator {
                 }
             }
         }
-        let departs = self.ranks[from as usize].sim.nic_free.max(self.now);
-        self.ranks[from as usize].sim.nic_free = departs + self.cfg.net.send_cost;
+        let departs = self.nic_free[from as usize].max(self.now);
+        self.nic_free[from as usize] = departs + self.cfg.net.send_cost;
         let at = self.fifo(from, to, departs + delay);
         if kind == Some(Kind::ObserveMe) {
             // Transmit complete once it is on an up link, whatever the
@@ -254,7 +254,7 @@ impl Simulator {
     /// `r` crashed or closed its endpoint now: the copies it had not sent
     /// yet never leave. Only a rank with such copies is remembered.
     pub(super) fn went_down(&mut self, r: Rank) {
-        if self.ranks[r as usize].sim.nic_free > self.now {
+        if self.nic_free[r as usize] > self.now {
             self.cut_off.insert(r, self.now);
         }
     }
@@ -296,7 +296,7 @@ impl Simulator {
         if let Some(&up) = self.links_up.get(&key) {
             return Some(up.saturating_since(self.now));
         }
-        if self.ranks[b as usize].sim.status != Status::Up {
+        if self.state[b as usize].status != Status::Up {
             return None;
         }
         self.links_up.insert(key, self.now + connect);
@@ -332,13 +332,13 @@ impl Simulator {
     /// back to the sender after the in-band latency, as proof (the dead
     /// process's kernel answers).
     pub(super) fn bounce(&mut self, sender: Rank, dead: Rank, kind: TransportErrorKind) {
-        if self.ranks[dead as usize].sim.flags & super::LOST != 0 {
+        if self.state[dead as usize].flags & super::LOST != 0 {
             // Lost with its host: no kernel answers for it.
             return;
         }
         if let Some(d) = self.cfg.net.inband_latency {
             if matches!(
-                self.ranks[sender as usize].sim.status,
+                self.state[sender as usize].status,
                 Status::Up | Status::Hung
             ) {
                 self.queue.push(
