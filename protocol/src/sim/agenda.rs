@@ -19,8 +19,8 @@
 //! lowest non-empty bucket, in order, into buckets that are all empty (they
 //! are lower), so each receives an ordered run before any later push.
 //!
-//! A bucket is a queue of blocks of [`BLOCK`] entries rather than one
-//! vector: heaptrack put a 2^19-rank flood's agenda at 2.8 times its live
+//! A bucket (but the one due now) is a list of blocks of [`BLOCK`]
+//! entries rather than one vector: heaptrack put a 2^19-rank flood's agenda at 2.8 times its live
 //! entries, from vectors that double (up to as much spare room as entries)
 //! and from a refill holding the bucket it empties beside the buckets it
 //! fills. Blocks hold at most one partly filled block per bucket of spare
@@ -41,16 +41,15 @@ struct Entry<T> {
     item: T,
 }
 
-/// Entries in insertion order, in blocks; no block is empty.
+/// Entries in insertion order, in blocks of at most [`BLOCK`]; no block is
+/// empty.
 struct Bucket<T> {
-    blocks: VecDeque<VecDeque<Entry<T>>>,
+    blocks: Vec<Vec<Entry<T>>>,
 }
 
 impl<T> Default for Bucket<T> {
     fn default() -> Self {
-        Bucket {
-            blocks: VecDeque::new(),
-        }
+        Bucket { blocks: Vec::new() }
     }
 }
 
@@ -59,38 +58,15 @@ impl<T> Bucket<T> {
         self.blocks.is_empty()
     }
 
-    fn push_back(&mut self, e: Entry<T>, spare: &mut Vec<VecDeque<Entry<T>>>) {
-        match self.blocks.back_mut() {
-            Some(last) if last.len() < BLOCK => last.push_back(e),
+    fn push(&mut self, e: Entry<T>, spare: &mut Vec<Vec<Entry<T>>>) {
+        match self.blocks.last_mut() {
+            Some(last) if last.len() < BLOCK => last.push(e),
             _ => {
-                let mut block = spare
-                    .pop()
-                    .unwrap_or_else(|| VecDeque::with_capacity(BLOCK));
-                block.push_back(e);
-                self.blocks.push_back(block);
+                let mut block = spare.pop().unwrap_or_else(|| Vec::with_capacity(BLOCK));
+                block.push(e);
+                self.blocks.push(block);
             }
         }
-    }
-
-    fn pop_front(&mut self, spare: &mut Vec<VecDeque<Entry<T>>>) -> Option<Entry<T>> {
-        let first = self.blocks.front_mut()?;
-        let e = first.pop_front();
-        if first.is_empty() {
-            if let Some(block) = self.blocks.pop_front() {
-                recycle(block, spare);
-            }
-        }
-        e
-    }
-
-    fn min_at(&self) -> Option<u64> {
-        self.blocks.iter().flatten().map(|e| e.at).min()
-    }
-}
-
-fn recycle<T>(block: VecDeque<Entry<T>>, spare: &mut Vec<VecDeque<Entry<T>>>) {
-    if spare.len() < SPARE {
-        spare.push(block);
     }
 }
 
@@ -98,18 +74,18 @@ pub struct Agenda<T> {
     /// Time of bucket 0 (the last popped time).
     last: u64,
     /// Entries due at `last`, in insertion order.
-    now: Bucket<T>,
+    now: VecDeque<Entry<T>>,
     /// `buckets[i]`: entries whose time differs from `last` first in bit i.
     buckets: Vec<Bucket<T>>,
-    /// Emptied blocks (empty, with room for [`BLOCK`] entries).
-    spare: Vec<VecDeque<Entry<T>>>,
+    /// Emptied blocks (with room for [`BLOCK`] entries), at most [`SPARE`].
+    spare: Vec<Vec<Entry<T>>>,
 }
 
 impl<T> Default for Agenda<T> {
     fn default() -> Self {
         Agenda {
             last: 0,
-            now: Bucket::default(),
+            now: VecDeque::new(),
             buckets: (0..64).map(|_| Bucket::default()).collect(),
             spare: Vec::new(),
         }
@@ -123,8 +99,8 @@ impl<T> Agenda<T> {
         let at = at.as_nanos().max(self.last);
         let entry = Entry { at, item };
         match at ^ self.last {
-            0 => self.now.push_back(entry, &mut self.spare),
-            x => self.buckets[63 - x.leading_zeros() as usize].push_back(entry, &mut self.spare),
+            0 => self.now.push_back(entry),
+            x => self.buckets[63 - x.leading_zeros() as usize].push(entry, &mut self.spare),
         }
     }
 
@@ -132,20 +108,26 @@ impl<T> Agenda<T> {
         if self.now.is_empty() {
             let i = self.buckets.iter().position(|b| !b.is_empty())?;
             let moving = std::mem::take(&mut self.buckets[i]);
-            self.last = moving.min_at().unwrap_or(self.last);
+            self.last = moving
+                .blocks
+                .iter()
+                .flat_map(|b| b.iter().map(|e| e.at))
+                .min()
+                .unwrap_or(self.last);
             for mut block in moving.blocks {
                 for e in block.drain(..) {
                     match e.at ^ self.last {
-                        0 => self.now.push_back(e, &mut self.spare),
-                        x => self.buckets[63 - x.leading_zeros() as usize]
-                            .push_back(e, &mut self.spare),
+                        0 => self.now.push_back(e),
+                        x => self.buckets[63 - x.leading_zeros() as usize].push(e, &mut self.spare),
                     }
                 }
-                recycle(block, &mut self.spare);
+                if self.spare.len() < SPARE {
+                    self.spare.push(block);
+                }
             }
         }
         self.now
-            .pop_front(&mut self.spare)
+            .pop_front()
             .map(|e| (Time::from_nanos(e.at), e.item))
     }
 }
