@@ -825,3 +825,30 @@ impl Simulator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+
+    use super::*;
+
+    /// What the simulator keeps per rank and per scheduled event, each
+    /// multiplied by a million ranks or tens of millions of events at 2^20
+    /// (`benches/sim_cost.py` measures the whole run). Printed with
+    /// `--nocapture`; the simulator's own records are bounded here, so a
+    /// field that grows them fails a test rather than only a benchmark.
+    #[test]
+    fn per_rank_and_per_event_records_stay_small() {
+        let sizes = [
+            ("Engine", size_of::<Engine>()),
+            ("SimRank", size_of::<SimRank>()),
+            ("What (an agenda entry is 8 bytes more)", size_of::<What>()),
+            ("InFlight", size_of::<InFlight>()),
+        ];
+        for (name, size) in sizes {
+            println!("{name}: {size} bytes");
+        }
+        assert!(size_of::<SimRank>() <= 16, "the per-rank record");
+        assert!(size_of::<What>() <= 40, "the agenda's item");
+    }
+}
