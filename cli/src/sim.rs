@@ -107,6 +107,11 @@ pub struct SimArgs {
     /// With --local: how long a pidfd takes to wake a same-host watcher.
     #[arg(long, value_name = "D", default_value = "150us", value_parser = parse_duration)]
     pub exit_latency: Duration,
+    /// Authenticate every message as on a fabric: tags, sequence numbers
+    /// and replay windows (the report is the same; the run slower and
+    /// larger).
+    #[arg(long)]
+    pub authenticate: bool,
     /// Print nothing but errors.
     #[arg(long)]
     pub quiet: bool,
@@ -160,6 +165,7 @@ impl SimArgs {
         cfg.seed = self.seed;
         cfg.duration = self.duration;
         cfg.track_links = self.track_links;
+        cfg.authenticate = self.authenticate;
         Ok(cfg)
     }
 }

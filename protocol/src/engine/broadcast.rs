@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use super::trust::link_key;
 use super::{Engine, Output, Participation, Timer};
 use crate::config::{Rank, Time};
 use crate::overlay::{Links, MAX_LINKS};
@@ -74,9 +73,9 @@ impl Engine {
                 }
                 self.stats.sent[f.kind.index()] += 1;
                 self.stats.bytes_sent += (f.bytes.len() + TAG_LEN) as u64;
-                let link = link_key(&self.ring, self.my_pos, to);
-                let seq = self.links.next_out(link, self.ring.len());
-                let message = Sealed::new(f.bytes.clone(), seq, to, &self.keys);
+                let bytes = f.bytes.clone();
+                let seq = self.next_seq(to);
+                let message = Sealed::new(bytes, seq, to, &self.keys);
                 return Some(Output::Send { to, message });
             }
             self.fanouts.pop_front();

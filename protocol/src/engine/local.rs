@@ -586,10 +586,12 @@ impl Engine {
     /// than the window), with host groups and other live ranks on the
     /// emitter's host, and no check under way. Allocates nothing.
     pub(super) fn host_precheck_at(&self, limit: Duration, cause: Cause) -> Option<Time> {
+        // Host groups first: without them (most Engines of a simulator)
+        // nothing else is read.
+        let (hosts, emitter) = (self.hosts.as_ref()?, self.watch.emitter?);
         if cause != Cause::Timeout || limit < self.config.timeout || self.host_check.is_some() {
             return None;
         }
-        let (hosts, emitter) = (self.hosts.as_ref()?, self.watch.emitter?);
         if self.accusing(emitter) {
             return None;
         }

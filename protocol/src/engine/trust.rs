@@ -75,11 +75,12 @@ pub(super) fn link_key(ring: &Ring, my_pos: u32, peer: Rank) -> LinkKey {
 /// sends elsewhere meanwhile; the tag binds each copy to its receiver, so a
 /// number can only be used where it was given.
 ///
-/// Memory and speed (a simulator drives a million of these, and every
-/// message touches one on each side): the overlay's links (2·⌈log2 N⌉, 40
-/// at 2^20) sit in one table allocated at the first message, 24 bytes each,
-/// found by their ring offset without a search; other peers (exclusion
-/// replies, probes) in a small sorted list.
+/// Memory and speed (every message touches one on each side): the
+/// overlay's links (2·⌈log2 N⌉, 40 at 2^20) sit in one table allocated at
+/// the first message, 24 bytes each, found by their ring offset without a
+/// search; other peers (exclusion replies, probes) in a small sorted list.
+/// (The simulator's Engines keep none unless it authenticates:
+/// `Engine::next_seq`.)
 #[derive(Clone, Debug, Default)]
 pub(super) struct PeerLinks {
     overlay: Box<[LinkState]>,
@@ -229,9 +230,12 @@ impl Engine {
         if from.is_some_and(|f| f != sender) {
             return Err(self.reject(RejectReason::SourceMismatch));
         }
-        let link = link_key(&self.ring, self.my_pos, sender);
-        if !self.links.admit(link, header.seq, self.ring.len()) {
-            return Err(self.reject(RejectReason::Replayed));
+        // (Keys that authenticate nothing number nothing: `next_seq`.)
+        if self.keys.authenticates() {
+            let link = link_key(&self.ring, self.my_pos, sender);
+            if !self.links.admit(link, header.seq, self.ring.len()) {
+                return Err(self.reject(RejectReason::Replayed));
+            }
         }
         self.stats.received[header.kind.index()] += 1;
         if self.participation == Participation::Excluded {

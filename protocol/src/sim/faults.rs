@@ -157,7 +157,7 @@ impl Simulator {
         }
         let now = self.now;
         self.state[r as usize].status = Status::Crashed;
-        self.state[r as usize].down_at = now;
+        self.went_down(r);
         self.slots.stop(r, now);
         self.held.remove(&r);
         self.held_board.remove(&r);

@@ -31,7 +31,7 @@ mod report;
 pub mod slots;
 pub mod spec;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ pub use report::{
 pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 
 use crate::ranks::fold_digest;
-use crate::wire::{JobKeys, Kind, Sealed};
+use crate::wire::{JobKeys, Kind, Sealed, seal_into};
 use crate::{
     EmitterThread, Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Hosts, Input,
     LocalBeat, Output, Rank, Ring, Time, TransportErrorKind,
@@ -86,6 +86,15 @@ pub struct SimConfig {
     pub local: bool,
     /// How long a pidfd takes to wake a same-host watcher after an exit.
     pub exit_latency: Duration,
+    /// Authenticate every message as on a fabric: a tag made and checked
+    /// per copy, sequence numbers per link and the receivers' replay
+    /// windows. Off by default: nobody forges in the simulator and no copy
+    /// arrives twice or out of order on its link, so they change no outcome
+    /// (test `authentication_on_or_off_the_report_is_the_same`), while the
+    /// tags took a tenth of its time and the link state a cache miss per
+    /// copy and a kilobyte per rank at 2^20. The codec and the source check
+    /// run either way.
+    pub authenticate: bool,
 }
 
 impl SimConfig {
@@ -108,6 +117,7 @@ impl SimConfig {
             track_links: false,
             local: false,
             exit_latency: SimConfig::DEFAULT_EXIT_LATENCY,
+            authenticate: false,
         }
     }
 
@@ -139,16 +149,12 @@ enum Status {
     Closed,
 }
 
-/// Per-rank simulator state (beside its Engine), in one array: one cache miss per event.
+/// Per-rank simulator state, in one array that every event reads: 16
+/// bytes per rank, small enough to stay in the cache at 2^17 ranks.
 #[derive(Clone, Copy, Debug)]
 struct SimRank {
     /// The deadline a `Timer` event is queued for (`NEVER`: none).
     deadline: Time,
-    /// When its next copy can leave (`network`: one every `send_cost`).
-    nic_free: Time,
-    /// When it crashed or closed its endpoint (`NEVER`: it did not):
-    /// copies due to leave later never leave.
-    down_at: Time,
     status: Status,
     flags: u8,
 }
@@ -164,9 +170,11 @@ enum What {
     Deliver {
         to: Rank,
         from: Rank,
-        /// When the copy leaves its sender.
-        departs: Time,
-        message: Sealed,
+        /// How long before its delivery the copy leaves its sender, in ns
+        /// (`network::LONG_FLIGHT`: longer, and kept aside), so that the
+        /// record stays at 40 bytes.
+        flight_ns: u32,
+        copy: InFlight,
     },
     Error {
         to: Rank,
@@ -217,11 +225,22 @@ pub(super) fn transport_error(
     }
 }
 
-/// A message waiting for a stopped rank: (sender, message).
-type Held = (Rank, Sealed);
+/// A copy in flight: the unsealed bytes (shared by the copies of one
+/// broadcast step) and its sequence number. Not its tag, a function of
+/// these, the receiver and the keys, made again on delivery: tens of
+/// millions of copies are in flight at 2^20 ranks, and 16 bytes more each
+/// made the agenda a third larger.
+struct InFlight {
+    unsealed: Arc<[u8]>,
+    seq: u64,
+}
 
-/// The simulator's message key: one fixed key for every run (the tags are
-/// computed and checked as on a real fabric; nobody forges here).
+/// A message waiting for a stopped rank: (sender, copy).
+type Held = (Rank, InFlight);
+
+/// The simulator's message key with [`SimConfig::authenticate`]: one fixed
+/// key for every run (the tags are computed and checked as on a real
+/// fabric; nobody forges here).
 const SIM_MESSAGE_KEY: [u8; 32] = *b"ffd simulator message key, fixed";
 
 /// The simulator. Build with [`Simulator::new`], optionally set a rule,
@@ -232,6 +251,10 @@ pub struct Simulator {
     ring: Arc<Ring>,
     engines: Vec<Engine>,
     state: Vec<SimRank>,
+    /// Per rank, when its next copy can leave (`network`: one every
+    /// `send_cost`); read only when it sends, so not in `state`, which
+    /// every event reads and which stays small enough for the cache.
+    nic_free: Vec<Time>,
     slots: SlotModel,
     queue: Agenda<What>,
     /// Messages to stopped ranks, delivered when they resume.
@@ -244,8 +267,16 @@ pub struct Simulator {
     /// The cut-off set of the current partition, sorted.
     partition: Option<Vec<Rank>>,
     /// Per sender, the links with a copy in flight and the delivery time
-    /// of the last one (per-link FIFO, `network`).
+    /// of the last one (per-link FIFO, `network`); empty (not one list per
+    /// rank) until the first copy whose order needs it.
     in_flight: Vec<Vec<(Rank, Time)>>,
+    /// Ranks that went down (crashed or closed) with copies still waiting
+    /// to leave, and when (`network`): the few copies that never leave.
+    cut_off: BTreeMap<Rank, Time>,
+    /// Departure times of the copies in flight longer than
+    /// `network::LONG_FLIGHT` (rule delays), per link (sender, receiver),
+    /// in the order they arrive (FIFO on each link).
+    long_flights: BTreeMap<(Rank, Rank), VecDeque<Time>>,
     /// Copies that never left: their sender crashed before their turn.
     never_left: u64,
     /// Links set up during the run (with `NetModel::connect`), by
@@ -329,10 +360,12 @@ impl Simulator {
 
         let actions = Self::resolve(&cfg, &ring, &mut fault_rng)?;
         let engine_cfg = Arc::new(engine_cfg);
-        let keys = Arc::new(JobKeys::new(
-            cfg.seed ^ 0x6666_6464_5349_4D00,
-            SIM_MESSAGE_KEY,
-        ));
+        let job_key = cfg.seed ^ 0x6666_6464_5349_4D00;
+        let keys = Arc::new(if cfg.authenticate {
+            JobKeys::new(job_key, SIM_MESSAGE_KEY)
+        } else {
+            JobKeys::unauthenticated(job_key)
+        });
         let groups = cfg.local.then(|| {
             Arc::new(Hosts::blocks(
                 engine_cfg.ring,
@@ -382,13 +415,12 @@ impl Simulator {
             state: vec![
                 SimRank {
                     deadline: Time::NEVER,
-                    nic_free: Time::ZERO,
-                    down_at: Time::NEVER,
                     status: Status::Up,
                     flags: 0
                 };
                 n as usize
             ],
+            nic_free: vec![Time::ZERO; n as usize],
             slots,
             queue: Agenda::default(),
             held: BTreeMap::new(),
@@ -396,7 +428,9 @@ impl Simulator {
             held_board: BTreeMap::new(),
             board: std::collections::BTreeSet::new(),
             partition: None,
-            in_flight: vec![Vec::new(); n as usize],
+            in_flight: Vec::new(),
+            cut_off: BTreeMap::new(),
+            long_flights: BTreeMap::new(),
             never_left: 0,
             links_up: BTreeMap::new(),
             net_rng,
@@ -527,10 +561,11 @@ impl Simulator {
             What::Deliver {
                 to,
                 from,
-                departs,
-                message,
+                flight_ns,
+                copy,
             } => {
                 self.delivered(from, to);
+                let departs = self.departure(from, to, flight_ns);
                 if !self.left_sender(from, departs) {
                     self.never_left += 1;
                     return;
@@ -541,10 +576,10 @@ impl Simulator {
                 }
                 match self.state[to as usize].status {
                     Status::Up => {
-                        self.deliver(to, from, &message);
+                        self.deliver(to, from, &copy);
                         self.after_handle(to);
                     }
-                    Status::Hung => self.held.entry(to).or_default().push((from, message)),
+                    Status::Hung => self.held.entry(to).or_default().push((from, copy)),
                     Status::Crashed | Status::Closed => {
                         self.bounce(from, to, TransportErrorKind::Send)
                     }
@@ -593,7 +628,7 @@ impl Simulator {
             What::Close(r) => {
                 if self.state[r as usize].status == Status::Up {
                     self.state[r as usize].status = Status::Closed;
-                    self.state[r as usize].down_at = now;
+                    self.went_down(r);
                     self.slots.stop(r, now);
                 }
             }
@@ -706,11 +741,12 @@ impl Simulator {
             .count() as u64
     }
 
-    /// Hands `message`'s wire bytes to `to`'s Engine, from `from` as the
-    /// transport's source (rejections are counted in the Engine's stats).
-    pub(super) fn deliver(&mut self, to: Rank, from: Rank, message: &Sealed) {
+    /// Hands `copy`'s wire bytes, sealed for `to`, to `to`'s Engine, from
+    /// `from` as the transport's source (rejections are counted in the
+    /// Engine's stats).
+    fn deliver(&mut self, to: Rank, from: Rank, copy: &InFlight) {
         self.scratch.clear();
-        message.write_to(&mut self.scratch);
+        seal_into(&copy.unsealed, copy.seq, to, &self.keys, &mut self.scratch);
         let _ = self.engines[to as usize].handle(
             self.now,
             Input::Message {
@@ -787,5 +823,32 @@ impl Simulator {
             Some(_) => {}
             None => self.state[r as usize].deadline = Time::NEVER,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+
+    use super::*;
+
+    /// What the simulator keeps per rank and per scheduled event, each
+    /// multiplied by a million ranks or tens of millions of events at 2^20
+    /// (`benches/sim_cost.py` measures the whole run). Printed with
+    /// `--nocapture`; the simulator's own records are bounded here, so a
+    /// field that grows them fails a test rather than only a benchmark.
+    #[test]
+    fn per_rank_and_per_event_records_stay_small() {
+        let sizes = [
+            ("Engine", size_of::<Engine>()),
+            ("SimRank", size_of::<SimRank>()),
+            ("What (an agenda entry is 8 bytes more)", size_of::<What>()),
+            ("InFlight", size_of::<InFlight>()),
+        ];
+        for (name, size) in sizes {
+            println!("{name}: {size} bytes");
+        }
+        assert!(size_of::<SimRank>() <= 16, "the per-rank record");
+        assert!(size_of::<What>() <= 40, "the agenda's item");
     }
 }

@@ -39,7 +39,7 @@ use super::ranks::{ListError, RankList, encode_rank_list};
 pub use agree::{AgreeDown, AgreeUp, AgreementId, WireValue};
 pub use marks::{MAX_MARKS, MAX_MARKS_LEN, Marks};
 pub use quorum::{OutcomeVerdict, SUSPECT_HOST, VOTE_COMPLETE, VOTE_TIEBREAK};
-pub use seal::{JobKeys, Sealed, TAG_LEN, seal};
+pub use seal::{JobKeys, Sealed, TAG_LEN, seal, seal_into};
 
 pub const MAGIC: [u8; 4] = *b"FFDP";
 pub const VERSION: u8 = 2;

@@ -39,7 +39,8 @@ pub const TAG_LEN: usize = 16;
 #[derive(Clone, PartialEq, Eq)]
 pub struct JobKeys {
     job_key: u64,
-    message_key: [u8; 32],
+    /// `None` only in the simulator's own keys ([`JobKeys::unauthenticated`]).
+    message_key: Option<[u8; 32]>,
 }
 
 impl fmt::Debug for JobKeys {
@@ -55,8 +56,28 @@ impl JobKeys {
     pub fn new(job_key: u64, message_key: [u8; 32]) -> JobKeys {
         JobKeys {
             job_key,
-            message_key,
+            message_key: Some(message_key),
         }
+    }
+
+    /// Keys that authenticate nothing: no tag is computed (every tag is
+    /// zeros) and any is accepted, and the Engines that hold them number
+    /// no copy and keep no replay window (see [`JobKeys::authenticates`]).
+    /// For the simulator alone, where nobody forges and no copy arrives
+    /// twice or out of order on its link (`sim::SimConfig::authenticate`).
+    /// Not reachable from outside the crate.
+    #[cfg(feature = "sim")]
+    pub(crate) fn unauthenticated(job_key: u64) -> JobKeys {
+        JobKeys {
+            job_key,
+            message_key: None,
+        }
+    }
+
+    /// Whether messages are authenticated: always, but for the
+    /// simulator's [`JobKeys::unauthenticated`].
+    pub(crate) fn authenticates(&self) -> bool {
+        self.message_key.is_some()
     }
 
     /// The job key, stamped in clear on every message.
@@ -67,7 +88,10 @@ impl JobKeys {
     /// The tag of `parts` (a whole message but its tag, possibly in
     /// pieces) for receiver `to`.
     fn tag(&self, to: Rank, parts: &[&[u8]]) -> [u8; TAG_LEN] {
-        let mut h = blake3::Hasher::new_keyed(&self.message_key);
+        let Some(key) = &self.message_key else {
+            return [0; TAG_LEN];
+        };
+        let mut h = blake3::Hasher::new_keyed(key);
         h.update(&to.to_le_bytes());
         for part in parts {
             h.update(part);
@@ -88,6 +112,9 @@ impl JobKeys {
         let Ok(tag) = <&[u8; TAG_LEN]>::try_from(tag) else {
             return false;
         };
+        if self.message_key.is_none() {
+            return true;
+        }
         constant_time_eq::constant_time_eq_16(&self.tag(me, &[signed]), tag)
     }
 }
@@ -98,13 +125,20 @@ impl JobKeys {
 /// fuzzers that speak as a rank.) `unsealed` must hold at least a header.
 pub fn seal(unsealed: &[u8], seq: u64, to: Rank, keys: &JobKeys) -> Vec<u8> {
     let mut out = Vec::with_capacity(unsealed.len() + TAG_LEN);
+    seal_into(unsealed, seq, to, keys, &mut out);
+    out
+}
+
+/// [`seal`], appending the copy's wire bytes to `out` (a buffer reused
+/// from copy to copy, as the simulator's).
+pub fn seal_into(unsealed: &[u8], seq: u64, to: Rank, keys: &JobKeys, out: &mut Vec<u8>) {
+    let start = out.len();
     out.extend_from_slice(unsealed);
-    if let Some(field) = out.get_mut(OFF_SEQ..OFF_SEQ + 8) {
+    if let Some(field) = out.get_mut(start + OFF_SEQ..start + OFF_SEQ + 8) {
         field.copy_from_slice(&seq.to_le_bytes());
     }
-    let tag = keys.tag(to, &[&out]);
+    let tag = keys.tag(to, &[&out[start..]]);
     out.extend_from_slice(&tag);
-    out
 }
 
 /// One copy of a message on its way out of the Engine, for one receiver:
@@ -197,6 +231,14 @@ impl Sealed {
     /// step), whatever its receiver and sequence number.
     pub fn same_message(&self, other: &Sealed) -> bool {
         Arc::ptr_eq(&self.unsealed, &other.unsealed)
+    }
+
+    /// The unsealed bytes and this copy's sequence number: what the
+    /// simulator keeps of a copy in flight (the tag, a function of them,
+    /// its receiver and the keys, is made again on delivery).
+    #[cfg(feature = "sim")]
+    pub(crate) fn into_parts(self) -> (Arc<[u8]>, u64) {
+        (self.unsealed, self.seq)
     }
 
     /// Appends the wire bytes to `out`.
