@@ -1,0 +1,508 @@
+//! A stranger who can reach a rank's fabric port, and knows nothing of the
+//! job, must not be able to kill the rank. On the default path
+//! (`FFD_PROVIDER=tcp`, that is `tcp;ofi_rxm`) libfabric accepts a TCP
+//! connection from anyone and parses what it sends before ffd sees a byte.
+//! Two short streams go to every listening port of a process running the
+//! two ranks of a job, each on a connection of its own:
+//!
+//! - a connection request, then one rxm packet whose header's `conn_id`
+//!   (stream bytes 80-87) names a connection that does not exist;
+//! - a connection request, then a bare tcp acknowledgement (`op_data` 2)
+//!   that no transfer of this connection is waiting for.
+//!
+//! After each, the test waits until the rank has read every byte of it
+//! (its socket's receive queue in `/proc/net/tcp` is empty). Then both ranks
+//! must still be running, know nobody failed, agree with each other, and
+//! have completed heartbeats since the attack began.
+//!
+//! The libfabric of Debian 12 (1.17), the 2.5 bundled in the Open MPI wheel
+//! and libfabric's main branch dereference what these streams name and die
+//! with SIGSEGV; `docs/upstream/libfabric-rxm-conn-id.md` describes both
+//! bugs and carries the fix. On a libfabric version known to have them, and
+//! only when the rank died of that crash on a provider those bugs are in,
+//! the test prints `SKIPPED` naming the version and the document. Any other
+//! outcome but a living, working rank fails, on every version.
+//!
+//! The ranks run in a child process (this test binary run again, filtered
+//! to the ignored `rank_role` test), so that a crash in libfabric ends the
+//! child and not the test. The child is killed and reaped on every path.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ffd::bootstrap::InProcessBootstrap;
+use ffd::config::{Config, CoreChoice, LocalMode};
+use ffd::fabric::{runtime_version, version_text};
+use ffd::protocol::Event as ProtocolEvent;
+use ffd::runtime::{Detector, Event};
+
+const CHILD_ENV: &str = "FFD_HOSTILE_RANKS";
+const TAG: &str = "FFD-HOSTILE";
+/// How long the child lives at most, whatever happens to the parent.
+const CHILD_LIFETIME: Duration = Duration::from_secs(60);
+/// For the child to start its ranks and for one agreement: both are well
+/// under a second here; generous for a loaded machine.
+const STEP_WITHIN: Duration = Duration::from_secs(20);
+/// For a rank to answer a connection request and to read a stream.
+const READ_WITHIN: Duration = Duration::from_secs(10);
+
+/// The document that describes the libfabric bugs and carries their fix.
+const FIX_DOCUMENT: &str = "docs/upstream/libfabric-rxm-conn-id.md";
+
+/// A `tcp` connection request (`ofi_ctrl_hdr` version 3, 24 bytes of rxm
+/// connect data: protocol versions, a port, eager limit, rx size and the
+/// client's `conn_id`), then one tcp message (base header, op msg, 84
+/// bytes) carrying an rxm eager packet whose `conn_id` is 0xda0003 and a
+/// 4-byte payload.
+const CONN_ID_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
+004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
+da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
+000000000000000000000046464457";
+
+/// A connection request like the one above but from another claimed
+/// peer (port and `conn_id` one higher: a second peer at the same address
+/// would be refused as a duplicate before its message is read), then a
+/// bare tcp base header: version 3, op msg, `op_data` 2 (an
+/// acknowledgement), header and message size 16.
+const ACK_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
+0040000000100000000000005366000003000000020010001000000000000000";
+
+/// The providers the two bugs are in: rxm over tcp for the `conn_id`, the
+/// tcp message protocol (under rxm, and the RDM endpoints of `net` and of
+/// the newer native `tcp`) for the acknowledgement.
+const AFFECTED_PROVIDERS: &[&str] = &["tcp;ofi_rxm", "tcp", "net"];
+
+/// libfabric versions (`fi_version`, the API version) known to crash on
+/// these streams: the rxm lookup came with 1.14; the newest read is 2.6,
+/// which 2.6.0 and the main branch both report. No release carries the fix
+/// yet. A crash on a version outside this range fails the test.
+const KNOWN_VULNERABLE: ((u32, u32), (u32, u32)) = ((1, 14), (2, 6));
+
+fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len() % 2 == 0, "odd hex length");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
+        .collect()
+}
+
+fn fi_version(major: u32, minor: u32) -> u32 {
+    (major << 16) | minor
+}
+
+fn known_vulnerable(loaded: u32) -> bool {
+    let ((lo_major, lo_minor), (hi_major, hi_minor)) = KNOWN_VULNERABLE;
+    (fi_version(lo_major, lo_minor)..=fi_version(hi_major, hi_minor)).contains(&loaded)
+}
+
+/// The TCP ports `pid` listens on: the sockets in state LISTEN of
+/// `/proc/<pid>/net/tcp{,6}` whose inode is one of the process's open files.
+fn listening_ports(pid: &str) -> Vec<u16> {
+    let mut inodes = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            if cols.len() > 9 && cols[3] == "0A" {
+                let port = cols[1].rsplit(':').next().expect("address:port");
+                let port = u16::from_str_radix(port, 16).expect("hex port");
+                inodes.push((cols[9].to_owned(), port));
+            }
+        }
+    }
+    let mut ports = Vec::new();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's fds");
+    for fd in fds.flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy();
+        let Some(inode) = target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+        else {
+            continue;
+        };
+        for (listening, port) in &inodes {
+            if listening == inode && !ports.contains(port) {
+                ports.push(*port);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports
+}
+
+/// The receive queue of the rank's end of a connection, from
+/// `/proc/net/tcp{,6}`: `local` is the rank's port, `remote` ours. `None`
+/// once that socket is gone.
+fn receive_queue(local: u16, remote: u16) -> Option<u64> {
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            if cols.len() < 5 {
+                continue;
+            }
+            let port = |col: &str| {
+                col.rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+            };
+            if port(cols[1]) == Some(local) && port(cols[2]) == Some(remote) {
+                let rx = cols[4].split(':').nth(1).expect("tx_queue:rx_queue");
+                return Some(u64::from_str_radix(rx, 16).expect("hex queue"));
+            }
+        }
+    }
+    None
+}
+
+/// The ranks: two detectors of one job in this process, on the default
+/// provider over loopback, each on the fabric ring (node-local watching
+/// off). Ignored in normal runs; the test runs it in a child process.
+#[test]
+#[ignore = "the ranks of the hostile-connection test; it runs them in a child process"]
+fn rank_role() {
+    assert!(
+        std::env::var_os(CHILD_ENV).is_some(),
+        "rank_role is run by the hostile-connection test, with {CHILD_ENV} set"
+    );
+    let config = Config::builder()
+        .domain("lo")
+        .period(Duration::from_millis(10))
+        .timeout(Duration::from_millis(100))
+        .startup_grace(Duration::from_millis(200))
+        .core(CoreChoice::None)
+        .local(LocalMode::Off)
+        .build()
+        .expect("valid config");
+    let starts: Vec<_> = InProcessBootstrap::group(2)
+        .expect("group")
+        .into_iter()
+        .map(|mut b| {
+            let config = config.clone();
+            thread::spawn(move || Detector::start(&config, &mut b))
+        })
+        .collect();
+    let detectors: Vec<Detector> = starts
+        .into_iter()
+        .map(|h| h.join().expect("no panic").expect("detector starts"))
+        .collect();
+    let beats_before: Vec<u64> = detectors
+        .iter()
+        .map(|d| d.stats().runtime.heartbeats_completed)
+        .collect();
+
+    let (lines, commands) = mpsc::channel::<String>();
+    thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let (provider, _) = detectors[0].fabric();
+    let ports: Vec<String> = listening_ports("self")
+        .iter()
+        .map(u16::to_string)
+        .collect();
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{TAG} ready {provider} {}", ports.join(" "))
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return; // the test is gone: nobody to serve
+    }
+    let start = Instant::now();
+    while let Some(left) = CHILD_LIFETIME.checked_sub(start.elapsed()) {
+        match commands.recv_timeout(left) {
+            Ok(line) if line == "check" => {
+                let answer = match check(&detectors, &beats_before) {
+                    Ok(said) => format!("{TAG} alive {said}"),
+                    Err(why) => format!("{TAG} broken {why}"),
+                };
+                if writeln!(out, "{answer}").and_then(|()| out.flush()).is_err() {
+                    break;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => break, // stdin closed or lifetime over
+        }
+    }
+    for d in detectors {
+        d.shutdown();
+    }
+}
+
+/// Whether both ranks still run and work: no failure, leave or exclusion
+/// raised, an agreement of both decided with nobody failed, heartbeats
+/// completed since `beats_before`.
+fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String> {
+    for d in detectors {
+        while let Some(e) = d.try_next_event() {
+            let trouble = match &e.event {
+                Event::Stopped(_) => true,
+                Event::Protocol(p) => matches!(
+                    p,
+                    ProtocolEvent::Failed { .. }
+                        | ProtocolEvent::HostFailed { .. }
+                        | ProtocolEvent::Left { .. }
+                        | ProtocolEvent::SelfExcluded { .. }
+                ),
+            };
+            if trouble {
+                return Err(format!("rank {} raised {:?}", d.rank(), e.event));
+            }
+        }
+        if !d.is_running() || d.is_excluded() || !d.failed_ranks().is_empty() {
+            return Err(format!(
+                "rank {}: running {}, excluded {}, failed {:?}",
+                d.rank(),
+                d.is_running(),
+                d.is_excluded(),
+                d.failed_ranks()
+            ));
+        }
+    }
+    let requests: Vec<_> = detectors
+        .iter()
+        .map(|d| d.iagree(u64::MAX).map_err(|e| format!("rank {}: {e}", d.rank())))
+        .collect::<Result<_, _>>()?;
+    let mut decided = Vec::new();
+    for (d, request) in detectors.iter().zip(&requests) {
+        match request.wait_timeout(STEP_WITHIN) {
+            Some(Ok(a)) if a.view.failed.is_empty() && a.flags == u64::MAX => decided.push(a.seq),
+            Some(Ok(a)) => return Err(format!("rank {} agreed on {a:?}", d.rank())),
+            Some(Err(e)) => return Err(format!("rank {}: agreement failed: {e}", d.rank())),
+            None => {
+                return Err(format!(
+                    "rank {}: no agreement within {STEP_WITHIN:?}",
+                    d.rank()
+                ));
+            }
+        }
+    }
+    let mut beats = Vec::new();
+    for (d, before) in detectors.iter().zip(beats_before) {
+        let now = d.stats().runtime.heartbeats_completed;
+        if now <= *before {
+            return Err(format!(
+                "rank {}: no heartbeat completed since the attack began ({before})",
+                d.rank()
+            ));
+        }
+        beats.push(now - before);
+    }
+    Ok(format!(
+        "agreements {decided:?}, heartbeats completed since the attack began {beats:?}"
+    ))
+}
+
+/// Kills and reaps the child on every path.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the child said, or that its stdout closed.
+enum Said {
+    Line(String),
+    Closed,
+}
+
+/// Sends `stream` to `port` on a connection of its own and waits until the
+/// rank answered the connection request (or closed it) and has read every
+/// byte. Returns the connection, kept open until the end of the test, and
+/// what happened.
+fn attack(port: u16, stream: &[u8]) -> (Option<TcpStream>, String) {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut conn = match TcpStream::connect_timeout(&addr, READ_WITHIN) {
+        Ok(c) => c,
+        Err(e) => return (None, format!("port {port}: connect: {e}")),
+    };
+    let ours = conn.local_addr().expect("local address").port();
+    if let Err(e) = conn.write_all(stream) {
+        return (None, format!("port {port}: send: {e}"));
+    }
+    conn.set_read_timeout(Some(READ_WITHIN)).expect("timeout");
+    let mut reply = [0u8; 256];
+    let answered = match conn.read(&mut reply) {
+        Ok(0) => "closed the connection".to_owned(),
+        Ok(n) => format!("answered {n} bytes"),
+        Err(e) => format!("answered nothing ({e})"),
+    };
+    let deadline = Instant::now() + READ_WITHIN;
+    let read = loop {
+        match receive_queue(port, ours) {
+            None => break "its socket is gone".to_owned(),
+            Some(0) => break "read every byte".to_owned(),
+            Some(left) if Instant::now() >= deadline => {
+                break format!("{left} bytes still unread after {READ_WITHIN:?}");
+            }
+            Some(_) => thread::sleep(Duration::from_millis(2)),
+        }
+    };
+    (Some(conn), format!("port {port}: {answered}, {read}"))
+}
+
+/// Waits (bounded) for the child's exit status once its stdout closed.
+fn exit_status(child: &mut Child) -> Option<ExitStatus> {
+    let deadline = Instant::now() + STEP_WITHIN;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+#[test]
+fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
+    let child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "rank_role",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        // Debian's libfabric loads libinfinipath, whose SIGSEGV handler
+        // prints a backtrace and exits with status 1; without it the
+        // status says which signal ended the ranks.
+        .env("IPATH_NO_BACKTRACE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the ranks");
+    let mut guard = ChildGuard(child);
+    let mut stdin: ChildStdin = guard.0.stdin.take().expect("child stdin");
+    let stdout = guard.0.stdout.take().expect("child stdout");
+    let (tx, rx) = mpsc::channel::<Said>();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // libtest prints "test rank_role ... " before the child's first line.
+            if let Some(at) = line.find(TAG) {
+                let said = line[at + TAG.len()..].trim().to_owned();
+                if tx.send(Said::Line(said)).is_err() {
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(Said::Closed);
+    });
+
+    let ready = match rx.recv_timeout(STEP_WITHIN) {
+        Ok(Said::Line(l)) => l,
+        Ok(Said::Closed) => panic!("the ranks ended before starting"),
+        Err(_) => panic!("the ranks did not start within {STEP_WITHIN:?}"),
+    };
+    let words: Vec<&str> = ready.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"ready"), "ready line: {ready}");
+    let provider = words.get(1).expect("provider").to_string();
+    let ports: Vec<u16> = words[2..]
+        .iter()
+        .map(|p| p.parse().expect("port"))
+        .collect();
+    assert!(
+        !ports.is_empty(),
+        "the ranks listen on no TCP port ({provider})"
+    );
+
+    let mut open = Vec::new();
+    let mut log = Vec::new();
+    for (name, stream) in [("conn_id", CONN_ID_STREAM), ("ack", ACK_STREAM)] {
+        let bytes = unhex(stream);
+        for &port in &ports {
+            let (conn, said) = attack(port, &bytes);
+            log.push(format!("{name} stream, {said}"));
+            open.extend(conn);
+        }
+    }
+
+    let said = match writeln!(stdin, "check").and_then(|()| stdin.flush()) {
+        Ok(()) => match rx.recv_timeout(2 * STEP_WITHIN) {
+            Ok(Said::Line(l)) => Said::Line(l),
+            Ok(Said::Closed) => Said::Closed,
+            Err(_) => panic!(
+                "the ranks did not answer the check within {:?}; {}",
+                2 * STEP_WITHIN,
+                log.join("; ")
+            ),
+        },
+        Err(_) => Said::Closed,
+    };
+    drop(open);
+    match said {
+        Said::Line(l) if l.starts_with("alive") => {
+            eprintln!("{provider}: {}; {l}", log.join("; "));
+        }
+        Said::Line(l) => panic!("{provider}: {}; then: {l}", log.join("; ")),
+        Said::Closed => {
+            let status = exit_status(&mut guard.0);
+            let loaded = runtime_version();
+            let signal = status.and_then(|s| s.signal());
+            let crashed = matches!(signal, Some(libc::SIGSEGV) | Some(libc::SIGABRT));
+            if crashed
+                && known_vulnerable(loaded)
+                && AFFECTED_PROVIDERS.contains(&provider.as_str())
+            {
+                // Straight to the process's stderr: the harness captures
+                // `eprintln!` of passing tests, and a skip must show.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it: \
+                     libfabric {} ({provider}) has the known bugs: the rank died of signal {} \
+                     ({}); the fix is in {FIX_DOCUMENT}",
+                    version_text(loaded),
+                    signal.unwrap_or_default(),
+                    log.join("; ")
+                );
+                return;
+            }
+            panic!(
+                "{provider} on libfabric {}: the ranks ended ({status:?}); {}",
+                version_text(loaded),
+                log.join("; ")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_known_vulnerable_versions_are_those_the_fix_document_names() {
+    assert!(known_vulnerable(fi_version(1, 17)));
+    assert!(known_vulnerable(fi_version(2, 5)));
+    assert!(!known_vulnerable(fi_version(1, 13)));
+    assert!(known_vulnerable(fi_version(2, 6)));
+    assert!(!known_vulnerable(fi_version(2, 7)));
+    let doc = std::fs::read_to_string(format!("{}/{FIX_DOCUMENT}", env!("CARGO_MANIFEST_DIR")))
+        .expect("the fix document");
+    let ((lo_major, lo_minor), (hi_major, hi_minor)) = KNOWN_VULNERABLE;
+    for version in [
+        format!("{lo_major}.{lo_minor}"),
+        format!("{hi_major}.{hi_minor}"),
+    ] {
+        assert!(doc.contains(&version), "{FIX_DOCUMENT} names {version}");
+    }
+}
