@@ -93,9 +93,21 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
                     .or_default()
                     .push(o.domain.clone());
             }
+            let mut testing = Vec::new();
             for (provider, mut domains) in by_provider {
                 domains.dedup();
                 writeln!(out, "  {provider:<16} domains: {}", domains.join(", "))?;
+                if testing_provider(&provider).is_some() {
+                    testing.push(provider);
+                }
+            }
+            if !testing.is_empty() {
+                writeln!(
+                    out,
+                    "  {} are testing providers: {}",
+                    testing.join(", "),
+                    exposed()
+                )?;
             }
         }
         Err(e) => writeln!(out, "  (could not list: {e})")?,
@@ -139,6 +151,9 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         "  NIC PCI address: {}",
         pci.as_deref().unwrap_or("none reported")
     )?;
+    if let Some(exposure) = exposure(&info.provider()) {
+        writeln!(out, "  {exposure}")?;
+    }
 
     writeln!(out, "\nnode-local watching (FFD_LOCAL={}):", config.local())?;
     writeln!(out, "  {}", local_watching(config.local()))?;
@@ -162,6 +177,42 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         scheduling(config.sched())
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the libfabric bugs that let a stranger's connection kill a rank
+/// are described, with their fix.
+const FIX_DOCUMENT: &str = "docs/upstream/libfabric-rxm-conn-id.md";
+
+/// What every testing provider shares, said once under the list.
+fn exposed() -> String {
+    format!(
+        "they accept connections (udp: datagrams) from anyone who can reach their port, \
+         with no secret, and libfabric parses what arrives before ffd checks a tag; on \
+         libfabric 1.14 to 2.6 one crafted connection kills a tcp rank (see {FIX_DOCUMENT}); \
+         run them only where every host that can reach the port is trusted"
+    )
+}
+
+/// Whether `provider` is one of the socket providers kept for testing, and
+/// what it takes from strangers: `connections` or `datagrams`.
+fn testing_provider(provider: &str) -> Option<&'static str> {
+    match provider.split(';').next().unwrap_or(provider) {
+        "tcp" | "sockets" | "net" => Some("connections"),
+        "udp" => Some("datagrams"),
+        _ => None,
+    }
+}
+
+/// The chosen provider's exposure, when it is a testing provider: it
+/// listens on a port of the chosen domain and takes anyone's traffic.
+fn exposure(provider: &str) -> Option<String> {
+    let takes = testing_provider(provider)?;
+    Some(format!(
+        "exposure: {provider} is a testing provider: it accepts {takes} from anyone who can \
+         reach its port, with no secret, and libfabric parses what arrives before ffd checks \
+         a tag; on libfabric 1.14 to 2.6 one crafted connection kills a tcp rank (see \
+         {FIX_DOCUMENT}); run it only where every host that can reach the port is trusted"
+    ))
 }
 
 /// The policy the progress thread would run under here: `fifo` and
@@ -228,4 +279,28 @@ fn local_watching(mode: LocalMode) -> String {
 fn libfabric_version() -> String {
     let v = fabric::runtime_version();
     format!("{}.{}", v >> 16, v & 0xffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn testing_providers_say_they_take_anyones_traffic_and_name_the_fix() {
+        for provider in ["tcp;ofi_rxm", "tcp", "sockets", "net", "udp;ofi_rxd"] {
+            let said = exposure(provider).unwrap_or_else(|| panic!("{provider}"));
+            assert!(said.contains("from anyone who can reach its port"), "{said}");
+            assert!(said.contains(FIX_DOCUMENT), "{said}");
+        }
+        assert!(exposure("udp;ofi_rxd").unwrap().contains("accepts datagrams"));
+        assert!(exposure("tcp;ofi_rxm").unwrap().contains("accepts connections"));
+        for provider in ["verbs;ofi_rxm", "shm", "efa", "cxi"] {
+            assert_eq!(exposure(provider), None, "{provider}");
+        }
+        assert!(exposed().contains("from anyone who can reach their port"));
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(FIX_DOCUMENT);
+        assert!(doc.is_file(), "{} exists", doc.display());
+    }
 }
