@@ -215,10 +215,7 @@ fn rank_role() {
         }
     });
     let (provider, _) = detectors[0].fabric();
-    let ports: Vec<String> = listening_ports("self")
-        .iter()
-        .map(u16::to_string)
-        .collect();
+    let ports: Vec<String> = listening_ports("self").iter().map(u16::to_string).collect();
     let mut out = std::io::stdout().lock();
     if writeln!(out, "{TAG} ready {provider} {}", ports.join(" "))
         .and_then(|()| out.flush())
@@ -234,7 +231,10 @@ fn rank_role() {
                     Ok(said) => format!("{TAG} alive {said}"),
                     Err(why) => format!("{TAG} broken {why}"),
                 };
-                if writeln!(out, "{answer}").and_then(|()| out.flush()).is_err() {
+                if writeln!(out, "{answer}")
+                    .and_then(|()| out.flush())
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -279,7 +279,10 @@ fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String>
     }
     let requests: Vec<_> = detectors
         .iter()
-        .map(|d| d.iagree(u64::MAX).map_err(|e| format!("rank {}: {e}", d.rank())))
+        .map(|d| {
+            d.iagree(u64::MAX)
+                .map_err(|e| format!("rank {}: {e}", d.rank()))
+        })
         .collect::<Result<_, _>>()?;
     let mut decided = Vec::new();
     for (d, request) in detectors.iter().zip(&requests) {

@@ -289,11 +289,22 @@ mod tests {
     fn testing_providers_say_they_take_anyones_traffic_and_name_the_fix() {
         for provider in ["tcp;ofi_rxm", "tcp", "sockets", "net", "udp;ofi_rxd"] {
             let said = exposure(provider).unwrap_or_else(|| panic!("{provider}"));
-            assert!(said.contains("from anyone who can reach its port"), "{said}");
+            assert!(
+                said.contains("from anyone who can reach its port"),
+                "{said}"
+            );
             assert!(said.contains(FIX_DOCUMENT), "{said}");
         }
-        assert!(exposure("udp;ofi_rxd").unwrap().contains("accepts datagrams"));
-        assert!(exposure("tcp;ofi_rxm").unwrap().contains("accepts connections"));
+        assert!(
+            exposure("udp;ofi_rxd")
+                .unwrap()
+                .contains("accepts datagrams")
+        );
+        assert!(
+            exposure("tcp;ofi_rxm")
+                .unwrap()
+                .contains("accepts connections")
+        );
         for provider in ["verbs;ofi_rxm", "shm", "efa", "cxi"] {
             assert_eq!(exposure(provider), None, "{provider}");
         }
