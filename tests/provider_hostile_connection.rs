@@ -79,11 +79,12 @@ const ACK_STREAM: &str = "\
 /// the newer native `tcp`) for the acknowledgement.
 const AFFECTED_PROVIDERS: &[&str] = &["tcp;ofi_rxm", "tcp", "net"];
 
-/// libfabric versions (`fi_version`, the API version) known to crash on
-/// these streams: the rxm lookup came with 1.14; the newest read is 2.6,
-/// which 2.6.0 and the main branch both report. No release carries the fix
-/// yet. A crash on a version outside this range fails the test.
-const KNOWN_VULNERABLE: ((u32, u32), (u32, u32)) = ((1, 14), (2, 6));
+/// libfabric versions (`fi_version`, the API version) whose source has at
+/// least one of the two bugs: the unchecked ack since 1.13, the rxm lookup
+/// since 1.14; the newest read is 2.6, which 2.6.0 and the main branch both
+/// report. No release carries the fix yet. A crash on a version outside
+/// this range fails the test.
+const KNOWN_VULNERABLE: ((u32, u32), (u32, u32)) = ((1, 13), (2, 6));
 
 fn unhex(s: &str) -> Vec<u8> {
     assert!(s.len() % 2 == 0, "odd hex length");
@@ -496,7 +497,8 @@ fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
 fn the_known_vulnerable_versions_are_those_the_fix_document_names() {
     assert!(known_vulnerable(fi_version(1, 17)));
     assert!(known_vulnerable(fi_version(2, 5)));
-    assert!(!known_vulnerable(fi_version(1, 13)));
+    assert!(known_vulnerable(fi_version(1, 13)));
+    assert!(!known_vulnerable(fi_version(1, 12)));
     assert!(known_vulnerable(fi_version(2, 6)));
     assert!(!known_vulnerable(fi_version(2, 7)));
     let doc = std::fs::read_to_string(format!("{}/{FIX_DOCUMENT}", env!("CARGO_MANIFEST_DIR")))

@@ -188,7 +188,7 @@ fn exposed() -> String {
     format!(
         "they accept connections (udp: datagrams) from anyone who can reach their port, \
          with no secret, and libfabric parses what arrives before ffd checks a tag; on \
-         libfabric 1.14 to 2.6 one crafted connection kills a tcp rank (see {FIX_DOCUMENT}); \
+         libfabric 1.13 to 2.6 one crafted connection kills a tcp rank (see {FIX_DOCUMENT}); \
          run them only where every host that can reach the port is trusted"
     )
 }
@@ -210,7 +210,7 @@ fn exposure(provider: &str) -> Option<String> {
     Some(format!(
         "exposure: {provider} is a testing provider: it accepts {takes} from anyone who can \
          reach its port, with no secret, and libfabric parses what arrives before ffd checks \
-         a tag; on libfabric 1.14 to 2.6 one crafted connection kills a tcp rank (see \
+         a tag; on libfabric 1.13 to 2.6 one crafted connection kills a tcp rank (see \
          {FIX_DOCUMENT}); run it only where every host that can reach the port is trusted"
     ))
 }
