@@ -90,7 +90,7 @@ fn assert_dropped(e: &mut Engine, from: Option<Rank>, bytes: &[u8], reason: Reje
     assert_eq!(drain(e), vec![], "a dropped message draws no output");
     assert_eq!(standing(e), before, "a dropped message changes nothing");
     let mut expected = stats_before;
-    expected.rejected[reason.index()] += 1;
+    expected.drops.rejected[reason.index()] += 1;
     assert_eq!(
         e.stats(),
         &expected,
@@ -144,7 +144,7 @@ fn a_forged_notice_naming_the_receiver_is_dropped_as_a_bad_tag() {
             RejectReason::BadMac,
         );
     }
-    assert_eq!(e.stats().rejected[RejectReason::BadMac.index()], 3);
+    assert_eq!(e.stats().drops.rejected[RejectReason::BadMac.index()], 3);
     assert_eq!(e.participation(), Participation::Active, "no SelfExcluded");
 }
 
@@ -342,7 +342,7 @@ fn the_four_single_message_attacks_are_dropped() {
         bytes: b"revoke".to_vec()
     }));
 
-    let rejected = |r: RejectReason| e.stats().rejected[r.index()];
+    let rejected = |r: RejectReason| e.stats().drops.rejected[r.index()];
     assert_eq!(
         (
             rejected(RejectReason::BadVersion) + rejected(RejectReason::Truncated),
@@ -351,7 +351,7 @@ fn the_four_single_message_attacks_are_dropped() {
         (2, 5)
     );
     assert!(e.failed().is_empty() && e.participation() == Participation::Active);
-    let received = e.stats().received;
+    let received = e.stats().messages.received;
     assert_eq!(
         (
             received.iter().sum::<u64>(),

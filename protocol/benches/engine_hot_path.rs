@@ -268,7 +268,7 @@ fn dup(job: &Job, reps: usize) -> f64 {
         per_op.push(ns_per(start.elapsed(), DUP_OPS));
     }
     assert_eq!(
-        e.stats().duplicate_notices,
+        e.stats().messages.duplicate_notices,
         (reps * DUP_OPS) as u64,
         "every notice was a duplicate"
     );
@@ -354,7 +354,10 @@ fn cold_dup(job: &Job, passes: usize) -> f64 {
             per_op.push(ns_per(start.elapsed(), batch.len()));
         }
     }
-    let dups: u64 = pool.iter().map(|e| e.stats().duplicate_notices).sum();
+    let dups: u64 = pool
+        .iter()
+        .map(|e| e.stats().messages.duplicate_notices)
+        .sum();
     assert_eq!(
         dups,
         (passes * COLD_POOL) as u64,

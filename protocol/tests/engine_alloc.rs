@@ -128,10 +128,13 @@ fn an_idle_heartbeat_period_allocates_nothing() {
     let mut counter = 0;
     // Past the start-up grace, into the steady state.
     idle_steps(&mut e, &mut counter, 200);
-    let checks = e.stats().slot_checks;
+    let checks = e.stats().observation.slot_checks;
     let (allocations, beats) = allocations_in(|| idle_steps(&mut e, &mut counter, 1000));
     assert!(beats >= 800, "the steps beat ({beats} heartbeats)");
-    assert!(e.stats().slot_checks > checks, "the steps checked the slot");
+    assert!(
+        e.stats().observation.slot_checks > checks,
+        "the steps checked the slot"
+    );
     assert_eq!(allocations, 0, "1000 idle deadline steps allocated");
     assert_eq!(e.epoch(), 50, "nobody declared");
 }
@@ -143,10 +146,10 @@ fn an_idle_modelled_check_allocates_nothing() {
     drain(&mut e);
     let mut counter = 0;
     idle_steps(&mut e, &mut counter, 50);
-    let checks = e.stats().slot_checks;
+    let checks = e.stats().observation.slot_checks;
     let (allocations, beats) = allocations_in(|| idle_steps(&mut e, &mut counter, 200));
     assert_eq!(beats, 0, "modelled mode writes no heartbeat");
-    assert_eq!(e.stats().slot_checks - checks, 200);
+    assert_eq!(e.stats().observation.slot_checks - checks, 200);
     assert_eq!(allocations, 0, "200 modelled checks allocated");
 }
 
@@ -173,7 +176,7 @@ fn a_duplicate_notice_allocates_nothing_and_a_new_one_does() {
             assert!(e.poll_output().is_none(), "a duplicate changes nothing");
         }
     });
-    assert_eq!(e.stats().duplicate_notices, 100);
+    assert_eq!(e.stats().messages.duplicate_notices, 100);
     assert_eq!(allocations, 0, "100 duplicate notices allocated");
     // The counter does see the Engine's allocations: a new failure is
     // reported and forwarded.

@@ -405,7 +405,7 @@ fn messages_too_far_ahead_or_behind_are_dropped_and_counted() {
         )
         .unwrap();
         assert_eq!(
-            net.engines[0].stats().agreement_messages_dropped,
+            net.engines[0].stats().views.agreement_messages_dropped,
             dropped,
             "{id:?}"
         );

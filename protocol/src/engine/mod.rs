@@ -87,6 +87,7 @@ mod model;
 mod observation;
 mod payloads;
 mod quorum;
+mod stats;
 mod timer;
 mod trust;
 mod views;
@@ -106,12 +107,16 @@ use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
     AgreeAbort, Cause, Confirmation, EmitterThread, Event, Evidence, Exclusion, FabricSaid,
-    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats,
+    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation,
     TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
+pub use stats::{
+    DropStats, HealthStats, HostStats, MessageStats, NoticeStats, ObservationStats, PayloadStats,
+    QuorumStats, Stats, SyncStats, ViewStats,
+};
 use timer::{TIMERS, Timer, TimerTable};
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 use views::Views;
@@ -605,7 +610,11 @@ impl Engine {
             return;
         };
         let lateness = now - earliest_due;
-        self.stats.max_lateness_ns = self.stats.max_lateness_ns.max(lateness.as_nanos() as u64);
+        self.stats.health.max_lateness_ns = self
+            .stats
+            .health
+            .max_lateness_ns
+            .max(lateness.as_nanos() as u64);
         self.note_wakeup(now, lateness);
         let lagging = lateness > self.config.lag_guard();
         if lagging {
@@ -661,9 +670,10 @@ impl Engine {
     fn note_wakeup(&mut self, now: Time, lateness: std::time::Duration) {
         match self.health.on_wakeup(now, lateness, &self.config) {
             HealthChange::Rose => {
-                self.stats.health_rises += 1;
-                self.stats.health_peak = self
+                self.stats.health.health_rises += 1;
+                self.stats.health.health_peak = self
                     .stats
+                    .health
                     .health_peak
                     .max(u64::from(self.health.multiplier()));
             }
@@ -695,8 +705,8 @@ impl Engine {
 
     /// Counts a message of `kind` whose unsealed bytes are `len` long.
     fn count_sent(&mut self, kind: Kind, len: usize) {
-        self.stats.sent[kind.index()] += 1;
-        self.stats.bytes_sent += (len + TAG_LEN) as u64;
+        self.stats.messages.sent[kind.index()] += 1;
+        self.stats.messages.bytes_sent += (len + TAG_LEN) as u64;
     }
 }
 
@@ -745,13 +755,16 @@ mod tests {
                 size_of::<TimerTable>(),
             ),
             (
-                "stats.received[notice]",
-                stats + offset_of!(Stats, received) + 8 * Kind::Notice.index(),
+                "stats.messages.received[notice]",
+                stats
+                    + offset_of!(Stats, messages)
+                    + offset_of!(MessageStats, received)
+                    + 8 * Kind::Notice.index(),
                 size_of::<u64>(),
             ),
             (
-                "stats.duplicate_notices",
-                stats + offset_of!(Stats, duplicate_notices),
+                "stats.messages.duplicate_notices",
+                stats + offset_of!(Stats, messages) + offset_of!(MessageStats, duplicate_notices),
                 size_of::<u64>(),
             ),
         ];
