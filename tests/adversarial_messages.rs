@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use ffd::protocol::wire::{self, Encoder, HEADER_LEN, JobKeys, MAGIC, Sealed, TAG_LEN, VERSION};
 use ffd::protocol::{
-    Engine, EngineConfig, Event, Evidence, FabricSaid, HandleError, InbandMode, Input, Kind,
-    Output, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind,
+    Engine, EngineConfig, EngineOptions, Event, Evidence, FabricSaid, HandleError, InbandMode,
+    Input, Kind, Output, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind,
 };
 
 const N: u32 = 8;
@@ -46,6 +46,7 @@ fn engine_of(me: Rank, keys: JobKeys) -> Engine {
         me,
         keys,
         Time::ZERO,
+        EngineOptions::default(),
     )
     .expect("valid engine");
     drain(&mut e);

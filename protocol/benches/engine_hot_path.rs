@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed, TAG_LEN};
-use ffd_protocol::{Engine, EngineConfig, Input, Rank, Ring, Time, slot_value};
+use ffd_protocol::{Engine, EngineConfig, EngineOptions, Input, Rank, Ring, Time, slot_value};
 use rand::{RngCore, SeedableRng};
 use rand_pcg::Pcg64;
 
@@ -146,6 +146,7 @@ impl Job {
             self.me,
             keys(),
             Time::ZERO,
+            EngineOptions::default(),
         )
         .expect("valid engine");
         drain(&mut e);
@@ -325,6 +326,7 @@ fn cold_dup(job: &Job, passes: usize) -> f64 {
                 job.me,
                 keys(),
                 Time::ZERO,
+                EngineOptions::default(),
             )
             .expect("valid engine");
             drain(&mut e);

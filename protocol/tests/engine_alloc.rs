@@ -94,7 +94,17 @@ fn notice(failed: &[Rank], seq: u64) -> Vec<u8> {
 
 /// Rank `ME` of `N` (ring by rank) knowing `known_failures()`.
 fn engine() -> Engine {
-    let mut e = drained(JOB.engine(EngineConfig::default(), N, ME));
+    knowing_failures(JOB.engine(EngineConfig::default(), N, ME))
+}
+
+/// [`engine`] with modelled heartbeats.
+fn checker() -> Engine {
+    knowing_failures(JOB.checker(EngineConfig::default(), N, ME))
+}
+
+/// `e`, its first outputs drained, once it learned 50 failures.
+fn knowing_failures(e: Engine) -> Engine {
+    let mut e = drained(e);
     deliver_from(&mut e, at(1), SENDER, &notice(&known_failures(), 1));
     assert_eq!(e.epoch(), 50);
     assert_eq!(e.generation(), 0, "nobody mended");
@@ -141,8 +151,7 @@ fn an_idle_heartbeat_period_allocates_nothing() {
 
 #[test]
 fn an_idle_modelled_check_allocates_nothing() {
-    let mut e = engine();
-    e.model_heartbeats();
+    let mut e = checker();
     drain(&mut e);
     let mut counter = 0;
     idle_steps(&mut e, &mut counter, 50);

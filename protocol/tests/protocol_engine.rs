@@ -11,9 +11,9 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Message, ProbeVerdict};
 use ffd_protocol::{
-    BcastKind, Cause, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
-    HandleError, InbandMode, Input, Kind, Output, Overlay, Participation, QuorumMode, Rank,
-    RejectReason, Ring, Time, TransportErrorKind, slot_value,
+    BcastKind, Cause, Engine, EngineConfig, EngineOptions, Event, Evidence, Exclusion, FabricSaid,
+    FailureDetail, HandleError, InbandMode, Input, Kind, Output, Overlay, Participation,
+    QuorumMode, Rank, RejectReason, Ring, Time, TransportErrorKind, slot_value,
 };
 use support::{
     Job, at, deliver_sealed, drain, drained, events, ms, serve_deadlines, slot_reading, tick,
@@ -146,8 +146,7 @@ fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
 
 #[test]
 fn modelled_heartbeats_wake_at_the_timeout_scale() {
-    let mut e = engine(8, 3);
-    e.model_heartbeats();
+    let mut e = checker(8, 3);
     let outs = drain(&mut e);
     assert_eq!(
         outs,
@@ -853,13 +852,33 @@ fn bad_messages_are_rejected_and_counted() {
 #[test]
 fn engine_rejects_impossible_settings() {
     let ring = Arc::new(Ring::by_rank(4));
-    assert!(Engine::new(Arc::new(config()), ring.clone(), 4, JOB.keys(), Time::ZERO).is_err());
+    assert!(
+        Engine::new(
+            Arc::new(config()),
+            ring.clone(),
+            4,
+            JOB.keys(),
+            Time::ZERO,
+            EngineOptions::default(),
+        )
+        .is_err()
+    );
     let bad = EngineConfig {
         timeout: ms(10),
         period: ms(10),
         ..config()
     };
-    assert!(Engine::new(Arc::new(bad), ring, 0, JOB.keys(), Time::ZERO).is_err());
+    assert!(
+        Engine::new(
+            Arc::new(bad),
+            ring,
+            0,
+            JOB.keys(),
+            Time::ZERO,
+            EngineOptions::default(),
+        )
+        .is_err()
+    );
     // A job of one has nobody to watch.
     let mut alone = engine(1, 0);
     assert!(drain(&mut alone).is_empty());
@@ -886,7 +905,7 @@ mod mending_properties {
         ) {
             let me = me_seed % n;
             let ring = Arc::new(Ring::shuffled(n, shuffle_seed));
-            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, JOB.keys(), Time::ZERO).unwrap();
+            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, JOB.keys(), Time::ZERO, EngineOptions::default()).unwrap();
             drain(&mut e);
             let mut failed: Vec<Rank> = Vec::new();
             let mut t = 1;

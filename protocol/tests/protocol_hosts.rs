@@ -15,8 +15,9 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire;
 use ffd_protocol::{
-    Cause, EmitterThread, Engine, EngineConfig, Event, Evidence, FabricSaid, FailureDetail, Hosts,
-    Input, Kind, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind,
+    Cause, EmitterThread, Engine, EngineConfig, EngineOptions, Event, Evidence, FabricSaid,
+    FailureDetail, Hosts, Input, Kind, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time,
+    TransportErrorKind,
 };
 use support::{Job, deliver_from, deliver_sealed, drain, ms, serve_deadlines};
 
@@ -959,13 +960,16 @@ fn a_rank_stopped_inside_the_start_up_grace_is_timed_from_its_last_wake_up() {
 #[test]
 fn host_groups_must_describe_the_ring() {
     let hosts = Arc::new(Hosts::new(RingKind::Topology, &[0u32, 0, 1], 0));
-    let err = Engine::with_hosts(
+    let err = Engine::new(
         Arc::new(EngineConfig::default()),
         Arc::new(Ring::by_rank(4)),
-        hosts,
         0,
         JOB.keys(),
         Time::ZERO,
+        EngineOptions {
+            hosts: Some(hosts),
+            ..EngineOptions::default()
+        },
     )
     .unwrap_err();
     assert_eq!(err.to_string(), "the host groups name 3 ranks, the ring 4");

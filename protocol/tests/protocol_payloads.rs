@@ -290,9 +290,7 @@ fn sync_request_of(o: &mut Engine, digest: u64) -> Vec<u8> {
 fn a_rank_that_missed_a_payload_gets_it_through_the_digest_sync() {
     let n = 16;
     let mut emitter = engine(n, 3);
-    let mut observer = engine(n, 4);
-    observer.model_heartbeats();
-    drain(&mut observer);
+    let mut observer = drained(JOB.checker(config(), n, 4));
     // Rank 9's payload reached rank 3, and its copies to rank 4 were lost.
     JOB.deliver(&mut emitter, at(1), payload(9, 9, 1, b"revoke"));
     assert_ne!(

@@ -28,8 +28,8 @@ use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
 };
 use crate::protocol::{
-    Engine, EngineConfig, Evidence, FabricSaid, Input, JobKeys, Output, Participation, Rank, Ring,
-    Time, TransportErrorKind, wire,
+    Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, Input, JobKeys, Output,
+    Participation, Rank, Ring, Time, TransportErrorKind, wire,
 };
 
 use super::AgreeError;
@@ -310,23 +310,18 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
         }
     };
     let seed = &parts.seed;
-    let engine = match &local {
-        None => Engine::new(
-            Arc::clone(&seed.config),
-            Arc::clone(&seed.ring),
-            seed.me,
-            seed.keys.clone(),
-            now,
-        ),
-        Some((hosts, _)) => Engine::with_hosts(
-            Arc::clone(&seed.config),
-            Arc::clone(&seed.ring),
-            Arc::clone(hosts),
-            seed.me,
-            seed.keys.clone(),
-            now,
-        ),
+    let options = EngineOptions {
+        hosts: local.as_ref().map(|(hosts, _)| Arc::clone(hosts)),
+        ..EngineOptions::default()
     };
+    let engine = Engine::new(
+        Arc::clone(&seed.config),
+        Arc::clone(&seed.ring),
+        seed.me,
+        seed.keys.clone(),
+        now,
+        options,
+    );
     let engine = match engine {
         Ok(e) => e,
         Err(e) => return End::Stopped(StopReason::new(StopCause::Engine, e.to_string())),

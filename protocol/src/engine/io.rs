@@ -63,7 +63,7 @@ pub enum Input<'a> {
     /// words for it): the rank that broadcasts the notice sends them no
     /// copy (empty: no such knowledge, every overlay target gets one).
     /// Only for Engines with host groups
-    /// ([`Engine::with_hosts`](super::Engine::with_hosts)); ignored
+    /// ([`EngineOptions::hosts`](super::EngineOptions::hosts)); ignored
     /// otherwise, and for ranks of other hosts.
     Exited { rank: Rank, seen_by: &'a [Rank] },
     /// Failures read from this host's notice board (`docs/design.md`
@@ -429,10 +429,12 @@ pub enum Participation {
     Excluded,
 }
 
-/// How heartbeats leave the Engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How heartbeats leave the Engine
+/// ([`EngineOptions::heartbeats`](super::EngineOptions::heartbeats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HeartbeatMode {
     /// Every period, an [`Output::WriteHeartbeat`] (the runtime).
+    #[default]
     Write,
     /// An [`Output::HeartbeatStream`] on each change; the driver models the
     /// slot values (the simulator).

@@ -27,8 +27,8 @@
 //!      `read_slot(slot)` for the slot of its slot page it watches (if it
 //!      has an emitter), takes the value as this round's reading, and then
 //!      runs its due timers, all at the same `now`.
-//! 2. After either call (and after [`Engine::new`] and
-//!    [`Engine::model_heartbeats`]), drain [`Engine::poll_output`] until it
+//! 2. After either call (and after [`Engine::new`]), drain
+//!    [`Engine::poll_output`] until it
 //!    returns `None`, carrying out each output (an RDMA write, a message
 //!    send, an event for the host).
 //! 3. Re-read [`Engine::next_deadline`] and sleep until it or until an
@@ -207,45 +207,69 @@ pub struct Engine {
     board_readers: local::BoardReaders,
 }
 
+/// How an Engine is built beyond its job (configuration, ring, rank,
+/// keys): the choices fixed for its lifetime, all given at
+/// [`Engine::new`], so none can come too late. The default: the
+/// per-process ring, heartbeats written every period.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use ffd_protocol::{Engine, EngineConfig, EngineOptions, HeartbeatMode, JobKeys, Ring, Time};
+/// let options = EngineOptions {
+///     heartbeats: HeartbeatMode::Modelled,
+///     ..EngineOptions::default()
+/// };
+/// let ring = Arc::new(Ring::by_rank(4));
+/// let keys = JobKeys::new(7, [3; 32]);
+/// let e = Engine::new(Arc::new(EngineConfig::default()), ring, 0, keys, Time::ZERO, options);
+/// assert!(e.is_ok());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct EngineOptions {
+    /// Host groups (`docs/design.md` §4.12), describing the same N ranks
+    /// as the ring: same-host ranks watch each other (exits through
+    /// [`Input::Exited`], hangs through the counters the driver reads for
+    /// [`Engine::handle_timeout`]), and only each host's leader (its
+    /// lowest live rank) heartbeats over the fabric, on the ring of hosts.
+    /// Notices still travel over the ring, which orders every rank.
+    /// `None`: the per-process ring (`FFD_LOCAL=off`).
+    pub hosts: Option<Arc<Hosts>>,
+    /// How heartbeats leave the Engine: [`HeartbeatMode::Write`] (the
+    /// runtime), or [`HeartbeatMode::Modelled`] (simulators: no per-period
+    /// beat timer, no `WriteHeartbeat`; a `HeartbeatStream` at the first
+    /// poll and on each change).
+    pub heartbeats: HeartbeatMode,
+}
+
 impl Engine {
     /// The Engine of rank `me` in a job on `ring` (N = `ring.len()`), with
     /// the job's keys (the job key agreed at bootstrap and the message key
     /// derived from the job's secret; a [`JobKeys`] or an `Arc` of one that
-    /// several Engines share), started at `now`. Heartbeats start at once;
-    /// nobody is declared before `now + startup_grace + timeout`. Poll
-    /// outputs after creating it.
+    /// several Engines share), started at `now`, built as `options` say.
+    /// Heartbeats start at once; nobody is declared before `now +
+    /// startup_grace + timeout`. Poll outputs after creating it.
     pub fn new(
         config: Arc<EngineConfig>,
         ring: Arc<Ring>,
         me: Rank,
         keys: impl Into<Arc<JobKeys>>,
         now: Time,
+        options: EngineOptions,
     ) -> Result<Engine, EngineConfigError> {
-        Engine::build(config, ring, None, me, keys.into(), now)
-    }
-
-    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.12):
-    /// same-host ranks watch each other (exits through
-    /// [`Input::Exited`], hangs through the counters the driver reads for
-    /// [`Engine::handle_timeout_with`]), and only each host's leader (its
-    /// lowest live rank) heartbeats over the fabric, on the ring of hosts.
-    /// Notices still travel over `ring`, which orders every rank. `hosts`
-    /// must describe the same N ranks.
-    pub fn with_hosts(
-        config: Arc<EngineConfig>,
-        ring: Arc<Ring>,
-        hosts: Arc<Hosts>,
-        me: Rank,
-        keys: impl Into<Arc<JobKeys>>,
-        now: Time,
-    ) -> Result<Engine, EngineConfigError> {
-        if hosts.ranks() != ring.len() {
-            return Err(EngineConfigError::HostsMismatch {
-                hosts: hosts.ranks(),
-                ring: ring.len(),
-            });
+        let EngineOptions { hosts, heartbeats } = options;
+        if let Some(hosts) = &hosts {
+            if hosts.ranks() != ring.len() {
+                return Err(EngineConfigError::HostsMismatch {
+                    hosts: hosts.ranks(),
+                    ring: ring.len(),
+                });
+            }
         }
-        Engine::build(config, ring, Some(hosts), me, keys.into(), now)
+        let mut engine = Engine::build(config, ring, hosts, me, keys.into(), now)?;
+        if heartbeats == HeartbeatMode::Modelled {
+            engine.model_heartbeats();
+        }
+        Ok(engine)
     }
 
     fn build(
@@ -358,10 +382,11 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Switches to [`HeartbeatMode::Modelled`]: no per-period beat timer and
-    /// no `WriteHeartbeat`; `HeartbeatStream` outputs instead (the first one
-    /// at the next poll). For simulators; call before the first poll.
-    pub fn model_heartbeats(&mut self) {
+    /// Switches a new Engine to [`HeartbeatMode::Modelled`]
+    /// ([`EngineOptions::heartbeats`]): no per-period beat timer and no
+    /// `WriteHeartbeat`; `HeartbeatStream` outputs instead (the first one
+    /// at the first poll).
+    fn model_heartbeats(&mut self) {
         self.mode = HeartbeatMode::Modelled;
         self.timers.stop(Timer::Beat);
         self.pending_write = None;

@@ -48,8 +48,8 @@ pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 use crate::ranks::fold_digest;
 use crate::wire::{JobKeys, Kind, Sealed, seal_into};
 use crate::{
-    EmitterThread, Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Hosts, Input,
-    LocalBeat, Output, Rank, Ring, Time, TransportErrorKind,
+    EmitterThread, Engine, EngineConfig, EngineConfigError, EngineOptions, Evidence, FabricSaid,
+    HeartbeatMode, Hosts, Input, LocalBeat, Output, Rank, Ring, Time, TransportErrorKind,
 };
 use agenda::Agenda;
 use agreements::{AgreeTrack, ViewTrack};
@@ -376,24 +376,18 @@ impl Simulator {
         });
         let mut engines = Vec::with_capacity(n as usize);
         for r in 0..n {
-            let mut e = match &groups {
-                None => Engine::new(
-                    engine_cfg.clone(),
-                    ring.clone(),
-                    r,
-                    keys.clone(),
-                    Time::ZERO,
-                )?,
-                Some(h) => Engine::with_hosts(
-                    engine_cfg.clone(),
-                    ring.clone(),
-                    h.clone(),
-                    r,
-                    keys.clone(),
-                    Time::ZERO,
-                )?,
+            let options = EngineOptions {
+                hosts: groups.clone(),
+                heartbeats: HeartbeatMode::Modelled,
             };
-            e.model_heartbeats();
+            let mut e = Engine::new(
+                engine_cfg.clone(),
+                ring.clone(),
+                r,
+                keys.clone(),
+                Time::ZERO,
+                options,
+            )?;
             if let Some(h) = &groups {
                 // Every rank of a host reads its notice board (the Engine
                 // leaves itself out).

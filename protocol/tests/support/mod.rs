@@ -42,8 +42,8 @@ use std::time::Duration;
 use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator};
 use ffd_protocol::wire::{self, Header, Message};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Hosts, Input, JobKeys, Kind, Output, QuorumMode, Rank,
-    Ring, Time,
+    Cause, Engine, EngineConfig, EngineOptions, Event, HeartbeatMode, Hosts, Input, JobKeys, Kind,
+    Output, QuorumMode, Rank, Ring, Time,
 };
 
 /// `v` milliseconds.
@@ -117,7 +117,27 @@ impl Job {
         ring: impl Into<Arc<Ring>>,
         me: Rank,
     ) -> Engine {
-        Engine::new(config.into(), ring.into(), me, self.keys(), Time::ZERO).expect("valid engine")
+        self.engine_with(config, ring, me, EngineOptions::default())
+    }
+
+    /// Rank `me` on `ring`, built as `options` say, started at
+    /// `Time::ZERO`. Its first outputs wait to be polled.
+    pub fn engine_with(
+        &self,
+        config: impl Into<Arc<EngineConfig>>,
+        ring: impl Into<Arc<Ring>>,
+        me: Rank,
+        options: EngineOptions,
+    ) -> Engine {
+        Engine::new(
+            config.into(),
+            ring.into(),
+            me,
+            self.keys(),
+            Time::ZERO,
+            options,
+        )
+        .expect("valid engine")
     }
 
     /// Rank `me` on `ring` with host groups `hosts`, started at
@@ -131,25 +151,22 @@ impl Job {
         hosts: Arc<Hosts>,
         me: Rank,
     ) -> Engine {
-        Engine::with_hosts(
-            config.into(),
-            ring.into(),
-            hosts,
-            me,
-            self.keys(),
-            Time::ZERO,
-        )
-        .expect("valid engine")
+        let options = EngineOptions {
+            hosts: Some(hosts),
+            ..EngineOptions::default()
+        };
+        self.engine_with(config, ring, me, options)
     }
 
-    /// [`Job::engine`] in modelled-heartbeat mode (`model_heartbeats`,
-    /// called before the first poll, as it must be): it writes no
-    /// heartbeat, and its deadlines are slot checks only. Its first outputs
-    /// wait to be polled.
+    /// [`Job::engine`] with modelled heartbeats
+    /// ([`HeartbeatMode::Modelled`]): it writes no heartbeat, and its
+    /// deadlines are slot checks only. Its first outputs wait to be polled.
     pub fn checker(&self, config: EngineConfig, n: u32, me: Rank) -> Engine {
-        let mut e = self.engine(config, n, me);
-        e.model_heartbeats();
-        e
+        let options = EngineOptions {
+            heartbeats: HeartbeatMode::Modelled,
+            ..EngineOptions::default()
+        };
+        self.engine_with(config, Ring::by_rank(n), me, options)
     }
 
     /// `unsealed` (a test peer's message, from `wire::Encoder`) sealed for

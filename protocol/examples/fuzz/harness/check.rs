@@ -110,7 +110,7 @@ impl Violations {
 /// Which call the outputs being checked followed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
-    /// `Engine::new` (and `model_heartbeats`).
+    /// `Engine::new`.
     New,
     Handle,
     Timeout,

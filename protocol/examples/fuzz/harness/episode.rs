@@ -23,9 +23,9 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
-    BcastKind, EmitterThread, Engine, EngineConfig, Evidence, FabricSaid, HandleError, Hosts,
-    InbandMode, Input, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time,
-    TransportErrorKind, slot_value,
+    BcastKind, EmitterThread, Engine, EngineConfig, EngineOptions, Evidence, FabricSaid,
+    HandleError, HeartbeatMode, Hosts, InbandMode, Input, LocalBeat, Output, QuorumMode, Rank,
+    Ring, RingKind, Time, TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -234,23 +234,25 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) -> u64 {
         payload_bytes: 0,
     };
     for r in 0..n {
-        let made = match &hosts {
-            None => Engine::new(config.clone(), ring.clone(), r, keys.clone(), Time::ZERO),
-            Some(h) => Engine::with_hosts(
-                config.clone(),
-                ring.clone(),
-                h.clone(),
-                r,
-                keys.clone(),
-                Time::ZERO,
-            ),
+        let options = EngineOptions {
+            hosts: hosts.clone(),
+            heartbeats: if modelled {
+                HeartbeatMode::Modelled
+            } else {
+                HeartbeatMode::Write
+            },
         };
-        let Ok(mut engine) = made else {
+        let made = Engine::new(
+            config.clone(),
+            ring.clone(),
+            r,
+            keys.clone(),
+            Time::ZERO,
+            options,
+        );
+        let Ok(engine) = made else {
             return 0;
         };
-        if modelled {
-            engine.model_heartbeats();
-        }
         let check = EngineCheck::new(&engine);
         ep.nodes.push(Node {
             engine,

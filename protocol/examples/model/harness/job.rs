@@ -15,7 +15,7 @@
 //! flight arrives (a premature timeout), and messages are delivered in any
 //! order across links, in order on each link (a per-sender queue,
 //! delivered per receiver in send order: RDM over tcp keeps a connection's
-//! order). Heartbeats are modelled ([`Engine::model_heartbeats`]): a live
+//! order). Heartbeats are modelled ([`HeartbeatMode::Modelled`]): a live
 //! emitter that reaches its observer has written a new beat by the
 //! observer's next reading, unless a stall (a premature timeout) says it
 //! has not. Faults: a crash (its copies still queued may be cut: a crash
@@ -32,8 +32,9 @@ use std::time::Duration;
 
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
-    BcastKind, Engine, EngineConfig, Evidence, FabricSaid, InbandMode, Input, Output,
-    Participation, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind, View, slot_value,
+    BcastKind, Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, HeartbeatMode,
+    InbandMode, Input, Output, Participation, QuorumMode, Rank, Ring, RingKind, Time,
+    TransportErrorKind, View, slot_value,
 };
 
 use super::props::{self, Check};
@@ -443,9 +444,12 @@ impl Job {
                 r,
                 self.keys.clone(),
                 START,
+                EngineOptions {
+                    heartbeats: HeartbeatMode::Modelled,
+                    ..EngineOptions::default()
+                },
             )
             .expect("the model's configuration is valid");
-            engine.model_heartbeats();
             let outputs: Vec<Output> = std::iter::from_fn(|| engine.poll_output()).collect();
             let fp = engine.model_fingerprint(START, self.horizon);
             let (engine, clock) = self.intern(fp, engine, START);
