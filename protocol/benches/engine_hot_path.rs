@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed, TAG_LEN};
-use ffd_protocol::{Engine, EngineConfig, EngineOptions, Input, Rank, Ring, Time, slot_value};
+use ffd_protocol::{
+    Engine, EngineConfig, EngineOptions, Input, Rank, Ring, SlotReading, Time, slot_value,
+};
 use rand::{RngCore, SeedableRng};
 use rand_pcg::Pcg64;
 
@@ -208,7 +210,7 @@ fn idle(job: &Job, reps: usize) -> Idle {
         let t = e.next_deadline().expect("an idle rank has a deadline");
         counter = counter.wrapping_add(1).max(1);
         let value = slot_value(0, digest, counter);
-        e.handle_timeout(t, |_| value);
+        e.handle_timeout(t, &SlotReading(value));
         let outs = drain(e);
         debug_assert!(outs <= 1, "an idle step writes at most one heartbeat");
         t

@@ -37,8 +37,8 @@ pub use engine::{
     AgreeAbort, Cause, Confirmation, DropStats, EmitterThread, Engine, EngineOptions, Event,
     Evidence, Exclusion, FabricSaid, FailureDetail, HandleError, HealthStats, HeartbeatMode,
     HostStats, Input, LocalBeat, MessageStats, NoticeStats, ObservationStats, Output,
-    Participation, PayloadStats, QuorumStats, Stats, SyncStats, TransportErrorKind, View,
-    ViewStats, slot_digest, slot_generation, slot_value,
+    Participation, PayloadStats, QuorumStats, Readings, SlotReading, Stats, SyncStats,
+    TransportErrorKind, View, ViewStats, slot_digest, slot_generation, slot_value,
 };
 pub use hosts::Hosts;
 pub use overlay::Overlay;

@@ -15,7 +15,7 @@ use std::cell::Cell;
 
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::Encoder;
-use ffd_protocol::{Engine, EngineConfig, Input, Output, Rank, slot_value};
+use ffd_protocol::{Engine, EngineConfig, Input, Output, Rank, SlotReading, slot_value};
 use support::{Job, at, deliver_from, drain, drained};
 
 thread_local! {
@@ -120,7 +120,7 @@ fn idle_steps(e: &mut Engine, counter: &mut u16, steps: usize) -> usize {
         let t = e.next_deadline().expect("an idle rank has a deadline");
         *counter += 1;
         let value = slot_value(e.generation(), digest, *counter);
-        e.handle_timeout(t, |_| value);
+        e.handle_timeout(t, &SlotReading(value));
         while let Some(out) = e.poll_output() {
             assert!(
                 matches!(out, Output::WriteHeartbeat { .. }),

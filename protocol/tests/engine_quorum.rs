@@ -12,7 +12,8 @@ use std::time::Duration;
 use ffd_protocol::wire::{Encoder, Message, OutcomeVerdict, VOTE_COMPLETE};
 use ffd_protocol::{
     Cause, Confirmation, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid,
-    FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, Time, TransportErrorKind,
+    FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, SlotReading, Time,
+    TransportErrorKind,
 };
 use support::{Job, at, drain, drained, events, ms, serve_deadlines, slot_reading, sorted, tick};
 
@@ -139,7 +140,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
     let mut excluded_at = None;
     while let Some(d) = high.next_deadline() {
         assert!(d <= at(400), "still not excluded at {d}");
-        high.handle_timeout(d, |_| 0);
+        high.handle_timeout(d, &SlotReading(0));
         outs.extend(drain(&mut high));
         if high.participation() == Participation::Excluded {
             excluded_at = Some(d);

@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,10 +14,11 @@ use ffd_protocol::wire::{self, Encoder, JobKeys, Message, ProbeVerdict};
 use ffd_protocol::{
     BcastKind, Cause, Engine, EngineConfig, EngineOptions, Event, Evidence, Exclusion, FabricSaid,
     FailureDetail, HandleError, InbandMode, Input, Kind, Output, Overlay, Participation,
-    QuorumMode, Rank, RejectReason, Ring, Time, TransportErrorKind, slot_value,
+    QuorumMode, Rank, RejectReason, Ring, SlotReading, Time, TransportErrorKind, slot_value,
 };
 use support::{
-    Job, at, deliver_sealed, drain, drained, events, ms, serve_deadlines, slot_reading, tick,
+    Job, at, deliver_sealed, drain, drained, events, ms, readings, serve_deadlines, slot_reading,
+    tick,
 };
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
@@ -112,35 +114,41 @@ fn heartbeats_go_to_the_successor_every_period() {
 fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
     let n = 16;
     let mut e = drained(checker(n, 5));
-    let mut reads = Vec::new();
+    let reads = &RefCell::new(Vec::new());
     let t = e.next_deadline().expect("a first check");
-    e.handle_timeout(t, |slot| {
-        reads.push(slot);
-        slot_value(0, 0, 1)
-    });
-    assert_eq!(reads, vec![0]);
+    let reading = |value: u64| {
+        readings(
+            move |slot| {
+                reads.borrow_mut().push(slot);
+                value
+            },
+            |_| None,
+        )
+    };
+    e.handle_timeout(t, &reading(slot_value(0, 0, 1)));
+    assert_eq!(reads.take(), vec![0]);
     assert_eq!(e.stats().observation.slot_checks, 1, "the due check ran");
     // After mending (emitter 4 reported failed), the step reads the new
     // generation's slot.
     JOB.deliver(&mut e, at(30), notice(9, 9, &[4], &[]));
     assert_eq!(e.watched_slot(), Some(1));
-    reads.clear();
     let digest = fold_digest(e.digest());
     let t = e.next_deadline().expect("a check after mending");
-    e.handle_timeout(t, |slot| {
-        reads.push(slot);
-        slot_value(1, digest, 1)
-    });
-    assert_eq!(reads, vec![1]);
+    e.handle_timeout(t, &reading(slot_value(1, digest, 1)));
+    assert_eq!(reads.take(), vec![1]);
     // A step before any deadline reads the slot but runs no timer.
     let checks = e.stats().observation.slot_checks;
-    e.handle_timeout(t, |_| slot_value(1, digest, 2));
+    e.handle_timeout(t, &SlotReading(slot_value(1, digest, 2)));
     assert_eq!(e.stats().observation.slot_checks, checks);
     assert_eq!(e.stats().observation.foreign_slot_values, 0);
     // Alone in the job: no emitter, nothing to read.
     let mut alone = drained(engine(1, 0));
     assert_eq!(alone.watched_slot(), None);
-    alone.handle_timeout(at(50), |slot| panic!("read slot {slot} without an emitter"));
+    let no_emitter = readings(
+        |slot| panic!("read slot {slot} without an emitter"),
+        |_| None,
+    );
+    alone.handle_timeout(at(50), &no_emitter);
     assert!(drain(&mut alone).is_empty());
 }
 

@@ -19,7 +19,7 @@ use ffd_protocol::{
     FailureDetail, Hosts, Input, Kind, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time,
     TransportErrorKind,
 };
-use support::{Job, deliver_from, deliver_sealed, drain, ms, serve_deadlines};
+use support::{Job, deliver_from, deliver_sealed, drain, ms, readings, serve_deadlines};
 
 const KEY: u64 = 0x5EED_0000_1111_2222;
 
@@ -216,10 +216,12 @@ impl Cluster {
             let now = self.now;
             let slots = &self.slots;
             let counters = &self.counters;
-            self.engines[r as usize].handle_timeout_with(
+            self.engines[r as usize].handle_timeout(
                 now,
-                |slot| slots.get(&(r, slot)).copied().unwrap_or(0),
-                |e| counters[e as usize],
+                &readings(
+                    |slot| slots.get(&(r, slot)).copied().unwrap_or(0),
+                    |e| counters[e as usize],
+                ),
             );
             self.counters[r as usize] = Some(LocalBeat {
                 at: now,
@@ -896,7 +898,7 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
         digest: fold_digest(e.digest()),
         thread: EmitterThread::Unknown,
     };
-    let wake = |e: &mut Engine, d: Time| e.handle_timeout_with(d, |_| 0, |_| Some(stale));
+    let wake = |e: &mut Engine, d: Time| e.handle_timeout(d, &readings(|_| 0, |_| Some(stale)));
     // Runs the deadlines up to `until`: when rank 2 first floods an
     // accusation of 1, and the round's nonce.
     let run = |e: &mut Engine, until: Time| -> Option<(Time, u32)> {
@@ -1398,7 +1400,7 @@ fn a_one_host_job_never_excludes_itself_for_want_of_a_quorum() {
         // Twenty timeouts of silence, every deadline served.
         let end = Time::ZERO + ms(2_000);
         let wake = |e: &mut Engine, d: Time| {
-            e.handle_timeout_with(d, |_| 0, |r| (r == emitter).then_some(stale));
+            e.handle_timeout(d, &readings(|_| 0, |r| (r == emitter).then_some(stale)));
         };
         serve_deadlines(&mut e, end, Duration::ZERO, wake, |e, _, _| {
             (e.participation() == ffd_protocol::Participation::Excluded).then_some(())

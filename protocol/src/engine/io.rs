@@ -1,6 +1,7 @@
 //! What crosses the Engine's boundary: the inputs a driver hands in, the
-//! outputs and host events it gets back, the errors of `handle`, and the
-//! heartbeat slot value format (the counters are `stats`).
+//! outputs and host events it gets back, the readings a driver hands a
+//! timer step, the errors of `handle`, and the heartbeat slot value format
+//! (the counters are `stats`).
 //!
 //! Owns: these types and their plain helpers. Must not: hold protocol
 //! state or make a protocol decision (that is the Engine's job).
@@ -38,10 +39,43 @@ pub fn slot_generation(value: u64) -> u16 {
     (value >> 48) as u16
 }
 
+/// What a driver reads for a timer step
+/// ([`Engine::handle_timeout`](super::Engine::handle_timeout)): this rank's
+/// slot page and, with host groups, the local ranks' counters in shared
+/// memory. The Engine asks for one slot at most (the one it watches, if it
+/// has an emitter) and one local counter at most (its local emitter's, if
+/// it has one), each once per step, and takes the answers as that step's
+/// readings. The runtime reads its registered slot page and the host's
+/// segment; the simulator and the model checker model both; tests answer
+/// what the test needs.
+pub trait Readings {
+    /// The value in slot `slot` (`0..512`) of this rank's slot page now.
+    fn slot(&self, slot: u16) -> u64;
+    /// What the driver sees of local rank `rank`'s counter now (`None`:
+    /// never written). The default, `None` for every rank, suits an
+    /// Engine without host groups; an Engine with a local emitter that
+    /// reads `None` sees no local beat and declares it after the timeout.
+    fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
+        let _ = rank;
+        None
+    }
+}
+
+/// [`Readings`] in which the watched slot holds one value and no local
+/// counter was ever written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotReading(pub u64);
+
+impl Readings for SlotReading {
+    fn slot(&self, _slot: u16) -> u64 {
+        self.0
+    }
+}
+
 /// What a driver hands to [`Engine::handle`](super::Engine::handle). A
 /// reached deadline is not an input: it goes to
-/// [`Engine::handle_timeout`](super::Engine::handle_timeout), with the slot
-/// reading.
+/// [`Engine::handle_timeout`](super::Engine::handle_timeout), with the
+/// [`Readings`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Input<'a> {
     /// An active message. `from` is the transport's idea of the sender if

@@ -23,10 +23,11 @@
 //!    - a message, a transport error, a broadcast or leave request:
 //!      [`Engine::handle`]`(now, input)`;
 //!    - the deadline from [`Engine::next_deadline`] was reached:
-//!      [`Engine::handle_timeout`]`(now, read_slot)`. The Engine calls
-//!      `read_slot(slot)` for the slot of its slot page it watches (if it
-//!      has an emitter), takes the value as this round's reading, and then
-//!      runs its due timers, all at the same `now`.
+//!      [`Engine::handle_timeout`]`(now, &readings)`. The Engine reads
+//!      ([`Readings`]) the slot of its slot page it watches (if it has an
+//!      emitter) and its local emitter's counter (if it has one), takes
+//!      them as this round's readings, and then runs its due timers, all at
+//!      the same `now`.
 //! 2. After either call (and after [`Engine::new`]), drain
 //!    [`Engine::poll_output`] until it
 //!    returns `None`, carrying out each output (an RDMA write, a message
@@ -107,8 +108,8 @@ use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
     AgreeAbort, Cause, Confirmation, EmitterThread, Event, Evidence, Exclusion, FabricSaid,
-    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation,
-    TransportErrorKind, View, slot_digest, slot_generation, slot_value,
+    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Readings,
+    SlotReading, TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
@@ -229,7 +230,7 @@ pub struct EngineOptions {
     /// Host groups (`docs/design.md` §4.12), describing the same N ranks
     /// as the ring: same-host ranks watch each other (exits through
     /// [`Input::Exited`], hangs through the counters the driver reads for
-    /// [`Engine::handle_timeout`]), and only each host's leader (its
+    /// [`Engine::handle_timeout`] ([`Readings::local_beat`])), and only each host's leader (its
     /// lowest live rank) heartbeats over the fabric, on the ring of hosts.
     /// Notices still travel over the ring, which orders every rank.
     /// `None`: the per-process ring (`FFD_LOCAL=off`).
@@ -581,40 +582,28 @@ impl Engine {
 
     /// The deadline from [`Engine::next_deadline`] was reached (or the
     /// driver woke anyway): one step at `now`. If this rank has an emitter,
-    /// the Engine first calls `read_slot(slot)` once, for the slot index
+    /// the Engine first reads [`Readings::slot`] once, for the slot index
     /// (`0..512`) of this rank's slot page that it watches
     /// ([`Engine::watched_slot`]), and takes the value as this round's
-    /// reading; then it runs every timer that is due (heartbeat write, slot
-    /// check, suspect, leave batch, quorum). Then drain [`Engine::poll_output`] and
-    /// re-read [`Engine::next_deadline`].
+    /// reading; if it has a local emitter (host groups,
+    /// [`Engine::local_emitter`]), it reads [`Readings::local_beat`] once
+    /// for it, that rank's counter in shared memory. Then it runs every
+    /// timer that is due (heartbeat write, slot check, suspect, leave
+    /// batch, quorum, local and host checks). Then drain
+    /// [`Engine::poll_output`] and re-read [`Engine::next_deadline`].
     ///
     /// In [`HeartbeatMode::Write`] an idle rank's step allocates nothing,
     /// and neither does draining its `WriteHeartbeat`
     /// (`tests/engine_alloc.rs`); `benches/engine_hot_path.sh` measured the
     /// two at about 15 ns per step, 18 ns per heartbeat period, at every N
     /// (2^10 … 2^20) and known-failure count (0 … 1000).
-    pub fn handle_timeout(&mut self, now: Time, read_slot: impl FnOnce(u16) -> u64) {
-        self.handle_timeout_with(now, read_slot, |_| None);
-    }
-
-    /// [`Engine::handle_timeout`] for an Engine with host groups: the
-    /// Engine also calls `read_local(rank)` once for its local emitter
-    /// ([`Engine::local_emitter`]), whose answer is that rank's counter in
-    /// shared memory (`None`: never written). An Engine with a local
-    /// emitter that is driven by `handle_timeout` alone sees no local
-    /// beats and declares it after the timeout.
-    pub fn handle_timeout_with(
-        &mut self,
-        now: Time,
-        read_slot: impl FnOnce(u16) -> u64,
-        read_local: impl FnOnce(Rank) -> Option<LocalBeat>,
-    ) {
+    pub fn handle_timeout(&mut self, now: Time, readings: &(impl Readings + ?Sized)) {
         if let Some(slot) = self.watched_slot() {
-            let value = read_slot(slot);
+            let value = readings.slot(slot);
             self.on_slot(now, slot, value);
         }
         if let Some(e) = self.local.emitter {
-            let beat = read_local(e);
+            let beat = readings.local_beat(e);
             self.on_local_beat(now, beat);
         }
         self.on_tick(now);

@@ -20,7 +20,7 @@
 //! 4. Ask `next_deadline` when to wake it next: [`serve_deadlines`] and
 //!    [`run_until`] wake it at each deadline in turn, as a driver's timer
 //!    would, up to a time the test names, with `handle_timeout`
-//!    ([`slot_reading`]) or `handle_timeout_with`.
+//!    ([`slot_reading`], or [`readings`] for the local counters too).
 //!
 //! What differs from file to file is a parameter: the job's keys (each file
 //! its own [`Job`]), the configuration (from [`config`]), the ring, whether
@@ -43,7 +43,7 @@ use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator};
 use ffd_protocol::wire::{self, Header, Message};
 use ffd_protocol::{
     Cause, Engine, EngineConfig, EngineOptions, Event, HeartbeatMode, Hosts, Input, JobKeys, Kind,
-    Output, QuorumMode, Rank, Ring, Time,
+    LocalBeat, Output, QuorumMode, Rank, Readings, Ring, SlotReading, Time,
 };
 
 /// `v` milliseconds.
@@ -141,9 +141,9 @@ impl Job {
     }
 
     /// Rank `me` on `ring` with host groups `hosts`, started at
-    /// `Time::ZERO`; drive its timers with `handle_timeout_with`, which
-    /// also reads its local emitter's counter. Its first outputs wait to be
-    /// polled.
+    /// `Time::ZERO`; drive its timers with `handle_timeout` and
+    /// [`readings`] that answer for its local emitter's counter. Its first
+    /// outputs wait to be polled.
     pub fn engine_on_hosts(
         &self,
         config: impl Into<Arc<EngineConfig>>,
@@ -278,19 +278,37 @@ pub fn deliver_from(e: &mut Engine, now: Time, from: Rank, bytes: &[u8]) -> Vec<
 /// One timer step of `e` at `now` (`handle_timeout`), its watched slot
 /// reading `value`: every output it caused.
 pub fn tick(e: &mut Engine, now: Time, value: u64) -> Vec<Output> {
-    e.handle_timeout(now, |_| value);
+    e.handle_timeout(now, &SlotReading(value));
     drain(e)
 }
 
 /// A wake-up for [`serve_deadlines`] and [`run_until`]: `handle_timeout`,
 /// the watched slot reading `slot(now)`. (An Engine with host groups also
-/// reads its local emitter's counter: wake it with `handle_timeout_with`
-/// in a closure of its own.)
+/// reads its local emitter's counter: wake it with `handle_timeout` and
+/// [`readings`] in a closure of its own.)
 pub fn slot_reading(mut slot: impl FnMut(Time) -> u64) -> impl FnMut(&mut Engine, Time) {
     move |e, now| {
         let value = slot(now);
-        e.handle_timeout(now, |_| value);
+        e.handle_timeout(now, &SlotReading(value));
     }
+}
+
+/// A test's [`Readings`] for `handle_timeout`: slot `s` of the slot page
+/// reads `slot(s)`, local rank `r`'s counter `local(r)`.
+pub fn readings(
+    slot: impl Fn(u16) -> u64,
+    local: impl Fn(Rank) -> Option<LocalBeat>,
+) -> impl Readings {
+    struct From<S, L>(S, L);
+    impl<S: Fn(u16) -> u64, L: Fn(Rank) -> Option<LocalBeat>> Readings for From<S, L> {
+        fn slot(&self, slot: u16) -> u64 {
+            (self.0)(slot)
+        }
+        fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
+            (self.1)(rank)
+        }
+    }
+    From(slot, local)
 }
 
 /// Serves `e`'s deadlines in order as a driver's timer would: at `late`

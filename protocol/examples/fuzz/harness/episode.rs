@@ -25,7 +25,7 @@ use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
     BcastKind, EmitterThread, Engine, EngineConfig, EngineOptions, Evidence, FabricSaid,
     HandleError, HeartbeatMode, Hosts, InbandMode, Input, LocalBeat, Output, QuorumMode, Rank,
-    Ring, RingKind, Time, TransportErrorKind, slot_value,
+    Readings, Ring, RingKind, Time, TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -713,7 +713,13 @@ impl Episode<'_> {
         self.tally.input(Column::Engine, InputKind::Timeout);
         let engine = &mut self.nodes[r as usize].engine;
         let before = engine.next_deadline();
-        engine.handle_timeout_with(now, |_| reading, |_| local);
+        engine.handle_timeout(
+            now,
+            &StepReadings {
+                slot: reading,
+                local,
+            },
+        );
         let digest = fold_digest(engine.digest());
         self.nodes[r as usize].counter = Some(LocalBeat {
             at: now,
@@ -914,4 +920,20 @@ fn header_sender(bytes: &[u8]) -> Rank {
     bytes
         .get(16..20)
         .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// One timer step's readings: the watched slot holds `slot`, the local
+/// emitter's counter reads `local`.
+struct StepReadings {
+    slot: u64,
+    local: Option<LocalBeat>,
+}
+
+impl Readings for StepReadings {
+    fn slot(&self, _slot: u16) -> u64 {
+        self.slot
+    }
+    fn local_beat(&self, _rank: Rank) -> Option<LocalBeat> {
+        self.local
+    }
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
     BcastKind, Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, HeartbeatMode,
-    InbandMode, Input, Output, Participation, QuorumMode, Rank, Ring, RingKind, Time,
+    InbandMode, Input, Output, Participation, QuorumMode, Rank, Readings, Ring, RingKind, Time,
     TransportErrorKind, View, slot_value,
 };
 
@@ -82,6 +82,19 @@ pub struct Node {
     pub page: Vec<(u16, u64)>,
     /// `Input::Agree` calls this rank made.
     pub calls: u32,
+}
+
+/// A copy of a rank's slot page (the slots written), as its Engine reads
+/// it at a deadline.
+struct Page(Vec<(u16, u64)>);
+
+impl Readings for Page {
+    fn slot(&self, slot: u16) -> u64 {
+        self.0
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map_or(0, |&(_, v)| v)
+    }
 }
 
 impl Node {
@@ -743,10 +756,9 @@ impl Job {
             s.used.stalls += 1;
             log.note(|| format!("rank {rank}'s emitter is live but its beat is late (a stall)"));
         }
-        let page = s.nodes[rank as usize].page.clone();
-        let read = move |slot: u16| page.iter().find(|(s, _)| *s == slot).map_or(0, |&(_, v)| v);
+        let page = Page(s.nodes[rank as usize].page.clone());
         log.note(|| format!("rank {rank}'s deadline at {}", since_start(now)));
-        self.call(s, rank, log, |e, now| e.handle_timeout(now, read));
+        self.call(s, rank, log, |e, now| e.handle_timeout(now, &page));
     }
 
     /// Runs `f` on a copy of `rank`'s Engine at its clock, then carries its
