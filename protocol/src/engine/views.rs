@@ -53,7 +53,7 @@ use super::{
     AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, Participation, Timer,
     View,
 };
-use crate::agreement::{Instance, Msg, Out, Value};
+use crate::agreement::{AgreementMessage, Instance, Out, Value};
 use crate::config::{Rank, Time};
 use crate::ranks::RankSet;
 use crate::wire::{AgreeDown, AgreeUp, AgreementId, Kind};
@@ -329,7 +329,7 @@ impl Engine {
     fn send_agreement(&mut self, id: AgreementId, hops: u16, out: Out) {
         for (to, msg) in out {
             let (kind, bytes) = match msg {
-                Msg::Up {
+                AgreementMessage::Up {
                     root,
                     value,
                     decided,
@@ -338,7 +338,7 @@ impl Engine {
                     self.encoder
                         .agree_up(id, hops, root, &value, decided.as_ref()),
                 ),
-                Msg::Down { root, decision } => (
+                AgreementMessage::Down { root, decision } => (
                     Kind::AgreeDown,
                     self.encoder.agree_down(id, hops, root, &decision),
                 ),
