@@ -1,10 +1,11 @@
 //! The Engine: one rank's protocol state machine, sans IO.
 //!
-//! Owns: the `Engine` struct, its construction and accessors, the timer
-//! table, and the dispatch of inputs (`handle`, `handle_timeout`) and of
-//! outputs (`poll_output`, `next_deadline`). The protocol itself lives in
-//! the submodules, one concern each: `io` (the types crossing the
-//! boundary), `heartbeat` (this rank as an emitter), `observation`
+//! Owns: the `Engine` struct, its construction (`EngineOptions`) and
+//! accessors, and the dispatch of inputs (`handle`, `handle_timeout`) and
+//! of outputs (`poll_output`, `next_deadline`). The protocol itself lives
+//! in the submodules, one concern each: `io` (the types crossing the
+//! boundary), `stats` (the counters), `timer` (the timer table),
+//! `heartbeat` (this rank as an emitter), `observation`
 //! (watching the emitter), `health` (how far this rank trusts its own
 //! timing), `membership` (the failed and left sets), `broadcast` (fan-out
 //! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
