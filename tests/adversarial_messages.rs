@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use ffd::protocol::wire::{self, Encoder, HEADER_LEN, JobKeys, MAGIC, Sealed, TAG_LEN, VERSION};
 use ffd::protocol::{
-    Engine, EngineConfig, Event, Evidence, FabricSaid, HandleError, InbandMode, Input, Kind,
-    Output, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind,
+    Engine, EngineConfig, EngineOptions, Event, Evidence, FabricSaid, HandleError, InbandMode,
+    Input, Kind, Output, Participation, Rank, RejectReason, Ring, Time, TransportErrorKind,
 };
 
 const N: u32 = 8;
@@ -46,6 +46,7 @@ fn engine_of(me: Rank, keys: JobKeys) -> Engine {
         me,
         keys,
         Time::ZERO,
+        EngineOptions::default(),
     )
     .expect("valid engine");
     drain(&mut e);
@@ -90,7 +91,7 @@ fn assert_dropped(e: &mut Engine, from: Option<Rank>, bytes: &[u8], reason: Reje
     assert_eq!(drain(e), vec![], "a dropped message draws no output");
     assert_eq!(standing(e), before, "a dropped message changes nothing");
     let mut expected = stats_before;
-    expected.rejected[reason.index()] += 1;
+    expected.drops.rejected[reason.index()] += 1;
     assert_eq!(
         e.stats(),
         &expected,
@@ -144,7 +145,7 @@ fn a_forged_notice_naming_the_receiver_is_dropped_as_a_bad_tag() {
             RejectReason::BadMac,
         );
     }
-    assert_eq!(e.stats().rejected[RejectReason::BadMac.index()], 3);
+    assert_eq!(e.stats().drops.rejected[RejectReason::BadMac.index()], 3);
     assert_eq!(e.participation(), Participation::Active, "no SelfExcluded");
 }
 
@@ -342,7 +343,7 @@ fn the_four_single_message_attacks_are_dropped() {
         bytes: b"revoke".to_vec()
     }));
 
-    let rejected = |r: RejectReason| e.stats().rejected[r.index()];
+    let rejected = |r: RejectReason| e.stats().drops.rejected[r.index()];
     assert_eq!(
         (
             rejected(RejectReason::BadVersion) + rejected(RejectReason::Truncated),
@@ -351,7 +352,7 @@ fn the_four_single_message_attacks_are_dropped() {
         (2, 5)
     );
     assert!(e.failed().is_empty() && e.participation() == Participation::Active);
-    let received = e.stats().received;
+    let received = e.stats().messages.received;
     assert_eq!(
         (
             received.iter().sum::<u64>(),

@@ -107,14 +107,14 @@ fn stats_until(
             start.elapsed() < DEADLINE,
             "rank {}: {what} not seen; rejected {:?}",
             d.rank(),
-            s.engine.rejected
+            s.engine.drops.rejected
         );
         intruder.pump_for(Duration::from_millis(10));
     }
 }
 
 fn rejected(s: &StatsSnapshot, r: RejectReason) -> u64 {
-    s.engine.rejected[r.index()]
+    s.engine.drops.rejected[r.index()]
 }
 
 fn attacks_are_dropped(provider: &str) {

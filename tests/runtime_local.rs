@@ -103,8 +103,13 @@ fn with_host_groups_a_quiet_host_heartbeats_from_its_leader_only() {
         assert_eq!(d.epoch(), 0);
         let stats = d.stats();
         // One host: no fabric ring at all, even for the leader.
-        assert_eq!(stats.engine.heartbeats_written, 0, "rank {}", d.rank());
-        assert!(stats.engine.local_checks > 0, "rank {}", d.rank());
+        assert_eq!(
+            stats.engine.observation.heartbeats_written,
+            0,
+            "rank {}",
+            d.rank()
+        );
+        assert!(stats.engine.hosts.local_checks > 0, "rank {}", d.rank());
         assert_eq!(stats.runtime.transport_errors, 0);
     }
 }
@@ -121,7 +126,7 @@ fn a_quiet_job_reports_nobody_and_every_rank_is_alive() {
         assert!(!d.is_alive(4), "ranks beyond N are not members");
         let stats = d.stats();
         assert!(stats.runtime.heartbeats_sent >= 10, "{:?}", stats.runtime);
-        assert!(stats.engine.slot_checks > 0);
+        assert!(stats.engine.observation.slot_checks > 0);
         assert_eq!(stats.runtime.transport_errors, 0);
     }
 }

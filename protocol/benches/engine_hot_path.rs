@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed, TAG_LEN};
-use ffd_protocol::{Engine, EngineConfig, Input, Rank, Ring, Time, slot_value};
+use ffd_protocol::{
+    Engine, EngineConfig, EngineOptions, Input, Rank, Ring, SlotReading, Time, slot_value,
+};
 use rand::{RngCore, SeedableRng};
 use rand_pcg::Pcg64;
 
@@ -146,6 +148,7 @@ impl Job {
             self.me,
             keys(),
             Time::ZERO,
+            EngineOptions::default(),
         )
         .expect("valid engine");
         drain(&mut e);
@@ -207,7 +210,7 @@ fn idle(job: &Job, reps: usize) -> Idle {
         let t = e.next_deadline().expect("an idle rank has a deadline");
         counter = counter.wrapping_add(1).max(1);
         let value = slot_value(0, digest, counter);
-        e.handle_timeout(t, |_| value);
+        e.handle_timeout(t, &SlotReading(value));
         let outs = drain(e);
         debug_assert!(outs <= 1, "an idle step writes at most one heartbeat");
         t
@@ -268,7 +271,7 @@ fn dup(job: &Job, reps: usize) -> f64 {
         per_op.push(ns_per(start.elapsed(), DUP_OPS));
     }
     assert_eq!(
-        e.stats().duplicate_notices,
+        e.stats().messages.duplicate_notices,
         (reps * DUP_OPS) as u64,
         "every notice was a duplicate"
     );
@@ -325,6 +328,7 @@ fn cold_dup(job: &Job, passes: usize) -> f64 {
                 job.me,
                 keys(),
                 Time::ZERO,
+                EngineOptions::default(),
             )
             .expect("valid engine");
             drain(&mut e);
@@ -354,7 +358,10 @@ fn cold_dup(job: &Job, passes: usize) -> f64 {
             per_op.push(ns_per(start.elapsed(), batch.len()));
         }
     }
-    let dups: u64 = pool.iter().map(|e| e.stats().duplicate_notices).sum();
+    let dups: u64 = pool
+        .iter()
+        .map(|e| e.stats().messages.duplicate_notices)
+        .sum();
     assert_eq!(
         dups,
         (passes * COLD_POOL) as u64,

@@ -161,7 +161,7 @@ impl FailedSet for crate::RankSet {
 
 /// A message an instance asks its driver to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Msg {
+pub enum AgreementMessage {
     /// The sender's subtree aggregate, for the tree rooted at `root`.
     /// `decided`: a decision the sender already holds (it dominates).
     Up {
@@ -174,7 +174,7 @@ pub enum Msg {
 }
 
 /// `(to, message)` pairs for the driver.
-pub type Out = Vec<(Rank, Msg)>;
+pub type Out = Vec<(Rank, AgreementMessage)>;
 
 /// Counters of one instance, for tests and benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -285,7 +285,7 @@ impl Instance {
             if !failed.is_failed(from) && self.told.insert((from, self.decided_under)) {
                 out.push((
                     from,
-                    Msg::Down {
+                    AgreementMessage::Down {
                         root: self.decided_under,
                         decision: d.clone(),
                     },
@@ -401,7 +401,7 @@ impl Instance {
         let decided = self.decided.clone().or_else(|| self.carried.clone());
         out.push((
             parent,
-            Msg::Up {
+            AgreementMessage::Up {
                 root: self.root,
                 value,
                 decided,
@@ -420,7 +420,7 @@ impl Instance {
             if self.told.insert((c, under)) {
                 out.push((
                     c,
-                    Msg::Down {
+                    AgreementMessage::Down {
                         root: under,
                         decision: d.clone(),
                     },

@@ -34,9 +34,11 @@ pub use config::{
     RingKind, Time,
 };
 pub use engine::{
-    AgreeAbort, Cause, Confirmation, EmitterThread, Engine, Event, Evidence, Exclusion, FabricSaid,
-    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats,
-    TransportErrorKind, View, slot_digest, slot_generation, slot_value,
+    AgreeAbort, Cause, Confirmation, DropStats, EmitterThread, Engine, EngineOptions, Event,
+    Evidence, Exclusion, FabricSaid, FailureDetail, HandleError, HealthStats, HeartbeatMode,
+    HostStats, Input, LocalBeat, MessageStats, NoticeStats, ObservationStats, Output,
+    Participation, PayloadStats, QuorumStats, Readings, SlotReading, Stats, SyncStats,
+    TransportErrorKind, View, ViewStats, slot_digest, slot_generation, slot_value,
 };
 pub use hosts::Hosts;
 pub use overlay::Overlay;

@@ -16,7 +16,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use ffd_protocol::RankSet;
-use ffd_protocol::agreement::{Instance, Msg, Out, Value};
+use ffd_protocol::agreement::{AgreementMessage, Instance, Out, Value};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
@@ -25,7 +25,7 @@ enum What {
     Deliver {
         from: u32,
         to: u32,
-        msg: Msg,
+        msg: AgreementMessage,
     },
     Crash(u32),
     /// `to` learns that `of` failed.
@@ -130,7 +130,11 @@ fn check_one(seed: u64) {
     // prefix of its first fan-out of Downs, then crashes.
     let emit = |run: &mut Run, nodes: &mut Vec<Node>, from: u32, mut out: Out| {
         let node = &mut nodes[from as usize];
-        if node.dies_deciding && out.iter().any(|(_, m)| matches!(m, Msg::Down { .. })) {
+        if node.dies_deciding
+            && out
+                .iter()
+                .any(|(_, m)| matches!(m, AgreementMessage::Down { .. }))
+        {
             node.dies_deciding = false;
             let keep = run.rng.random_range(0..=out.len());
             out.truncate(keep);
@@ -186,7 +190,7 @@ fn check_one(seed: u64) {
                 }
                 let mut out = Out::new();
                 match &msg {
-                    Msg::Up {
+                    AgreementMessage::Up {
                         root,
                         value,
                         decided,
@@ -198,7 +202,7 @@ fn check_one(seed: u64) {
                         &node.failed,
                         &mut out,
                     ),
-                    Msg::Down { root, decision } => {
+                    AgreementMessage::Down { root, decision } => {
                         node.inst
                             .on_down(from, *root, decision, &node.failed, &mut out)
                     }

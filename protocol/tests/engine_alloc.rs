@@ -15,7 +15,7 @@ use std::cell::Cell;
 
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::Encoder;
-use ffd_protocol::{Engine, EngineConfig, Input, Output, Rank, slot_value};
+use ffd_protocol::{Engine, EngineConfig, Input, Output, Rank, SlotReading, slot_value};
 use support::{Job, at, deliver_from, drain, drained};
 
 thread_local! {
@@ -94,7 +94,17 @@ fn notice(failed: &[Rank], seq: u64) -> Vec<u8> {
 
 /// Rank `ME` of `N` (ring by rank) knowing `known_failures()`.
 fn engine() -> Engine {
-    let mut e = drained(JOB.engine(EngineConfig::default(), N, ME));
+    knowing_failures(JOB.engine(EngineConfig::default(), N, ME))
+}
+
+/// [`engine`] with modelled heartbeats.
+fn checker() -> Engine {
+    knowing_failures(JOB.checker(EngineConfig::default(), N, ME))
+}
+
+/// `e`, its first outputs drained, once it learned 50 failures.
+fn knowing_failures(e: Engine) -> Engine {
+    let mut e = drained(e);
     deliver_from(&mut e, at(1), SENDER, &notice(&known_failures(), 1));
     assert_eq!(e.epoch(), 50);
     assert_eq!(e.generation(), 0, "nobody mended");
@@ -110,7 +120,7 @@ fn idle_steps(e: &mut Engine, counter: &mut u16, steps: usize) -> usize {
         let t = e.next_deadline().expect("an idle rank has a deadline");
         *counter += 1;
         let value = slot_value(e.generation(), digest, *counter);
-        e.handle_timeout(t, |_| value);
+        e.handle_timeout(t, &SlotReading(value));
         while let Some(out) = e.poll_output() {
             assert!(
                 matches!(out, Output::WriteHeartbeat { .. }),
@@ -128,25 +138,27 @@ fn an_idle_heartbeat_period_allocates_nothing() {
     let mut counter = 0;
     // Past the start-up grace, into the steady state.
     idle_steps(&mut e, &mut counter, 200);
-    let checks = e.stats().slot_checks;
+    let checks = e.stats().observation.slot_checks;
     let (allocations, beats) = allocations_in(|| idle_steps(&mut e, &mut counter, 1000));
     assert!(beats >= 800, "the steps beat ({beats} heartbeats)");
-    assert!(e.stats().slot_checks > checks, "the steps checked the slot");
+    assert!(
+        e.stats().observation.slot_checks > checks,
+        "the steps checked the slot"
+    );
     assert_eq!(allocations, 0, "1000 idle deadline steps allocated");
     assert_eq!(e.epoch(), 50, "nobody declared");
 }
 
 #[test]
 fn an_idle_modelled_check_allocates_nothing() {
-    let mut e = engine();
-    e.model_heartbeats();
+    let mut e = checker();
     drain(&mut e);
     let mut counter = 0;
     idle_steps(&mut e, &mut counter, 50);
-    let checks = e.stats().slot_checks;
+    let checks = e.stats().observation.slot_checks;
     let (allocations, beats) = allocations_in(|| idle_steps(&mut e, &mut counter, 200));
     assert_eq!(beats, 0, "modelled mode writes no heartbeat");
-    assert_eq!(e.stats().slot_checks - checks, 200);
+    assert_eq!(e.stats().observation.slot_checks - checks, 200);
     assert_eq!(allocations, 0, "200 modelled checks allocated");
 }
 
@@ -173,7 +185,7 @@ fn a_duplicate_notice_allocates_nothing_and_a_new_one_does() {
             assert!(e.poll_output().is_none(), "a duplicate changes nothing");
         }
     });
-    assert_eq!(e.stats().duplicate_notices, 100);
+    assert_eq!(e.stats().messages.duplicate_notices, 100);
     assert_eq!(allocations, 0, "100 duplicate notices allocated");
     // The counter does see the Engine's allocations: a new failure is
     // reported and forwarded.

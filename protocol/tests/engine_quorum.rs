@@ -12,7 +12,8 @@ use std::time::Duration;
 use ffd_protocol::wire::{Encoder, Message, OutcomeVerdict, VOTE_COMPLETE};
 use ffd_protocol::{
     Cause, Confirmation, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid,
-    FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, Time, TransportErrorKind,
+    FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, SlotReading, Time,
+    TransportErrorKind,
 };
 use support::{Job, at, drain, drained, events, ms, serve_deadlines, slot_reading, sorted, tick};
 
@@ -67,7 +68,7 @@ fn silence_is_an_accusation_declared_once_a_majority_votes() {
     assert!(events(&outs).is_empty(), "{:?}", events(&outs));
     assert_eq!(kinds_to(&outs, n, Kind::Suspect), vec![0, 1, 3, 4]);
     assert_eq!(kinds_to(&outs, n, Kind::Probe), vec![1]);
-    assert_eq!(e.stats().accusations, 1);
+    assert_eq!(e.stats().quorum.accusations, 1);
     let nonce = round(&outs, n);
     // Rank 0's subtree of 2 (itself and 4) votes: 3 of 5 live ranks.
     let outs = JOB.deliver(
@@ -92,7 +93,7 @@ fn silence_is_an_accusation_declared_once_a_majority_votes() {
             },
         }]
     );
-    assert_eq!(e.stats().quorum_confirmations, 1);
+    assert_eq!(e.stats().quorum.quorum_confirmations, 1);
     assert!(!kinds_to(&outs, n, Kind::Notice).is_empty());
 }
 
@@ -139,7 +140,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
     let mut excluded_at = None;
     while let Some(d) = high.next_deadline() {
         assert!(d <= at(400), "still not excluded at {d}");
-        high.handle_timeout(d, |_| 0);
+        high.handle_timeout(d, &SlotReading(0));
         outs.extend(drain(&mut high));
         if high.participation() == Participation::Excluded {
             excluded_at = Some(d);
@@ -149,7 +150,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
     // Within 2 x timeout of the silence's start (its emitter never wrote).
     let excluded_at = excluded_at.expect("excluded");
     assert!(excluded_at <= at(200), "excluded at {excluded_at}");
-    assert!(high.stats().accusation_rounds >= 1);
+    assert!(high.stats().quorum.accusation_rounds >= 1);
     assert_eq!(
         events(&outs),
         vec![Event::SelfExcluded {
@@ -169,7 +170,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
         !outcomes.is_empty() && outcomes.iter().all(|v| *v == OutcomeVerdict::NoQuorum),
         "{outcomes:?}"
     );
-    assert_eq!(high.stats().no_quorum_exclusions, 1);
+    assert_eq!(high.stats().quorum.no_quorum_exclusions, 1);
 }
 
 #[test]
@@ -246,13 +247,13 @@ fn a_voter_counts_only_the_ranks_it_forwarded_to_and_never_above_n() {
     assert!(forwarded.len() >= 2, "{forwarded:?}");
     // A vote from a rank the round did not go to (its parent, 1) is no
     // child's: refused and counted, and no vote goes up for it.
-    let refused = v.stats().dropped_untrusted_origin;
+    let refused = v.stats().drops.dropped_untrusted_origin;
     let outs = JOB.deliver(
         &mut v,
         at(2),
         Encoder::new(KEY, 1).vote(1, 7, n - 1, VOTE_COMPLETE),
     );
-    assert_eq!(v.stats().dropped_untrusted_origin, refused + 1);
+    assert_eq!(v.stats().drops.dropped_untrusted_origin, refused + 1);
     assert!(kinds_to(&outs, n, Kind::Vote).is_empty(), "{outs:?}");
     // Two children each claim N − 1 (faulty or forged): 1 + 2(N − 1) is
     // more than the job holds; what goes up is capped at N and decodes.
@@ -295,7 +296,7 @@ fn the_suspect_refutes_and_the_accuser_withdraws() {
     let outs = JOB.deliver(&mut a, at(111), Encoder::new(KEY, 1).refute(2, nonce));
     assert!(events(&outs).is_empty());
     assert!(!kinds_to(&outs, n, Kind::Outcome).is_empty());
-    assert_eq!(a.stats().refutations, 1);
+    assert_eq!(a.stats().quorum.refutations, 1);
     assert!(events(&run_until(&mut a, at(200))).is_empty());
 }
 
@@ -380,7 +381,7 @@ fn votes_still_coming_in_hold_off_new_rounds_and_the_give_up() {
         "{detail:?}"
     );
     assert_eq!(e.participation(), Participation::Active);
-    assert_eq!(e.stats().no_quorum_exclusions, 0);
+    assert_eq!(e.stats().quorum.no_quorum_exclusions, 0);
 }
 
 /// Wake-ups 60 ms late (late after 25 ms, the lag guard at 50 ms): each
@@ -438,7 +439,7 @@ fn an_accuser_whose_wakeups_ran_late_defers_its_give_up_until_its_health_is_back
             "health {health}: gave up only at {excluded_at} (last late wake-up {last_late})"
         );
         assert_eq!(e.local_health(), 1);
-        assert_eq!(e.stats().no_quorum_exclusions, 1);
+        assert_eq!(e.stats().quorum.no_quorum_exclusions, 1);
     }
 }
 
@@ -455,7 +456,7 @@ fn mended_amid_accusations(late_wakeups: u32) -> (Engine, Time) {
     JOB.deliver(&mut e, t, Encoder::new(KEY, 8).suspect(8, 1, 7, 0, 0));
     e.handle(t, Input::Sent { to: 3 }).expect("accepted");
     drain(&mut e);
-    assert_eq!(e.stats().mend_links_confirmed, 1);
+    assert_eq!(e.stats().observation.mend_links_confirmed, 1);
     (e, t)
 }
 

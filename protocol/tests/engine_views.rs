@@ -14,7 +14,7 @@ use ffd_protocol::agreement::Value;
 use ffd_protocol::wire::{self, AgreementId, Encoder};
 use ffd_protocol::{
     AgreeAbort, Cause, Engine, Event, Exclusion, HandleError, Input, Kind, Output, Participation,
-    QuorumMode, Rank, Time, View,
+    QuorumMode, Rank, SlotReading, Time, View,
 };
 use support::{Job, ms};
 
@@ -93,7 +93,7 @@ impl Net {
                 continue;
             }
             if self.engines[r].next_deadline().is_some_and(|d| d <= t) {
-                self.engines[r].handle_timeout(t, |_| 0);
+                self.engines[r].handle_timeout(t, &SlotReading(0));
             }
         }
         self.pump();
@@ -405,7 +405,7 @@ fn messages_too_far_ahead_or_behind_are_dropped_and_counted() {
         )
         .unwrap();
         assert_eq!(
-            net.engines[0].stats().agreement_messages_dropped,
+            net.engines[0].stats().views.agreement_messages_dropped,
             dropped,
             "{id:?}"
         );

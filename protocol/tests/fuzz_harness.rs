@@ -15,8 +15,8 @@ mod harness;
 
 use ffd_protocol::wire::{self, Encoder, JobKeys, Sealed};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, FabricSaid, FailureDetail, HandleError, Output,
-    RejectReason, Ring, Time, View,
+    Cause, Engine, EngineConfig, EngineOptions, Event, FabricSaid, FailureDetail, HandleError,
+    Output, RejectReason, Ring, Time, View,
 };
 use harness::check::{Call, EngineCheck, Step, Violation, Violations, decode_round_trip};
 use harness::dice::Dice;
@@ -135,6 +135,7 @@ fn engine_and_check() -> (Engine, EngineCheck) {
         0,
         keys(),
         Time::ZERO,
+        EngineOptions::default(),
     )
     .expect("an engine");
     let mut check = EngineCheck::new(&e);

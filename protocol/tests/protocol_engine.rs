@@ -5,18 +5,20 @@
 
 mod support;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, Encoder, JobKeys, Message, ProbeVerdict};
 use ffd_protocol::{
-    BcastKind, Cause, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid, FailureDetail,
-    HandleError, InbandMode, Input, Kind, Output, Overlay, Participation, QuorumMode, Rank,
-    RejectReason, Ring, Time, TransportErrorKind, slot_value,
+    BcastKind, Cause, Engine, EngineConfig, EngineOptions, Event, Evidence, Exclusion, FabricSaid,
+    FailureDetail, HandleError, InbandMode, Input, Kind, Output, Overlay, Participation,
+    QuorumMode, Rank, RejectReason, Ring, SlotReading, Time, TransportErrorKind, slot_value,
 };
 use support::{
-    Job, at, deliver_sealed, drain, drained, events, ms, serve_deadlines, slot_reading, tick,
+    Job, at, deliver_sealed, drain, drained, events, ms, readings, serve_deadlines, slot_reading,
+    tick,
 };
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
@@ -112,42 +114,47 @@ fn heartbeats_go_to_the_successor_every_period() {
 fn handle_timeout_reads_the_watched_slot_once_then_runs_the_timers() {
     let n = 16;
     let mut e = drained(checker(n, 5));
-    let mut reads = Vec::new();
+    let reads = &RefCell::new(Vec::new());
     let t = e.next_deadline().expect("a first check");
-    e.handle_timeout(t, |slot| {
-        reads.push(slot);
-        slot_value(0, 0, 1)
-    });
-    assert_eq!(reads, vec![0]);
-    assert_eq!(e.stats().slot_checks, 1, "the due check ran");
+    let reading = |value: u64| {
+        readings(
+            move |slot| {
+                reads.borrow_mut().push(slot);
+                value
+            },
+            |_| None,
+        )
+    };
+    e.handle_timeout(t, &reading(slot_value(0, 0, 1)));
+    assert_eq!(reads.take(), vec![0]);
+    assert_eq!(e.stats().observation.slot_checks, 1, "the due check ran");
     // After mending (emitter 4 reported failed), the step reads the new
     // generation's slot.
     JOB.deliver(&mut e, at(30), notice(9, 9, &[4], &[]));
     assert_eq!(e.watched_slot(), Some(1));
-    reads.clear();
     let digest = fold_digest(e.digest());
     let t = e.next_deadline().expect("a check after mending");
-    e.handle_timeout(t, |slot| {
-        reads.push(slot);
-        slot_value(1, digest, 1)
-    });
-    assert_eq!(reads, vec![1]);
+    e.handle_timeout(t, &reading(slot_value(1, digest, 1)));
+    assert_eq!(reads.take(), vec![1]);
     // A step before any deadline reads the slot but runs no timer.
-    let checks = e.stats().slot_checks;
-    e.handle_timeout(t, |_| slot_value(1, digest, 2));
-    assert_eq!(e.stats().slot_checks, checks);
-    assert_eq!(e.stats().foreign_slot_values, 0);
+    let checks = e.stats().observation.slot_checks;
+    e.handle_timeout(t, &SlotReading(slot_value(1, digest, 2)));
+    assert_eq!(e.stats().observation.slot_checks, checks);
+    assert_eq!(e.stats().observation.foreign_slot_values, 0);
     // Alone in the job: no emitter, nothing to read.
     let mut alone = drained(engine(1, 0));
     assert_eq!(alone.watched_slot(), None);
-    alone.handle_timeout(at(50), |slot| panic!("read slot {slot} without an emitter"));
+    let no_emitter = readings(
+        |slot| panic!("read slot {slot} without an emitter"),
+        |_| None,
+    );
+    alone.handle_timeout(at(50), &no_emitter);
     assert!(drain(&mut alone).is_empty());
 }
 
 #[test]
 fn modelled_heartbeats_wake_at_the_timeout_scale() {
-    let mut e = engine(8, 3);
-    e.model_heartbeats();
+    let mut e = checker(8, 3);
     let outs = drain(&mut e);
     assert_eq!(
         outs,
@@ -226,7 +233,7 @@ fn mending_skips_known_failures_and_wraps_around() {
     let mut declared_at = None;
     for _ in 0..100 {
         t = e.next_deadline().unwrap();
-        let checks = e.stats().slot_checks;
+        let checks = e.stats().observation.slot_checks;
         let outs = tick(&mut e, t, 0);
         if events(&outs)
             .iter()
@@ -237,7 +244,7 @@ fn mending_skips_known_failures_and_wraps_around() {
         }
         // While no beat arrives, ObserveMe is re-sent at each check (the
         // other wake-ups here start view changes).
-        if e.stats().slot_checks > checks {
+        if e.stats().observation.slot_checks > checks {
             assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), vec![7]);
         } else {
             assert_eq!(JOB.sent_to(&outs, n, Kind::ObserveMe), Vec::<Rank>::new());
@@ -316,7 +323,7 @@ fn observe_me_switches_the_target_and_rejects_stale_requests() {
             .is_empty()
     );
     assert_eq!(e.heartbeat_target(), Some((4, 1)));
-    assert_eq!(e.stats().observe_me_stale, 2);
+    assert_eq!(e.stats().observation.observe_me_stale, 2);
     // A repeated request (same generation) is answered with a write.
     let outs = JOB.deliver(&mut e, at(8), Encoder::new(KEY, 4).observe_me(1, 1));
     assert!(matches!(
@@ -371,8 +378,8 @@ fn notices_are_forwarded_once_and_never_to_failed_ranks() {
         JOB.sent_kinds(&JOB.deliver(&mut e, at(3), notice(3, 3, &[20], &[])), n)
             .is_empty()
     );
-    assert_eq!(e.stats().duplicate_notices, 2);
-    assert_eq!(e.stats().notices_forwarded, 1);
+    assert_eq!(e.stats().messages.duplicate_notices, 2);
+    assert_eq!(e.stats().notices.notices_forwarded, 1);
     // Events name the origin as detector, with the hop count.
     let e2 = events(&outs);
     assert!(e2.contains(&Event::Failed {
@@ -452,7 +459,7 @@ fn messages_from_failed_ranks_are_answered_with_an_exclusion_rate_limited() {
         Participation::Active,
         "an untrusted origin cannot exclude us"
     );
-    assert_eq!(e.stats().dropped_untrusted_origin, 1);
+    assert_eq!(e.stats().drops.dropped_untrusted_origin, 1);
 }
 
 #[test]
@@ -469,7 +476,7 @@ fn the_lag_guard_declares_nobody_and_checks_our_standing() {
         events(&outs).is_empty(),
         "nobody declared on a late wake-up"
     );
-    assert_eq!(e.stats().self_lag_trips, 1);
+    assert_eq!(e.stats().health.self_lag_trips, 1);
     let mut asked = JOB.sent_to(&outs, n, Kind::SyncRequest);
     asked.sort_unstable();
     assert_eq!(
@@ -527,7 +534,7 @@ fn inband_declare_off_and_departed_peers() {
     e.handle(at(3), transport_error(5, TransportErrorKind::Send))
         .unwrap();
     assert!(drain(&mut e).is_empty());
-    assert_eq!(e.stats().transport_errors_ignored, 2);
+    assert_eq!(e.stats().observation.transport_errors_ignored, 2);
 
     let mut off = drained(JOB.engine(
         EngineConfig {
@@ -586,7 +593,7 @@ fn inband_suspect_probes_before_declaring() {
         at(11),
         Encoder::new(KEY, 6).probe_ack(nonce, about, ProbeVerdict::Alive),
     );
-    assert_eq!(e.stats().suspicions_cleared, 1);
+    assert_eq!(e.stats().observation.suspicions_cleared, 1);
     let t = e.next_deadline().unwrap();
     assert!(events(&tick(&mut e, t.max(at(100)), slot_value(0, 0, 1))).is_empty());
 
@@ -714,7 +721,7 @@ fn digest_mismatch_triggers_a_rate_limited_sync() {
         detail: FailureDetail::Learned,
     }));
     assert!(!JOB.sent_to(&outs, n, Kind::Notice).is_empty());
-    assert_eq!(e.stats().ranks_learned_by_sync, 1);
+    assert_eq!(e.stats().sync.ranks_learned_by_sync, 1);
 }
 
 #[test]
@@ -842,21 +849,44 @@ fn bad_messages_are_rejected_and_counted() {
         ),
         Err(HandleError::Rejected(RejectReason::Truncated))
     );
-    assert_eq!(e.stats().rejected[RejectReason::WrongJobKey.index()], 1);
-    assert_eq!(e.stats().rejected.iter().sum::<u64>(), 3);
+    assert_eq!(
+        e.stats().drops.rejected[RejectReason::WrongJobKey.index()],
+        1
+    );
+    assert_eq!(e.stats().drops.rejected.iter().sum::<u64>(), 3);
     assert!(drain(&mut e).is_empty());
 }
 
 #[test]
 fn engine_rejects_impossible_settings() {
     let ring = Arc::new(Ring::by_rank(4));
-    assert!(Engine::new(Arc::new(config()), ring.clone(), 4, JOB.keys(), Time::ZERO).is_err());
+    assert!(
+        Engine::new(
+            Arc::new(config()),
+            ring.clone(),
+            4,
+            JOB.keys(),
+            Time::ZERO,
+            EngineOptions::default(),
+        )
+        .is_err()
+    );
     let bad = EngineConfig {
         timeout: ms(10),
         period: ms(10),
         ..config()
     };
-    assert!(Engine::new(Arc::new(bad), ring, 0, JOB.keys(), Time::ZERO).is_err());
+    assert!(
+        Engine::new(
+            Arc::new(bad),
+            ring,
+            0,
+            JOB.keys(),
+            Time::ZERO,
+            EngineOptions::default(),
+        )
+        .is_err()
+    );
     // A job of one has nobody to watch.
     let mut alone = engine(1, 0);
     assert!(drain(&mut alone).is_empty());
@@ -883,7 +913,7 @@ mod mending_properties {
         ) {
             let me = me_seed % n;
             let ring = Arc::new(Ring::shuffled(n, shuffle_seed));
-            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, JOB.keys(), Time::ZERO).unwrap();
+            let mut e = Engine::new(Arc::new(config()), ring.clone(), me, JOB.keys(), Time::ZERO, EngineOptions::default()).unwrap();
             drain(&mut e);
             let mut failed: Vec<Rank> = Vec::new();
             let mut t = 1;

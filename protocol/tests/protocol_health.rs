@@ -78,7 +78,7 @@ fn a_mended_emitter_is_timed_from_its_link_up() {
     assert!(drain(&mut e).is_empty());
     e.handle(at(500), Input::Sent { to: 3 }).unwrap();
     drain(&mut e);
-    assert_eq!(e.stats().mend_links_confirmed, 1);
+    assert_eq!(e.stats().observation.mend_links_confirmed, 1);
     let (t, rank) = run(&mut e, 0, Duration::ZERO, at(2000)).expect("declared");
     assert_eq!(rank, 3);
     assert!((at(600)..=at(625)).contains(&t), "declared at {t}");
@@ -98,7 +98,7 @@ fn a_mended_emitter_whose_link_never_confirms_gets_the_link_grace() {
     let (t, rank) = run(&mut e, 0, Duration::ZERO, at(5000)).expect("declared");
     assert_eq!(rank, 3);
     assert!((at(1101)..=at(1126)).contains(&t), "declared at {t}");
-    assert_eq!(e.stats().mend_links_confirmed, 0);
+    assert_eq!(e.stats().observation.mend_links_confirmed, 0);
 }
 
 #[test]
@@ -113,7 +113,7 @@ fn a_beat_confirms_the_link_too() {
     tick(&mut e, t, beat);
     // A completion now changes nothing: the beat started the clock.
     e.handle(t + ms(50), Input::Sent { to: 3 }).unwrap();
-    assert_eq!(e.stats().mend_links_confirmed, 0);
+    assert_eq!(e.stats().observation.mend_links_confirmed, 0);
     let (declared_at, _) = run(&mut e, beat, Duration::ZERO, at(5000)).unwrap();
     assert!(
         (t + ms(100)..=t + ms(125)).contains(&declared_at),
@@ -138,8 +138,8 @@ fn late_wakeups_stretch_the_timeout_up_to_health_max() {
     let (t, rank) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
     assert_eq!(rank, 3);
     assert_eq!(e.local_health(), 4);
-    assert_eq!(e.stats().health_peak, 4);
-    assert!(e.stats().health_rises >= 3);
+    assert_eq!(e.stats().health.health_peak, 4);
+    assert!(e.stats().health.health_rises >= 3);
     // The bound `docs/design.md` §4.3 states: within health_max timeouts of the last
     // beat, plus the wake-up's own lateness and a check interval.
     assert!(
@@ -190,6 +190,6 @@ fn a_ceiling_of_one_judges_by_the_plain_timeout() {
     let mut e = beating_until(cfg, beat);
     let (t, _) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
     assert_eq!(e.local_health(), 1);
-    assert_eq!(e.stats().health_rises, 0);
+    assert_eq!(e.stats().health.health_rises, 0);
     assert!(t <= beat + ms(100) + ms(30) + ms(25), "declared at {t}");
 }

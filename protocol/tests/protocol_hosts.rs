@@ -15,10 +15,11 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire;
 use ffd_protocol::{
-    Cause, EmitterThread, Engine, EngineConfig, Event, Evidence, FabricSaid, FailureDetail, Hosts,
-    Input, Kind, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind,
+    Cause, EmitterThread, Engine, EngineConfig, EngineOptions, Event, Evidence, FabricSaid,
+    FailureDetail, Hosts, Input, Kind, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time,
+    TransportErrorKind,
 };
-use support::{Job, deliver_from, deliver_sealed, drain, ms, serve_deadlines};
+use support::{Job, deliver_from, deliver_sealed, drain, ms, readings, serve_deadlines};
 
 const KEY: u64 = 0x5EED_0000_1111_2222;
 
@@ -215,10 +216,12 @@ impl Cluster {
             let now = self.now;
             let slots = &self.slots;
             let counters = &self.counters;
-            self.engines[r as usize].handle_timeout_with(
+            self.engines[r as usize].handle_timeout(
                 now,
-                |slot| slots.get(&(r, slot)).copied().unwrap_or(0),
-                |e| counters[e as usize],
+                &readings(
+                    |slot| slots.get(&(r, slot)).copied().unwrap_or(0),
+                    |e| counters[e as usize],
+                ),
             );
             self.counters[r as usize] = Some(LocalBeat {
                 at: now,
@@ -358,14 +361,17 @@ fn non_leaders_write_no_heartbeats_and_nobody_is_declared_while_all_run() {
     let mut c = Cluster::new(9, 3);
     c.run_for(ms(1000));
     for r in 0..9u32 {
-        let beats = c.engines[r as usize].stats().heartbeats_written;
+        let beats = c.engines[r as usize].stats().observation.heartbeats_written;
         if r < 3 {
             assert!(beats >= 90, "leader {r} wrote {beats} beats");
         } else {
             assert_eq!(beats, 0, "non-leader {r} wrote heartbeats");
         }
         assert!(c.engines[r as usize].failed().is_empty(), "rank {r}");
-        assert!(c.engines[r as usize].stats().local_checks > 0, "rank {r}");
+        assert!(
+            c.engines[r as usize].stats().hosts.local_checks > 0,
+            "rank {r}"
+        );
     }
     assert!(c.events.is_empty(), "{:?}", c.events);
 }
@@ -480,14 +486,14 @@ fn an_exit_whose_broadcaster_died_with_it_unsent_is_broadcast_by_the_next() {
     let sent = &c.notices[notices..];
     assert!(sent.iter().any(|&(s, _)| s == 6), "{sent:?}");
     assert!(!sent.contains(&(6, 9)) && sent.iter().all(|&(s, _)| s != 9));
-    assert_eq!(c.engines[6].stats().orphaned_exits_broadcast, 1);
-    assert_eq!(c.engines[9].stats().orphaned_exits_broadcast, 0);
+    assert_eq!(c.engines[6].stats().hosts.orphaned_exits_broadcast, 1);
+    assert_eq!(c.engines[9].stats().hosts.orphaned_exits_broadcast, 0);
     // A broadcaster that lives on takes nothing over: a later death of a
     // rank that was never anyone's broadcaster re-sends nothing.
     c.run_for(ms(300));
     c.kill(9);
     assert!(c.all_know(9));
-    assert_eq!(c.engines[6].stats().orphaned_exits_broadcast, 1);
+    assert_eq!(c.engines[6].stats().hosts.orphaned_exits_broadcast, 1);
 }
 
 /// A hang found on a host goes onto the host's notice board: every rank
@@ -599,13 +605,13 @@ fn a_dead_leader_is_replaced_and_the_next_failure_is_still_found() {
     // Rank 3 leads host 0 now: it watches host 2's leader, and host 1's
     // leader mended to it.
     assert!(c.engines[3].is_leader());
-    assert_eq!(c.engines[3].stats().leader_takeovers, 1);
+    assert_eq!(c.engines[3].stats().hosts.leader_takeovers, 1);
     assert_eq!(c.engines[3].emitter(), Some(2));
     assert_eq!(c.engines[1].emitter(), Some(3));
     c.run_for(ms(200));
     assert_eq!(c.engines[2].observer(), Some(3), "host 2 beats to rank 3");
-    assert!(c.engines[3].stats().heartbeats_written > 0);
-    assert!(c.engines[3].stats().observe_me_accepted > 0);
+    assert!(c.engines[3].stats().observation.heartbeats_written > 0);
+    assert!(c.engines[3].stats().observation.observe_me_accepted > 0);
     // The next failure: the new leader hangs. Its local observer (rank 6)
     // finds it through its counter, within a timeout and a check.
     c.status[3] = Status::Hung;
@@ -656,8 +662,8 @@ fn a_silent_host_is_declared_in_one_notice_naming_every_rank() {
     // nothing, and declared all three at once.
     let host_failed = c.host_failed();
     assert_eq!(host_failed, vec![(2, 1, vec![1, 4, 7])]);
-    assert_eq!(c.engines[2].stats().host_checks, 1);
-    assert_eq!(c.engines[2].stats().hosts_declared, 1);
+    assert_eq!(c.engines[2].stats().hosts.host_checks, 1);
+    assert_eq!(c.engines[2].stats().hosts.hosts_declared, 1);
     // In one timeout: the check began a quarter timeout before it was up
     // (its last beat came up to a period before the cut, the check runs
     // on the millisecond).
@@ -686,7 +692,7 @@ fn a_silent_leader_whose_host_answers_is_declared_alone() {
     // begins a quarter timeout early: it is declared once its timeout is
     // up, not at the answer.
     let hung_at = c.hang(1, EmitterThread::Unknown);
-    while c.engines[2].stats().host_checks == 0 {
+    while c.engines[2].stats().hosts.host_checks == 0 {
         assert!(c.now - hung_at < ms(100), "no check before the timeout");
         c.step();
     }
@@ -720,7 +726,7 @@ fn a_slow_leader_that_beats_while_its_host_is_checked_is_not_declared() {
         c.hang(r, EmitterThread::Unknown);
     }
     let mut stalled = ms(0);
-    while c.engines[2].stats().host_checks == 0 {
+    while c.engines[2].stats().hosts.host_checks == 0 {
         assert!(stalled < ms(100), "no check before the timeout");
         c.step();
         stalled += ms(1);
@@ -753,7 +759,7 @@ fn a_hung_non_leader_is_found_by_its_local_observer() {
     let events = c.failed_events(4);
     let (by, cause, _) = events[0];
     assert_eq!((by, cause), (7, Cause::Timeout), "{events:?}");
-    assert_eq!(c.engines[7].stats().local_hangs, 1);
+    assert_eq!(c.engines[7].stats().hosts.local_hangs, 1);
     let at = c.declared_at(4).expect("declared");
     // The counter says when rank 4 last woke: declared a timeout after
     // that, at the first check.
@@ -787,7 +793,7 @@ fn a_starved_local_emitter_is_judged_by_the_ceiling() {
         assert_eq!(c.failed_events(4)[0].0, 7);
         assert_eq!(c.engines[7].local_health(), 1, "the observer kept time");
         assert_eq!(
-            c.engines[7].stats().starved_emitter_checks > 0,
+            c.engines[7].stats().hosts.starved_emitter_checks > 0,
             runnable,
             "checks that found it starved"
         );
@@ -829,12 +835,12 @@ fn a_local_emitter_the_kernel_shows_stopped_is_declared_without_a_round() {
                 matches!(detail, FailureDetail::Silence { quorum: Some(q), .. } if 2 * q.votes > q.live),
                 "{thread:?}: {detail:?}"
             );
-            assert_eq!(stats.accusations, 1, "{thread:?}");
-            assert_eq!(stats.stopped_emitters_declared, 0, "{thread:?}");
+            assert_eq!(stats.quorum.accusations, 1, "{thread:?}");
+            assert_eq!(stats.hosts.stopped_emitters_declared, 0, "{thread:?}");
         } else {
             assert_eq!(detail, FailureDetail::Stopped);
-            assert_eq!(stats.accusations, 0, "no round");
-            assert_eq!(stats.stopped_emitters_declared, 1);
+            assert_eq!(stats.quorum.accusations, 0, "no round");
+            assert_eq!(stats.hosts.stopped_emitters_declared, 1);
         }
         assert!(c.all_know(4), "{thread:?}");
         assert_eq!(c.engines[7].local_emitter(), Some(1), "{thread:?}: mended");
@@ -892,7 +898,7 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
         digest: fold_digest(e.digest()),
         thread: EmitterThread::Unknown,
     };
-    let wake = |e: &mut Engine, d: Time| e.handle_timeout_with(d, |_| 0, |_| Some(stale));
+    let wake = |e: &mut Engine, d: Time| e.handle_timeout(d, &readings(|_| 0, |_| Some(stale)));
     // Runs the deadlines up to `until`: when rank 2 first floods an
     // accusation of 1, and the round's nonce.
     let run = |e: &mut Engine, until: Time| -> Option<(Time, u32)> {
@@ -956,13 +962,16 @@ fn a_rank_stopped_inside_the_start_up_grace_is_timed_from_its_last_wake_up() {
 #[test]
 fn host_groups_must_describe_the_ring() {
     let hosts = Arc::new(Hosts::new(RingKind::Topology, &[0u32, 0, 1], 0));
-    let err = Engine::with_hosts(
+    let err = Engine::new(
         Arc::new(EngineConfig::default()),
         Arc::new(Ring::by_rank(4)),
-        hosts,
         0,
         JOB.keys(),
         Time::ZERO,
+        EngineOptions {
+            hosts: Some(hosts),
+            ..EngineOptions::default()
+        },
     )
     .unwrap_err();
     assert_eq!(err.to_string(), "the host groups name 3 ranks, the ring 4");
@@ -1026,8 +1035,8 @@ fn under_a_majority_a_silent_host_is_one_accusation_and_one_notice() {
     // One accusation of the host, not one per rank, and one notice
     // naming the three with a host-failed event.
     assert_eq!(c.host_failed(), vec![(2, 1, vec![1, 4, 7])]);
-    assert_eq!(c.engines[2].stats().accusations, 1);
-    assert_eq!(c.engines[2].stats().hosts_declared, 1);
+    assert_eq!(c.engines[2].stats().quorum.accusations, 1);
+    assert_eq!(c.engines[2].stats().hosts.hosts_declared, 1);
     let at = c.host_failed_at();
     // A timeout, the host check's quarter, then a round of votes.
     assert!(at - cut_at <= ms(100 + 25 + 25 + 100), "{:?}", at - cut_at);
@@ -1091,7 +1100,7 @@ fn a_host_whose_leader_is_proven_dead_is_checked_whole_at_once() {
     }
     assert_eq!(c.failed_events(1)[0].1, Cause::InBand);
     assert_eq!(c.host_failed(), vec![(2, 1, vec![4, 7])]);
-    assert_eq!(c.engines[2].stats().host_checks, 1);
+    assert_eq!(c.engines[2].stats().hosts.host_checks, 1);
     let at = c.host_failed_at();
     // A quarter timeout for the probes, then a round of votes: well
     // inside the timeout that mending to rank 4 first would take.
@@ -1159,7 +1168,7 @@ fn host_leader_killed(quorum: QuorumMode) -> Cluster {
         "mended to host 1's next rank"
     );
     assert_eq!(
-        c.engines[2].stats().host_checks,
+        c.engines[2].stats().hosts.host_checks,
         1,
         "checked host 1 at once"
     );
@@ -1204,7 +1213,7 @@ fn a_mended_leader_that_answered_the_host_check_and_then_died_unseen_is_rechecke
     // grace and then a timeout of silence.
     let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Majority);
     c.run_for(ms(400));
-    assert_eq!(c.engines[2].stats().host_checks, 2, "one re-check");
+    assert_eq!(c.engines[2].stats().hosts.host_checks, 2, "one re-check");
     // A quarter for the new emitter, a quarter for the probes, a round of
     // votes: half a timeout and the round, well inside one timeout.
     assert_host_1_declared_within(&c, killed_at, ms(25 + 25 + 20));
@@ -1219,7 +1228,7 @@ fn a_mended_leader_that_beat_and_then_died_with_its_host_unseen_is_rechecked_in_
     let mut c = host_leader_killed(QuorumMode::Majority);
     c.run_for(ms(30));
     assert!(
-        c.engines[2].stats().host_checks >= 1 && c.host_failed().is_empty(),
+        c.engines[2].stats().hosts.host_checks >= 1 && c.host_failed().is_empty(),
         "a beating emitter's host is not declared"
     );
     c.status[4] = Status::Dead;
@@ -1239,7 +1248,7 @@ fn a_mended_leader_that_hangs_while_its_host_runs_is_found_by_its_host_alone() {
     c.slots.retain(|&(observer, _), _| observer != 2);
     let stopped_at = c.hang(4, EmitterThread::Unknown);
     c.run_for(ms(400));
-    assert!(c.engines[2].stats().host_checks >= 2, "re-checked");
+    assert!(c.engines[2].stats().hosts.host_checks >= 2, "re-checked");
     assert!(c.host_failed().is_empty(), "{:?}", c.host_failed());
     assert!(c.all_know(4));
     assert!((0..9).all(|r| r == 4 || r == 1 || !c.engines[2].is_failed(r)));
@@ -1258,9 +1267,9 @@ fn a_linked_mended_leader_that_hangs_is_checked_at_the_check_interval_not_in_a_s
     let _ = c.engines[2].handle(c.now, Input::Sent { to: 4 });
     c.slots.retain(|&(observer, _), _| observer != 2);
     c.hang(4, EmitterThread::Unknown);
-    let checks = c.engines[2].stats().slot_checks;
+    let checks = c.engines[2].stats().observation.slot_checks;
     c.run_for(ms(100));
-    let checks = c.engines[2].stats().slot_checks - checks;
+    let checks = c.engines[2].stats().observation.slot_checks - checks;
     assert!(checks <= 3 * 4, "{checks} checks in a timeout");
     c.run_for(ms(300));
     assert!(c.all_know(4));
@@ -1281,7 +1290,7 @@ fn without_a_quorum_a_host_that_stalls_after_its_leader_died_is_not_declared() {
         c.hang(r, EmitterThread::Unknown);
     }
     c.run_for(ms(60));
-    assert!(c.engines[2].stats().host_checks >= 2, "re-checked");
+    assert!(c.engines[2].stats().hosts.host_checks >= 2, "re-checked");
     for r in [4, 7] {
         c.status[r as usize] = Status::Up;
     }
@@ -1304,7 +1313,11 @@ fn an_exit_left_to_a_broadcaster_that_dies_much_later_is_not_sent_again() {
     c.kill(3);
     assert!(c.all_know(3));
     for r in [6, 9] {
-        assert_eq!(c.engines[r].stats().orphaned_exits_broadcast, 0, "rank {r}");
+        assert_eq!(
+            c.engines[r].stats().hosts.orphaned_exits_broadcast,
+            0,
+            "rank {r}"
+        );
     }
 }
 
@@ -1312,7 +1325,7 @@ fn an_exit_left_to_a_broadcaster_that_dies_much_later_is_not_sent_again() {
 /// re-check of host 1 has begun (a quarter timeout after the mending).
 fn recheck_begun() -> Cluster {
     let (mut c, killed_at) = host_killed_after_answering(QuorumMode::Off);
-    while c.engines[2].stats().host_checks < 2 {
+    while c.engines[2].stats().hosts.host_checks < 2 {
         assert!(c.now - killed_at < ms(60), "no re-check");
         c.step();
     }
@@ -1387,12 +1400,12 @@ fn a_one_host_job_never_excludes_itself_for_want_of_a_quorum() {
         // Twenty timeouts of silence, every deadline served.
         let end = Time::ZERO + ms(2_000);
         let wake = |e: &mut Engine, d: Time| {
-            e.handle_timeout_with(d, |_| 0, |r| (r == emitter).then_some(stale));
+            e.handle_timeout(d, &readings(|_| 0, |r| (r == emitter).then_some(stale)));
         };
         serve_deadlines(&mut e, end, Duration::ZERO, wake, |e, _, _| {
             (e.participation() == ffd_protocol::Participation::Excluded).then_some(())
         });
-        (e.participation(), e.stats().accusation_rounds)
+        (e.participation(), e.stats().quorum.accusation_rounds)
     };
     let (one_host, rounds) = run(&[0, 0, 0, 0]);
     assert_eq!(one_host, ffd_protocol::Participation::Active);

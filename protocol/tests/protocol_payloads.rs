@@ -91,7 +91,7 @@ fn payloads_are_delivered_once_and_forwarded_once() {
         deliver_sealed(&mut r, at(3), &via_4).is_empty(),
         "duplicate dropped"
     );
-    assert_eq!(r.stats().payload_duplicates, 1);
+    assert_eq!(r.stats().payloads.payload_duplicates, 1);
     // The very same bytes again are a replay, dropped before the payload
     // is looked at.
     assert_eq!(
@@ -104,7 +104,7 @@ fn payloads_are_delivered_once_and_forwarded_once() {
         ),
         Err(HandleError::Rejected(RejectReason::Replayed))
     );
-    assert_eq!(r.stats().payload_duplicates, 1);
+    assert_eq!(r.stats().payloads.payload_duplicates, 1);
     let big = vec![0u8; 70_000];
     assert_eq!(
         origin.handle(at(4), Input::Broadcast(&big)),
@@ -131,14 +131,17 @@ fn the_origin_delivers_its_own_payloads_unless_told_not_to() {
         "told before any copy leaves"
     );
     assert_eq!(
-        (origin.payload_mark(3), origin.stats().payloads_delivered),
+        (
+            origin.payload_mark(3),
+            origin.stats().payloads.payloads_delivered
+        ),
         (2, 2)
     );
     // A copy coming back through a relay is a duplicate.
     let (relay, copy) = sends_of(&outs, Kind::Payload)[0].clone();
     let back = wire::forwarded(&copy, relay).expect("a payload");
     assert!(delivered(&JOB.deliver(&mut origin, at(3), &back)).is_empty());
-    assert_eq!(origin.stats().payload_duplicates, 1);
+    assert_eq!(origin.stats().payloads.payload_duplicates, 1);
 
     let quiet = EngineConfig {
         deliver_own: false,
@@ -175,7 +178,7 @@ fn a_rank_that_knows_the_origin_failed_still_delivers_and_forwards_its_payload()
     // failed): answered with an exclusion, as any message from it.
     let outs = JOB.deliver(&mut r, at(3), payload(0, 0, 2, b"late"));
     assert!(delivered(&outs).is_empty());
-    assert_eq!(r.stats().dropped_from_failed, 1);
+    assert_eq!(r.stats().drops.dropped_from_failed, 1);
 }
 
 #[test]
@@ -208,7 +211,7 @@ fn a_payload_overtaken_by_64_later_ones_is_delivered_first_then_the_rest_in_orde
         (
             r.payload_mark(5),
             r.payloads_held(5),
-            r.stats().payloads_held
+            r.stats().payloads.payloads_held
         ),
         (65, 0, 64)
     );
@@ -227,7 +230,7 @@ fn the_hold_is_bounded_and_what_overflows_is_counted_and_comes_again() {
         assert!(delivered(&JOB.deliver(&mut r, at(1), payload(4, 5, seq, b"p"))).is_empty());
     }
     assert_eq!(r.payloads_held(5), 4);
-    assert_eq!(r.stats().payloads_hold_overflow, 2);
+    assert_eq!(r.stats().payloads.payloads_hold_overflow, 2);
     JOB.deliver(&mut r, at(2), payload(4, 5, 1, b"p"));
     let outs = JOB.deliver(&mut r, at(2), payload(4, 5, 2, b"p"));
     assert_eq!(
@@ -238,7 +241,7 @@ fn the_hold_is_bounded_and_what_overflows_is_counted_and_comes_again() {
     let outs = JOB.deliver(&mut r, at(3), payload(12, 5, 7, b"p"));
     assert_eq!(delivered(&outs), vec![(5, 7)]);
     // Dropped, not delivered out of order, and not twice.
-    assert_eq!(r.stats().payloads_delivered, 7);
+    assert_eq!(r.stats().payloads.payloads_delivered, 7);
 }
 
 #[test]
@@ -259,7 +262,7 @@ fn an_origin_is_never_forgotten_however_many_others_broadcast() {
         let late = payload(relay, 1, 1, b"p");
         assert!(delivered(&JOB.deliver(&mut r, at(2), &late)).is_empty());
     }
-    assert_eq!(r.stats().payloads_delivered, u64::from(n - 1));
+    assert_eq!(r.stats().payloads.payloads_delivered, u64::from(n - 1));
     // An origin's numbers far behind its newest stay duplicates.
     for seq in 2..=70u64 {
         JOB.deliver(&mut r, at(3), payload(7, 7, seq, b"p"));
@@ -287,9 +290,7 @@ fn sync_request_of(o: &mut Engine, digest: u64) -> Vec<u8> {
 fn a_rank_that_missed_a_payload_gets_it_through_the_digest_sync() {
     let n = 16;
     let mut emitter = engine(n, 3);
-    let mut observer = engine(n, 4);
-    observer.model_heartbeats();
-    drain(&mut observer);
+    let mut observer = drained(JOB.checker(config(), n, 4));
     // Rank 9's payload reached rank 3, and its copies to rank 4 were lost.
     JOB.deliver(&mut emitter, at(1), payload(9, 9, 1, b"revoke"));
     assert_ne!(
@@ -302,7 +303,7 @@ fn a_rank_that_missed_a_payload_gets_it_through_the_digest_sync() {
     let repair = sends_of(&outs, Kind::Payload);
     assert_eq!(payload_numbers(&repair, n), vec![(9, 1)]);
     assert_eq!(repair[0].0, 4);
-    assert_eq!(emitter.stats().sync_payloads_sent, 1);
+    assert_eq!(emitter.stats().payloads.sync_payloads_sent, 1);
     let outs = deliver_sealed(&mut observer, at(201), &repair[0].1);
     assert!(outs.iter().any(|o| matches!(
         o,
@@ -335,7 +336,7 @@ fn a_large_repair_spans_several_requests_and_old_gaps_are_counted() {
     };
     // Kept: 3..=10. A requester at 4 gets 5, 6, 7 (4 KiB: 3 of 1052 bytes).
     assert_eq!(ask(&mut e, at(10), &[(9, 4)]), vec![(9, 5), (9, 6), (9, 7)]);
-    assert_eq!(e.stats().sync_payloads_truncated, 1);
+    assert_eq!(e.stats().payloads.sync_payloads_truncated, 1);
     // Its next request (a timeout later) carries 7 and gets the rest.
     assert_eq!(
         ask(&mut e, at(120), &[(9, 7)]),
@@ -343,7 +344,7 @@ fn a_large_repair_spans_several_requests_and_old_gaps_are_counted() {
     );
     // One at 1 lacks 2, which is no longer kept: nothing to send, counted.
     assert!(ask(&mut e, at(240), &[(9, 1)]).is_empty());
-    assert_eq!(e.stats().payloads_beyond_retention, 1);
+    assert_eq!(e.stats().payloads.payloads_beyond_retention, 1);
     // Origins outside the marks' range are not answered for.
     let m = Encoder::new(KEY, 4).sync_request_with_marks(1, &[], &[], 10, n, &[]);
     assert!(sends_of(&JOB.deliver(&mut e, at(360), &m), Kind::Payload).is_empty());

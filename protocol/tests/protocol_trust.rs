@@ -33,7 +33,7 @@ fn engine(n: u32, me: Rank) -> Engine {
 }
 
 fn rejected(e: &Engine, r: RejectReason) -> u64 {
-    e.stats().rejected[r.index()]
+    e.stats().drops.rejected[r.index()]
 }
 
 #[test]
@@ -64,7 +64,7 @@ fn each_link_numbers_its_copies_from_1_and_the_receiver_checks_them() {
     let mut r = engine(n, 8);
     deliver_from(&mut r, at(2), 0, to_8[1]);
     deliver_from(&mut r, at(2), 0, to_8[0]);
-    assert_eq!(r.stats().payloads_delivered, 2);
+    assert_eq!(r.stats().payloads.payloads_delivered, 2);
     for b in &to_8 {
         assert!(
             r.handle(
@@ -113,18 +113,18 @@ fn a_sync_request_is_honoured_only_from_a_neighbour_once_per_timeout() {
     let outs = deliver_from(&mut e, at(2), 9, &request(9, 2));
     assert!(outs.is_empty(), "{outs:?}");
     assert!(!e.is_failed(7));
-    assert_eq!(e.stats().sync_requests_refused, 1);
+    assert_eq!(e.stats().sync.sync_requests_refused, 1);
     // Our observer: honoured (merged, answered with the difference).
     let outs = deliver_from(&mut e, at(3), 5, &request(5, 1));
     assert!(e.is_failed(7));
     assert_eq!(sends_of(&outs, Kind::SyncReply).len(), 1);
     // Again within a timeout: refused.
     assert!(deliver_from(&mut e, at(50), 5, &request(5, 2)).is_empty());
-    assert_eq!(e.stats().sync_requests_refused, 2);
+    assert_eq!(e.stats().sync.sync_requests_refused, 2);
     // A timeout later: honoured again.
     let outs = deliver_from(&mut e, at(110), 5, &request(5, 3));
     assert_eq!(sends_of(&outs, Kind::SyncReply).len(), 1);
-    assert_eq!(e.stats().sync_requests_received, 2);
+    assert_eq!(e.stats().sync.sync_requests_received, 2);
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn a_sync_reply_carries_at_most_max_sync_ranks() {
         got.sort_unstable();
     }
     assert_eq!(got, known[..9].to_vec());
-    assert_eq!(e.stats().sync_replies_truncated, 3);
+    assert_eq!(e.stats().sync.sync_replies_truncated, 3);
 }
 
 #[test]
@@ -188,7 +188,7 @@ fn exclusion_replies_are_one_per_rank_per_timeout_with_bounded_memory() {
         }
     }
     assert_eq!(replies, 64, "at most 64 ranks remembered, once each");
-    assert_eq!(e.stats().exclusion_replies_suppressed, 400 - 64);
+    assert_eq!(e.stats().notices.exclusion_replies_suppressed, 400 - 64);
     // A timeout later the memory has room again.
     let m = JOB.seal_numbered(&Encoder::new(KEY, 299).probe(1, 4), 3, 4);
     assert_eq!(
@@ -206,9 +206,7 @@ const ME: Rank = 1000;
 /// notice naming the current emitter), slot checks seeing live beats in
 /// between so that nobody is declared by timeout.
 fn mended(mendings: u32) -> (Engine, Vec<Output>) {
-    let mut e = engine(N, ME);
-    e.model_heartbeats();
-    drain(&mut e);
+    let mut e = drained(JOB.checker(support::config(QuorumMode::Off), N, ME));
     let mut last = Vec::new();
     for k in 0..mendings {
         let emitter = e.emitter().expect("an emitter");
@@ -278,7 +276,7 @@ fn a_leftover_of_the_generation_512_mendings_ago_is_no_heartbeat() {
     let (when, cause) = watch(&mut e, leftover, at(1000)).expect("declared");
     assert_eq!(cause, Cause::Timeout);
     assert!(when - mended_at >= e.config().timeout, "{when}");
-    assert!(e.stats().foreign_slot_values > 0);
+    assert!(e.stats().observation.foreign_slot_values > 0);
 }
 
 #[test]
@@ -294,7 +292,7 @@ fn a_value_of_a_replaced_emitter_is_no_heartbeat() {
     let (mut e, _) = mended(1);
     let own = |t: Time| slot_value(1, digest, (t.as_nanos() / 10_000_000) as u16 + 1);
     assert_eq!(watch(&mut e, own, at(1000)), None);
-    assert_eq!(e.stats().foreign_slot_values, 0);
+    assert_eq!(e.stats().observation.foreign_slot_values, 0);
 }
 
 #[test]

@@ -164,7 +164,9 @@ fn two_hundred_payloads_from_one_origin_arrive_in_order_everywhere() {
         }
         assert_eq!(r.totals.payloads_delivered, 200 * u64::from(n), "{what}");
         if lossy {
-            let held: u64 = (0..n).map(|r| sim.engine(r).stats().payloads_held).sum();
+            let held: u64 = (0..n)
+                .map(|r| sim.engine(r).stats().payloads.payloads_held)
+                .sum();
             assert!(
                 held > 0,
                 "{what}: losses made some ranks hold later payloads"
@@ -246,10 +248,13 @@ fn a_payload_lost_on_every_link_to_a_rank_comes_through_the_repair() {
             assert!(everywhere(p), "{what}: {p:?}\n{r}");
         }
         let repaired = sim.engine(victim).stats();
-        assert_eq!(repaired.payloads_held, 1, "{what}: seq 2 waited for 1");
+        assert_eq!(
+            repaired.payloads.payloads_held, 1,
+            "{what}: seq 2 waited for 1"
+        );
         assert_eq!(sim.engine(victim).payload_mark(2), 2, "{what}");
         let sent: u64 = (0..n)
-            .map(|r| sim.engine(r).stats().sync_payloads_sent)
+            .map(|r| sim.engine(r).stats().payloads.sync_payloads_sent)
             .sum();
         assert!(sent >= 1, "{what}: repaired by a sync reply");
         let first = &r.payloads[0];

@@ -350,8 +350,8 @@ fn a_resumed_rank_learns_its_exclusion_from_its_standing_check() {
         r.totals.reports_by_faulty_ranks, 0,
         "the resumed rank declared someone"
     );
-    assert!(sim.engine(victim).stats().self_lag_trips >= 1);
-    assert!(sim.engine(victim).stats().sync_requests_sent >= 1);
+    assert!(sim.engine(victim).stats().health.self_lag_trips >= 1);
+    assert!(sim.engine(victim).stats().sync.sync_requests_sent >= 1);
 }
 
 /// Links that take longer than a timeout to set up, as `tcp;ofi_rxm` on a
@@ -382,7 +382,7 @@ fn a_mend_over_a_cold_link_gives_the_new_emitter_a_timeout_from_link_up() {
         assert!(r.totals.self_excluded.is_empty(), "{what}: {r}");
         assert_eq!(sim.engine(11).emitter(), Some(8), "{what}");
         assert!(
-            sim.engine(11).stats().mend_links_confirmed >= 2,
+            sim.engine(11).stats().observation.mend_links_confirmed >= 2,
             "{what}: the mendings were timed from their link-up"
         );
     }
@@ -576,7 +576,7 @@ fn ranks_cut_off_from_notices_learn_through_the_digest_sync() {
     for rank in 100..=104 {
         assert_eq!(sim.engine(rank).failed(), &[5, 77]);
         assert!(
-            sim.engine(rank).stats().ranks_learned_by_sync >= 2,
+            sim.engine(rank).stats().sync.ranks_learned_by_sync >= 2,
             "rank {rank}"
         );
     }

@@ -617,7 +617,7 @@ mod tests {
     /// has no exit words to say it).
     #[test]
     fn a_pidfd_exit_is_a_failure_unless_the_rank_marked_itself_ended_first() {
-        use crate::protocol::{EngineConfig, JobKeys, Ring, RingKind};
+        use crate::protocol::{EngineConfig, EngineOptions, JobKeys, Ring, RingKind};
         use std::os::unix::net::UnixStream;
         use std::process::{Command, Stdio};
         if pidfd_probe_here().is_err() {
@@ -648,13 +648,16 @@ mod tests {
             let mut watching =
                 LocalWatching::start(plan, 0, wake.as_fd(), (0, timeout), None, &mut Vec::new())
                     .unwrap();
-            let mut engine = Engine::with_hosts(
+            let mut engine = Engine::new(
                 Arc::new(EngineConfig::default()),
                 Arc::new(Ring::topology(&ids)),
-                hosts,
                 0,
                 JobKeys::new(7, [3; 32]),
                 Time::ZERO,
+                EngineOptions {
+                    hosts: Some(hosts),
+                    ..EngineOptions::default()
+                },
             )
             .unwrap();
             if stopped {

@@ -26,10 +26,11 @@ use std::time::{Duration, Instant};
 
 use crate::fabric::{
     AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
+    SlotPage,
 };
 use crate::protocol::{
-    Engine, EngineConfig, Evidence, FabricSaid, Input, JobKeys, Output, Participation, Rank, Ring,
-    Time, TransportErrorKind, wire,
+    Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, Input, JobKeys, LocalBeat, Output,
+    Participation, Rank, Readings, Ring, Time, TransportErrorKind, wire,
 };
 
 use super::AgreeError;
@@ -310,23 +311,18 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
         }
     };
     let seed = &parts.seed;
-    let engine = match &local {
-        None => Engine::new(
-            Arc::clone(&seed.config),
-            Arc::clone(&seed.ring),
-            seed.me,
-            seed.keys.clone(),
-            now,
-        ),
-        Some((hosts, _)) => Engine::with_hosts(
-            Arc::clone(&seed.config),
-            Arc::clone(&seed.ring),
-            Arc::clone(hosts),
-            seed.me,
-            seed.keys.clone(),
-            now,
-        ),
+    let options = EngineOptions {
+        hosts: local.as_ref().map(|(hosts, _)| Arc::clone(hosts)),
+        ..EngineOptions::default()
     };
+    let engine = Engine::new(
+        Arc::clone(&seed.config),
+        Arc::clone(&seed.ring),
+        seed.me,
+        seed.keys.clone(),
+        now,
+        options,
+    );
     let engine = match engine {
         Ok(e) => e,
         Err(e) => return End::Stopped(StopReason::new(StopCause::Engine, e.to_string())),
@@ -586,13 +582,11 @@ impl Core<'_> {
             return;
         }
         self.counters.lateness.record(now - deadline);
-        let slots = self.slots.memory();
-        let local = self.local.as_ref();
-        self.engine.handle_timeout_with(
-            now,
-            |slot| slots.read(usize::from(slot)),
-            |rank| local.and_then(|l| l.read(rank)),
-        );
+        let readings = DeadlineReadings {
+            slots: self.slots.memory(),
+            local: self.local.as_ref(),
+        };
+        self.engine.handle_timeout(now, &readings);
     }
 
     /// Same-host processes that exited since the last look: proof, to the
@@ -953,6 +947,23 @@ impl Core<'_> {
         self.counters.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
+    }
+}
+
+/// What the progress thread reads when the Engine's deadline comes: its
+/// registered slot page, and with host groups the local ranks' counters in
+/// the host's segment.
+struct DeadlineReadings<'a> {
+    slots: &'a SlotPage,
+    local: Option<&'a LocalWatching>,
+}
+
+impl Readings for DeadlineReadings<'_> {
+    fn slot(&self, slot: u16) -> u64 {
+        self.slots.read(usize::from(slot))
+    }
+    fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
+        self.local.and_then(|l| l.read(rank))
     }
 }
 

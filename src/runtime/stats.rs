@@ -164,54 +164,78 @@ fn serialize_engine_stats<S: serde::Serializer>(
     let causes: Vec<&str> = Cause::ALL.iter().map(|c| c.as_str()).collect();
     let detections: Vec<u64> = Cause::ALL.iter().map(|&c| stats.detections_by(c)).collect();
     let mut m = s.serialize_map(None)?;
-    m.serialize_entry("heartbeats_written", &stats.heartbeats_written)?;
-    m.serialize_entry("slot_checks", &stats.slot_checks)?;
-    m.serialize_entry("self_lag_trips", &stats.self_lag_trips)?;
-    m.serialize_entry("health_rises", &stats.health_rises)?;
-    m.serialize_entry("health_peak", &stats.health_peak)?;
-    m.serialize_entry("mend_links_confirmed", &stats.mend_links_confirmed)?;
-    m.serialize_entry("starved_emitter_checks", &stats.starved_emitter_checks)?;
+    m.serialize_entry("heartbeats_written", &stats.observation.heartbeats_written)?;
+    m.serialize_entry("slot_checks", &stats.observation.slot_checks)?;
+    m.serialize_entry("self_lag_trips", &stats.health.self_lag_trips)?;
+    m.serialize_entry("health_rises", &stats.health.health_rises)?;
+    m.serialize_entry("health_peak", &stats.health.health_peak)?;
+    m.serialize_entry(
+        "mend_links_confirmed",
+        &stats.observation.mend_links_confirmed,
+    )?;
+    m.serialize_entry(
+        "starved_emitter_checks",
+        &stats.hosts.starved_emitter_checks,
+    )?;
     m.serialize_entry(
         "stopped_emitters_declared",
-        &stats.stopped_emitters_declared,
+        &stats.hosts.stopped_emitters_declared,
     )?;
-    m.serialize_entry("board_posts", &stats.board_posts)?;
-    m.serialize_entry("board_learned", &stats.board_learned)?;
-    m.serialize_entry("max_lateness_ns", &stats.max_lateness_ns)?;
-    m.serialize_entry("sent", &Named(&kinds, &stats.sent))?;
-    m.serialize_entry("received", &Named(&kinds, &stats.received))?;
-    m.serialize_entry("bytes_sent", &stats.bytes_sent)?;
-    m.serialize_entry("rejected", &Named(&reasons, &stats.rejected))?;
-    m.serialize_entry("dropped_from_failed", &stats.dropped_from_failed)?;
-    m.serialize_entry("dropped_untrusted_origin", &stats.dropped_untrusted_origin)?;
-    m.serialize_entry("duplicate_notices", &stats.duplicate_notices)?;
-    m.serialize_entry("notices_forwarded", &stats.notices_forwarded)?;
+    m.serialize_entry("board_posts", &stats.hosts.board_posts)?;
+    m.serialize_entry("board_learned", &stats.hosts.board_learned)?;
+    m.serialize_entry("max_lateness_ns", &stats.health.max_lateness_ns)?;
+    m.serialize_entry("sent", &Named(&kinds, &stats.messages.sent))?;
+    m.serialize_entry("received", &Named(&kinds, &stats.messages.received))?;
+    m.serialize_entry("bytes_sent", &stats.messages.bytes_sent)?;
+    m.serialize_entry("rejected", &Named(&reasons, &stats.drops.rejected))?;
+    m.serialize_entry("dropped_from_failed", &stats.drops.dropped_from_failed)?;
+    m.serialize_entry(
+        "dropped_untrusted_origin",
+        &stats.drops.dropped_untrusted_origin,
+    )?;
+    m.serialize_entry("duplicate_notices", &stats.messages.duplicate_notices)?;
+    m.serialize_entry("notices_forwarded", &stats.notices.notices_forwarded)?;
     m.serialize_entry("detections", &Named(&causes, &detections))?;
-    m.serialize_entry("departures_learned", &stats.departures_learned)?;
-    m.serialize_entry("mendings", &stats.mendings)?;
-    m.serialize_entry("sync_requests_sent", &stats.sync_requests_sent)?;
-    m.serialize_entry("sync_requests_refused", &stats.sync_requests_refused)?;
-    m.serialize_entry("sync_replies_truncated", &stats.sync_replies_truncated)?;
-    m.serialize_entry("ranks_learned_by_sync", &stats.ranks_learned_by_sync)?;
-    m.serialize_entry("exclusions_sent", &stats.exclusions_sent)?;
+    m.serialize_entry("departures_learned", &stats.notices.departures_learned)?;
+    m.serialize_entry("mendings", &stats.observation.mendings)?;
+    m.serialize_entry("sync_requests_sent", &stats.sync.sync_requests_sent)?;
+    m.serialize_entry("sync_requests_refused", &stats.sync.sync_requests_refused)?;
+    m.serialize_entry("sync_replies_truncated", &stats.sync.sync_replies_truncated)?;
+    m.serialize_entry("ranks_learned_by_sync", &stats.sync.ranks_learned_by_sync)?;
+    m.serialize_entry("exclusions_sent", &stats.notices.exclusions_sent)?;
     m.serialize_entry(
         "exclusion_replies_suppressed",
-        &stats.exclusion_replies_suppressed,
+        &stats.notices.exclusion_replies_suppressed,
     )?;
-    m.serialize_entry("foreign_slot_values", &stats.foreign_slot_values)?;
-    m.serialize_entry("slow_emitter_warnings", &stats.slow_emitter_warnings)?;
-    m.serialize_entry("transport_errors", &stats.transport_errors)?;
-    m.serialize_entry("transport_errors_ignored", &stats.transport_errors_ignored)?;
-    m.serialize_entry("suspicions", &stats.suspicions)?;
-    m.serialize_entry("payloads_delivered", &stats.payloads_delivered)?;
-    m.serialize_entry("payload_duplicates", &stats.payload_duplicates)?;
-    m.serialize_entry("payloads_held", &stats.payloads_held)?;
-    m.serialize_entry("payloads_hold_overflow", &stats.payloads_hold_overflow)?;
-    m.serialize_entry("sync_payloads_sent", &stats.sync_payloads_sent)?;
-    m.serialize_entry("sync_payloads_truncated", &stats.sync_payloads_truncated)?;
+    m.serialize_entry(
+        "foreign_slot_values",
+        &stats.observation.foreign_slot_values,
+    )?;
+    m.serialize_entry(
+        "slow_emitter_warnings",
+        &stats.observation.slow_emitter_warnings,
+    )?;
+    m.serialize_entry("transport_errors", &stats.observation.transport_errors)?;
+    m.serialize_entry(
+        "transport_errors_ignored",
+        &stats.observation.transport_errors_ignored,
+    )?;
+    m.serialize_entry("suspicions", &stats.observation.suspicions)?;
+    m.serialize_entry("payloads_delivered", &stats.payloads.payloads_delivered)?;
+    m.serialize_entry("payload_duplicates", &stats.payloads.payload_duplicates)?;
+    m.serialize_entry("payloads_held", &stats.payloads.payloads_held)?;
+    m.serialize_entry(
+        "payloads_hold_overflow",
+        &stats.payloads.payloads_hold_overflow,
+    )?;
+    m.serialize_entry("sync_payloads_sent", &stats.payloads.sync_payloads_sent)?;
+    m.serialize_entry(
+        "sync_payloads_truncated",
+        &stats.payloads.sync_payloads_truncated,
+    )?;
     m.serialize_entry(
         "payloads_beyond_retention",
-        &stats.payloads_beyond_retention,
+        &stats.payloads.payloads_beyond_retention,
     )?;
     m.end()
 }
@@ -239,8 +263,8 @@ mod tests {
     #[test]
     fn snapshot_serialises_engine_counters_by_name() {
         let mut snap = StatsSnapshot::default();
-        snap.engine.detections[Cause::InBand as usize] = 2;
-        snap.engine.payloads_hold_overflow = 3;
+        snap.engine.notices.detections[Cause::InBand as usize] = 2;
+        snap.engine.payloads.payloads_hold_overflow = 3;
         let v = serde_json::to_value(&snap).unwrap();
         assert_eq!(v["engine"]["payloads_hold_overflow"], 3);
         assert_eq!(v["engine"]["detections"]["inband"], 2);

@@ -20,7 +20,7 @@ use nix::sys::signal::Signal;
 
 use super::agent_line::{AgentEvent, AgentLine, Stamp};
 use super::fault::{FaultKind, Schedule};
-use super::process::{Agent, AgentCommand, Msg, agent_exit};
+use super::process::{Agent, AgentCommand, ToLauncher, agent_exit};
 use super::secret_dir::SecretDir;
 use super::signals::SignalCatcher;
 use super::startup::StartupProgress;
@@ -161,11 +161,11 @@ pub enum LaunchError {
 
 /// Aborts a running [`Launcher`] from another thread, as Ctrl-C would.
 #[derive(Clone, Debug)]
-pub struct AbortHandle(Sender<Msg>);
+pub struct AbortHandle(Sender<ToLauncher>);
 
 impl AbortHandle {
     pub fn abort(&self) {
-        let _ = self.0.send(Msg::Abort);
+        let _ = self.0.send(ToLauncher::Abort);
     }
 }
 
@@ -176,8 +176,8 @@ pub struct Launcher {
     ready_timeout: Duration,
     shutdown_timeout: Duration,
     catch_signals: bool,
-    tx: Sender<Msg>,
-    rx: Receiver<Msg>,
+    tx: Sender<ToLauncher>,
+    rx: Receiver<ToLauncher>,
 }
 
 impl Launcher {
@@ -248,7 +248,7 @@ impl Launcher {
     pub fn run(self, out: &mut dyn Write, log: &mut dyn Write) -> Result<Outcome, LaunchError> {
         let _signals = if self.catch_signals {
             let tx = self.tx.clone();
-            let forward = move |signal| tx.send(Msg::Interrupted { signal }).is_ok();
+            let forward = move |signal| tx.send(ToLauncher::Interrupted { signal }).is_ok();
             Some(SignalCatcher::install(forward).map_err(LaunchError::Signals)?)
         } else {
             None
@@ -382,7 +382,7 @@ impl Launcher {
                 }
             };
             match msg {
-                Msg::Line { rank, at, text } => {
+                ToLauncher::Line { rank, at, text } => {
                     let is_ready = matches!(
                         AgentLine::parse(&text),
                         Ok(AgentLine { event: AgentEvent::Ready { .. }, stamp })
@@ -394,10 +394,10 @@ impl Launcher {
                     }
                     job.early.push((rank, at, text));
                 }
-                Msg::Stderr { rank, text } => job.stderr(rank, text),
-                Msg::StdoutClosed { rank } => job.stdout_open[rank as usize] = false,
-                Msg::StderrClosed { rank } => job.stderr_open[rank as usize] = false,
-                Msg::Exited { rank, .. } => {
+                ToLauncher::Stderr { rank, text } => job.stderr(rank, text),
+                ToLauncher::StdoutClosed { rank } => job.stdout_open[rank as usize] = false,
+                ToLauncher::StderrClosed { rank } => job.stderr_open[rank as usize] = false,
+                ToLauncher::Exited { rank, .. } => {
                     let status = job.agents[rank as usize].try_reap().map_or_else(
                         || "ended".to_owned(),
                         |s| format!("exited ({})", agent_exit(s, false)),
@@ -409,13 +409,13 @@ impl Launcher {
                     };
                     return Err(format!("rank {rank} {status} before {before}"));
                 }
-                Msg::Interrupted { signal } => {
+                ToLauncher::Interrupted { signal } => {
                     job.interrupted = Some(signal);
                     return Err(format!(
                         "interrupted by {signal} before every rank was ready"
                     ));
                 }
-                Msg::Abort => return Err("aborted before every rank was ready".into()),
+                ToLauncher::Abort => return Err("aborted before every rank was ready".into()),
             }
         }
         Ok(())
@@ -456,8 +456,8 @@ impl Launcher {
                 .rx
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             {
-                Ok(Msg::Stderr { rank, text }) => job.stderr(rank, text),
-                Ok(Msg::StderrClosed { rank }) => job.stderr_open[rank as usize] = false,
+                Ok(ToLauncher::Stderr { rank, text }) => job.stderr(rank, text),
+                Ok(ToLauncher::StderrClosed { rank }) => job.stderr_open[rank as usize] = false,
                 Ok(_) => {}
                 Err(_) => break,
             }
@@ -619,7 +619,7 @@ impl Launcher {
         while !interrupted_again && job.agents.iter().any(|a| a.exit().is_none()) {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {
-                Ok(Msg::Interrupted { signal }) => {
+                Ok(ToLauncher::Interrupted { signal }) => {
                     let fact = job.timeline.note(
                         job.now_ms(),
                         format!("interrupted by {signal} again: killing the agents now"),
@@ -784,22 +784,22 @@ impl Job<'_> {
     }
 
     /// Handles one message of the running job; an ending if it ends it.
-    fn handle(&mut self, msg: Msg) -> Option<Ending> {
+    fn handle(&mut self, msg: ToLauncher) -> Option<Ending> {
         match msg {
-            Msg::Line { rank, at, text } => self.line(rank, at, &text),
-            Msg::Stderr { rank, text } => self.stderr(rank, text),
-            Msg::StdoutClosed { rank } => {
+            ToLauncher::Line { rank, at, text } => self.line(rank, at, &text),
+            ToLauncher::Stderr { rank, text } => self.stderr(rank, text),
+            ToLauncher::StdoutClosed { rank } => {
                 self.stdout_open[rank as usize] = false;
                 self.reap(rank as usize, None);
                 self.note_exits(false);
             }
-            Msg::StderrClosed { rank } => self.stderr_open[rank as usize] = false,
-            Msg::Exited { rank, at } => {
+            ToLauncher::StderrClosed { rank } => self.stderr_open[rank as usize] = false,
+            ToLauncher::Exited { rank, at } => {
                 self.reap(rank as usize, Some(at));
                 self.note_exits(false);
             }
-            Msg::Interrupted { signal } => return Some(Ending::Interrupted(signal)),
-            Msg::Abort => return Some(Ending::Aborted),
+            ToLauncher::Interrupted { signal } => return Some(Ending::Interrupted(signal)),
+            ToLauncher::Abort => return Some(Ending::Aborted),
         }
         None
     }

@@ -10,8 +10,8 @@
 //! after `try_wait` said the process is still there.
 //!
 //! Threads per agent, each ending on its own when the agent is gone: a
-//! stdout reader (one [`Msg::Line`] per line), a stderr reader (one
-//! [`Msg::Stderr`] per line) and an exit watcher ([`Msg::Exited`]). All
+//! stdout reader (one [`ToLauncher::Line`] per line), a stderr reader (one
+//! [`ToLauncher::Stderr`] per line) and an exit watcher ([`ToLauncher::Exited`]). All
 //! send into the launcher's one channel, so it waits on a single
 //! `recv_timeout`. The launcher's own SIGINT/SIGTERM are `signals`'.
 
@@ -36,7 +36,7 @@ const MAX_LINE: usize = 64 * 1024;
 
 /// What the watcher threads (and an abort) tell the launcher's thread.
 #[derive(Debug)]
-pub(crate) enum Msg {
+pub(crate) enum ToLauncher {
     /// A line on an agent's standard output, and when it arrived.
     Line {
         rank: Rank,
@@ -79,7 +79,7 @@ impl Agent {
         rank: Rank,
         command: &AgentCommand,
         env: &[(String, String)],
-        tx: &Sender<Msg>,
+        tx: &Sender<ToLauncher>,
     ) -> io::Result<Agent> {
         let mut child = Command::new(&command.program)
             .args(&command.args)
@@ -102,21 +102,23 @@ impl Agent {
             let tx = tx.clone();
             spawn_thread(format!("ffd-run-out-{rank}"), move || {
                 for_each_line(stdout, |text| {
-                    tx.send(Msg::Line {
+                    tx.send(ToLauncher::Line {
                         rank,
                         at: Instant::now(),
                         text,
                     })
                     .is_ok()
                 });
-                let _ = tx.send(Msg::StdoutClosed { rank });
+                let _ = tx.send(ToLauncher::StdoutClosed { rank });
             })?;
         }
         if let Some(stderr) = stderr {
             let tx = tx.clone();
             spawn_thread(format!("ffd-run-err-{rank}"), move || {
-                for_each_line(stderr, |text| tx.send(Msg::Stderr { rank, text }).is_ok());
-                let _ = tx.send(Msg::StderrClosed { rank });
+                for_each_line(stderr, |text| {
+                    tx.send(ToLauncher::Stderr { rank, text }).is_ok()
+                });
+                let _ = tx.send(ToLauncher::StderrClosed { rank });
             })?;
         }
         let pid = agent.pid();
@@ -127,7 +129,7 @@ impl Agent {
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
             // Ends when it exited, or was already reaped by the launcher (ECHILD).
             while let Err(nix::errno::Errno::EINTR) = waitid(Id::Pid(pid), flags) {}
-            let _ = tx.send(Msg::Exited {
+            let _ = tx.send(ToLauncher::Exited {
                 rank,
                 at: Instant::now(),
             });

@@ -71,8 +71,8 @@ impl Engine {
                 if self.failed.contains(to) || self.left.contains(to) {
                     continue;
                 }
-                self.stats.sent[f.kind.index()] += 1;
-                self.stats.bytes_sent += (f.bytes.len() + TAG_LEN) as u64;
+                self.stats.messages.sent[f.kind.index()] += 1;
+                self.stats.messages.bytes_sent += (f.bytes.len() + TAG_LEN) as u64;
                 let bytes = f.bytes.clone();
                 let seq = self.next_seq(to);
                 let message = Sealed::new(bytes, seq, to, &self.keys);
@@ -91,7 +91,7 @@ impl Engine {
     pub(super) fn on_notice(&mut self, now: Time, sender: Rank, n: Notice<'_>, bytes: &[u8]) {
         let (nf, nl) = self.learn(n.failed, n.left, n.origin, n.hops.saturating_add(1));
         if nf.is_empty() && nl.is_empty() {
-            self.stats.duplicate_notices += 1;
+            self.stats.messages.duplicate_notices += 1;
             return;
         }
         if !nf.is_empty() {
@@ -99,7 +99,7 @@ impl Engine {
             // host's board readers learn them from the board.
             let board = self.post_on_board(&nf, n.origin);
             if let Some(fwd) = wire::forwarded(bytes, self.me) {
-                self.stats.notices_forwarded += 1;
+                self.stats.notices.notices_forwarded += 1;
                 self.fan_out(Kind::Notice, fwd.into(), n.origin, &[sender], board);
             }
         } else {
@@ -129,7 +129,7 @@ impl Engine {
         let mut left = std::mem::take(&mut self.pending_left);
         left.sort_unstable();
         left.dedup();
-        self.stats.notices_forwarded += 1;
+        self.stats.notices.notices_forwarded += 1;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
         self.fan_out(Kind::Notice, m, self.me, &[], false);
     }
@@ -140,7 +140,7 @@ impl Engine {
         if failed.is_empty() && left.is_empty() {
             return;
         }
-        self.stats.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
+        self.stats.sync.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
         self.fan_out(Kind::Notice, m, self.me, &[peer], false);
     }

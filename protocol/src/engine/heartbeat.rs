@@ -35,7 +35,7 @@ impl Engine {
                         self.beat.slot,
                         slot_value(self.beat.generation, self.my_digest32(), self.beat.counter),
                     ));
-                    self.stats.heartbeats_written += 1;
+                    self.stats.observation.heartbeats_written += 1;
                     self.timers.set(Timer::Beat, now + self.config.period);
                 }
             }
@@ -52,7 +52,7 @@ impl Engine {
     /// gave us the current observer.
     pub(super) fn on_observe_me(&mut self, now: Time, sender: Rank, generation: u32, slot: u16) {
         if self.left.contains(sender) {
-            self.stats.observe_me_stale += 1;
+            self.stats.observation.observe_me_stale += 1;
             return;
         }
         let accept = match self.beat.observer {
@@ -62,10 +62,10 @@ impl Engine {
             Some(o) => self.farther_observer(sender, o),
         };
         if !accept {
-            self.stats.observe_me_stale += 1;
+            self.stats.observation.observe_me_stale += 1;
             return;
         }
-        self.stats.observe_me_accepted += 1;
+        self.stats.observation.observe_me_accepted += 1;
         self.beat.observer = Some(sender);
         self.beat.generation = generation;
         self.beat.slot = slot;

@@ -1,6 +1,7 @@
 //! What crosses the Engine's boundary: the inputs a driver hands in, the
-//! outputs and host events it gets back, the errors of `handle`, the
-//! counters, and the heartbeat slot value format.
+//! outputs and host events it gets back, the readings a driver hands a
+//! timer step, the errors of `handle`, and the heartbeat slot value format
+//! (the counters are `stats`).
 //!
 //! Owns: these types and their plain helpers. Must not: hold protocol
 //! state or make a protocol decision (that is the Engine's job).
@@ -8,7 +9,7 @@
 use std::time::Duration;
 
 use crate::config::{Rank, Time};
-use crate::wire::{Kind, RejectReason, Sealed};
+use crate::wire::{RejectReason, Sealed};
 
 /// The heartbeat value an emitter writes into its observer's slot:
 ///
@@ -38,10 +39,43 @@ pub fn slot_generation(value: u64) -> u16 {
     (value >> 48) as u16
 }
 
+/// What a driver reads for a timer step
+/// ([`Engine::handle_timeout`](super::Engine::handle_timeout)): this rank's
+/// slot page and, with host groups, the local ranks' counters in shared
+/// memory. The Engine asks for one slot at most (the one it watches, if it
+/// has an emitter) and one local counter at most (its local emitter's, if
+/// it has one), each once per step, and takes the answers as that step's
+/// readings. The runtime reads its registered slot page and the host's
+/// segment; the simulator and the model checker model both; tests answer
+/// what the test needs.
+pub trait Readings {
+    /// The value in slot `slot` (`0..512`) of this rank's slot page now.
+    fn slot(&self, slot: u16) -> u64;
+    /// What the driver sees of local rank `rank`'s counter now (`None`:
+    /// never written). The default, `None` for every rank, suits an
+    /// Engine without host groups; an Engine with a local emitter that
+    /// reads `None` sees no local beat and declares it after the timeout.
+    fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
+        let _ = rank;
+        None
+    }
+}
+
+/// [`Readings`] in which the watched slot holds one value and no local
+/// counter was ever written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotReading(pub u64);
+
+impl Readings for SlotReading {
+    fn slot(&self, _slot: u16) -> u64 {
+        self.0
+    }
+}
+
 /// What a driver hands to [`Engine::handle`](super::Engine::handle). A
 /// reached deadline is not an input: it goes to
-/// [`Engine::handle_timeout`](super::Engine::handle_timeout), with the slot
-/// reading.
+/// [`Engine::handle_timeout`](super::Engine::handle_timeout), with the
+/// [`Readings`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Input<'a> {
     /// An active message. `from` is the transport's idea of the sender if
@@ -63,7 +97,7 @@ pub enum Input<'a> {
     /// words for it): the rank that broadcasts the notice sends them no
     /// copy (empty: no such knowledge, every overlay target gets one).
     /// Only for Engines with host groups
-    /// ([`Engine::with_hosts`](super::Engine::with_hosts)); ignored
+    /// ([`EngineOptions::hosts`](super::EngineOptions::hosts)); ignored
     /// otherwise, and for ranks of other hosts.
     Exited { rank: Rank, seen_by: &'a [Rank] },
     /// Failures read from this host's notice board (`docs/design.md`
@@ -406,10 +440,10 @@ pub enum Event {
 }
 
 /// Errors of [`Engine::handle`](super::Engine::handle). None of them changes
-/// protocol state (the counters in [`Stats`] aside).
+/// protocol state (the counters in [`Stats`](super::Stats) aside).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HandleError {
-    /// The message was dropped; counted in `Stats::rejected`.
+    /// The message was dropped; counted in `DropStats::rejected`.
     #[error("message rejected: {}", .0.as_str())]
     Rejected(RejectReason),
     #[error("payload of {len} bytes exceeds the {max}-byte limit")]
@@ -429,174 +463,14 @@ pub enum Participation {
     Excluded,
 }
 
-/// How heartbeats leave the Engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How heartbeats leave the Engine
+/// ([`EngineOptions::heartbeats`](super::EngineOptions::heartbeats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HeartbeatMode {
     /// Every period, an [`Output::WriteHeartbeat`] (the runtime).
+    #[default]
     Write,
     /// An [`Output::HeartbeatStream`] on each change; the driver models the
     /// slot values (the simulator).
     Modelled,
-}
-
-/// Counters the runtime can read ([`Engine::stats`](super::Engine::stats)).
-/// Plain integers.
-///
-/// `repr(C)`: the counters touched by every message (`duplicate_notices`,
-/// `received`, whose first entry is the notices') come first, so that they fall in the Engine's
-/// first 5 cache lines with its other hot fields (see
-/// [`Engine`](super::Engine) and its layout test).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct Stats {
-    /// Notices that named nothing new (not forwarded).
-    pub duplicate_notices: u64,
-    /// Messages received, indexed by [`Kind::index`] (notices first: the
-    /// counter every duplicate notice bumps stays in the hot lines however
-    /// many kinds follow).
-    pub received: [u64; Kind::COUNT],
-    /// Messages sent, indexed by [`Kind::index`].
-    pub sent: [u64; Kind::COUNT],
-    pub bytes_sent: u64,
-    pub heartbeats_written: u64,
-    pub slot_checks: u64,
-    /// Wake-ups that ran later than the lag guard: nobody declared.
-    pub self_lag_trips: u64,
-    /// The latest any timer fired past its deadline, in ns.
-    pub max_lateness_ns: u64,
-    /// Messages dropped before any handler saw them (at decoding, the
-    /// tag, the source address, the replay window, or from self), indexed
-    /// by [`RejectReason::index`].
-    pub rejected: [u64; RejectReason::COUNT],
-    /// Messages from ranks in the failed set (answered with an exclusion).
-    pub dropped_from_failed: u64,
-    /// Notices whose origin is in the failed set; payloads naming this
-    /// rank as origin with a number it never used.
-    pub dropped_untrusted_origin: u64,
-    pub notices_forwarded: u64,
-    /// Failures this rank learned, indexed like [`Cause::ALL`].
-    pub detections: [u64; Cause::COUNT],
-    pub departures_learned: u64,
-    pub mendings: u64,
-    pub observe_me_accepted: u64,
-    pub observe_me_stale: u64,
-    pub observe_me_resent: u64,
-    pub sync_requests_sent: u64,
-    pub sync_requests_received: u64,
-    /// Sync requests not honoured: not from this rank's emitter or
-    /// observer, or a second one from that peer within a timeout.
-    pub sync_requests_refused: u64,
-    pub sync_replies_sent: u64,
-    /// Sync replies cut to `max_sync_ranks` (the rest waits for the next
-    /// request).
-    pub sync_replies_truncated: u64,
-    pub ranks_learned_by_sync: u64,
-    pub exclusions_sent: u64,
-    /// Exclusion replies not sent: one went to that rank within a timeout,
-    /// or the bounded memory of recent replies was full.
-    pub exclusion_replies_suppressed: u64,
-    pub slow_emitter_warnings: u64,
-    pub transport_errors: u64,
-    /// Transport errors that were not evidence (departed peer, non-ring
-    /// peer, in-band off).
-    pub transport_errors_ignored: u64,
-    pub suspicions: u64,
-    pub suspicions_cleared: u64,
-    /// Payloads delivered to the host (`Event::Payload`).
-    pub payloads_delivered: u64,
-    /// Payload copies already delivered (or held) here.
-    pub payload_duplicates: u64,
-    /// Payloads held because an earlier one of the same origin was missing.
-    pub payloads_held: u64,
-    /// Payloads dropped because their origin's hold was full (the repair
-    /// brings them again).
-    pub payloads_hold_overflow: u64,
-    /// Payloads sent in answer to sync requests.
-    pub sync_payloads_sent: u64,
-    /// Sync requests whose payloads were cut to `max_sync_payload_bytes`.
-    pub sync_payloads_truncated: u64,
-    /// Origins a sync requester lacked payloads of that are older than the
-    /// ones kept here (`payload_retention`): not repairable from here.
-    pub payloads_beyond_retention: u64,
-    /// Slot readings the Engine ignored: it no longer observes (this rank
-    /// was excluded).
-    pub stale_slot_reads: u64,
-    /// Late wake-ups that raised the local health multiplier.
-    pub health_rises: u64,
-    /// The highest local health multiplier reached (0: it never rose above 1).
-    pub health_peak: u64,
-    /// Local checks that found the local emitter's counter past its
-    /// timeout but its progress thread runnable (waiting for a CPU): given
-    /// the ceiling, `health_max` timeouts, instead of declared.
-    pub starved_emitter_checks: u64,
-    /// Local emitters declared at once because the kernel showed their
-    /// progress thread stopped once their counter stood still for the
-    /// timeout ([`FailureDetail::Stopped`]).
-    pub stopped_emitters_declared: u64,
-    /// News this rank posted on its host's notice board.
-    pub board_posts: u64,
-    /// Failures this rank learned from its host's notice board.
-    pub board_learned: u64,
-    /// Mended emitters whose link was confirmed by a completed send (their
-    /// timeout started then rather than at the mending).
-    pub mend_links_confirmed: u64,
-    /// Slot readings that carried another generation than the one this
-    /// rank named in `ObserveMe`: not heartbeats.
-    pub foreign_slot_values: u64,
-    /// Quorum (`FFD_QUORUM=majority`, `engine/quorum.rs`): accusations this
-    /// rank made (each silence of a rank it watches, once).
-    pub accusations: u64,
-    /// Further rounds of them: no quorum yet, flooded again (new nonce).
-    pub accusation_rounds: u64,
-    /// Votes this rank sent (first votes and updates of a subtree's count).
-    pub votes_sent: u64,
-    /// Accusations of this rank's that a majority confirmed (declared).
-    pub quorum_confirmations: u64,
-    /// Accusations of this rank's withdrawn: the suspect answered, or its
-    /// slot moved again.
-    pub refutations: u64,
-    /// Times this rank excluded itself for want of a quorum (as accuser, or
-    /// as voter in such an accusation).
-    pub no_quorum_exclusions: u64,
-    /// Accusations of others this rank took no part in: it already held the
-    /// most ballots it keeps.
-    pub ballots_refused: u64,
-    /// Checks of the local emitter's counter in shared memory.
-    pub local_checks: u64,
-    /// Local emitters declared after their counter stood still.
-    pub local_hangs: u64,
-    /// Same-host exits reported by the driver (pidfd), already known or not.
-    pub exits_seen: u64,
-    /// Notices this rank sent for same-host exits whose broadcaster (the
-    /// host's lowest live rank then) failed before it was known to have
-    /// sent them: one notice naming all of them.
-    pub orphaned_exits_broadcast: u64,
-    /// Fabric emitters whose host was checked before declaring (a probe
-    /// to each of its live ranks).
-    pub host_checks: u64,
-    /// Host checks that found the whole host silent: one notice named
-    /// every rank of it.
-    pub hosts_declared: u64,
-    /// Times this rank became its host's leader after the one before it
-    /// failed or left.
-    pub leader_takeovers: u64,
-    /// View changes raised (`Event::ViewChange`).
-    pub views_raised: u64,
-    /// User agreements decided here (`Event::Agreed`).
-    pub agreements_decided: u64,
-    /// Agreement messages dropped: for an instance this rank no longer
-    /// keeps or is too far ahead of, or received after this rank left.
-    pub agreement_messages_dropped: u64,
-}
-
-impl Stats {
-    pub fn notices_sent(&self) -> u64 {
-        self.sent[Kind::Notice.index()]
-    }
-    pub fn notices_received(&self) -> u64 {
-        self.received[Kind::Notice.index()]
-    }
-    pub fn detections_by(&self, cause: Cause) -> u64 {
-        self.detections[cause as usize]
-    }
 }

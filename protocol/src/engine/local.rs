@@ -192,7 +192,7 @@ impl Engine {
     /// at a time), be news they forward to every overlay neighbour, a
     /// flood on the host while its cores are busiest.
     pub(super) fn on_exited(&mut self, now: Time, rank: Rank, seen_by: &[Rank]) {
-        self.stats.exits_seen += 1;
+        self.stats.hosts.exits_seen += 1;
         let Some(hosts) = self.hosts.clone() else {
             return;
         };
@@ -278,7 +278,7 @@ impl Engine {
             .copied()
             .filter(|r| orphans.iter().all(|d| d.seen_by.contains(r)))
             .collect();
-        self.stats.orphaned_exits_broadcast += 1;
+        self.stats.hosts.orphaned_exits_broadcast += 1;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &ranks, &[]).into();
         self.fan_out(Kind::Notice, m, self.me, &skip, false);
     }
@@ -334,7 +334,7 @@ impl Engine {
         if matches!(self.board_readers, BoardReaders::None) || failed.is_empty() {
             return false;
         }
-        self.stats.board_posts += 1;
+        self.stats.hosts.board_posts += 1;
         self.out.push_back(Output::PostOnBoard {
             failed: failed.into(),
             detector,
@@ -362,10 +362,10 @@ impl Engine {
         if new.is_empty() {
             return;
         }
-        self.stats.board_learned += new.len() as u64;
+        self.stats.hosts.board_learned += new.len() as u64;
         self.learned_failed(&new, detector, 1);
         let m: Arc<[u8]> = self.encoder.notice(detector, 1, &new, &[]).into();
-        self.stats.notices_forwarded += 1;
+        self.stats.notices.notices_forwarded += 1;
         self.fan_out(Kind::Notice, m, detector, &[detector], true);
         self.after_gone_changed(now);
     }
@@ -398,7 +398,7 @@ impl Engine {
             let slow = self.config.check_interval() + self.config.slow_emitter_after();
             if stalled_for >= slow && quiet {
                 self.local.slow_warned_at = Some(now);
-                self.stats.slow_emitter_warnings += 1;
+                self.stats.observation.slow_emitter_warnings += 1;
                 self.push_event(Event::SlowEmitter {
                     rank: emitter,
                     stalled_for,
@@ -440,7 +440,7 @@ impl Engine {
     /// stall is not its emitter's); a digest that differs from ours for
     /// `sync_after` asks it for its sets, as over the fabric.
     pub(super) fn check_local(&mut self, now: Time, lagging: bool) {
-        self.stats.local_checks += 1;
+        self.stats.hosts.local_checks += 1;
         if self.participation != Participation::Active {
             return;
         }
@@ -452,12 +452,12 @@ impl Engine {
             && now >= since
             && now - since >= self.config.timeout
         {
-            self.stats.starved_emitter_checks += 1;
+            self.stats.hosts.starved_emitter_checks += 1;
         }
         if !lagging && now >= since && now - since >= self.local_limit() {
             let accused = self.accusing(emitter);
             if !accused {
-                self.stats.local_hangs += 1;
+                self.stats.hosts.local_hangs += 1;
             }
             if self.local.thread == EmitterThread::Stopped {
                 // The kernel shows it stopped (SIGSTOP): a hang on its
@@ -466,7 +466,7 @@ impl Engine {
                 // under way ends with the declaration): its flood and the
                 // answers are two more waves of wake-ups of every rank
                 // before the notice's.
-                self.stats.stopped_emitters_declared += 1;
+                self.stats.hosts.stopped_emitters_declared += 1;
                 self.declare_now(
                     now,
                     &[emitter],
@@ -542,7 +542,7 @@ impl Engine {
         }
         let leads = hosts.is_leader(self.me, |r| self.is_gone(r));
         if leads && !self.leading {
-            self.stats.leader_takeovers += 1;
+            self.stats.hosts.leader_takeovers += 1;
         }
         self.leading = leads;
         if leads && self.watch.emitter.is_none() && self.emitter_candidate().is_some() {
@@ -697,7 +697,7 @@ impl Engine {
         live: &[Rank],
         (after_proof, still_emitter): (bool, Option<Time>),
     ) {
-        self.stats.host_checks += 1;
+        self.stats.hosts.host_checks += 1;
         self.nonce = self.nonce.wrapping_add(1);
         for &r in live {
             let m = self.encoder.probe(self.nonce, r);
@@ -871,7 +871,7 @@ impl Engine {
         };
         self.declare_now(now, ranks, cause, detail, Some(&[]));
         if let Some(host) = whole_host {
-            self.stats.hosts_declared += 1;
+            self.stats.hosts.hosts_declared += 1;
             self.push_event(Event::HostFailed {
                 host,
                 ranks: ranks.to_vec(),

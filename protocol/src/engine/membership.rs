@@ -87,7 +87,7 @@ impl Engine {
         }
         self.failed.insert_sorted(&new);
         for &rank in &new {
-            self.stats.detections[cause as usize] += 1;
+            self.stats.notices.detections[cause as usize] += 1;
             self.push_event(Event::Failed {
                 rank,
                 detector: self.me,
@@ -99,7 +99,7 @@ impl Engine {
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &new, &[]).into();
         if cause != Cause::Exited {
             for &rank in &new {
-                self.stats.exclusions_sent += 1;
+                self.stats.notices.exclusions_sent += 1;
                 self.send_shared(rank, Kind::Notice, m.clone());
             }
         }
@@ -131,7 +131,7 @@ impl Engine {
         let new_left = unknown_ranks(left, self.me, self.failed.as_slice(), self.left.as_slice());
         self.left.insert_sorted(&new_left);
         for &rank in &new_left {
-            self.stats.departures_learned += 1;
+            self.stats.notices.departures_learned += 1;
             self.push_event(Event::Left { rank });
         }
         (new_failed, new_left)
@@ -142,7 +142,7 @@ impl Engine {
     pub(super) fn learned_failed(&mut self, new: &[Rank], detector: Rank, hops: u16) {
         self.failed.insert_sorted(new);
         for &rank in new {
-            self.stats.detections[Cause::Notice as usize] += 1;
+            self.stats.notices.detections[Cause::Notice as usize] += 1;
             self.push_event(Event::Failed {
                 rank,
                 detector,
@@ -211,10 +211,10 @@ impl Engine {
     /// ranks answered (`trust::ExclusionReplies`); the others are counted.
     pub(super) fn reply_exclusion(&mut self, now: Time, to: Rank) {
         if !self.exclusion_replies.admit(to, now, self.config.timeout) {
-            self.stats.exclusion_replies_suppressed += 1;
+            self.stats.notices.exclusion_replies_suppressed += 1;
             return;
         }
-        self.stats.exclusions_sent += 1;
+        self.stats.notices.exclusions_sent += 1;
         let m = self.encoder.notice(self.me, 0, &[to], &[]);
         self.send(to, Kind::Notice, m);
     }

@@ -1,10 +1,11 @@
 //! The Engine: one rank's protocol state machine, sans IO.
 //!
-//! Owns: the `Engine` struct, its construction and accessors, the timer
-//! table, and the dispatch of inputs (`handle`, `handle_timeout`) and of
-//! outputs (`poll_output`, `next_deadline`). The protocol itself lives in
-//! the submodules, one concern each: `io` (the types crossing the
-//! boundary), `heartbeat` (this rank as an emitter), `observation`
+//! Owns: the `Engine` struct, its construction (`EngineOptions`) and
+//! accessors, and the dispatch of inputs (`handle`, `handle_timeout`) and
+//! of outputs (`poll_output`, `next_deadline`). The protocol itself lives
+//! in the submodules, one concern each: `io` (the types crossing the
+//! boundary), `stats` (the counters), `timer` (the timer table),
+//! `heartbeat` (this rank as an emitter), `observation`
 //! (watching the emitter), `health` (how far this rank trusts its own
 //! timing), `membership` (the failed and left sets), `broadcast` (fan-out
 //! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
@@ -23,12 +24,13 @@
 //!    - a message, a transport error, a broadcast or leave request:
 //!      [`Engine::handle`]`(now, input)`;
 //!    - the deadline from [`Engine::next_deadline`] was reached:
-//!      [`Engine::handle_timeout`]`(now, read_slot)`. The Engine calls
-//!      `read_slot(slot)` for the slot of its slot page it watches (if it
-//!      has an emitter), takes the value as this round's reading, and then
-//!      runs its due timers, all at the same `now`.
-//! 2. After either call (and after [`Engine::new`] and
-//!    [`Engine::model_heartbeats`]), drain [`Engine::poll_output`] until it
+//!      [`Engine::handle_timeout`]`(now, &readings)`. The Engine reads
+//!      ([`Readings`]) the slot of its slot page it watches (if it has an
+//!      emitter) and its local emitter's counter (if it has one), takes
+//!      them as this round's readings, and then runs its due timers, all at
+//!      the same `now`.
+//! 2. After either call (and after [`Engine::new`]), drain
+//!    [`Engine::poll_output`] until it
 //!    returns `None`, carrying out each output (an RDMA write, a message
 //!    send, an event for the host).
 //! 3. Re-read [`Engine::next_deadline`] and sleep until it or until an
@@ -87,6 +89,7 @@ mod model;
 mod observation;
 mod payloads;
 mod quorum;
+mod stats;
 mod timer;
 mod trust;
 mod views;
@@ -106,12 +109,16 @@ use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
     AgreeAbort, Cause, Confirmation, EmitterThread, Event, Evidence, Exclusion, FabricSaid,
-    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Stats,
-    TransportErrorKind, View, slot_digest, slot_generation, slot_value,
+    FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Readings,
+    SlotReading, TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
+pub use stats::{
+    DropStats, HealthStats, HostStats, MessageStats, NoticeStats, ObservationStats, PayloadStats,
+    QuorumStats, Stats, SyncStats, ViewStats,
+};
 use timer::{TIMERS, Timer, TimerTable};
 use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
 use views::Views;
@@ -202,45 +209,69 @@ pub struct Engine {
     board_readers: local::BoardReaders,
 }
 
+/// How an Engine is built beyond its job (configuration, ring, rank,
+/// keys): the choices fixed for its lifetime, all given at
+/// [`Engine::new`], so none can come too late. The default: the
+/// per-process ring, heartbeats written every period.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use ffd_protocol::{Engine, EngineConfig, EngineOptions, HeartbeatMode, JobKeys, Ring, Time};
+/// let options = EngineOptions {
+///     heartbeats: HeartbeatMode::Modelled,
+///     ..EngineOptions::default()
+/// };
+/// let ring = Arc::new(Ring::by_rank(4));
+/// let keys = JobKeys::new(7, [3; 32]);
+/// let e = Engine::new(Arc::new(EngineConfig::default()), ring, 0, keys, Time::ZERO, options);
+/// assert!(e.is_ok());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct EngineOptions {
+    /// Host groups (`docs/design.md` §4.12), describing the same N ranks
+    /// as the ring: same-host ranks watch each other (exits through
+    /// [`Input::Exited`], hangs through the counters the driver reads for
+    /// [`Engine::handle_timeout`] ([`Readings::local_beat`])), and only each host's leader (its
+    /// lowest live rank) heartbeats over the fabric, on the ring of hosts.
+    /// Notices still travel over the ring, which orders every rank.
+    /// `None`: the per-process ring (`FFD_LOCAL=off`).
+    pub hosts: Option<Arc<Hosts>>,
+    /// How heartbeats leave the Engine: [`HeartbeatMode::Write`] (the
+    /// runtime), or [`HeartbeatMode::Modelled`] (simulators: no per-period
+    /// beat timer, no `WriteHeartbeat`; a `HeartbeatStream` at the first
+    /// poll and on each change).
+    pub heartbeats: HeartbeatMode,
+}
+
 impl Engine {
     /// The Engine of rank `me` in a job on `ring` (N = `ring.len()`), with
     /// the job's keys (the job key agreed at bootstrap and the message key
     /// derived from the job's secret; a [`JobKeys`] or an `Arc` of one that
-    /// several Engines share), started at `now`. Heartbeats start at once;
-    /// nobody is declared before `now + startup_grace + timeout`. Poll
-    /// outputs after creating it.
+    /// several Engines share), started at `now`, built as `options` say.
+    /// Heartbeats start at once; nobody is declared before `now +
+    /// startup_grace + timeout`. Poll outputs after creating it.
     pub fn new(
         config: Arc<EngineConfig>,
         ring: Arc<Ring>,
         me: Rank,
         keys: impl Into<Arc<JobKeys>>,
         now: Time,
+        options: EngineOptions,
     ) -> Result<Engine, EngineConfigError> {
-        Engine::build(config, ring, None, me, keys.into(), now)
-    }
-
-    /// Like [`Engine::new`], with host groups (`docs/design.md` §4.12):
-    /// same-host ranks watch each other (exits through
-    /// [`Input::Exited`], hangs through the counters the driver reads for
-    /// [`Engine::handle_timeout_with`]), and only each host's leader (its
-    /// lowest live rank) heartbeats over the fabric, on the ring of hosts.
-    /// Notices still travel over `ring`, which orders every rank. `hosts`
-    /// must describe the same N ranks.
-    pub fn with_hosts(
-        config: Arc<EngineConfig>,
-        ring: Arc<Ring>,
-        hosts: Arc<Hosts>,
-        me: Rank,
-        keys: impl Into<Arc<JobKeys>>,
-        now: Time,
-    ) -> Result<Engine, EngineConfigError> {
-        if hosts.ranks() != ring.len() {
-            return Err(EngineConfigError::HostsMismatch {
-                hosts: hosts.ranks(),
-                ring: ring.len(),
-            });
+        let EngineOptions { hosts, heartbeats } = options;
+        if let Some(hosts) = &hosts {
+            if hosts.ranks() != ring.len() {
+                return Err(EngineConfigError::HostsMismatch {
+                    hosts: hosts.ranks(),
+                    ring: ring.len(),
+                });
+            }
         }
-        Engine::build(config, ring, Some(hosts), me, keys.into(), now)
+        let mut engine = Engine::build(config, ring, hosts, me, keys.into(), now)?;
+        if heartbeats == HeartbeatMode::Modelled {
+            engine.model_heartbeats();
+        }
+        Ok(engine)
     }
 
     fn build(
@@ -353,10 +384,11 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Switches to [`HeartbeatMode::Modelled`]: no per-period beat timer and
-    /// no `WriteHeartbeat`; `HeartbeatStream` outputs instead (the first one
-    /// at the next poll). For simulators; call before the first poll.
-    pub fn model_heartbeats(&mut self) {
+    /// Switches a new Engine to [`HeartbeatMode::Modelled`]
+    /// ([`EngineOptions::heartbeats`]): no per-period beat timer and no
+    /// `WriteHeartbeat`; `HeartbeatStream` outputs instead (the first one
+    /// at the first poll).
+    fn model_heartbeats(&mut self) {
         self.mode = HeartbeatMode::Modelled;
         self.timers.stop(Timer::Beat);
         self.pending_write = None;
@@ -551,40 +583,28 @@ impl Engine {
 
     /// The deadline from [`Engine::next_deadline`] was reached (or the
     /// driver woke anyway): one step at `now`. If this rank has an emitter,
-    /// the Engine first calls `read_slot(slot)` once, for the slot index
+    /// the Engine first reads [`Readings::slot`] once, for the slot index
     /// (`0..512`) of this rank's slot page that it watches
     /// ([`Engine::watched_slot`]), and takes the value as this round's
-    /// reading; then it runs every timer that is due (heartbeat write, slot
-    /// check, suspect, leave batch, quorum). Then drain [`Engine::poll_output`] and
-    /// re-read [`Engine::next_deadline`].
+    /// reading; if it has a local emitter (host groups,
+    /// [`Engine::local_emitter`]), it reads [`Readings::local_beat`] once
+    /// for it, that rank's counter in shared memory. Then it runs every
+    /// timer that is due (heartbeat write, slot check, suspect, leave
+    /// batch, quorum, local and host checks). Then drain
+    /// [`Engine::poll_output`] and re-read [`Engine::next_deadline`].
     ///
     /// In [`HeartbeatMode::Write`] an idle rank's step allocates nothing,
     /// and neither does draining its `WriteHeartbeat`
     /// (`tests/engine_alloc.rs`); `benches/engine_hot_path.sh` measured the
     /// two at about 15 ns per step, 18 ns per heartbeat period, at every N
     /// (2^10 … 2^20) and known-failure count (0 … 1000).
-    pub fn handle_timeout(&mut self, now: Time, read_slot: impl FnOnce(u16) -> u64) {
-        self.handle_timeout_with(now, read_slot, |_| None);
-    }
-
-    /// [`Engine::handle_timeout`] for an Engine with host groups: the
-    /// Engine also calls `read_local(rank)` once for its local emitter
-    /// ([`Engine::local_emitter`]), whose answer is that rank's counter in
-    /// shared memory (`None`: never written). An Engine with a local
-    /// emitter that is driven by `handle_timeout` alone sees no local
-    /// beats and declares it after the timeout.
-    pub fn handle_timeout_with(
-        &mut self,
-        now: Time,
-        read_slot: impl FnOnce(u16) -> u64,
-        read_local: impl FnOnce(Rank) -> Option<LocalBeat>,
-    ) {
+    pub fn handle_timeout(&mut self, now: Time, readings: &(impl Readings + ?Sized)) {
         if let Some(slot) = self.watched_slot() {
-            let value = read_slot(slot);
+            let value = readings.slot(slot);
             self.on_slot(now, slot, value);
         }
         if let Some(e) = self.local.emitter {
-            let beat = read_local(e);
+            let beat = readings.local_beat(e);
             self.on_local_beat(now, beat);
         }
         self.on_tick(now);
@@ -605,7 +625,11 @@ impl Engine {
             return;
         };
         let lateness = now - earliest_due;
-        self.stats.max_lateness_ns = self.stats.max_lateness_ns.max(lateness.as_nanos() as u64);
+        self.stats.health.max_lateness_ns = self
+            .stats
+            .health
+            .max_lateness_ns
+            .max(lateness.as_nanos() as u64);
         self.note_wakeup(now, lateness);
         let lagging = lateness > self.config.lag_guard();
         if lagging {
@@ -661,9 +685,10 @@ impl Engine {
     fn note_wakeup(&mut self, now: Time, lateness: std::time::Duration) {
         match self.health.on_wakeup(now, lateness, &self.config) {
             HealthChange::Rose => {
-                self.stats.health_rises += 1;
-                self.stats.health_peak = self
+                self.stats.health.health_rises += 1;
+                self.stats.health.health_peak = self
                     .stats
+                    .health
                     .health_peak
                     .max(u64::from(self.health.multiplier()));
             }
@@ -695,8 +720,8 @@ impl Engine {
 
     /// Counts a message of `kind` whose unsealed bytes are `len` long.
     fn count_sent(&mut self, kind: Kind, len: usize) {
-        self.stats.sent[kind.index()] += 1;
-        self.stats.bytes_sent += (len + TAG_LEN) as u64;
+        self.stats.messages.sent[kind.index()] += 1;
+        self.stats.messages.bytes_sent += (len + TAG_LEN) as u64;
     }
 }
 
@@ -745,13 +770,16 @@ mod tests {
                 size_of::<TimerTable>(),
             ),
             (
-                "stats.received[notice]",
-                stats + offset_of!(Stats, received) + 8 * Kind::Notice.index(),
+                "stats.messages.received[notice]",
+                stats
+                    + offset_of!(Stats, messages)
+                    + offset_of!(MessageStats, received)
+                    + 8 * Kind::Notice.index(),
                 size_of::<u64>(),
             ),
             (
-                "stats.duplicate_notices",
-                stats + offset_of!(Stats, duplicate_notices),
+                "stats.messages.duplicate_notices",
+                stats + offset_of!(Stats, messages) + offset_of!(MessageStats, duplicate_notices),
                 size_of::<u64>(),
             ),
         ];

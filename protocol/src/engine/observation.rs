@@ -158,11 +158,11 @@ impl Engine {
 
     pub(super) fn on_slot(&mut self, now: Time, slot: u16, value: u64) {
         let Some(emitter) = self.watch.emitter else {
-            self.stats.stale_slot_reads += 1;
+            self.stats.observation.stale_slot_reads += 1;
             return;
         };
         if slot != self.watch.slot || self.participation == Participation::Excluded {
-            self.stats.stale_slot_reads += 1;
+            self.stats.observation.stale_slot_reads += 1;
             return;
         }
         // Only a value of the generation we named in ObserveMe is a beat of
@@ -171,7 +171,7 @@ impl Engine {
         // emitter) reads as no change at all: as 0 before the first beat,
         // as the last beat after it.
         let value = if value != 0 && slot_generation(value) != self.watch.generation as u16 {
-            self.stats.foreign_slot_values += 1;
+            self.stats.observation.foreign_slot_values += 1;
             self.watch.last_value.unwrap_or(0)
         } else {
             value
@@ -195,7 +195,7 @@ impl Engine {
                         .is_none_or(|t| now - t >= self.config.timeout);
                     if stalled_for >= self.config.slow_emitter_after() && quiet {
                         self.watch.slow_warned_at = Some(now);
-                        self.stats.slow_emitter_warnings += 1;
+                        self.stats.observation.slow_emitter_warnings += 1;
                         self.push_event(Event::SlowEmitter {
                             rank: emitter,
                             stalled_for,
@@ -238,7 +238,7 @@ impl Engine {
         if !self.watch.awaiting_link || self.watch.emitter != Some(to) {
             return;
         }
-        self.stats.mend_links_confirmed += 1;
+        self.stats.observation.mend_links_confirmed += 1;
         self.watch.awaiting_link = false;
         self.watch.changed_at = now;
         self.watch.still_seen_at = None;
@@ -252,7 +252,7 @@ impl Engine {
     /// stopped, they answer with a notice naming us, well before our next
     /// chance to declare anyone.
     pub(super) fn on_self_lag(&mut self, now: Time) {
-        self.stats.self_lag_trips += 1;
+        self.stats.health.self_lag_trips += 1;
         self.watch.changed_at = self.watch.changed_at.max(now);
         self.watch.still_seen_at = None;
         self.watch.mismatch_since = None;
@@ -273,7 +273,7 @@ impl Engine {
     }
 
     pub(super) fn check(&mut self, now: Time, lagging: bool) {
-        self.stats.slot_checks += 1;
+        self.stats.observation.slot_checks += 1;
         if self.participation != Participation::Active {
             return;
         }
@@ -300,7 +300,7 @@ impl Engine {
         }
         self.recheck_host(now, emitter, lagging);
         if self.watch.awaiting_first {
-            self.stats.observe_me_resent += 1;
+            self.stats.observation.observe_me_resent += 1;
             let m = self
                 .encoder
                 .observe_me(self.watch.generation, self.watch.slot);
@@ -326,7 +326,7 @@ impl Engine {
     }
 
     pub(super) fn send_sync_request(&mut self, peer: Rank) {
-        self.stats.sync_requests_sent += 1;
+        self.stats.sync.sync_requests_sent += 1;
         let cap = self.config.max_sync_ranks.min(MAX_MARKS);
         let (from, to, marks) = self.payloads.next_marks(cap, self.ring.len());
         let m = self.encoder.sync_request_with_marks(
@@ -362,10 +362,10 @@ impl Engine {
             || self.beat.observer == Some(sender)
             || self.is_local_neighbour(sender);
         if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
-            self.stats.sync_requests_refused += 1;
+            self.stats.sync.sync_requests_refused += 1;
             return;
         }
-        self.stats.sync_requests_received += 1;
+        self.stats.sync.sync_requests_received += 1;
         let (nf, nl) = self.learn(failed, left, sender, 1);
         self.rebroadcast_learned(&nf, &nl, sender);
         if digest != self.digest() {
@@ -390,10 +390,10 @@ impl Engine {
                 }
             }
             if cut {
-                self.stats.sync_replies_truncated += 1;
+                self.stats.sync.sync_replies_truncated += 1;
             }
             if !diff_f.is_empty() || !diff_l.is_empty() {
-                self.stats.sync_replies_sent += 1;
+                self.stats.sync.sync_replies_sent += 1;
                 let m = self.encoder.sync_reply(&diff_f, &diff_l);
                 self.send(sender, Kind::SyncReply, m);
             }
@@ -479,7 +479,7 @@ impl Engine {
             if s.rank == about && s.nonce == nonce {
                 match verdict {
                     ProbeVerdict::Alive => {
-                        self.stats.suspicions_cleared += 1;
+                        self.stats.observation.suspicions_cleared += 1;
                         self.suspect = None;
                         self.timers.stop(Timer::Suspect);
                     }
@@ -528,7 +528,7 @@ impl Engine {
                 slot: self.watch.slot,
             });
             if self.participation == Participation::Active {
-                self.stats.mendings += 1;
+                self.stats.observation.mendings += 1;
                 let m = self
                     .encoder
                     .observe_me(self.watch.generation, self.watch.slot);
@@ -631,14 +631,14 @@ impl Engine {
         evidence: Evidence,
         said: FabricSaid,
     ) {
-        self.stats.transport_errors += 1;
+        self.stats.observation.transport_errors += 1;
         if self.participation != Participation::Active
             || peer == self.me
             || peer >= self.ring.len()
             || self.is_gone(peer)
             || self.config.inband == InbandMode::Off
         {
-            self.stats.transport_errors_ignored += 1;
+            self.stats.observation.transport_errors_ignored += 1;
             return;
         }
         let is_observer = self.beat.observer == Some(peer);
@@ -656,7 +656,7 @@ impl Engine {
                 self.watch.hurry = true;
                 self.schedule_check(now);
             }
-            _ => self.stats.transport_errors_ignored += 1,
+            _ => self.stats.observation.transport_errors_ignored += 1,
         }
     }
 
@@ -664,7 +664,7 @@ impl Engine {
         if self.suspect.is_some_and(|s| s.rank == rank) {
             return;
         }
-        self.stats.suspicions += 1;
+        self.stats.observation.suspicions += 1;
         self.nonce = self.nonce.wrapping_add(1);
         self.suspect = Some(Suspect {
             rank,

@@ -154,25 +154,25 @@ impl Engine {
         let hold_cap = self.config.payload_hold;
         let entry = self.payloads.origins.entry(origin).or_default();
         if seq <= entry.mark {
-            self.stats.payload_duplicates += 1;
+            self.stats.payloads.payload_duplicates += 1;
             return;
         }
         if origin == self.me {
             // Numbers this rank never used: not its payload.
-            self.stats.dropped_untrusted_origin += 1;
+            self.stats.drops.dropped_untrusted_origin += 1;
             return;
         }
         if seq > entry.mark + 1 {
             let kept = entry.kept.get_or_insert_with(Box::default);
             let at = match kept.held.binary_search_by_key(&seq, |h| h.seq) {
                 Ok(_) => {
-                    self.stats.payload_duplicates += 1;
+                    self.stats.payloads.payload_duplicates += 1;
                     return;
                 }
                 Err(at) => at,
             };
             if kept.held.len() >= hold_cap {
-                self.stats.payloads_hold_overflow += 1;
+                self.stats.payloads.payloads_hold_overflow += 1;
                 if at >= kept.held.len() {
                     return;
                 }
@@ -190,7 +190,7 @@ impl Engine {
                     forward: forward.into(),
                 },
             );
-            self.stats.payloads_held += 1;
+            self.stats.payloads.payloads_held += 1;
             return;
         }
         let Some(forward) = wire::forwarded(bytes, self.me) else {
@@ -239,7 +239,7 @@ impl Engine {
             self.stream_dirty = true;
         }
         if origin != self.me || self.config.deliver_own {
-            self.stats.payloads_delivered += 1;
+            self.stats.payloads.payloads_delivered += 1;
             self.push_event(Event::Payload {
                 origin,
                 seq,
@@ -292,11 +292,11 @@ impl Engine {
                 out.push(m.clone());
             }
         }
-        self.stats.payloads_beyond_retention += beyond;
+        self.stats.payloads.payloads_beyond_retention += beyond;
         if cut {
-            self.stats.sync_payloads_truncated += 1;
+            self.stats.payloads.sync_payloads_truncated += 1;
         }
-        self.stats.sync_payloads_sent += out.len() as u64;
+        self.stats.payloads.sync_payloads_sent += out.len() as u64;
         for m in out {
             self.send_shared(to, Kind::Payload, m);
         }

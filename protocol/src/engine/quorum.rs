@@ -45,7 +45,7 @@ use crate::wire::{
 /// Ballots (accusations of others) a rank takes part in at once. A
 /// partition of a large job can put many accusations under way together;
 /// beyond this a rank neither forwards nor votes (counted,
-/// `Stats::ballots_refused`), which can only cost a quorum, never make one.
+/// `QuorumStats::ballots_refused`), which can only cost a quorum, never make one.
 pub(super) const MAX_BALLOTS: usize = 256;
 
 /// One round's subtree as one rank sees it.
@@ -391,7 +391,7 @@ impl Engine {
         cause: Cause,
         said: FabricSaid,
     ) {
-        self.stats.accusations += 1;
+        self.stats.quorum.accusations += 1;
         let (nonce, probe_nonce) = (self.next_nonce(), self.next_nonce());
         let accusation = Accusation {
             suspect,
@@ -475,7 +475,7 @@ impl Engine {
             }
         });
         for (suspect, host, cause, said, votes, tiebreak) in confirmed {
-            self.stats.quorum_confirmations += 1;
+            self.stats.quorum.quorum_confirmations += 1;
             let quorum = Some(Confirmation {
                 votes,
                 live,
@@ -488,7 +488,7 @@ impl Engine {
                     let ranks: Vec<Rank> =
                         members.into_iter().filter(|&r| !self.is_gone(r)).collect();
                     self.declare_now(now, &ranks, cause, detail, Some(&[]));
-                    self.stats.hosts_declared += 1;
+                    self.stats.hosts.hosts_declared += 1;
                     self.push_event(Event::HostFailed { host, ranks });
                 }
             }
@@ -507,7 +507,7 @@ impl Engine {
         };
         let a = q.accusations.swap_remove(i);
         let suspect = a.suspect;
-        self.stats.refutations += 1;
+        self.stats.quorum.refutations += 1;
         let m: Arc<[u8]> = self
             .encoder
             .outcome(self.me, a.nonce, suspect, 0, OutcomeVerdict::Withdrawn)
@@ -575,7 +575,7 @@ impl Engine {
                 self.flood_now(Kind::Outcome, m, self.me, NO_RANK);
             }
         }
-        self.stats.no_quorum_exclusions += 1;
+        self.stats.quorum.no_quorum_exclusions += 1;
         self.self_exclude(by, Exclusion::NoQuorum);
     }
 
@@ -636,7 +636,7 @@ impl Engine {
             return;
         }
         for suspect in rounds {
-            self.stats.accusation_rounds += 1;
+            self.stats.quorum.accusation_rounds += 1;
             let nonce = self.next_nonce();
             if let Some(a) = self
                 .quorum
@@ -715,7 +715,7 @@ impl Engine {
         }
         b.sent = Some((count, flags));
         let (parent, nonce) = (b.parent, b.nonce);
-        self.stats.votes_sent += 1;
+        self.stats.quorum.votes_sent += 1;
         let m = self.encoder.vote(accuser, nonce, count, flags);
         self.send(parent, Kind::Vote, m);
     }
@@ -777,7 +777,7 @@ impl Engine {
     ) {
         let (accuser, nonce, suspect, host) = round;
         if self.is_gone(accuser) {
-            self.stats.dropped_untrusted_origin += 1;
+            self.stats.drops.dropped_untrusted_origin += 1;
             return;
         }
         if accuser == self.me && suspect == self.me {
@@ -835,7 +835,7 @@ impl Engine {
                 q.ballots.swap_remove(i);
             }
             None if q.ballots.len() >= MAX_BALLOTS => {
-                self.stats.ballots_refused += 1;
+                self.stats.quorum.ballots_refused += 1;
                 return;
             }
             None => {}
@@ -877,7 +877,7 @@ impl Engine {
         if accuser == self.me {
             if let Some(a) = q.accusations.iter_mut().find(|a| a.nonce == nonce) {
                 if !a.tree.record(sender, bit, count, flags) {
-                    self.stats.dropped_untrusted_origin += 1;
+                    self.stats.drops.dropped_untrusted_origin += 1;
                     return;
                 }
                 let votes = a.tree.count(n);
@@ -898,7 +898,7 @@ impl Engine {
             return;
         };
         if !b.tree.record(sender, bit, count, flags) {
-            self.stats.dropped_untrusted_origin += 1;
+            self.stats.drops.dropped_untrusted_origin += 1;
             return;
         }
         let suspect = b.suspect;

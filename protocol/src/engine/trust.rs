@@ -237,7 +237,7 @@ impl Engine {
                 return Err(self.reject(RejectReason::Replayed));
             }
         }
-        self.stats.received[header.kind.index()] += 1;
+        self.stats.messages.received[header.kind.index()] += 1;
         if self.participation == Participation::Excluded {
             return Ok(());
         }
@@ -246,13 +246,13 @@ impl Engine {
         // failed set is never trusted (not even about us); then, being named
         // failed by anyone else means we are out: reports are final.
         if self.failed.contains(sender) {
-            self.stats.dropped_from_failed += 1;
+            self.stats.drops.dropped_from_failed += 1;
             self.reply_exclusion(now, sender);
             return Ok(());
         }
         if let Message::Notice(n) = &msg {
             if self.failed.contains(n.origin) {
-                self.stats.dropped_untrusted_origin += 1;
+                self.stats.drops.dropped_untrusted_origin += 1;
                 return Ok(());
             }
         }
@@ -309,7 +309,7 @@ impl Engine {
 
     /// Counts a dropped message and says why.
     fn reject(&mut self, reason: RejectReason) -> HandleError {
-        self.stats.rejected[reason.index()] += 1;
+        self.stats.drops.rejected[reason.index()] += 1;
         HandleError::Rejected(reason)
     }
 }

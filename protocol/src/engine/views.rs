@@ -53,7 +53,7 @@ use super::{
     AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, Participation, Timer,
     View,
 };
-use crate::agreement::{Instance, Msg, Out, Value};
+use crate::agreement::{AgreementMessage, Instance, Out, Value};
 use crate::config::{Rank, Time};
 use crate::ranks::RankSet;
 use crate::wire::{AgreeDown, AgreeUp, AgreementId, Kind};
@@ -229,7 +229,7 @@ impl Engine {
 
     pub(super) fn on_agree_up(&mut self, now: Time, sender: Rank, up: AgreeUp<'_>) {
         if !self.agreement_slot(up.id) {
-            self.stats.agreement_messages_dropped += 1;
+            self.stats.views.agreement_messages_dropped += 1;
             return;
         }
         let value = up.value.to_value();
@@ -243,7 +243,7 @@ impl Engine {
 
     pub(super) fn on_agree_down(&mut self, now: Time, sender: Rank, down: AgreeDown<'_>) {
         if !self.agreement_slot(down.id) {
-            self.stats.agreement_messages_dropped += 1;
+            self.stats.views.agreement_messages_dropped += 1;
             return;
         }
         let decision = down.decision.to_value();
@@ -329,7 +329,7 @@ impl Engine {
     fn send_agreement(&mut self, id: AgreementId, hops: u16, out: Out) {
         for (to, msg) in out {
             let (kind, bytes) = match msg {
-                Msg::Up {
+                AgreementMessage::Up {
                     root,
                     value,
                     decided,
@@ -338,7 +338,7 @@ impl Engine {
                     self.encoder
                         .agree_up(id, hops, root, &value, decided.as_ref()),
                 ),
-                Msg::Down { root, decision } => (
+                AgreementMessage::Down { root, decision } => (
                     Kind::AgreeDown,
                     self.encoder.agree_down(id, hops, root, &decision),
                 ),
@@ -519,7 +519,7 @@ impl Engine {
         }
         self.failed.insert_sorted(&new);
         for &rank in &new {
-            self.stats.detections[Cause::Notice as usize] += 1;
+            self.stats.notices.detections[Cause::Notice as usize] += 1;
             self.push_event(Event::Failed {
                 rank,
                 detector: root,
@@ -539,7 +539,7 @@ impl Engine {
         let v = self.views_mut();
         v.view = id;
         v.view_len = decision.failed.len();
-        self.stats.views_raised += 1;
+        self.stats.views.views_raised += 1;
         self.push_event(Event::ViewChange {
             id,
             failed: decision.failed,
@@ -552,7 +552,7 @@ impl Engine {
             return;
         }
         self.views_mut().raised = seq;
-        self.stats.agreements_decided += 1;
+        self.stats.views.agreements_decided += 1;
         self.push_event(Event::Agreed {
             seq,
             flags: decision.flags,

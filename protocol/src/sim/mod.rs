@@ -48,8 +48,8 @@ pub use spec::{FaultSpec, SimFaultKind, parse_duration};
 use crate::ranks::fold_digest;
 use crate::wire::{JobKeys, Kind, Sealed, seal_into};
 use crate::{
-    EmitterThread, Engine, EngineConfig, EngineConfigError, Evidence, FabricSaid, Hosts, Input,
-    LocalBeat, Output, Rank, Ring, Time, TransportErrorKind,
+    EmitterThread, Engine, EngineConfig, EngineConfigError, EngineOptions, Evidence, FabricSaid,
+    HeartbeatMode, Hosts, Input, LocalBeat, Output, Rank, Readings, Ring, Time, TransportErrorKind,
 };
 use agenda::Agenda;
 use agreements::{AgreeTrack, ViewTrack};
@@ -376,24 +376,18 @@ impl Simulator {
         });
         let mut engines = Vec::with_capacity(n as usize);
         for r in 0..n {
-            let mut e = match &groups {
-                None => Engine::new(
-                    engine_cfg.clone(),
-                    ring.clone(),
-                    r,
-                    keys.clone(),
-                    Time::ZERO,
-                )?,
-                Some(h) => Engine::with_hosts(
-                    engine_cfg.clone(),
-                    ring.clone(),
-                    h.clone(),
-                    r,
-                    keys.clone(),
-                    Time::ZERO,
-                )?,
+            let options = EngineOptions {
+                hosts: groups.clone(),
+                heartbeats: HeartbeatMode::Modelled,
             };
-            e.model_heartbeats();
+            let mut e = Engine::new(
+                engine_cfg.clone(),
+                ring.clone(),
+                r,
+                keys.clone(),
+                Time::ZERO,
+                options,
+            )?;
             if let Some(h) = &groups {
                 // Every rank of a host reads its notice board (the Engine
                 // leaves itself out).
@@ -758,13 +752,13 @@ impl Simulator {
 
     pub(super) fn tick(&mut self, r: Rank) {
         let now = self.now;
-        let slots = &self.slots;
-        let counters = &self.counters;
-        self.engines[r as usize].handle_timeout_with(
+        let readings = SimReadings {
+            slots: &self.slots,
+            counters: &self.counters,
+            rank: r,
             now,
-            |slot| slots.read(r, slot, now),
-            |e| counters.get(e as usize).copied().flatten(),
-        );
+        };
+        self.engines[r as usize].handle_timeout(now, &readings);
         if let Some(c) = self.counters.get_mut(r as usize) {
             // This rank woke: its counter says so.
             *c = Some(LocalBeat {
@@ -823,6 +817,25 @@ impl Simulator {
             Some(_) => {}
             None => self.state[r as usize].deadline = Time::NEVER,
         }
+    }
+}
+
+/// What a rank of the simulator reads at a timer step: the modelled slot
+/// page, and with host groups the local ranks' counters (each the time
+/// that rank last woke and its digest then).
+struct SimReadings<'a> {
+    slots: &'a SlotModel,
+    counters: &'a [Option<LocalBeat>],
+    rank: Rank,
+    now: Time,
+}
+
+impl Readings for SimReadings<'_> {
+    fn slot(&self, slot: u16) -> u64 {
+        self.slots.read(self.rank, slot, self.now)
+    }
+    fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
+        self.counters.get(rank as usize).copied().flatten()
     }
 }
 

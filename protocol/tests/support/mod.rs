@@ -20,7 +20,7 @@
 //! 4. Ask `next_deadline` when to wake it next: [`serve_deadlines`] and
 //!    [`run_until`] wake it at each deadline in turn, as a driver's timer
 //!    would, up to a time the test names, with `handle_timeout`
-//!    ([`slot_reading`]) or `handle_timeout_with`.
+//!    ([`slot_reading`], or [`readings`] for the local counters too).
 //!
 //! What differs from file to file is a parameter: the job's keys (each file
 //! its own [`Job`]), the configuration (from [`config`]), the ring, whether
@@ -42,8 +42,8 @@ use std::time::Duration;
 use ffd_protocol::sim::{FaultSpec, SimConfig, SimReport, Simulator};
 use ffd_protocol::wire::{self, Header, Message};
 use ffd_protocol::{
-    Cause, Engine, EngineConfig, Event, Hosts, Input, JobKeys, Kind, Output, QuorumMode, Rank,
-    Ring, Time,
+    Cause, Engine, EngineConfig, EngineOptions, Event, HeartbeatMode, Hosts, Input, JobKeys, Kind,
+    LocalBeat, Output, QuorumMode, Rank, Readings, Ring, SlotReading, Time,
 };
 
 /// `v` milliseconds.
@@ -117,13 +117,33 @@ impl Job {
         ring: impl Into<Arc<Ring>>,
         me: Rank,
     ) -> Engine {
-        Engine::new(config.into(), ring.into(), me, self.keys(), Time::ZERO).expect("valid engine")
+        self.engine_with(config, ring, me, EngineOptions::default())
+    }
+
+    /// Rank `me` on `ring`, built as `options` say, started at
+    /// `Time::ZERO`. Its first outputs wait to be polled.
+    pub fn engine_with(
+        &self,
+        config: impl Into<Arc<EngineConfig>>,
+        ring: impl Into<Arc<Ring>>,
+        me: Rank,
+        options: EngineOptions,
+    ) -> Engine {
+        Engine::new(
+            config.into(),
+            ring.into(),
+            me,
+            self.keys(),
+            Time::ZERO,
+            options,
+        )
+        .expect("valid engine")
     }
 
     /// Rank `me` on `ring` with host groups `hosts`, started at
-    /// `Time::ZERO`; drive its timers with `handle_timeout_with`, which
-    /// also reads its local emitter's counter. Its first outputs wait to be
-    /// polled.
+    /// `Time::ZERO`; drive its timers with `handle_timeout` and
+    /// [`readings`] that answer for its local emitter's counter. Its first
+    /// outputs wait to be polled.
     pub fn engine_on_hosts(
         &self,
         config: impl Into<Arc<EngineConfig>>,
@@ -131,25 +151,22 @@ impl Job {
         hosts: Arc<Hosts>,
         me: Rank,
     ) -> Engine {
-        Engine::with_hosts(
-            config.into(),
-            ring.into(),
-            hosts,
-            me,
-            self.keys(),
-            Time::ZERO,
-        )
-        .expect("valid engine")
+        let options = EngineOptions {
+            hosts: Some(hosts),
+            ..EngineOptions::default()
+        };
+        self.engine_with(config, ring, me, options)
     }
 
-    /// [`Job::engine`] in modelled-heartbeat mode (`model_heartbeats`,
-    /// called before the first poll, as it must be): it writes no
-    /// heartbeat, and its deadlines are slot checks only. Its first outputs
-    /// wait to be polled.
+    /// [`Job::engine`] with modelled heartbeats
+    /// ([`HeartbeatMode::Modelled`]): it writes no heartbeat, and its
+    /// deadlines are slot checks only. Its first outputs wait to be polled.
     pub fn checker(&self, config: EngineConfig, n: u32, me: Rank) -> Engine {
-        let mut e = self.engine(config, n, me);
-        e.model_heartbeats();
-        e
+        let options = EngineOptions {
+            heartbeats: HeartbeatMode::Modelled,
+            ..EngineOptions::default()
+        };
+        self.engine_with(config, Ring::by_rank(n), me, options)
     }
 
     /// `unsealed` (a test peer's message, from `wire::Encoder`) sealed for
@@ -261,19 +278,37 @@ pub fn deliver_from(e: &mut Engine, now: Time, from: Rank, bytes: &[u8]) -> Vec<
 /// One timer step of `e` at `now` (`handle_timeout`), its watched slot
 /// reading `value`: every output it caused.
 pub fn tick(e: &mut Engine, now: Time, value: u64) -> Vec<Output> {
-    e.handle_timeout(now, |_| value);
+    e.handle_timeout(now, &SlotReading(value));
     drain(e)
 }
 
 /// A wake-up for [`serve_deadlines`] and [`run_until`]: `handle_timeout`,
 /// the watched slot reading `slot(now)`. (An Engine with host groups also
-/// reads its local emitter's counter: wake it with `handle_timeout_with`
-/// in a closure of its own.)
+/// reads its local emitter's counter: wake it with `handle_timeout` and
+/// [`readings`] in a closure of its own.)
 pub fn slot_reading(mut slot: impl FnMut(Time) -> u64) -> impl FnMut(&mut Engine, Time) {
     move |e, now| {
         let value = slot(now);
-        e.handle_timeout(now, |_| value);
+        e.handle_timeout(now, &SlotReading(value));
     }
+}
+
+/// A test's [`Readings`] for `handle_timeout`: slot `s` of the slot page
+/// reads `slot(s)`, local rank `r`'s counter `local(r)`.
+pub fn readings(
+    slot: impl Fn(u16) -> u64,
+    local: impl Fn(Rank) -> Option<LocalBeat>,
+) -> impl Readings {
+    struct From<S, L>(S, L);
+    impl<S: Fn(u16) -> u64, L: Fn(Rank) -> Option<LocalBeat>> Readings for From<S, L> {
+        fn slot(&self, slot: u16) -> u64 {
+            (self.0)(slot)
+        }
+        fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
+            (self.1)(rank)
+        }
+    }
+    From(slot, local)
 }
 
 /// Serves `e`'s deadlines in order as a driver's timer would: at `late`

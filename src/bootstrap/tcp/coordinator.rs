@@ -56,7 +56,7 @@ pub(super) struct Limits {
 pub(super) type ConnId = u64;
 
 /// What the acceptor, the readers and a stopper tell the coordinator.
-pub(super) enum Msg {
+pub(super) enum ToCoordinator {
     Accepted(TcpStream, SocketAddr),
     /// A HELLO whose proof holds; the reader keeps the receiving half.
     Hello {
@@ -110,7 +110,7 @@ pub(super) struct Coordinator<E> {
     stop: Arc<AtomicBool>,
     /// Accepted connections in the channel, not yet taken up.
     queued: Arc<AtomicUsize>,
-    tx: Sender<Msg>,
+    tx: Sender<ToCoordinator>,
     on_event: E,
     conns: HashMap<ConnId, Conn>,
     next_id: ConnId,
@@ -142,7 +142,7 @@ pub(super) struct Shared {
     /// Accepted connections in the channel, not yet taken up.
     pub queued: Arc<AtomicUsize>,
     /// The channel the acceptor and the readers send into.
-    pub tx: Sender<Msg>,
+    pub tx: Sender<ToCoordinator>,
 }
 
 impl<E: FnMut(ServeEvent)> Coordinator<E> {
@@ -179,7 +179,10 @@ impl<E: FnMut(ServeEvent)> Coordinator<E> {
         }
     }
 
-    pub(super) fn serve(&mut self, rx: &Receiver<Msg>) -> Result<ServeReport, RendezvousError> {
+    pub(super) fn serve(
+        &mut self,
+        rx: &Receiver<ToCoordinator>,
+    ) -> Result<ServeReport, RendezvousError> {
         // Each pass handles one message or one expired deadline. Unbounded
         // only between rounds with everyone connected (see the module doc).
         loop {
@@ -235,25 +238,25 @@ impl<E: FnMut(ServeEvent)> Coordinator<E> {
         }
     }
 
-    fn handle(&mut self, msg: Msg) -> Step {
+    fn handle(&mut self, msg: ToCoordinator) -> Step {
         match msg {
-            Msg::Accepted(stream, peer) => {
+            ToCoordinator::Accepted(stream, peer) => {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
                 self.accept(stream, peer);
                 Ok(None)
             }
-            Msg::Hello {
+            ToCoordinator::Hello {
                 id,
                 rank,
                 size,
                 sealer,
             } => self.hello(id, rank, size, sealer),
-            Msg::Frame(id, frame) => match self.conns.get(&id).map(|c| c.state) {
+            ToCoordinator::Frame(id, frame) => match self.conns.get(&id).map(|c| c.state) {
                 Some(State::Admitted(rank)) => self.frame(rank, frame),
                 _ => Ok(None),
             },
-            Msg::Ended(id, end) => self.ended(id, end),
-            Msg::Stop => Err(AbortReason::Stopped.into()),
+            ToCoordinator::Ended(id, end) => self.ended(id, end),
+            ToCoordinator::Stop => Err(AbortReason::Stopped.into()),
         }
     }
 

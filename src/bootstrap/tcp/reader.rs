@@ -8,7 +8,7 @@
 //! must end within the timeout; between frames it wakes every
 //! [`STOP_POLL`](wire::STOP_POLL) to look at the serve's stop flag), or
 //! write anything (the coordinator does). It ends with exactly one
-//! [`Msg::Ended`].
+//! [`ToCoordinator::Ended`].
 
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use super::DropReason;
 use super::auth::{Opener, RendezvousKey, Side, TAG_LEN};
-use super::coordinator::{ConnId, End, Limits, Msg};
+use super::coordinator::{ConnId, End, Limits, ToCoordinator};
 use super::wire::{self, Bounds, Frame, HANDSHAKE_MAX, HELLO_FIELDS, ReadError, VERSION};
 use crate::bootstrap::MAX_CONTRIBUTION;
 use crate::config::format_duration;
@@ -37,13 +37,13 @@ pub(super) struct Reader {
     pub(super) hello_by: Instant,
     pub(super) limits: Limits,
     pub(super) stop: Arc<AtomicBool>,
-    pub(super) tx: Sender<Msg>,
+    pub(super) tx: Sender<ToCoordinator>,
 }
 
 impl Reader {
     pub(super) fn run(mut self) {
         let end = self.read();
-        let _ = self.tx.send(Msg::Ended(self.id, end));
+        let _ = self.tx.send(ToCoordinator::Ended(self.id, end));
     }
 
     /// Reads the HELLO, then the authenticated frames; how it ended.
@@ -55,7 +55,7 @@ impl Reader {
         let (sealer, mut opener) =
             self.key
                 .session(Side::Server, &self.challenge, &hello[..HELLO_FIELDS]);
-        let hello = Msg::Hello {
+        let hello = ToCoordinator::Hello {
             id: self.id,
             rank,
             size,
@@ -135,7 +135,7 @@ impl Reader {
             match wire::read_frame_within(&mut self.stream, &bounds) {
                 Ok(payload) => match opener.open(&payload) {
                     Ok(frame) => {
-                        if self.tx.send(Msg::Frame(self.id, frame)).is_err() {
+                        if self.tx.send(ToCoordinator::Frame(self.id, frame)).is_err() {
                             return End::Closed;
                         }
                     }

@@ -23,7 +23,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::auth::{Challenges, RendezvousKey};
-use super::coordinator::{Coordinator, Limits, Msg, Shared};
+use super::coordinator::{Coordinator, Limits, Shared, ToCoordinator};
 use super::{
     AbortReason, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_TIMEOUT,
     DropCounts, DropReason,
@@ -96,11 +96,11 @@ impl DropTally {
 
 /// Stops a serve from any thread ([`AbortReason::Stopped`] to every rank).
 #[derive(Clone, Debug)]
-pub struct RendezvousStopper(Sender<Msg>);
+pub struct RendezvousStopper(Sender<ToCoordinator>);
 
 impl RendezvousStopper {
     pub fn stop(&self) {
-        let _ = self.0.send(Msg::Stop);
+        let _ = self.0.send(ToCoordinator::Stop);
     }
 }
 
@@ -115,8 +115,8 @@ pub struct Rendezvous {
     handshake_timeout: Option<Duration>,
     max_unauthenticated: Option<u32>,
     tally: DropTally,
-    tx: Sender<Msg>,
-    rx: Receiver<Msg>,
+    tx: Sender<ToCoordinator>,
+    rx: Receiver<ToCoordinator>,
 }
 
 impl Rendezvous {
@@ -326,7 +326,7 @@ impl RendezvousHandle {
 
 /// The accepting thread's share of the serve.
 struct Accepting {
-    tx: Sender<Msg>,
+    tx: Sender<ToCoordinator>,
     stop: Arc<AtomicBool>,
     /// Connections sent to the coordinator and not yet taken up by it.
     queued: Arc<AtomicUsize>,
@@ -352,7 +352,7 @@ impl Accepting {
                 }
                 Ok((stream, peer)) => {
                     self.queued.fetch_add(1, Ordering::SeqCst);
-                    if self.tx.send(Msg::Accepted(stream, peer)).is_err() {
+                    if self.tx.send(ToCoordinator::Accepted(stream, peer)).is_err() {
                         return;
                     }
                 }

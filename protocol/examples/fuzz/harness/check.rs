@@ -110,7 +110,7 @@ impl Violations {
 /// Which call the outputs being checked followed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
-    /// `Engine::new` (and `model_heartbeats`).
+    /// `Engine::new`.
     New,
     Handle,
     Timeout,
@@ -491,13 +491,13 @@ impl EngineCheck {
     /// `handle` returned.
     pub fn at_end(&self, engine: &Engine, v: &mut Violations) {
         let stats = engine.stats();
-        let received: u64 = stats.received.iter().sum();
-        if stats.rejected != self.rejected || received != self.accepted {
+        let received: u64 = stats.messages.received.iter().sum();
+        if stats.drops.rejected != self.rejected || received != self.accepted {
             let me = self.me;
             v.record(Violation::StatsDisagree, || {
                 format!(
                     "rank {me}: stats say {received} received, rejected {:?}; handle said {} and {:?}",
-                    stats.rejected, self.accepted, self.rejected
+                    stats.drops.rejected, self.accepted, self.rejected
                 )
             });
         }

@@ -23,9 +23,9 @@ use std::time::Duration;
 use ffd_protocol::ranks::fold_digest;
 use ffd_protocol::wire::{self, JobKeys, SLOTS};
 use ffd_protocol::{
-    BcastKind, EmitterThread, Engine, EngineConfig, Evidence, FabricSaid, HandleError, Hosts,
-    InbandMode, Input, LocalBeat, Output, QuorumMode, Rank, Ring, RingKind, Time,
-    TransportErrorKind, slot_value,
+    BcastKind, EmitterThread, Engine, EngineConfig, EngineOptions, Evidence, FabricSaid,
+    HandleError, HeartbeatMode, Hosts, InbandMode, Input, LocalBeat, Output, QuorumMode, Rank,
+    Readings, Ring, RingKind, Time, TransportErrorKind, slot_value,
 };
 
 use super::check::{Call, EngineCheck, Step, decode_round_trip};
@@ -234,23 +234,25 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) -> u64 {
         payload_bytes: 0,
     };
     for r in 0..n {
-        let made = match &hosts {
-            None => Engine::new(config.clone(), ring.clone(), r, keys.clone(), Time::ZERO),
-            Some(h) => Engine::with_hosts(
-                config.clone(),
-                ring.clone(),
-                h.clone(),
-                r,
-                keys.clone(),
-                Time::ZERO,
-            ),
+        let options = EngineOptions {
+            hosts: hosts.clone(),
+            heartbeats: if modelled {
+                HeartbeatMode::Modelled
+            } else {
+                HeartbeatMode::Write
+            },
         };
-        let Ok(mut engine) = made else {
+        let made = Engine::new(
+            config.clone(),
+            ring.clone(),
+            r,
+            keys.clone(),
+            Time::ZERO,
+            options,
+        );
+        let Ok(engine) = made else {
             return 0;
         };
-        if modelled {
-            engine.model_heartbeats();
-        }
         let check = EngineCheck::new(&engine);
         ep.nodes.push(Node {
             engine,
@@ -711,7 +713,13 @@ impl Episode<'_> {
         self.tally.input(Column::Engine, InputKind::Timeout);
         let engine = &mut self.nodes[r as usize].engine;
         let before = engine.next_deadline();
-        engine.handle_timeout_with(now, |_| reading, |_| local);
+        engine.handle_timeout(
+            now,
+            &StepReadings {
+                slot: reading,
+                local,
+            },
+        );
         let digest = fold_digest(engine.digest());
         self.nodes[r as usize].counter = Some(LocalBeat {
             at: now,
@@ -912,4 +920,20 @@ fn header_sender(bytes: &[u8]) -> Rank {
     bytes
         .get(16..20)
         .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// One timer step's readings: the watched slot holds `slot`, the local
+/// emitter's counter reads `local`.
+struct StepReadings {
+    slot: u64,
+    local: Option<LocalBeat>,
+}
+
+impl Readings for StepReadings {
+    fn slot(&self, _slot: u16) -> u64 {
+        self.slot
+    }
+    fn local_beat(&self, _rank: Rank) -> Option<LocalBeat> {
+        self.local
+    }
 }

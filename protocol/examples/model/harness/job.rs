@@ -15,7 +15,7 @@
 //! flight arrives (a premature timeout), and messages are delivered in any
 //! order across links, in order on each link (a per-sender queue,
 //! delivered per receiver in send order: RDM over tcp keeps a connection's
-//! order). Heartbeats are modelled ([`Engine::model_heartbeats`]): a live
+//! order). Heartbeats are modelled ([`HeartbeatMode::Modelled`]): a live
 //! emitter that reaches its observer has written a new beat by the
 //! observer's next reading, unless a stall (a premature timeout) says it
 //! has not. Faults: a crash (its copies still queued may be cut: a crash
@@ -32,8 +32,9 @@ use std::time::Duration;
 
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
-    BcastKind, Engine, EngineConfig, Evidence, FabricSaid, InbandMode, Input, Output,
-    Participation, QuorumMode, Rank, Ring, RingKind, Time, TransportErrorKind, View, slot_value,
+    BcastKind, Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, HeartbeatMode,
+    InbandMode, Input, Output, Participation, QuorumMode, Rank, Readings, Ring, RingKind, Time,
+    TransportErrorKind, View, slot_value,
 };
 
 use super::props::{self, Check};
@@ -81,6 +82,19 @@ pub struct Node {
     pub page: Vec<(u16, u64)>,
     /// `Input::Agree` calls this rank made.
     pub calls: u32,
+}
+
+/// A copy of a rank's slot page (the slots written), as its Engine reads
+/// it at a deadline.
+struct Page(Vec<(u16, u64)>);
+
+impl Readings for Page {
+    fn slot(&self, slot: u16) -> u64 {
+        self.0
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map_or(0, |&(_, v)| v)
+    }
 }
 
 impl Node {
@@ -443,9 +457,12 @@ impl Job {
                 r,
                 self.keys.clone(),
                 START,
+                EngineOptions {
+                    heartbeats: HeartbeatMode::Modelled,
+                    ..EngineOptions::default()
+                },
             )
             .expect("the model's configuration is valid");
-            engine.model_heartbeats();
             let outputs: Vec<Output> = std::iter::from_fn(|| engine.poll_output()).collect();
             let fp = engine.model_fingerprint(START, self.horizon);
             let (engine, clock) = self.intern(fp, engine, START);
@@ -739,10 +756,9 @@ impl Job {
             s.used.stalls += 1;
             log.note(|| format!("rank {rank}'s emitter is live but its beat is late (a stall)"));
         }
-        let page = s.nodes[rank as usize].page.clone();
-        let read = move |slot: u16| page.iter().find(|(s, _)| *s == slot).map_or(0, |&(_, v)| v);
+        let page = Page(s.nodes[rank as usize].page.clone());
         log.note(|| format!("rank {rank}'s deadline at {}", since_start(now)));
-        self.call(s, rank, log, |e, now| e.handle_timeout(now, read));
+        self.call(s, rank, log, |e, now| e.handle_timeout(now, &page));
     }
 
     /// Runs `f` on a copy of `rank`'s Engine at its clock, then carries its
