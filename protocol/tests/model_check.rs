@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 mod harness;
 
 use ffd_protocol::model_bugs::{self, Bug};
+use harness::job::Action;
 use harness::props::Prop;
 use harness::{Bounds, Report};
 
@@ -117,4 +118,44 @@ fn the_model_checker_finds_nothing_in_todays_engine_and_each_known_bug_put_back(
         Prop::Views,
         false,
     );
+    // A vote counted from a rank the flood was not forwarded to, without
+    // the cap at N: two voters whose ballots expired re-join the round from
+    // each other's late copies of the flood, each the other's flood parent,
+    // and count each other's votes up past N = 4 (an undecodable vote).
+    finds(Bug::UncappedVotes, stale_flood(), Prop::Silence, true);
+}
+
+/// N = 4, 20 steps, every path opening with 14 steps that no bug changes:
+/// rank 0's emitter 3 stalls and 0 accuses it; ranks 1 and 2 join the
+/// round from 0's flood and forward it to each other; both copies are
+/// delayed while 1 and 2 run to the end of their ballots (1.5 timeouts);
+/// then 1 → 2 and 2 → 1 arrive, and each re-joins the round with the other
+/// as its flood parent. Every interleaving of the 6 steps after it is
+/// explored. From the start the schedule is 20 steps deep, beyond a
+/// breadth-first search that finishes at N = 4.
+fn stale_flood() -> Bounds {
+    let tick = |rank| Action::Tick { rank, beat: true };
+    let deliver = |from, to| Action::Deliver { from, to };
+    let mut b = Bounds::quiet(4, 20);
+    b.stalls = 1;
+    b.opening = vec![
+        tick(0),
+        Action::Tick {
+            rank: 0,
+            beat: false,
+        },
+        deliver(0, 1),
+        deliver(0, 2),
+        tick(1),
+        tick(1),
+        tick(1),
+        tick(1),
+        tick(2),
+        tick(2),
+        tick(2),
+        tick(2),
+        deliver(1, 2),
+        deliver(2, 1),
+    ];
+    b
 }

@@ -63,6 +63,11 @@ pub struct Bounds {
     pub max_states: Option<usize>,
     /// Stop after this long.
     pub time_limit: Option<std::time::Duration>,
+    /// Steps every path starts with (empty: from the start): the checker
+    /// explores every interleaving from the state they reach, within the
+    /// depth, which counts them. For a schedule too deep to reach
+    /// breadth-first from the start (`tests/model_check.rs`).
+    pub opening: Vec<Action>,
 }
 
 impl Bounds {
@@ -85,6 +90,7 @@ impl Bounds {
             threads: 1,
             max_states: None,
             time_limit: None,
+            opening: Vec::new(),
         }
     }
 
@@ -107,7 +113,7 @@ impl Bounds {
     pub fn flags(&self) -> String {
         format!(
             "--ranks {} --depth {} --faults {} --losses {} --duplicates {} --stalls {} \
-             --partitions {} --broadcasts {} --agreements {} --leaves {}{}",
+             --partitions {} --broadcasts {} --agreements {} --leaves {}{}{}",
             self.ranks,
             self.depth,
             self.faults,
@@ -119,7 +125,11 @@ impl Bounds {
             self.agreements,
             self.leaves,
             self.skew
-                .map_or_else(String::new, |k| format!(" --skew {k}"))
+                .map_or_else(String::new, |k| format!(" --skew {k}")),
+            match self.opening.len() {
+                0 => String::new(),
+                k => format!(" (every path opens with the {k} steps given)"),
+            }
         )
     }
 }
@@ -165,7 +175,14 @@ impl Model for Job {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![self.initial()]
+        let mut s = self.initial();
+        for &a in &self.bounds.opening {
+            let mut offered = Vec::new();
+            Job::actions(self, &s, &mut offered);
+            assert!(offered.contains(&a), "opening step {a:?} not offered");
+            s = self.apply(&s, a, &mut Log::off());
+        }
+        vec![s]
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
