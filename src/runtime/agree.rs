@@ -73,7 +73,7 @@ pub enum AgreeError {
     Forked { pid: u32 },
 }
 
-type Outcome = Result<Agreement, AgreeError>;
+pub(super) type Outcome = Result<Agreement, AgreeError>;
 
 /// One request's result, once known.
 #[derive(Debug, Default)]
@@ -85,6 +85,12 @@ pub(super) struct Slot {
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, Option<Outcome>> {
         self.result.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The result, if known.
+    #[cfg(test)]
+    pub(super) fn result(&self) -> Option<Outcome> {
+        self.lock().clone()
     }
 
     pub(super) fn finish(&self, outcome: Outcome) {

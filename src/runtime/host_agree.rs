@@ -449,3 +449,226 @@ fn invalidate(record: &[AtomicU64]) {
     record[0].store(0, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::Release);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host of `ranks` ranks in this process: one segment, each rank's
+    /// side and its own failed and left sets.
+    struct Host {
+        sides: Vec<HostAgreement>,
+        failed: Vec<FailedBits>,
+        left: Vec<FailedBits>,
+        segment: Arc<HostSegment>,
+    }
+
+    impl Host {
+        fn new(name: &str, ranks: u32, timeout: Duration) -> Host {
+            let name = format!("/ffd-test-{}-{name}", std::process::id());
+            let segment = Arc::new(HostSegment::create(&name, ranks, ranks).unwrap());
+            let sides = (0..ranks)
+                .map(|r| {
+                    let side = HostAgreement::new(r, ranks, timeout);
+                    side.set_segment(Arc::clone(&segment));
+                    side
+                })
+                .collect();
+            Host {
+                sides,
+                failed: (0..ranks).map(|_| FailedBits::new(ranks)).collect(),
+                left: (0..ranks).map(|_| FailedBits::new(ranks)).collect(),
+                segment,
+            }
+        }
+
+        fn drive(&self, rank: usize) -> Step {
+            let view = || 0;
+            let cx = Context {
+                failed: &self.failed[rank],
+                left: &self.left[rank],
+                view: &view,
+            };
+            self.sides[rank].drive(&cx, true)
+        }
+
+        /// Drives `rank` until `slot` has its result (bounded).
+        fn until(&self, rank: usize, slot: &Slot) -> Result<Agreement, AgreeError> {
+            let start = Instant::now();
+            loop {
+                if let Some(outcome) = slot.result() {
+                    return outcome;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "rank {rank} never decided"
+                );
+                self.drive(rank);
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    #[test]
+    fn every_rank_decides_the_and_of_every_flag_round_after_round() {
+        let host = Host::new("rounds", 4, Duration::from_secs(1));
+        let rounds = 200u64;
+        let results: Vec<Vec<Agreement>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4usize)
+                .map(|rank| {
+                    let host = &host;
+                    s.spawn(move || {
+                        (1..=rounds)
+                            .map(|u| {
+                                // Rank r clears bit (u + r) % 64.
+                                let flags = !(1u64 << ((u as usize + rank) % 64));
+                                let slot = host.sides[rank].call(flags, true).unwrap();
+                                host.until(rank, &slot).unwrap()
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for u in 1..=rounds {
+            let want = (0..4).fold(u64::MAX, |f, r| f & !(1u64 << ((u as usize + r) % 64)));
+            for (rank, mine) in results.iter().enumerate() {
+                let a = &mine[u as usize - 1];
+                assert_eq!((a.seq, a.flags), (u, want), "rank {rank}, round {u}");
+                assert!(a.view.failed.is_empty());
+                assert_eq!(a, &results[0][u as usize - 1], "one decision");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rank_that_dies_mid_round_leaves_one_decision_that_names_it_unless_it_took_part() {
+        // Many trials: rank 3 contributes (or not) then "dies"; the others
+        // learn it failed at some point; every survivor decides the same.
+        for trial in 0..400u64 {
+            let host = Host::new(&format!("dies-{trial}"), 4, Duration::from_secs(5));
+            let contributes = trial % 2 == 0;
+            let decided: Vec<Agreement> = std::thread::scope(|s| {
+                let survivors: Vec<_> = (0..3usize)
+                    .map(|rank| {
+                        let host = &host;
+                        s.spawn(move || {
+                            let slot = host.sides[rank].call(!(1 << rank), true).unwrap();
+                            host.until(rank, &slot).unwrap()
+                        })
+                    })
+                    .collect();
+                if contributes {
+                    let slot = host.sides[3].call(!(1 << 3), true).unwrap();
+                    host.drive(3);
+                    drop(slot);
+                }
+                // Its death is learned, by each survivor at its own time.
+                for rank in (0..3).rev() {
+                    std::thread::yield_now();
+                    host.failed[rank].insert(3);
+                }
+                survivors.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            for a in &decided {
+                assert_eq!(a, &decided[0], "trial {trial}: one decision");
+            }
+            // Named if it did not take part (and maybe if it did: a
+            // survivor knew it failed when it joined).
+            let named = decided[0].view.failed == [3];
+            let took_part = decided[0].flags & (1 << 3) == 0;
+            assert!(
+                named || took_part,
+                "trial {trial}: rank 3 took part or is named: {:?}",
+                decided[0]
+            );
+            assert!(contributes || !took_part, "trial {trial}");
+            assert_eq!(decided[0].flags | (1 << 3), !0b111, "trial {trial}");
+        }
+    }
+
+    #[test]
+    fn a_contribution_after_the_decision_changes_nothing() {
+        let host = Host::new("late", 4, Duration::from_secs(1));
+        let slots: Vec<_> = (0..3)
+            .map(|r| host.sides[r].call(!(1 << r), true).unwrap())
+            .collect();
+        for r in 0..3 {
+            host.drive(r);
+        }
+        // Rank 0 learns rank 3 failed and decides without it.
+        host.failed[0].insert(3);
+        let first = host.until(0, &slots[0]).unwrap();
+        assert_eq!(first.view.failed, vec![3]);
+        assert_eq!(first.flags, !0b111);
+        // Rank 3 (declared, not yet stopped) contributes late; ranks 1
+        // and 2, learning the failure only now, could merge it: they
+        // read rank 0's decision instead.
+        let late = host.sides[3].call(!(1 << 3), true).unwrap();
+        host.drive(3);
+        for (r, slot) in slots.iter().enumerate().skip(1) {
+            host.failed[r].insert(3);
+            assert_eq!(host.until(r, slot).unwrap(), first, "rank {r}");
+        }
+        assert_eq!(late.result(), Some(Err(AgreeError::Excluded)));
+    }
+
+    #[test]
+    fn a_decision_naming_this_rank_excludes_it_and_unknown_ranks_are_learned_after_a_timeout() {
+        let host = Host::new("excluded", 3, Duration::from_millis(20));
+        // Ranks 0 and 1 hold rank 2 failed (it was declared; it still runs).
+        host.failed[0].insert(2);
+        host.failed[1].insert(2);
+        let a0 = host.sides[0].call(u64::MAX, true).unwrap();
+        let a1 = host.sides[1].call(u64::MAX, true).unwrap();
+        host.drive(1);
+        let mine = host.until(0, &a0).unwrap();
+        assert_eq!(mine.view.failed, vec![2]);
+        assert_eq!(host.until(1, &a1).unwrap(), mine);
+        // Rank 2 calls late: it reads a decision that names it.
+        let a2 = host.sides[2].call(u64::MAX, true).unwrap();
+        assert_eq!(host.until(2, &a2), Err(AgreeError::Excluded));
+
+        // Round 2: rank 1 alone knows rank 2 gone (posted on the board):
+        // rank 0 waits for its notice, then is told to learn it.
+        let host = Host::new("learn", 3, Duration::from_millis(20));
+        crate::node::post_on_board(&host.segment, &[2], 1);
+        let a1 = host.sides[1].call(u64::MAX, true).unwrap();
+        let a0 = host.sides[0].call(u64::MAX, true).unwrap();
+        host.drive(1);
+        assert_eq!(host.drive(0), Step::Moved);
+        assert_eq!(a0.result(), None, "rank 2 is not known gone at rank 0 yet");
+        let start = Instant::now();
+        while host.sides[0].take_news().learn.is_empty() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "never asked to learn"
+            );
+            host.drive(0);
+            std::thread::yield_now();
+        }
+        // The progress thread hands it to the Engine, which raises it.
+        host.failed[0].insert(2);
+        let got = host.until(0, &a0).unwrap();
+        assert_eq!(got.view.failed, vec![2]);
+        host.failed[1].insert(2);
+        assert_eq!(host.until(1, &a1).unwrap(), got);
+        let news = host.sides[0].take_news();
+        assert_eq!(news.agreed, vec![got], "raised for the host");
+    }
+
+    #[test]
+    fn closing_ends_the_open_round_the_queued_ones_and_later_calls() {
+        let host = Host::new("close", 2, Duration::from_secs(1));
+        let a = host.sides[0].call(1, false).unwrap();
+        let b = host.sides[0].call(2, false).unwrap();
+        assert!(host.sides[0].is_unattended());
+        host.drive(0);
+        host.sides[0].close(AgreeError::Left);
+        assert_eq!(a.result(), Some(Err(AgreeError::Left)));
+        assert_eq!(b.result(), Some(Err(AgreeError::Left)));
+        assert_eq!(host.sides[0].call(3, true).err(), Some(AgreeError::Left));
+        assert!(!host.sides[0].is_unattended());
+    }
+}
