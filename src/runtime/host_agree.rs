@@ -82,6 +82,8 @@ pub(super) struct HostAgreement {
     unattended: AtomicBool,
     /// For the progress thread: results to raise, failures to learn.
     news: Mutex<News>,
+    /// `news` holds something (read without its lock at every wake-up).
+    newsworthy: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -151,6 +153,7 @@ impl HostAgreement {
             rounds: Mutex::default(),
             unattended: AtomicBool::new(false),
             news: Mutex::default(),
+            newsworthy: AtomicBool::new(false),
         }
     }
 
@@ -216,6 +219,9 @@ impl HostAgreement {
 
     /// Takes what the progress thread must raise and learn.
     pub(super) fn take_news(&self) -> News {
+        if !self.newsworthy.swap(false, Ordering::AcqRel) {
+            return News::default();
+        }
         std::mem::take(&mut *self.news.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -288,8 +294,12 @@ impl HostAgreement {
         step
     }
 
+    /// The news, for a push (marked newsworthy first: a take that sees
+    /// the mark waits on the lock for the push).
     fn news(&self) -> MutexGuard<'_, News> {
-        self.news.lock().unwrap_or_else(PoisonError::into_inner)
+        let news = self.news.lock().unwrap_or_else(PoisonError::into_inner);
+        self.newsworthy.store(true, Ordering::Release);
+        news
     }
 
     /// Writes this rank's contribution to `round` and rings the bell.
