@@ -408,15 +408,19 @@ impl Detector {
         }
         if let Some(host) = &self.shared.host_agreement {
             let slot = host.call(flags, attended)?;
-            // Contribute now; the progress thread drives a request nobody
-            // may wait on (and raises the event): wake it for one.
-            self.shared.drive_host_agreement(true);
+            // Contribute now (from the callback, only if nobody else is
+            // driving: the progress thread never waits on a host thread);
+            // the progress thread drives a request nobody may wait on (and
+            // raises the event): wake it for one.
+            let progress = self.thread.as_ref().map(|t| t.thread().id());
+            let on_progress = progress == Some(std::thread::current().id());
+            self.shared.drive_host_agreement(!on_progress);
             if !attended {
                 self.wake_progress();
             }
             return Ok(AgreeRequest {
                 slot,
-                progress: self.thread.as_ref().map(|t| t.thread().id()),
+                progress,
                 owner: self.owner,
                 host: Some(Arc::clone(&self.shared)),
             });
