@@ -25,6 +25,9 @@ says how):
   accuracy.json    (benches/accuracy.py)
       accuracy.png            under a CPU hog: false reports and the kill's
                               detection time against the timeout
+  agreement.json   (benches/agreement.py --one-job or --only-one-job)
+      agreement_one_job.png   in one Open MPI job: ffd_agree and
+                              MPIX_Comm_agree p50 and p99 against N
   ulfm*.json       (benches/local_kill.py writes ulfm_local.json)
       ulfm.png                ffd beside ULFM's own detector
 
@@ -230,6 +233,28 @@ def plot_accuracy(plt, data, out, written):
     plt.close(fig)
 
 
+def plot_agreement_one_job(plt, one, out, written):
+    """ffd_agree beside MPIX_Comm_agree in one job: p50 and p99 against N."""
+    rows = sorted(one["results"], key=lambda r: r["ranks"])
+    ns = [r["ranks"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for who, key, color in (("ffd_agree", "ffd", "tab:blue"), ("MPIX_Comm_agree", "ulfm", "tab:orange")):
+        ax.plot(ns, [r[f"{key}_p50_us"] for r in rows], marker="o", color=color, label=f"{who} p50")
+        ax.plot(ns, [r[f"{key}_p99_us"] for r in rows], marker="s", linestyle="--", color=color,
+                label=f"{who} p99")
+    log2_axis(ax, ns)
+    # Log scale: p99 under oversubscription is far above p50.
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks N")
+    ax.set_ylabel("µs per agreement (largest over the ranks, log)")
+    ax.set_title(f"Agreement in one Open MPI 5 ULFM job ({one['rounds']} rounds per N, alternating)",
+                 fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    save(fig, out, "agreement_one_job.png", written)
+    plt.close(fig)
+
+
 def plot_ulfm(plt, rows, out, written):
     """ffd beside ULFM: detection (median, bar to p99) against N."""
     faults = sorted({r["fault"] for r in rows})
@@ -300,6 +325,11 @@ def main():
     data = source("accuracy.json", "benches/accuracy.py")
     if data:
         plot_accuracy(plt, data, a.out, written)
+    data = source("agreement.json", "benches/agreement.py --one-job")
+    if data and data.get("one_job"):
+        plot_agreement_one_job(plt, data["one_job"], a.out, written)
+    elif data:
+        skipped.append("agreement.json has no one_job: run benches/agreement.py --one-job")
     ulfm = sorted(glob.glob(os.path.join(a.src, "ulfm*.json")))
     if ulfm:
         rows = [r for path in ulfm for r in source(os.path.basename(path), "benches/local_kill.py")["results"]]

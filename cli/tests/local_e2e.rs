@@ -380,3 +380,89 @@ fn a_killed_leader_is_replaced_and_the_next_failure_is_still_found() {
         "{stdout}"
     );
 }
+
+/// Checks that agreement `a` was decided once, by `deciders`, through
+/// the host's segment (hops 1: no message).
+fn decided_through_the_segment(a: &Value, deciders: &Value) {
+    assert_eq!(a["decided_by"], *deciders, "{a:#}");
+    assert_eq!(a["distinct_decisions"], 1, "{a:#}");
+    assert_eq!(a["hops"], 1, "not through the segment: {a:#}");
+}
+
+/// A one-host job agrees through the host's segment, and the agents'
+/// `iagree` calls are never polled (they wait for the event): the
+/// progress threads end them. A rank killed as the agreement is asked
+/// for: every survivor gets the same decision, naming the victim exactly
+/// when it did not contribute before it died.
+#[test]
+fn a_one_host_agreement_goes_through_the_segment_and_survives_a_kill_during_it() {
+    let (report, out) = run_job(
+        "auto",
+        &[
+            "-n",
+            "6",
+            "--agree",
+            "400ms",
+            "--kill",
+            "5@600ms",
+            "--agree",
+            "600ms",
+            "--agree",
+            "900ms",
+            "--duration",
+            "1500ms",
+        ],
+    );
+    let text = output_text(&out);
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 3, "{text}");
+    decided_through_the_segment(&agreements[0], &serde_json::json!([0, 1, 2, 3, 4, 5]));
+    let survivors = serde_json::json!([0, 1, 2, 3, 4]);
+    let during = &agreements[1];
+    assert_eq!(during["distinct_decisions"], 1, "{text}");
+    assert_eq!(during["hops"], 1, "{text}");
+    let deciders = during["decided_by"].as_array().unwrap();
+    assert!(
+        survivors
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| deciders.contains(r)),
+        "every survivor decided: {text}"
+    );
+    let failed = during["failed"].as_array().unwrap();
+    assert!(
+        failed.is_empty() || failed == &[Value::from(5)],
+        "only the victim can be named: {text}"
+    );
+    // Asked after the kill: the survivors, naming the victim.
+    decided_through_the_segment(&agreements[2], &survivors);
+    assert_eq!(agreements[2]["failed"], serde_json::json!([5]), "{text}");
+    assert_no_false_reports(&report);
+}
+
+/// A rank stopped (SIGSTOP) before an agreement holds it back until its
+/// local observer declares it (counters, one timeout); then every other
+/// rank decides without it, naming it, through the segment.
+#[test]
+fn a_one_host_agreement_waits_for_a_stopped_rank_to_be_declared_then_names_it() {
+    let (report, out) = run_job(
+        "auto",
+        &[
+            "-n",
+            "5",
+            "--stop",
+            "4@400ms",
+            "--agree",
+            "450ms",
+            "--duration",
+            "1500ms",
+        ],
+    );
+    let text = output_text(&out);
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 1, "{text}");
+    decided_through_the_segment(&agreements[0], &serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(agreements[0]["failed"], serde_json::json!([4]), "{text}");
+    assert!(delay_of(&report, 4) <= TIMEOUT_MS * 3.0 + 500.0, "{text}");
+}

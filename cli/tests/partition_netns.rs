@@ -507,3 +507,64 @@ fn a_minority_cut_off_excludes_itself_names_nobody_and_stays_out_after_the_heal(
         );
     }
 }
+
+/// An agreement asked of every rank as a minority is cut off (ranks 0–1,
+/// holding rank 0, the agreement tree's first root): the primary side
+/// decides it, one decision naming the cut-off ranks; no cut-off rank
+/// ever decides another (each excludes itself, its agreement aborted).
+/// Across hosts the agreement travels as messages (`docs/design.md`
+/// §4.10), so this is the message path's partition test.
+#[test]
+fn an_agreement_during_a_minority_cut_is_decided_once_by_the_primary_side_and_never_split() {
+    use std::io::Write;
+    if !prereq::available(
+        "an_agreement_during_a_minority_cut_is_decided_once_by_the_primary_side_and_never_split",
+        &[prereq::netns()],
+    ) {
+        return;
+    }
+    let mut job = Job::start(4, &[2, 5]);
+    let (primary, cut_off) = (job.ranks_off(0), job.ranks_on(0));
+    let cut = job.cut(0);
+    for agent in &mut job.agents {
+        let stdin = agent.0.stdin.as_mut().expect("piped stdin");
+        stdin.write_all(b"agree\n").expect("ask for an agreement");
+    }
+    let bound = Duration::from_secs(10);
+    let mut decided: BTreeMap<u32, (u64, Vec<u64>)> = BTreeMap::new();
+    let mut aborted = BTreeSet::new();
+    while decided.keys().filter(|r| primary.contains(r)).count() < primary.len()
+        || aborted.len() < cut_off.len()
+    {
+        let left = (cut + bound).saturating_duration_since(Instant::now());
+        let Ok((rank, line)) = job.lines.recv_timeout(left) else {
+            panic!("after {bound:?}: decided {decided:?}, aborted {aborted:?}");
+        };
+        check_line(rank, &line, &primary, &cut_off);
+        match line["event"].as_str() {
+            Some("agreed") => {
+                assert_eq!(line["seq"], 1, "rank {rank}: {line}");
+                let failed = line["failed"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.as_u64().unwrap())
+                    .collect();
+                decided.insert(rank, (line["flags"].as_u64().unwrap(), failed));
+            }
+            Some("agree_aborted") => {
+                assert!(cut_off.contains(&rank), "primary rank {rank}: {line}");
+                aborted.insert(rank);
+            }
+            _ => {}
+        }
+    }
+    let want = (
+        u64::MAX,
+        cut_off.iter().map(|&r| u64::from(r)).collect::<Vec<_>>(),
+    );
+    for (rank, d) in &decided {
+        assert_eq!(d, &want, "rank {rank} decided otherwise: {decided:?}");
+        assert!(primary.contains(rank), "cut-off rank {rank} decided: {d:?}");
+    }
+}

@@ -500,7 +500,7 @@ fn run(
 }
 
 /// A `futex_waitv` entry for `word` expected to hold `val`.
-fn waiter(word: &AtomicU32, val: u32, private: bool) -> libc::futex_waitv {
+pub(super) fn waiter(word: &AtomicU32, val: u32, private: bool) -> libc::futex_waitv {
     // SAFETY: futex_waitv is plain data; all-zero is a valid value.
     let mut w: libc::futex_waitv = unsafe { std::mem::zeroed() };
     w.val = u64::from(val);

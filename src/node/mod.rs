@@ -7,7 +7,8 @@
 //! board (failures posted for every local rank at once), the monotonic
 //! clock those counters carry, and the progress thread's scheduling policy
 //! (`FFD_SCHED`); and, process-wide, which process a detector belongs to
-//! (a `fork()`ed child holds only a copy of its parent's).
+//! (a `fork()`ed child holds only a copy of its parent's); and the
+//! agreement area's bell that blocked agreement callers sleep on.
 //!
 //! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
 //! segment and its layout, `set_robust_list`/`futex_waitv` and the
@@ -18,8 +19,9 @@
 //! `unsafe` block here carries a `// SAFETY:` line. Must not: decide who
 //! failed (the Engine does, from what the runtime hands it), or block the
 //! progress thread: every call it makes here returns at once (only the
-//! exit-word threads wait).
+//! exit-word threads and agreement callers wait).
 
+mod bell;
 mod board;
 mod exit_word;
 mod fork;
@@ -27,6 +29,7 @@ mod pidfd;
 mod sched;
 mod segment;
 
+pub use bell::{Bells, bells as agree_bells, ring as ring_agree_bell, wait as wait_agree_bells};
 pub use board::{BoardReader, post as post_on_board, readers as board_readers};
 pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
@@ -34,7 +37,9 @@ pub use exit_word::{
 pub use fork::Owner;
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
-pub use segment::{HostSegment, SegmentError, segment_name};
+pub use segment::{
+    AGREE_RECORD_HEAD, AGREE_ROUNDS, AgreeRecord, HostSegment, SegmentError, segment_name,
+};
 
 /// Now on `CLOCK_MONOTONIC`, in ns: the clock every process of a host
 /// shares (Rust's `Instant` reads the same clock on Linux), so a wake-up

@@ -21,6 +21,14 @@
 //! `ranks` ranks (a bit set: posted as failed), and one u32 per job rank:
 //! the detector of its failure plus one (0: none posted). The header
 //! also holds the job's rank count (u32 at byte 16).
+//! In a one-host job (every rank of the job on this host), then the
+//! agreement area (`runtime/host_agree.rs`), from the next line: a line
+//! with its bell (u32, a futex word bumped at each contribution and
+//! decision), its sleepers (u32: callers waiting on the bell) and the
+//! decision word of each of the two rounds in use (u64 each); then, per
+//! rank, per kind (contribution, proposal), per round, one record of
+//! [`AGREE_RECORD_HEAD`] words and a bitmap of the job's ranks, rounded up
+//! to whole lines.
 //!
 //! Owns: creating (the host's lowest rank), opening (the others, after a
 //! start-up barrier), unlinking once every local rank mapped it (so a
@@ -34,6 +42,21 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FFDLOCAL");
 const LINE: usize = 64;
+
+/// The agreement area's rounds in use at once (see
+/// `runtime/host_agree.rs`: round `u` and `u + 1`).
+pub const AGREE_ROUNDS: usize = 2;
+/// The words of an agreement record before its bitmap.
+pub const AGREE_RECORD_HEAD: usize = 3;
+
+/// What an agreement record holds (see [`HostSegment::agree_record`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgreeRecord {
+    /// A rank's contribution to a round.
+    Contribution,
+    /// A rank's proposed decision of a round.
+    Proposal,
+}
 
 /// The segment's name for a job and a host (`shm_open` form, one leading
 /// slash; it appears as `/dev/shm/ffd-…`).
@@ -101,11 +124,34 @@ impl HostSegment {
         (ranks as usize).div_ceil(64)
     }
 
+    fn board_len(ranks: u32) -> usize {
+        LINE + 8 * Self::bitmap_words(ranks) + 4 * (ranks as usize).next_multiple_of(2)
+    }
+
+    /// Where the agreement area starts (its line of bell and decisions).
+    fn agree_at(count: u32, ranks: u32) -> usize {
+        (Self::board_at(count) + Self::board_len(ranks)).next_multiple_of(LINE)
+    }
+
+    /// Whether the segment has an agreement area: the whole job is on
+    /// this host (and its ranks fit a decision word's 16 bits).
+    fn has_agreement_area(count: u32, ranks: u32) -> bool {
+        count >= 2 && count == ranks && count <= 1 << 16
+    }
+
+    fn agree_record_len(ranks: u32) -> usize {
+        (8 * (AGREE_RECORD_HEAD + Self::bitmap_words(ranks))).next_multiple_of(LINE)
+    }
+
     fn len_for(count: u32, ranks: u32) -> usize {
-        Self::board_at(count)
-            + LINE
-            + 8 * Self::bitmap_words(ranks)
-            + 4 * (ranks as usize).next_multiple_of(2)
+        let board_end = Self::board_at(count) + Self::board_len(ranks);
+        if Self::has_agreement_area(count, ranks) {
+            Self::agree_at(count, ranks)
+                + LINE
+                + Self::agree_record_len(ranks) * 2 * AGREE_ROUNDS * count as usize
+        } else {
+            board_end
+        }
     }
 
     /// Creates the segment `name` for `count` local ranks of a job of
@@ -282,6 +328,55 @@ impl HostSegment {
     /// while its exit-word thread waits on the bell.
     pub fn board_reader(&self, index: u32) -> Option<&AtomicU32> {
         self.exit_word(index, index)
+    }
+
+    /// Whether this segment has the agreement area (a one-host job).
+    pub fn has_agreement(&self) -> bool {
+        Self::has_agreement_area(self.count, self.ranks)
+    }
+
+    /// The agreement area's bell: bumped at each contribution and
+    /// decision, waited on by callers (`None`: no area).
+    pub fn agree_bell(&self) -> Option<&AtomicU32> {
+        self.has_agreement()
+            .then(|| self.word32(Self::agree_at(self.count, self.ranks)))
+    }
+
+    /// How many callers wait on the agreement bell (a ringer skips the
+    /// `FUTEX_WAKE` when none does).
+    pub fn agree_sleepers(&self) -> Option<&AtomicU32> {
+        self.has_agreement()
+            .then(|| self.word32(Self::agree_at(self.count, self.ranks) + 4))
+    }
+
+    /// The decision word of round slot `round` (`< AGREE_ROUNDS`).
+    pub fn agree_decision(&self, round: usize) -> Option<&AtomicU64> {
+        (self.has_agreement() && round < AGREE_ROUNDS)
+            .then(|| self.word(Self::agree_at(self.count, self.ranks) + 8 * (1 + round)))
+    }
+
+    /// Rank `rank`'s record of `kind` for round slot `round`: its
+    /// [`AGREE_RECORD_HEAD`] words, then the bitmap of the job's ranks
+    /// (`None`: no area, or out of range).
+    pub fn agree_record(&self, rank: u32, kind: AgreeRecord, round: usize) -> Option<&[AtomicU64]> {
+        if !self.has_agreement() || rank >= self.count || round >= AGREE_ROUNDS {
+            return None;
+        }
+        let kind = match kind {
+            AgreeRecord::Contribution => 0,
+            AgreeRecord::Proposal => 1,
+        };
+        let index = (rank as usize * 2 + kind) * AGREE_ROUNDS + round;
+        let len = Self::agree_record_len(self.ranks);
+        let offset = Self::agree_at(self.count, self.ranks) + LINE + index * len;
+        let words = AGREE_RECORD_HEAD + Self::bitmap_words(self.ranks);
+        assert!(offset + 8 * words <= self.len);
+        // SAFETY: `offset` is line-aligned and the `words` u64s after it
+        // lie inside the live mapping (checked); shared with other
+        // processes, so only ever accessed as atomics, like `word`.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.base.add(offset) as *const AtomicU64, words)
+        })
     }
 
     /// Local ranks on this segment.

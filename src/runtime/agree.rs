@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 use crate::node::Owner;
 use crate::protocol::{self, AgreeAbort};
 
-use super::Detector;
+use super::host_agree::{Context, Step};
 use super::progress::Command;
+use super::{Detector, PublishedState};
 
 /// A decided agreement: the same at every surviving participant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,11 +73,11 @@ pub enum AgreeError {
     Forked { pid: u32 },
 }
 
-type Outcome = Result<Agreement, AgreeError>;
+pub(super) type Outcome = Result<Agreement, AgreeError>;
 
 /// One request's result, once known.
 #[derive(Debug, Default)]
-struct Slot {
+pub(super) struct Slot {
     result: Mutex<Option<Outcome>>,
     ready: Condvar,
 }
@@ -86,7 +87,13 @@ impl Slot {
         self.result.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn finish(&self, outcome: Outcome) {
+    /// The result, if known.
+    #[cfg(test)]
+    pub(super) fn result(&self) -> Option<Outcome> {
+        self.lock().clone()
+    }
+
+    pub(super) fn finish(&self, outcome: Outcome) {
         let mut result = self.lock();
         if result.is_none() {
             *result = Some(outcome);
@@ -205,6 +212,8 @@ pub struct AgreeRequest {
     /// The process that asked for it: in a `fork()`ed child nobody will
     /// ever give it a result, and its lock may have been held at the fork.
     owner: Owner,
+    /// A one-host job's agreement (`host_agree.rs`): waiting drives it.
+    host: Option<Arc<PublishedState>>,
 }
 
 impl AgreeRequest {
@@ -214,6 +223,11 @@ impl AgreeRequest {
     pub fn test(&self) -> Option<Result<Agreement, AgreeError>> {
         if let Err(forked) = self.owned_here() {
             return Some(Err(forked));
+        }
+        if let Some(shared) = &self.host {
+            if self.slot.lock().is_none() && self.progress != Some(std::thread::current().id()) {
+                shared.drive_host_agreement(false);
+            }
         }
         self.slot.lock().clone()
     }
@@ -248,6 +262,9 @@ impl AgreeRequest {
         if self.progress == Some(std::thread::current().id()) {
             return self.test().or(Some(Err(AgreeError::OnProgressThread)));
         }
+        if let Some(shared) = &self.host {
+            return self.drive_until(shared, deadline);
+        }
         let mut result = self.slot.lock();
         loop {
             if let Some(outcome) = result.as_ref() {
@@ -272,6 +289,97 @@ impl AgreeRequest {
     }
 }
 
+impl AgreeRequest {
+    /// Drives a one-host agreement until this request has its result:
+    /// spinning a little, then yielding the CPU (the others may need it to
+    /// contribute), then sleeping on the agreement area's bell and the
+    /// notice board's (a failure posted there may be what is missing).
+    fn drive_until(&self, shared: &PublishedState, deadline: Option<Instant>) -> Option<Outcome> {
+        /// Idle steps spent spinning before yielding, with no more ranks
+        /// on the host than CPUs (with more, a spin only delays the rank
+        /// that has yet to contribute).
+        const SPINS: u32 = 16;
+        /// How long idle steps yield the CPU before sleeping: on a host
+        /// with more ranks than CPUs the others need it to contribute,
+        /// and a yield costs them nothing when nobody else runs.
+        const YIELDING: Duration = Duration::from_millis(2);
+        /// A sleep's bound: a failure this rank learns (its progress
+        /// thread's failed set) rings no bell.
+        const NAP: Duration = Duration::from_millis(1);
+        let spins = if shared
+            .host_agreement
+            .as_ref()
+            .is_some_and(|h| h.oversubscribed())
+        {
+            0
+        } else {
+            SPINS
+        };
+        let mut idle = 0u32;
+        let mut idle_since = Instant::now();
+        loop {
+            if let Some(outcome) = self.slot.lock().as_ref() {
+                return Some(outcome.clone());
+            }
+            let bells = shared
+                .host_agreement
+                .as_ref()
+                .and_then(|h| h.segment())
+                .map(crate::node::agree_bells);
+            match shared.drive_host_agreement(true) {
+                Step::Moved => idle = 0,
+                Step::Waiting | Step::Idle | Step::Busy => idle += 1,
+            }
+            if idle <= 1 {
+                idle_since = Instant::now();
+            }
+            if idle < spins {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return self.slot.lock().clone();
+            }
+            if now.duration_since(idle_since) < YIELDING {
+                std::thread::yield_now();
+            } else {
+                let nap = deadline.map_or(NAP, |d| {
+                    d.saturating_duration_since(Instant::now()).min(NAP)
+                });
+                match (
+                    shared.host_agreement.as_ref().and_then(|h| h.segment()),
+                    bells,
+                ) {
+                    (Some(segment), Some(bells)) => {
+                        crate::node::wait_agree_bells(segment, bells, nap);
+                    }
+                    // The segment is not open yet (the progress thread
+                    // opens it once every rank is linked).
+                    _ => std::thread::park_timeout(nap.min(Duration::from_micros(100))),
+                }
+            }
+        }
+    }
+}
+
+impl PublishedState {
+    /// One step of this rank's one-host agreements (`wait`: take their
+    /// lock; otherwise only try it).
+    pub(super) fn drive_host_agreement(&self, wait: bool) -> Step {
+        let Some(host) = &self.host_agreement else {
+            return Step::Idle;
+        };
+        let view = || self.agreements.lock().view.id;
+        let cx = Context {
+            failed: &self.failed,
+            left: &self.left,
+            view: &view,
+        };
+        host.drive(&cx, wait)
+    }
+}
+
 impl Detector {
     /// Agrees with every live rank on `flags` (the AND of everyone's) and
     /// on a view: blocks until decided, **however long that takes** (see
@@ -280,7 +388,7 @@ impl Detector {
     /// this rank did not know gone are learned first (`Left` or `Failed`
     /// events, once their notices come; `Failed` after a timeout without).
     pub fn agree(&self, flags: u64) -> Result<Agreement, AgreeError> {
-        self.iagree(flags)?.wait()
+        self.start_agreement(flags, true)?.wait()
     }
 
     /// Starts an agreement and returns at once; [`AgreeRequest::test`] or
@@ -288,9 +396,33 @@ impl Detector {
     /// they are decided in call order. [`AgreeError::Forked`] in a
     /// `fork()`ed child of the process that started the detector.
     pub fn iagree(&self, flags: u64) -> Result<AgreeRequest, AgreeError> {
+        self.start_agreement(flags, false)
+    }
+
+    /// `attended`: the caller waits for the result at once (`agree`).
+    fn start_agreement(&self, flags: u64, attended: bool) -> Result<AgreeRequest, AgreeError> {
         if !self.owner.is_this_process_checked() {
             return Err(AgreeError::Forked {
                 pid: self.owner.pid(),
+            });
+        }
+        if let Some(host) = &self.shared.host_agreement {
+            let slot = host.call(flags, attended)?;
+            // Contribute now (from the callback, only if nobody else is
+            // driving: the progress thread never waits on a host thread);
+            // the progress thread drives a request nobody may wait on (and
+            // raises the event): wake it for one.
+            let progress = self.thread.as_ref().map(|t| t.thread().id());
+            let on_progress = progress == Some(std::thread::current().id());
+            self.shared.drive_host_agreement(!on_progress);
+            if !attended {
+                self.wake_progress();
+            }
+            return Ok(AgreeRequest {
+                slot,
+                progress,
+                owner: self.owner,
+                host: Some(Arc::clone(&self.shared)),
             });
         }
         let slot = Arc::new(Slot::default());
@@ -312,6 +444,7 @@ impl Detector {
             slot,
             progress: self.thread.as_ref().map(|t| t.thread().id()),
             owner: self.owner,
+            host: None,
         })
     }
 
@@ -351,6 +484,7 @@ mod tests {
             slot,
             progress: None,
             owner: Owner::this_process(),
+            host: None,
         }
     }
 

@@ -49,6 +49,11 @@ impl FailedBits {
             && self.words[(rank / 64) as usize].load(Ordering::Acquire) & (1u64 << (rank % 64)) != 0
     }
 
+    /// Bits `64 i .. 64 i + 63` (0 past the end).
+    pub fn word(&self, i: usize) -> u64 {
+        self.words.get(i).map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
     /// Number of failures known (monotonic).
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)

@@ -263,6 +263,11 @@ impl LocalWatching {
         self.exits.as_ref().map(AsFd::as_fd)
     }
 
+    /// The host's segment, if this rank shares its host.
+    pub(super) fn segment(&self) -> Option<&Arc<HostSegment>> {
+        self.segment.as_ref()
+    }
+
     /// This rank woke: one store into its line of the segment.
     pub(super) fn bump(&self, digest: u64) {
         if let Some(s) = &self.segment {

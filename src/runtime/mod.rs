@@ -35,6 +35,7 @@ mod delivery;
 pub mod events;
 pub mod evidence;
 pub mod failed_bits;
+mod host_agree;
 mod link;
 mod local;
 mod log;
@@ -194,6 +195,9 @@ struct PublishedState {
     stats: Mutex<StatsSnapshot>,
     /// Agreements in flight and the latest view (`agree`).
     agreements: agree::AgreeBook,
+    /// A one-host job's agreements through the host's segment (`None`:
+    /// by messages, `agreements`).
+    host_agreement: Option<host_agree::HostAgreement>,
     logger: Logger,
 }
 
@@ -553,6 +557,12 @@ impl Detector {
     #[doc(hidden)]
     pub fn inject_fault(&self, fault: Fault) -> Result<(), DetectorError> {
         self.command(Command::Fault(fault))
+    }
+
+    /// Wakes the progress thread (a byte on its wake socket).
+    fn wake_progress(&self) {
+        // WouldBlock means bytes are already waiting: the thread is awake.
+        let _ = (&self.wake).write(&[1]);
     }
 
     fn command(&self, command: Command) -> Result<(), DetectorError> {

@@ -262,6 +262,9 @@ pub(super) fn run(mut parts: Parts) {
         End::Stopped(reason) => delivery.stopped(reason),
     }
     // Nothing answers agreements any more: every open one ends here.
+    if let Some(host) = &shared.host_agreement {
+        host.close(why.clone());
+    }
     shared.agreements.close(why);
     shared.life.thread_ended();
 }
@@ -300,7 +303,13 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
                 parts.boost.clone(),
                 &mut fallback,
             ) {
-                Ok(w) => Some((hosts, w)),
+                Ok(w) => {
+                    if let (Some(host), Some(segment)) = (&parts.shared.host_agreement, w.segment())
+                    {
+                        host.set_segment(Arc::clone(segment));
+                    }
+                    Some((hosts, w))
+                }
                 Err(why) => {
                     return End::Stopped(StopReason::new(
                         StopCause::Engine,
@@ -429,6 +438,7 @@ impl<'d> Progress<'d> {
                 while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
             }
             core.take_commands();
+            core.drive_host_agreement();
             core.refresh_board_readers();
             // Exits first: proof, and what the queue's messages may be
             // notices of.
@@ -537,6 +547,40 @@ impl Core<'_> {
                     break;
                 }
             }
+        }
+    }
+
+    /// Drives this rank's one-host agreements one step (if no caller
+    /// waits on them), raises their results for the host and hands the Engine what
+    /// a decision named that this rank did not learn in a timeout.
+    fn drive_host_agreement(&mut self) {
+        let Some(host) = &self.shared.host_agreement else {
+            return;
+        };
+        // Only a round nobody may be driving: a caller that finds the
+        // lock held by a descheduled progress thread would wait for it.
+        if host.is_unattended() {
+            self.shared.drive_host_agreement(false);
+        }
+        let news = host.take_news();
+        for learn in news.learn {
+            let now = self.now();
+            let _ = self.engine.handle(
+                now,
+                Input::BoardNotice {
+                    failed: &learn.failed,
+                    detector: learn.detector,
+                },
+            );
+        }
+        for agreed in news.agreed {
+            self.delivery
+                .protocol_event(crate::protocol::Event::Agreed {
+                    seq: agreed.seq,
+                    flags: agreed.flags,
+                    view: agreed.view,
+                    hops: agreed.hops,
+                });
         }
     }
 
@@ -918,7 +962,12 @@ impl Core<'_> {
         if !self.pending.is_empty() {
             sleep = sleep.min(RETRY_EVERY);
         }
-        if self.engine.agreements_settled() {
+        let unattended = self
+            .shared
+            .host_agreement
+            .as_ref()
+            .is_some_and(|h| h.is_unattended());
+        if self.engine.agreements_settled() && !unattended {
             self.agreeing_since = None;
         } else {
             let started = *self.agreeing_since.get_or_insert_with(Instant::now);

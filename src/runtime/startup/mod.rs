@@ -47,6 +47,7 @@ use crate::fabric::{
 use crate::node;
 use crate::protocol::{self, EngineConfig, Hosts, Rank, Ring};
 
+use super::host_agree::HostAgreement;
 use super::link::LinkProgress;
 use super::local;
 use super::log::Logger;
@@ -104,7 +105,19 @@ pub(super) fn start(
     let seed = seed_engine(engine_config, ring, local, &view, &secret)?;
     let max_payload = seed.config.max_payload;
     let links = plan_links(&seed, size, &peers);
-    let published = publish_state(config, me, size, &placement, &provider, &domain)?;
+    // A one-host job agrees through the host's segment (`host_agree.rs`):
+    // every rank decides the same from the same records.
+    let one_host = seed.local.as_ref().is_some_and(|plan| {
+        plan.segment.is_some() && plan.hosts.members(plan.hosts.host_of(me)).len() == size as usize
+    });
+    let host_agreement = one_host.then(|| HostAgreement::new(me, size, seed.config.timeout));
+    let published = publish_state(
+        config,
+        (me, size),
+        &placement,
+        (&provider, &domain),
+        host_agreement,
+    )?;
     let (wake_rx, wake) = wake_socket()?;
     let (commands, command_rx) = mpsc::channel();
     let (linked_tx, linked_rx) = mpsc::sync_channel(1);
@@ -413,11 +426,10 @@ fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan 
 /// that already name the placement and the fabric.
 fn publish_state(
     config: &Config,
-    me: Rank,
-    size: u32,
+    (me, size): (Rank, u32),
     placement: &Placement,
-    provider: &str,
-    domain: &str,
+    (provider, domain): (&str, &str),
+    host_agreement: Option<HostAgreement>,
 ) -> Result<Arc<PublishedState>, StartError> {
     let events = EventQueue::new(config.event_queue()).map_err(|source| StartError::Io {
         what: "event queue",
@@ -436,6 +448,7 @@ fn publish_state(
             ..StatsSnapshot::default()
         }),
         agreements: Default::default(),
+        host_agreement,
         logger: Logger::new(config.log(), me),
     }))
 }
