@@ -232,11 +232,11 @@ def comparison():
             if u.get("p50_us") is None:
                 continue
             up50, up99 = u["p50_us"] / 1e3, u["p99_us"] / 1e3
-            rows.append([f"agreement (ffd_agree vs MPIX_Comm_agree), N = {e['ranks']}", ms(f["p50_ms"]),
+            rows.append([f"agreement, `ffd run` agents (iagree, result by event) vs MPIX_Comm_agree in its own job, N = {e['ranks']}", ms(f["p50_ms"]),
                          ms(up50), ratio(f["p50_ms"], up50), ms(f["p99_ms"]), ms(up99), ratio(f["p99_ms"], up99)])
         for e in agree.get("one_job", {}).get("results", []):
             f50, f99, u50, u99 = (e[k] / 1e3 for k in ("ffd_p50_us", "ffd_p99_us", "ulfm_p50_us", "ulfm_p99_us"))
-            rows.append([f"agreement in one MPI job (ffd_agree vs MPIX_Comm_agree), N = {e['ranks']}", ms(f50),
+            rows.append([f"agreement in one MPI job (ffd_agree vs MPIX_Comm_agree, alternating), N = {e['ranks']}", ms(f50),
                          ms(u50), ratio(f50, u50), ms(f99), ms(u99), ratio(f99, u99)])
         sources.append(("agreement", agree["provenance"]))
     if not rows:
