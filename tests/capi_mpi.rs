@@ -4,7 +4,7 @@
 //! MPI_Allreduce; rank 3 raises SIGKILL in one round, and every survivor's
 //! callback must report it within timeout + 1 s, every survivor must leave
 //! the allreduce and go on to print its counters, finalize ffd and exit
-//! (the checks: `capi_support::mpi`). Once with MPI_Allgather as ffd's
+//! (the checks: `capi_support::detect`). Once with MPI_Allgather as ffd's
 //! out-of-band collective, once (feature `pmix`) with no collective,
 //! through the launcher's PMIx server. The same job runs under the Open
 //! MPI 5 and MPICH wheels in `capi_ompi5.rs` and `capi_mpich.rs`. Then the
@@ -37,9 +37,8 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use capi_support::mpi::{
-    Expect, JOB_BOUND, RANKS, Report, VICTIM, check_job, ffd_settings, summary, system_libfabric,
-};
+use capi_support::detect::{JOB_BOUND, Report, ffd_settings, system_libfabric};
+use capi_support::mpi::{Expect, RANKS, VICTIM, check_job, summary};
 use capi_support::{Child, ScratchDir, clean_command, compile_c};
 
 static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());

@@ -24,7 +24,8 @@ mod capi_support;
 use std::path::Path;
 use std::time::Instant;
 
-use capi_support::mpi::{Expect, JOB_BOUND, RANKS, VICTIM, check_job, ffd_settings, summary, venv};
+use capi_support::detect::{JOB_BOUND, ffd_settings};
+use capi_support::mpi::{Expect, RANKS, VICTIM, check_job, summary, venv};
 use capi_support::{Child, clean_command, compile_c_with, pkg_config_flags};
 
 #[test]

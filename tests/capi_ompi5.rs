@@ -33,7 +33,8 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use capi_support::mpi::{Expect, JOB_BOUND, RANKS, VICTIM, check_job, ffd_settings, summary, venv};
+use capi_support::detect::{JOB_BOUND, ffd_settings};
+use capi_support::mpi::{Expect, RANKS, VICTIM, check_job, summary, venv};
 use capi_support::{
     Child, ScratchDir, clean_command, compile_c_with, pkg_config_flags, pkg_config_flags_in, repo,
     run,

@@ -1,7 +1,8 @@
 //! Shared by the C API tests (`tests/capi.rs`, `tests/install.rs`, the
 //! MPI embedding tests `tests/capi_mpi.rs`, `capi_ompi5.rs`,
 //! `capi_mpich.rs`, whose job lives in [`mpi`], and the OpenSHMEM one,
-//! `tests/capi_shmem.rs`): building libffd's
+//! `tests/capi_shmem.rs`; the checks of both jobs' output live in
+//! [`detect`]): building libffd's
 //! pkg-config files with `ci/pkgconfig`, compiling C against them, and
 //! running children with bounded waits.
 //!
@@ -15,6 +16,7 @@
 #[path = "../prereq/mod.rs"]
 pub mod prereq;
 
+pub mod detect;
 pub mod mpi;
 
 use std::ffi::OsStr;
