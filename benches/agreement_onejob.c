@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ffd.h>
+#include "bench_ffd_mpi.h"
 
 #ifndef OMPI_HAVE_MPI_EXT_FTMPI
 #error "this Open MPI has no ULFM extension (MPIX_Comm_agree)"
@@ -54,20 +54,6 @@ static int64_t realtime_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int mpi_allgather(void *userdata, const void *mine, size_t len, void *all) {
-    MPI_Comm comm = *(MPI_Comm *)userdata;
-    if (len > INT_MAX)
-        return -1;
-    return MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, comm);
-}
-
-static void fail(int rank, const char *what, int rc) {
-    char msg[512];
-    ffd_last_error_message(msg, sizeof msg, NULL);
-    fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, ffd_strerror(rc), msg);
-    _exit(1);
 }
 
 struct kill_agree {
@@ -95,17 +81,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    ffd_config_t *cfg = NULL;
-    int rc = ffd_config_from_env(&cfg);
-    if (rc != FFD_OK)
-        fail(rank, "ffd_config_from_env", rc);
-    MPI_Comm world = MPI_COMM_WORLD;
-    ffd_oob_t oob = {.rank = rank, .size = size, .allgather = mpi_allgather, .userdata = &world};
-    ffd_t *ffd = NULL;
-    rc = ffd_init(&oob, cfg, &ffd);
-    ffd_config_free(cfg);
-    if (rc != FFD_OK)
-        fail(rank, "ffd_init", rc);
+    ffd_t *ffd = bench_ffd_start(rank, size);
 
     double *ffd_us = calloc((size_t)rounds, sizeof *ffd_us);
     double *ulfm_us = calloc((size_t)rounds, sizeof *ulfm_us);
@@ -121,9 +97,9 @@ int main(int argc, char **argv) {
             if (ffd_turn) {
                 uint64_t view = 0;
                 size_t n = 0;
-                rc = ffd_agree(ffd, mine, &ffd_flags, &view, failed, (size_t)size, &n);
+                int rc = ffd_agree(ffd, mine, &ffd_flags, &view, failed, (size_t)size, &n);
                 if (rc != FFD_OK)
-                    fail(rank, "ffd_agree", rc);
+                    bench_fail(rank, "ffd_agree", rc);
             } else {
                 ulfm_flag = ~(1 << (rank % 31));
                 MPIX_Comm_agree(MPI_COMM_WORLD, &ulfm_flag);

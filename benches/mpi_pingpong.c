@@ -36,26 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <ffd.h>
-
-static int mpi_allgather(void *userdata, const void *mine, size_t len, void *all) {
-    MPI_Comm comm = *(MPI_Comm *)userdata;
-    if (len > INT_MAX)
-        return -1;
-    return MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, comm);
-}
+#include "bench_ffd_mpi.h"
 
 static int compare(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-static void fail(int rank, const char *what, int rc) {
-    char msg[512];
-    ffd_last_error_message(msg, sizeof msg, NULL);
-    printf("rank %d: %s failed: %s: %s\n", rank, what, ffd_strerror(rc), msg);
-    fflush(stdout);
-    MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 int main(int argc, char **argv) {
@@ -89,18 +74,8 @@ int main(int argc, char **argv) {
     }
 
     ffd_t *ffd = NULL;
-    if (with_ffd) {
-        ffd_config_t *cfg = NULL;
-        int rc = ffd_config_from_env(&cfg);
-        if (rc != FFD_OK)
-            fail(rank, "ffd_config_from_env", rc);
-        MPI_Comm world = MPI_COMM_WORLD;
-        ffd_oob_t oob = {.rank = rank, .size = size, .allgather = mpi_allgather, .userdata = &world};
-        rc = ffd_init(&oob, cfg, &ffd);
-        ffd_config_free(cfg);
-        if (rc != FFD_OK)
-            fail(rank, "ffd_init", rc);
-    }
+    if (with_ffd)
+        ffd = bench_ffd_start(rank, size);
 
     int64_t msg = 0;
     int peer = 1 - rank;
@@ -157,7 +132,7 @@ int main(int argc, char **argv) {
     if (ffd) {
         int rc = ffd_finalize(&ffd);
         if (rc != FFD_OK)
-            fail(rank, "ffd_finalize", rc);
+            bench_fail(rank, "ffd_finalize", rc);
     }
     MPI_Finalize();
     return 0;
