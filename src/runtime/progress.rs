@@ -990,7 +990,9 @@ impl Core<'_> {
         ) {
             Ok(()) => {
                 self.counters.heartbeats_sent += 1;
-                self.last_beat_posted = Some(self.now());
+                if self.logger.enabled(crate::config::LogLevel::Info) {
+                    self.last_beat_posted = Some(self.now());
+                }
             }
             // The next period brings the next beat; only the run is counted.
             Err(e) if e.is_refusal() => self.refused(to),

@@ -156,7 +156,8 @@ struct Accusation {
     /// When it began.
     began: Time,
     /// Since when the suspect has been silent here: its slot's last change
-    /// if it is this rank's fabric emitter, else when the accusation began.
+    /// if it is this rank's fabric emitter, its counter's if it is the
+    /// local one, else when the accusation began.
     silent_since: Time,
     /// A majority confirmed it while this rank's own timing was strained
     /// (local health above 1, or a late wake-up since it began): it is
@@ -443,6 +444,12 @@ impl Engine {
         self.stats.quorum.accusations += 1;
         let silent_since = if self.watch.emitter == Some(suspect) {
             self.watch.changed_at.min(now)
+        } else if self.local.emitter == Some(suspect) {
+            // Judged from max(baseline, seen_at) (`local.rs`).
+            self.local
+                .seen_at
+                .map_or(self.local.baseline, |t| t.max(self.local.baseline))
+                .min(now)
         } else {
             now
         };
