@@ -34,10 +34,10 @@ pub use config::{
     RingKind, Time,
 };
 pub use engine::{
-    AgreeAbort, Cause, Confirmation, DropStats, EmitterThread, Engine, EngineOptions, Event,
-    Evidence, Exclusion, FabricSaid, FailureDetail, HandleError, HealthStats, HeartbeatMode,
-    HostStats, Input, LocalBeat, MessageStats, NoticeStats, ObservationStats, Output,
-    Participation, PayloadStats, QuorumStats, Readings, SlotReading, Stats, SyncStats,
+    AccusationNote, AgreeAbort, Cause, Confirmation, DropStats, EmitterThread, Engine,
+    EngineOptions, Event, Evidence, Exclusion, FabricSaid, FailureDetail, HandleError, HealthStats,
+    HeartbeatMode, HostStats, Input, LocalBeat, MessageStats, NoticeStats, ObservationStats,
+    Output, Participation, PayloadStats, QuorumStats, Readings, SlotReading, Stats, SyncStats,
     TransportErrorKind, View, ViewStats, slot_digest, slot_generation, slot_value,
 };
 pub use hosts::Hosts;

@@ -516,3 +516,136 @@ fn a_late_observer_gives_a_mended_emitter_a_full_timeout_even_amid_accusations()
         "linked at {linked}, accused at {t}"
     );
 }
+
+/// The Failed events among `outs` and when: (rank, detector).
+fn failed(outs: &[Output]) -> Vec<(Rank, Rank)> {
+    events(outs)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Failed { rank, detector, .. } => Some((rank, detector)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Votes read on a wake-up that came later than the lag guard (the driver
+/// reads its queue before it runs the timers) confirm nothing: this
+/// rank's own stall is no evidence against its emitter. The tick that
+/// follows trips the lag guard, which withdraws the accusation of the
+/// emitter (the voters drop their ballots) and gives the emitter a fresh
+/// timeout. At N = 128 on 2 cores with one rank per emulated host an
+/// accuser whose thread had slept 157 ms confirmed its accusation of a
+/// live emitter on the votes of that very wake-up.
+#[test]
+fn votes_read_on_a_late_wakeup_confirm_nothing_and_the_lag_guard_withdraws_the_accusation() {
+    let n = 5;
+    let mut e = checker(n, 2);
+    let outs = run_until(&mut e, at(110));
+    let nonce = round(&outs, n);
+    // The accuser's thread sleeps: its next timer is due at 125 ms, it
+    // runs at 185 ms (60 ms late, the lag guard is 50 ms) and reads a
+    // majority's votes first.
+    let due = e.next_deadline().expect("a deadline");
+    let woke = due + ms(60);
+    let outs = JOB.deliver(
+        &mut e,
+        woke,
+        Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
+    );
+    assert_eq!(failed(&outs), vec![], "confirmed on a late wake-up");
+    assert_eq!(e.stats().quorum.quorum_confirmations, 0);
+    // Then its timers: the lag guard withdraws the accusation.
+    let outs = tick(&mut e, woke, 0);
+    assert_eq!(failed(&outs), vec![]);
+    assert_eq!(e.stats().health.self_lag_trips, 1);
+    assert_eq!(e.stats().quorum.withdrawn_on_self_lag, 1);
+    let outcomes: Vec<OutcomeVerdict> = JOB
+        .sent(&outs, n)
+        .into_iter()
+        .filter_map(|(_, _, m)| match m {
+            Message::Outcome { verdict, .. } => Some(verdict),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !outcomes.is_empty() && outcomes.iter().all(|v| *v == OutcomeVerdict::Withdrawn),
+        "{outcomes:?}"
+    );
+    // The emitter has a fresh (stretched: health 2) timeout from the
+    // late wake-up: a new accusation, not a declaration, once it is up.
+    let outs = run_until(&mut e, woke + ms(190));
+    assert_eq!(failed(&outs), vec![]);
+    assert_eq!(e.stats().quorum.accusations, 1);
+    let outs = run_until(&mut e, woke + ms(230));
+    assert_eq!(failed(&outs), vec![]);
+    assert_eq!(
+        e.stats().quorum.accusations,
+        2,
+        "accused again once its time is up"
+    );
+}
+
+/// Lifeguard's suspicion timeout, shaped by local health: an accusation
+/// that a majority confirms while this rank's own timing is strained (a
+/// wake-up later than `late_wakeup` since the accusation began, or local
+/// health above 1) is held until the suspect has been silent for
+/// `health_max` timeouts (400 ms here, the bound of design §4.3), so that
+/// a suspect starved by the same overload can still answer; an answer
+/// meanwhile withdraws it. On time (health 1, no late wake-up) it is
+/// declared at once (`silence_is_an_accusation_declared_once_a_majority_votes`).
+/// At N = 128 on 2 cores, one rank per emulated host: an accuser whose
+/// health rose to 4 during the vote declared a live rank whose thread had
+/// not run for 270 ms; it answered 2 ms after the notice.
+#[test]
+fn an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling() {
+    let n = 5;
+    for answer in [false, true] {
+        let mut e = checker(n, 2);
+        let outs = run_until(&mut e, at(110));
+        let mut nonce = round(&outs, n);
+        // One wake-up 30 ms late (late after 25 ms; under the 50 ms lag
+        // guard): health 2. (It may flood a new round: vote in that.)
+        let due = e.next_deadline().expect("a deadline");
+        let outs = tick(&mut e, due + ms(30), 0);
+        if !kinds_to(&outs, n, Kind::Suspect).is_empty() {
+            nonce = round(&outs, n);
+        }
+        assert_eq!(e.local_health(), 2);
+        assert_eq!(e.stats().health.self_lag_trips, 0);
+        let voted = due + ms(31);
+        let outs = JOB.deliver(
+            &mut e,
+            voted,
+            Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
+        );
+        assert_eq!(failed(&outs), vec![], "declared under strain at once");
+        assert_eq!(e.stats().quorum.confirmations_held, 1);
+        // Its emitter (1) has not written since 0 ms: held until 400 ms.
+        let outs = run_until(&mut e, at(300));
+        assert_eq!(failed(&outs), vec![]);
+        if answer {
+            let outs = JOB.deliver(&mut e, at(300), Encoder::new(KEY, 1).refute(2, nonce));
+            assert_eq!(failed(&outs), vec![]);
+            assert_eq!(e.stats().quorum.refutations, 1);
+            let outs = run_until(&mut e, at(450));
+            assert_eq!(failed(&outs), vec![], "declared after it answered");
+            continue;
+        }
+        let mut declared_at = None;
+        while let Some(d) = e.next_deadline() {
+            assert!(d <= at(500), "still not declared at {d}");
+            let outs = tick(&mut e, d, 0);
+            if !failed(&outs).is_empty() {
+                assert_eq!(failed(&outs), vec![(1, 2)]);
+                declared_at = Some(d);
+                break;
+            }
+        }
+        let declared_at = declared_at.expect("declared");
+        assert!(
+            declared_at >= at(400) && declared_at <= at(425),
+            "declared at {declared_at}"
+        );
+        assert_eq!(e.stats().quorum.quorum_confirmations, 1);
+    }
+}

@@ -41,6 +41,11 @@ impl Logger {
         self.emit(LogLevel::Info, "info", args);
     }
 
+    /// Whether lines at `at` are written (to skip preparing them).
+    pub(crate) fn enabled(&self, at: LogLevel) -> bool {
+        at != LogLevel::Off && self.level >= at
+    }
+
     pub(crate) fn debug(&self, args: fmt::Arguments<'_>) {
         self.emit(LogLevel::Debug, "debug", args);
     }

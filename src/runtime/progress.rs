@@ -217,6 +217,17 @@ struct Core<'d> {
     timeout: Duration,
     /// [`agreement_poll_every`] for this host.
     agreement_poll_every: Duration,
+    /// Diagnostics for the log (`FFD_LOG=info`): when the last turn of the
+    /// loop began, the long gaps between turns in the last two seconds
+    /// (at, gap), and when the last heartbeat was posted.
+    last_turn: Option<Time>,
+    long_gaps: VecDeque<(Time, Duration)>,
+    /// This turn: when its queue read and its timers ended.
+    turn_marks: [Option<Time>; 2],
+    /// Turns that took longer than a quarter timeout: (began, queue read,
+    /// timers, the rest).
+    long_turns: VecDeque<(Time, [Duration; 3])>,
+    last_beat_posted: Option<Time>,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -405,6 +416,11 @@ impl<'d> Progress<'d> {
                 last_publish: parts.started,
                 exits_unscanned: true,
                 boost: parts.boost,
+                last_turn: None,
+                long_gaps: VecDeque::new(),
+                turn_marks: [None; 2],
+                long_turns: VecDeque::new(),
+                last_beat_posted: None,
             },
         }
     }
@@ -437,6 +453,7 @@ impl<'d> Progress<'d> {
                 let mut sink = [0u8; 64];
                 while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
             }
+            core.note_turn();
             core.take_commands();
             core.drive_host_agreement();
             core.refresh_board_readers();
@@ -455,11 +472,14 @@ impl<'d> Progress<'d> {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
+            core.mark_turn(0);
             core.on_deadline();
+            core.mark_turn(1);
             core.carry_out(endpoint);
             core.bump();
             core.retry_pending(endpoint);
             core.publish(false);
+            core.end_turn();
             if core.finished() {
                 break;
             }
@@ -857,6 +877,7 @@ impl Core<'_> {
                 // An agreement's result reaches its request before the
                 // host hears of it.
                 Output::Event(event) => {
+                    self.log_diagnosis(&event);
                     self.shared.agreements.on_event(&event);
                     self.delivery.protocol_event(event);
                 }
@@ -869,6 +890,133 @@ impl Core<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// A turn of the loop begins: a gap since the last one longer than a
+    /// quarter timeout is kept two seconds for [`Core::log_diagnosis`].
+    fn note_turn(&mut self) {
+        if !self.logger.enabled(crate::config::LogLevel::Info) {
+            return;
+        }
+        let now = self.now();
+        if let Some(last) = self.last_turn {
+            let gap = now.saturating_since(last);
+            if gap > self.timeout / 4 {
+                self.long_gaps.push_back((now, gap));
+            }
+        }
+        self.last_turn = Some(now);
+        while self
+            .long_gaps
+            .front()
+            .is_some_and(|&(at, _)| now.saturating_since(at) > Duration::from_secs(2))
+        {
+            self.long_gaps.pop_front();
+        }
+    }
+
+    fn mark_turn(&mut self, k: usize) {
+        if self.logger.enabled(crate::config::LogLevel::Info) {
+            self.turn_marks[k] = Some(self.now());
+        }
+    }
+
+    /// A turn ends: one longer than a quarter timeout is kept two seconds.
+    fn end_turn(&mut self) {
+        let (Some(began), [Some(read), Some(timers)]) = (self.last_turn, self.turn_marks) else {
+            return;
+        };
+        let now = self.now();
+        if now.saturating_since(began) > self.timeout / 4 {
+            self.long_turns.push_back((
+                began,
+                [
+                    read.saturating_since(began),
+                    timers.saturating_since(read),
+                    now.saturating_since(timers),
+                ],
+            ));
+        }
+        while self
+            .long_turns
+            .front()
+            .is_some_and(|&(at, _)| now.saturating_since(at) > Duration::from_secs(2))
+        {
+            self.long_turns.pop_front();
+        }
+        self.turn_marks = [None; 2];
+    }
+
+    /// Logs (`FFD_LOG=info`) what this thread saw of its own timing when
+    /// it confirmed an accusation or was itself declared: the evidence for
+    /// telling a late accuser from a starved suspect.
+    fn log_diagnosis(&mut self, event: &crate::protocol::Event) {
+        use crate::protocol::{Event, Exclusion, FailureDetail};
+        if !self.logger.enabled(crate::config::LogLevel::Info) {
+            return;
+        }
+        let now = self.now();
+        let gaps: Vec<String> = self
+            .long_gaps
+            .iter()
+            .map(|&(at, gap)| {
+                format!(
+                    "{:.1}ms {:.1}ms ago",
+                    gap.as_secs_f64() * 1e3,
+                    now.saturating_since(at).as_secs_f64() * 1e3
+                )
+            })
+            .collect();
+        let beat = self
+            .last_beat_posted
+            .map(|t| format!("{:.1}ms ago", now.saturating_since(t).as_secs_f64() * 1e3));
+        match event {
+            Event::Failed {
+                rank,
+                detector,
+                detail: FailureDetail::Silence { .. },
+                ..
+            } if *detector == self.engine.me() => {
+                let note = self.engine.take_accusation_note();
+                self.logger.info(format_args!(
+                    "diagnosis: declared rank {rank} from silence: {note:?}; my long turn gaps \
+                     (last 2 s): [{}]",
+                    gaps.join(", ")
+                ));
+            }
+            Event::SelfExcluded {
+                by,
+                why: Exclusion::Named,
+            } => {
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                let turns: Vec<String> = self
+                    .long_turns
+                    .iter()
+                    .map(|&(at, [r, t, o])| {
+                        format!(
+                            "{:.1}ms ago: read {:.1} timers {:.1} rest {:.1}",
+                            ms(now.saturating_since(at)),
+                            ms(r),
+                            ms(t),
+                            ms(o)
+                        )
+                    })
+                    .collect();
+                let this = self.last_turn.map(|t| ms(now.saturating_since(t)));
+                let marks = self
+                    .turn_marks
+                    .map(|m| m.map(|t| ms(now.saturating_since(t))));
+                self.logger.info(format_args!(
+                    "diagnosis: declared by rank {by}; my health {}, my last beat posted {beat:?}, \
+                     my long turn gaps (last 2 s): [{}]; long turns: [{}]; this turn began \
+                     {this:?} ms ago, marks {marks:?}",
+                    self.engine.local_health(),
+                    gaps.join(", "),
+                    turns.join("; ")
+                ));
+            }
+            _ => {}
         }
     }
 
@@ -886,6 +1034,9 @@ impl Core<'_> {
         ) {
             Ok(()) => {
                 self.counters.heartbeats_sent += 1;
+                if self.logger.enabled(crate::config::LogLevel::Info) {
+                    self.last_beat_posted = Some(self.now());
+                }
             }
             // The next period brings the next beat; only the run is counted.
             Err(e) if e.is_refusal() => self.refused(to),

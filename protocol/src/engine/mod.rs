@@ -115,6 +115,7 @@ pub use io::{
 use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
+pub use quorum::AccusationNote;
 pub use stats::{
     DropStats, HealthStats, HostStats, MessageStats, NoticeStats, ObservationStats, PayloadStats,
     QuorumStats, Stats, SyncStats, ViewStats,
@@ -207,6 +208,15 @@ pub struct Engine {
     /// The other ranks of this host that read its notice board
     /// ([`Input::BoardReaders`]).
     board_readers: local::BoardReaders,
+    /// The lateness of the latest wake-up, and the largest since this
+    /// rank's latest accusation began (diagnostics only).
+    last_lateness: std::time::Duration,
+    lateness_since_accusation: std::time::Duration,
+    /// The latest accusation this rank confirmed, until the driver takes it.
+    accusation_note: Option<AccusationNote>,
+    /// The last wake-up later than `late_wakeup` (quorum: a confirmed
+    /// accusation begun before it is held, `quorum::check_quorum`).
+    late_at: Option<Time>,
 }
 
 /// How an Engine is built beyond its job (configuration, ring, rank,
@@ -379,6 +389,10 @@ impl Engine {
             leading,
             host_check: None,
             board_readers: local::BoardReaders::None,
+            last_lateness: std::time::Duration::ZERO,
+            lateness_since_accusation: std::time::Duration::ZERO,
+            accusation_note: None,
+            late_at: None,
         };
         engine.write_beat_now(now);
         Ok(engine)
@@ -481,6 +495,12 @@ impl Engine {
     /// own timing verdicts (a run of refused posts) by the same factor.
     pub fn local_health(&self) -> u32 {
         self.health.multiplier()
+    }
+
+    /// The diagnostics of the latest accusation this rank confirmed, once
+    /// (for the driver's log; `None` if none since the last call).
+    pub fn take_accusation_note(&mut self) -> Option<AccusationNote> {
+        self.accusation_note.take()
     }
 
     /// When [`Engine::handle_timeout`] must next be called, `None` if never
@@ -631,6 +651,11 @@ impl Engine {
             .max_lateness_ns
             .max(lateness.as_nanos() as u64);
         self.note_wakeup(now, lateness);
+        self.last_lateness = lateness;
+        if lateness > self.config.late_wakeup() {
+            self.late_at = Some(now);
+        }
+        self.lateness_since_accusation = self.lateness_since_accusation.max(lateness);
         let lagging = lateness > self.config.lag_guard();
         if lagging {
             self.on_self_lag(now);

@@ -68,6 +68,11 @@ impl Engine {
             leading,
             host_check,
             board_readers,
+            late_at,
+            // Diagnostics for the driver's log: no decision reads them.
+            last_lateness: _,
+            lateness_since_accusation: _,
+            accusation_note: _,
         } = self;
         thread_local! {
             static TEXT: RefCell<String> = const { RefCell::new(String::new()) };
@@ -81,7 +86,7 @@ impl Engine {
                 "{participation:?}|{mode:?}|{stream_dirty}|{me}|{links:?}|{failed:?}|{left:?}|\
                  {pending_write:?}|{out:?}|{fanouts:?}|{timers:?}|{watch:?}|{health:?}|\
                  {beat:?}|{suspect:?}|{witness:?}|{nonce}|{payloads:?}|{pending_left:?}|\
-                 {exclusion_replies:?}|{sync_limit:?}|{quorum:?}|{views:?}"
+                 {exclusion_replies:?}|{sync_limit:?}|{quorum:?}|{views:?}|{late_at:?}"
             );
             // Node-local watching: without host groups nothing reads these
             // (its emitter stays `None`), and its baseline, set at start,

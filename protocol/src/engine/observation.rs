@@ -260,6 +260,7 @@ impl Engine {
         if self.participation != Participation::Active {
             return;
         }
+        self.quorum_self_lag(now);
         let mut asked = NO_RANK;
         for peer in [self.watch.emitter, self.beat.observer]
             .into_iter()

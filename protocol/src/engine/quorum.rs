@@ -153,6 +153,56 @@ struct Accusation {
     /// it (a new round counts up from one again, which is no growth).
     best: u32,
     tree: Subtree,
+    /// When it began.
+    began: Time,
+    /// Since when the suspect has been silent here: its slot's last change
+    /// if it is this rank's fabric emitter, its counter's if it is the
+    /// local one, else when the accusation began.
+    silent_since: Time,
+    /// A majority confirmed it while this rank's own timing was strained
+    /// (local health above 1, or a late wake-up since it began): it is
+    /// declared only at this time, once the suspect has been silent for
+    /// the ceiling of the stretched timeout (`health_max`·timeout),
+    /// unless it answers first (Lifeguard's suspicion timeout).
+    held_until: Option<Time>,
+    diag: Diag,
+}
+
+/// What this rank knew when it began an accusation, for the driver's log
+/// only: its `Debug` is empty, so the model checker's fingerprint of an
+/// Engine does not tell states apart by it.
+#[derive(Clone, Copy)]
+struct Diag {
+    /// How late the wake-up that began it was, and the local health then.
+    lateness: std::time::Duration,
+    health: u32,
+}
+
+impl std::fmt::Debug for Diag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("_")
+    }
+}
+
+/// Diagnostics of one accusation this rank confirmed, for the driver's
+/// log ([`Engine::take_accusation_note`]): how long the suspect had been
+/// silent here, how late this rank's own wake-up was when it accused, its
+/// local health then and at the confirmation, and how long the votes
+/// took. Not part of the protocol: nothing reads it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccusationNote {
+    pub suspect: Rank,
+    /// The suspect's slot had stood still this long when the accusation
+    /// began (zero: not this rank's fabric emitter).
+    pub still_for: std::time::Duration,
+    /// The lateness of the wake-up that began the accusation.
+    pub lateness: std::time::Duration,
+    pub health_at_accusation: u32,
+    pub health_at_confirmation: u32,
+    /// From the accusation to its confirmation.
+    pub voted_in: std::time::Duration,
+    /// The largest lateness of this rank's wake-ups between the two.
+    pub max_lateness_since: std::time::Duration,
 }
 
 /// This rank's part in another rank's accusation (its newest round).
@@ -392,6 +442,18 @@ impl Engine {
         said: FabricSaid,
     ) {
         self.stats.quorum.accusations += 1;
+        let silent_since = if self.watch.emitter == Some(suspect) {
+            self.watch.changed_at.min(now)
+        } else if self.local.emitter == Some(suspect) {
+            // Judged from max(baseline, seen_at) (`local.rs`).
+            self.local
+                .seen_at
+                .map_or(self.local.baseline, |t| t.max(self.local.baseline))
+                .min(now)
+        } else {
+            now
+        };
+        self.lateness_since_accusation = std::time::Duration::ZERO;
         let (nonce, probe_nonce) = (self.next_nonce(), self.next_nonce());
         let accusation = Accusation {
             suspect,
@@ -405,6 +467,13 @@ impl Engine {
             grew_at: now,
             best: 1,
             tree: Subtree::default(),
+            began: now,
+            silent_since,
+            held_until: None,
+            diag: Diag {
+                lateness: self.last_lateness,
+                health: self.health.multiplier(),
+            },
         };
         self.quorum_state().accusations.push(accusation);
         self.start_round(suspect);
@@ -446,21 +515,68 @@ impl Engine {
         }
     }
 
+    /// Whether this wake-up came late: a timer is overdue by more than the
+    /// lag guard (messages are handled before the timers that tell).
+    fn running_late(&self, now: Time) -> bool {
+        let due = self.timers.next();
+        due <= now && now - due > self.config.lag_guard()
+    }
+
     /// Declares the suspects of accusations that reached a quorum: 2C > V,
-    /// or 2C = V with the lowest live rank on this side.
+    /// or 2C = V with the lowest live rank on this side. Under strain (a
+    /// late wake-up here since the accusation began, or a local health
+    /// multiplier above one) a confirmed accusation is held until the suspect has been silent
+    /// for `health_max` timeouts (the bound of §4.3), so a suspect starved
+    /// by the same overload can still answer (test
+    /// `an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling`).
     fn check_quorum(&mut self, now: Time) {
+        if self.running_late(now) {
+            // Votes handled on a wake-up that came late (they are read
+            // before the timers): declare nobody before the lag guard has
+            // looked at this wake-up (the tick right after it).
+            return;
+        }
         let live = self.live_view();
         let n = self.ring.len();
         let me_lowest = self.lowest_live() == self.me;
+        // This rank's own timing is strained: its local health is above 1,
+        // or (checked per accusation) a wake-up since it began was late.
+        let (unhealthy, late_at) = (self.health.multiplier() > 1, self.late_at);
+        let ceiling = self
+            .config
+            .timeout
+            .saturating_mul(self.config.health_max.max(1));
         let Some(q) = self.quorum.as_mut() else {
             return;
         };
         let mut confirmed = Vec::new();
-        q.accusations.retain(|a| {
+        let mut notes = Vec::new();
+        let mut held = 0;
+        q.accusations.retain_mut(|a| {
             let votes = a.tree.count(n);
             let tiebreak = a.tree.flags(me_lowest) & VOTE_TIEBREAK != 0;
             let twice = 2 * u64::from(votes);
-            if twice > u64::from(live) || (twice == u64::from(live) && tiebreak) {
+            let quorum = twice > u64::from(live) || (twice == u64::from(live) && tiebreak);
+            if quorum
+                && a.held_until.is_none()
+                && (unhealthy || late_at.is_some_and(|t| t >= a.began))
+            {
+                a.held_until = Some(a.silent_since + ceiling);
+                held += 1;
+            }
+            if quorum && a.held_until.is_some_and(|t| now < t) {
+                return true;
+            }
+            if quorum {
+                notes.push(AccusationNote {
+                    suspect: a.suspect,
+                    still_for: a.began.saturating_since(a.silent_since),
+                    lateness: a.diag.lateness,
+                    health_at_accusation: a.diag.health,
+                    health_at_confirmation: 0,
+                    voted_in: now.saturating_since(a.began),
+                    max_lateness_since: std::time::Duration::ZERO,
+                });
                 confirmed.push((
                     a.suspect,
                     a.host.clone(),
@@ -474,6 +590,12 @@ impl Engine {
                 true
             }
         });
+        self.stats.quorum.confirmations_held += held;
+        for mut note in notes {
+            note.health_at_confirmation = self.health.multiplier();
+            note.max_lateness_since = self.lateness_since_accusation;
+            self.accusation_note = Some(note);
+        }
         for (suspect, host, cause, said, votes, tiebreak) in confirmed {
             self.stats.quorum.quorum_confirmations += 1;
             let quorum = Some(Confirmation {
@@ -529,6 +651,26 @@ impl Engine {
             self.schedule_local_check(now);
         }
         self.rearm_quorum(now);
+    }
+
+    /// This rank woke later than the lag guard: its accusations of its own
+    /// emitters (the fabric one, the local one) rest on its own sense of
+    /// time, which just failed it, and are withdrawn like a refutation
+    /// (the emitters get a fresh timeout from now). Without this, votes
+    /// read on the late wake-up itself confirmed them before the guard
+    /// ran (seen at N = 128 on 2 cores, one rank per emulated host: an
+    /// accuser whose thread had slept 157 ms declared a live emitter
+    /// that its starved thread had not heard for 100 ms).
+    pub(super) fn quorum_self_lag(&mut self, now: Time) {
+        for emitter in [self.watch.emitter, self.local.emitter]
+            .into_iter()
+            .flatten()
+        {
+            if self.accusing(emitter) {
+                self.stats.quorum.withdrawn_on_self_lag += 1;
+                self.withdraw(now, emitter);
+            }
+        }
     }
 
     /// The emitter's slot moved: an accusation of it is withdrawn.
@@ -615,6 +757,11 @@ impl Engine {
         let mut rounds = Vec::new();
         let mut give_up = false;
         for a in &mut q.accusations {
+            if a.held_until.is_some() {
+                // Confirmed, held: no new round (which would count from
+                // one again), no give-up; declared when the hold ends.
+                continue;
+            }
             let stalled = now.saturating_since(a.grew_at) >= stall;
             if now >= a.give_up {
                 if lagging || stretched || !stalled || one_host {
@@ -657,6 +804,11 @@ impl Engine {
         for (accuser, suspect) in due {
             self.maybe_vote(now, accuser, suspect);
         }
+        if !lagging {
+            // Held accusations whose hold is over, and confirmations
+            // deferred from votes read on a late wake-up.
+            self.check_quorum(now);
+        }
         self.rearm_quorum(now);
     }
 
@@ -669,7 +821,10 @@ impl Engine {
         };
         let mut next = Time::NEVER;
         for a in &q.accusations {
-            next = next.min(a.next_round).min(a.give_up);
+            next = match a.held_until {
+                Some(t) => next.min(t),
+                None => next.min(a.next_round).min(a.give_up),
+            };
         }
         for b in &q.ballots {
             let complete_sent = b.sent.is_some_and(|(_, f)| f & VOTE_COMPLETE != 0);

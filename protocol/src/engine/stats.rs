@@ -202,6 +202,12 @@ pub struct QuorumStats {
     /// Accusations of others this rank took no part in: it already held the
     /// most ballots it keeps.
     pub ballots_refused: u64,
+    /// Accusations of this rank's own emitters withdrawn because it woke
+    /// later than the lag guard meanwhile (its stall voids its evidence).
+    pub withdrawn_on_self_lag: u64,
+    /// Confirmed accusations held until the suspect's silence reached the
+    /// ceiling, because this rank's own timing was strained.
+    pub confirmations_held: u64,
 }
 
 /// View changes and user agreements (`engine/views.rs`).
