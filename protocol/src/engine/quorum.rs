@@ -820,8 +820,14 @@ impl Engine {
             return;
         };
         let mut next = Time::NEVER;
+        // A hold that ended on a wake-up that came late (its check
+        // deferred) is looked at again a check interval on, never in the
+        // past (ci/fuzz's deadline_not_after_timeout found it: seeds 1, 3, 8
+        // and 10 at 10^6 inputs).
+        let recheck = now + self.config.check_interval();
         for a in &q.accusations {
             next = match a.held_until {
+                Some(t) if t <= now => next.min(recheck),
                 Some(t) => next.min(t),
                 None => next.min(a.next_round).min(a.give_up),
             };
