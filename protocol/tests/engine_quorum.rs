@@ -41,6 +41,17 @@ fn kinds_to(outs: &[Output], n: u32, kind: Kind) -> Vec<Rank> {
     sorted(JOB.sent_to(outs, n, kind))
 }
 
+/// The verdicts of the accusation outcomes sent in `outs`.
+fn outcome_verdicts(outs: &[Output], n: u32) -> Vec<OutcomeVerdict> {
+    JOB.sent(outs, n)
+        .into_iter()
+        .filter_map(|(_, _, m)| match m {
+            Message::Outcome { verdict, .. } => Some(verdict),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Runs `e`'s deadlines up to `until`, its slot never written: everything
 /// it output.
 fn run_until(e: &mut Engine, until: Time) -> Vec<Output> {
@@ -158,14 +169,7 @@ fn an_exact_half_goes_on_only_with_the_lowest_live_rank() {
             why: Exclusion::NoQuorum
         }]
     );
-    let outcomes: Vec<OutcomeVerdict> = JOB
-        .sent(&outs, n)
-        .into_iter()
-        .filter_map(|(_, _, m)| match m {
-            Message::Outcome { verdict, .. } => Some(verdict),
-            _ => None,
-        })
-        .collect();
+    let outcomes = outcome_verdicts(&outs, n);
     assert!(
         !outcomes.is_empty() && outcomes.iter().all(|v| *v == OutcomeVerdict::NoQuorum),
         "{outcomes:?}"
@@ -559,14 +563,7 @@ fn votes_read_on_a_late_wakeup_confirm_nothing_and_the_lag_guard_withdraws_the_a
     assert_eq!(failed(&outs), vec![]);
     assert_eq!(e.stats().health.self_lag_trips, 1);
     assert_eq!(e.stats().quorum.withdrawn_on_self_lag, 1);
-    let outcomes: Vec<OutcomeVerdict> = JOB
-        .sent(&outs, n)
-        .into_iter()
-        .filter_map(|(_, _, m)| match m {
-            Message::Outcome { verdict, .. } => Some(verdict),
-            _ => None,
-        })
-        .collect();
+    let outcomes = outcome_verdicts(&outs, n);
     assert!(
         !outcomes.is_empty() && outcomes.iter().all(|v| *v == OutcomeVerdict::Withdrawn),
         "{outcomes:?}"
