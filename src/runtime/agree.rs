@@ -306,11 +306,8 @@ impl AgreeRequest {
         /// A sleep's bound: a failure this rank learns (its progress
         /// thread's failed set) rings no bell.
         const NAP: Duration = Duration::from_millis(1);
-        let spins = if shared
-            .host_agreement
-            .as_ref()
-            .is_some_and(|h| h.oversubscribed())
-        {
+        let host = shared.host_agreement.as_ref();
+        let spins = if host.is_some_and(|h| h.oversubscribed()) {
             0
         } else {
             SPINS
@@ -321,11 +318,9 @@ impl AgreeRequest {
             if let Some(outcome) = self.slot.lock().as_ref() {
                 return Some(outcome.clone());
             }
-            let bells = shared
-                .host_agreement
-                .as_ref()
-                .and_then(|h| h.segment())
-                .map(crate::node::agree_bells);
+            // Read before the step: a bell rung after it ends the sleep.
+            let segment = host.and_then(|h| h.segment());
+            let bells = segment.map(crate::node::agree_bells);
             match shared.drive_host_agreement(true) {
                 Step::Moved => idle = 0,
                 Step::Waiting | Step::Idle | Step::Busy => idle += 1,
@@ -347,16 +342,13 @@ impl AgreeRequest {
                 let nap = deadline.map_or(NAP, |d| {
                     d.saturating_duration_since(Instant::now()).min(NAP)
                 });
-                match (
-                    shared.host_agreement.as_ref().and_then(|h| h.segment()),
-                    bells,
-                ) {
-                    (Some(segment), Some(bells)) => {
+                match segment.zip(bells) {
+                    Some((segment, bells)) => {
                         crate::node::wait_agree_bells(segment, bells, nap);
                     }
                     // The segment is not open yet (the progress thread
                     // opens it once every rank is linked).
-                    _ => std::thread::park_timeout(nap.min(Duration::from_micros(100))),
+                    None => std::thread::park_timeout(nap.min(Duration::from_micros(100))),
                 }
             }
         }
