@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Accuracy side by side: ffd and Open MPI 5 ULFM on the same idle jobs.
+"""Accuracy side by side: ffd and Open MPI 5 ULFM on the same jobs, idle or beside a load (nothing is killed).
 
 For each N, each load and each detector, runs idle jobs of N processes
 for DURATION at decreasing timeouts (period = timeout / 10) until one is
