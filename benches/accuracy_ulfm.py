@@ -409,6 +409,11 @@ def run_ffd(n, timeout, duration, user):
         # refused: why)` where no real-time priority is granted.
         "sched": sorted({s.get("sched", "?") for s in stats.values()}),
         "boost_lifts": sum(s["runtime"].get("boost_lifts", 0) for s in stats.values()),
+        # The overload guards at work (docs/design.md §4.3): accusations
+        # withdrawn after this rank's own stall, confirmations held while
+        # the accuser was strained.
+        **{k: sum(s["engine"].get("quorum", {}).get(k, 0) for s in stats.values())
+           for k in ("withdrawn_on_self_lag", "confirmations_held", "accusations")},
         # How each false report began: "rank 43 detected rank 42 (timeout)".
         "first_false_reports": [l.strip() for l in proc.stdout.splitlines() if "false report" in l][:10],
         "took_s": took,

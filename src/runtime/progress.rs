@@ -225,9 +225,28 @@ struct Core<'d> {
     /// This turn: when its queue read and its timers ended.
     turn_marks: [Option<Time>; 2],
     /// Turns that took longer than a quarter timeout: (began, queue read,
-    /// timers, the rest).
+    /// timers, the rest), for two seconds.
     long_turns: VecDeque<(Time, [Duration; 3])>,
+    /// The last [`RECENT_TURNS`] turns.
+    recent_turns: VecDeque<TurnNote>,
+    /// Heartbeats posted in this turn so far.
+    beats_this_turn: u8,
     last_beat_posted: Option<Time>,
+}
+
+/// How many recent turns [`Core::log_diagnosis`] can show.
+const RECENT_TURNS: usize = 48;
+
+/// One turn of the loop, for the diagnosis (`FFD_LOG=info`).
+#[derive(Clone, Copy, Debug)]
+struct TurnNote {
+    began: Time,
+    /// The queue read, the timers, the rest (carrying out, retries).
+    phases: [Duration; 3],
+    /// Heartbeats posted during the turn.
+    beats: u8,
+    /// The Engine's next deadline at the turn's end, from then.
+    deadline_in: Option<Duration>,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -420,6 +439,8 @@ impl<'d> Progress<'d> {
                 long_gaps: VecDeque::new(),
                 turn_marks: [None; 2],
                 long_turns: VecDeque::new(),
+                recent_turns: VecDeque::with_capacity(RECENT_TURNS),
+                beats_this_turn: 0,
                 last_beat_posted: None,
             },
         }
@@ -922,21 +943,21 @@ impl Core<'_> {
         }
     }
 
-    /// A turn ends: one longer than a quarter timeout is kept two seconds.
+    /// A turn ends: the last [`RECENT_TURNS`] are kept, and any longer
+    /// than a quarter timeout for two seconds.
     fn end_turn(&mut self) {
+        let beats = std::mem::take(&mut self.beats_this_turn);
         let (Some(began), [Some(read), Some(timers)]) = (self.last_turn, self.turn_marks) else {
             return;
         };
         let now = self.now();
+        let phases = [
+            read.saturating_since(began),
+            timers.saturating_since(read),
+            now.saturating_since(timers),
+        ];
         if now.saturating_since(began) > self.timeout / 4 {
-            self.long_turns.push_back((
-                began,
-                [
-                    read.saturating_since(began),
-                    timers.saturating_since(read),
-                    now.saturating_since(timers),
-                ],
-            ));
+            self.long_turns.push_back((began, phases));
         }
         while self
             .long_turns
@@ -945,6 +966,15 @@ impl Core<'_> {
         {
             self.long_turns.pop_front();
         }
+        if self.recent_turns.len() == RECENT_TURNS {
+            self.recent_turns.pop_front();
+        }
+        self.recent_turns.push_back(TurnNote {
+            began,
+            phases,
+            beats,
+            deadline_in: self.engine.next_deadline().map(|d| d.saturating_since(now)),
+        });
         self.turn_marks = [None; 2];
     }
 
@@ -1007,13 +1037,31 @@ impl Core<'_> {
                 let marks = self
                     .turn_marks
                     .map(|m| m.map(|t| ms(now.saturating_since(t))));
+                // Each recent turn: began (ms ago) read/timers/rest (ms)
+                // heartbeats posted, the Engine's next deadline after it.
+                let recent: Vec<String> = self
+                    .recent_turns
+                    .iter()
+                    .map(|t| {
+                        let [r, tm, o] = t.phases.map(ms);
+                        format!(
+                            "{:.1}:{r:.1}/{tm:.1}/{o:.1}:b{}:d{}",
+                            ms(now.saturating_since(t.began)),
+                            t.beats,
+                            t.deadline_in
+                                .map_or("-".into(), |d| format!("{:.1}", ms(d)))
+                        )
+                    })
+                    .collect();
                 self.logger.info(format_args!(
                     "diagnosis: declared by rank {by}; my health {}, my last beat posted {beat:?}, \
                      my long turn gaps (last 2 s): [{}]; long turns: [{}]; this turn began \
-                     {this:?} ms ago, marks {marks:?}",
+                     {this:?} ms ago, marks {marks:?}; recent turns (ago:read/timers/rest:beats:\
+                     next deadline in): [{}]",
                     self.engine.local_health(),
                     gaps.join(", "),
-                    turns.join("; ")
+                    turns.join("; "),
+                    recent.join(" ")
                 ));
             }
             _ => {}
@@ -1036,6 +1084,7 @@ impl Core<'_> {
                 self.counters.heartbeats_sent += 1;
                 if self.logger.enabled(crate::config::LogLevel::Info) {
                     self.last_beat_posted = Some(self.now());
+                    self.beats_this_turn = self.beats_this_turn.saturating_add(1);
                 }
             }
             // The next period brings the next beat; only the run is counted.

@@ -221,6 +221,34 @@ fn serialize_engine_stats<S: serde::Serializer>(
         &stats.observation.transport_errors_ignored,
     )?;
     m.serialize_entry("suspicions", &stats.observation.suspicions)?;
+    let q = &stats.quorum;
+    m.serialize_entry(
+        "quorum",
+        &Named(
+            &[
+                "accusations",
+                "accusation_rounds",
+                "votes_sent",
+                "quorum_confirmations",
+                "refutations",
+                "no_quorum_exclusions",
+                "ballots_refused",
+                "withdrawn_on_self_lag",
+                "confirmations_held",
+            ],
+            &[
+                q.accusations,
+                q.accusation_rounds,
+                q.votes_sent,
+                q.quorum_confirmations,
+                q.refutations,
+                q.no_quorum_exclusions,
+                q.ballots_refused,
+                q.withdrawn_on_self_lag,
+                q.confirmations_held,
+            ],
+        ),
+    )?;
     m.serialize_entry("payloads_delivered", &stats.payloads.payloads_delivered)?;
     m.serialize_entry("payload_duplicates", &stats.payloads.payload_duplicates)?;
     m.serialize_entry("payloads_held", &stats.payloads.payloads_held)?;
@@ -267,6 +295,12 @@ mod tests {
         snap.engine.payloads.payloads_hold_overflow = 3;
         let v = serde_json::to_value(&snap).unwrap();
         assert_eq!(v["engine"]["payloads_hold_overflow"], 3);
+        snap.engine.quorum.confirmations_held = 4;
+        snap.engine.quorum.withdrawn_on_self_lag = 5;
+        let v = serde_json::to_value(&snap).unwrap();
+        assert_eq!(v["engine"]["quorum"]["confirmations_held"], 4);
+        assert_eq!(v["engine"]["quorum"]["withdrawn_on_self_lag"], 5);
+        assert_eq!(v["engine"]["quorum"]["accusations"], 0);
         assert_eq!(v["engine"]["detections"]["inband"], 2);
         assert_eq!(v["engine"]["sent"]["notice"], 0);
         // Every reason a message is dropped, by name.
