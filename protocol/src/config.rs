@@ -359,6 +359,16 @@ impl EngineConfig {
         self.late_wakeup.unwrap_or_else(|| self.check_interval())
     }
 
+    /// A wake-up of this rank's timers later than this strains it: a
+    /// majority confirmation of its accusations is held (`docs/design.md`
+    /// §4.11). One period, or `late_wakeup` if shorter: a wake-up a period
+    /// late means at least one of its own beats left late, the measure
+    /// its observer judges it by, so the host is short of CPU and its
+    /// suspect may be starved by the same shortage.
+    pub fn strain_lateness(&self) -> Duration {
+        self.period.min(self.late_wakeup())
+    }
+
     pub fn lag_guard(&self) -> Duration {
         self.lag_guard.unwrap_or_else(|| self.half_timeout())
     }
@@ -476,6 +486,7 @@ mod tests {
         assert_eq!(c.validate(), Err(EngineConfigError::ZeroChecks));
         c.checks_per_timeout = 4;
         assert_eq!(c.late_wakeup(), Duration::from_millis(250));
+        assert_eq!(c.strain_lateness(), c.period.min(c.late_wakeup()));
         for bad in [0, EngineConfig::MAX_HEALTH + 1] {
             c.health_max = bad;
             assert!(matches!(

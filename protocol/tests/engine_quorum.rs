@@ -582,10 +582,50 @@ fn votes_read_on_a_late_wakeup_confirm_nothing_and_the_lag_guard_withdraws_the_a
     );
 }
 
+/// A wake-up later than one period, though under `late_wakeup` (health
+/// stays 1), strains the accuser too: at least one of its own beats left
+/// late, so its host is short of CPU and the suspect may be starved by
+/// the same shortage. A majority confirmation after it is held to the
+/// ceiling, and the suspect's answer meanwhile withdraws it. At N = 128
+/// on 2 cores, one rank per emulated host: two accusers at health 1,
+/// 14 and 24 ms late during the vote, declared live ranks whose threads
+/// had not run for 250-280 ms; they answered the accusers' probes
+/// within milliseconds of the declaration.
+#[test]
+fn an_accuser_a_period_late_holds_a_confirmed_accusation() {
+    let n = 5;
+    let mut e = checker(n, 2);
+    let outs = run_until(&mut e, at(110));
+    let mut nonce = round(&outs, n);
+    // One wake-up 15 ms late: over the 10 ms period, under the 25 ms
+    // late_wakeup, so health stays 1.
+    let due = e.next_deadline().expect("a deadline");
+    let outs = tick(&mut e, due + ms(15), 0);
+    if !kinds_to(&outs, n, Kind::Suspect).is_empty() {
+        nonce = round(&outs, n);
+    }
+    assert_eq!(e.local_health(), 1);
+    let voted = due + ms(16);
+    let outs = JOB.deliver(
+        &mut e,
+        voted,
+        Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
+    );
+    assert_eq!(failed(&outs), vec![], "declared a period late at once");
+    assert_eq!(e.stats().quorum.confirmations_held, 1);
+    let outs = run_until(&mut e, at(250));
+    assert_eq!(failed(&outs), vec![]);
+    let outs = JOB.deliver(&mut e, at(250), Encoder::new(KEY, 1).refute(2, nonce));
+    assert_eq!(failed(&outs), vec![]);
+    assert_eq!(e.stats().quorum.refutations, 1);
+    let outs = run_until(&mut e, at(450));
+    assert_eq!(failed(&outs), vec![], "declared after it answered");
+}
+
 /// Lifeguard's suspicion timeout, shaped by local health: an accusation
 /// that a majority confirms while this rank's own timing is strained (a
-/// wake-up later than `late_wakeup` since the accusation began, or local
-/// health above 1) is held until the suspect has been silent for
+/// wake-up later than `strain_lateness`, one period, since the accusation
+/// began, or local health above 1) is held until the suspect has been silent for
 /// `health_max` timeouts (400 ms here, the bound of design §4.3), so that
 /// a suspect starved by the same overload can still answer; an answer
 /// meanwhile withdraws it. On time (health 1, no late wake-up) it is

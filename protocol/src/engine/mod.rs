@@ -214,7 +214,7 @@ pub struct Engine {
     lateness_since_accusation: std::time::Duration,
     /// The latest accusation this rank confirmed, until the driver takes it.
     accusation_note: Option<AccusationNote>,
-    /// The last wake-up later than `late_wakeup` (quorum: a confirmed
+    /// The last wake-up later than `strain_lateness` (quorum: a confirmed
     /// accusation begun before it is held, `quorum::check_quorum`).
     late_at: Option<Time>,
 }
@@ -652,7 +652,7 @@ impl Engine {
             .max(lateness.as_nanos() as u64);
         self.note_wakeup(now, lateness);
         self.last_lateness = lateness;
-        if lateness > self.config.late_wakeup() {
+        if lateness > self.config.strain_lateness() {
             self.late_at = Some(now);
         }
         self.lateness_since_accusation = self.lateness_since_accusation.max(lateness);

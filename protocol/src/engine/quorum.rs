@@ -524,8 +524,9 @@ impl Engine {
 
     /// Declares the suspects of accusations that reached a quorum: 2C > V,
     /// or 2C = V with the lowest live rank on this side. Under strain (a
-    /// late wake-up here since the accusation began, or a local health
-    /// multiplier above one) a confirmed accusation is held until the suspect has been silent
+    /// wake-up here later than `strain_lateness`, one period, since the
+    /// accusation began, or a local health multiplier above one) a
+    /// confirmed accusation is held until the suspect has been silent
     /// for `health_max` timeouts (the bound of §4.3), so a suspect starved
     /// by the same overload can still answer (test
     /// `an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling`).
