@@ -361,7 +361,9 @@ impl EngineConfig {
 
     /// A wake-up of this rank's timers later than this strains it: a
     /// majority confirmation of its accusations is held (`docs/design.md`
-    /// §4.11). One period, or `late_wakeup` if shorter: a wake-up a period
+    /// §4.11). One period, or `late_wakeup` if shorter (so with a very
+    /// short period nearly every confirmation under load is held, up to
+    /// `health_max` timeouts): a wake-up a period
     /// late means at least one of its own beats left late, the measure
     /// its observer judges it by, so the host is short of CPU and its
     /// suspect may be starved by the same shortage.
@@ -486,7 +488,13 @@ mod tests {
         assert_eq!(c.validate(), Err(EngineConfigError::ZeroChecks));
         c.checks_per_timeout = 4;
         assert_eq!(c.late_wakeup(), Duration::from_millis(250));
-        assert_eq!(c.strain_lateness(), c.period.min(c.late_wakeup()));
+        // One period, or late_wakeup when that is shorter.
+        let period = c.period;
+        c.period = Duration::from_millis(100);
+        assert_eq!(c.strain_lateness(), Duration::from_millis(100));
+        c.late_wakeup = Some(Duration::from_millis(5));
+        assert_eq!(c.strain_lateness(), Duration::from_millis(5));
+        (c.period, c.late_wakeup) = (period, None);
         for bad in [0, EngineConfig::MAX_HEALTH + 1] {
             c.health_max = bad;
             assert!(matches!(

@@ -582,6 +582,28 @@ fn votes_read_on_a_late_wakeup_confirm_nothing_and_the_lag_guard_withdraws_the_a
     );
 }
 
+/// Rank 2 of 5 accuses its silent emitter (1) at 110 ms, its next wake-up
+/// comes `late`, and a millisecond on a majority's votes arrive (in the
+/// round that wake-up flooded, if it flooded one): the Engine, the
+/// round's nonce and what the votes produced.
+fn voted_after_a_late_wakeup(late: Duration) -> (Engine, u32, Vec<Output>) {
+    let n = 5;
+    let mut e = checker(n, 2);
+    let outs = run_until(&mut e, at(110));
+    let mut nonce = round(&outs, n);
+    let due = e.next_deadline().expect("a deadline");
+    let outs = tick(&mut e, due + late, 0);
+    if !kinds_to(&outs, n, Kind::Suspect).is_empty() {
+        nonce = round(&outs, n);
+    }
+    let outs = JOB.deliver(
+        &mut e,
+        due + late + ms(1),
+        Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
+    );
+    (e, nonce, outs)
+}
+
 /// A wake-up later than one period, though under `late_wakeup` (health
 /// stays 1), strains the accuser too: at least one of its own beats left
 /// late, so its host is short of CPU and the suspect may be starved by
@@ -593,24 +615,13 @@ fn votes_read_on_a_late_wakeup_confirm_nothing_and_the_lag_guard_withdraws_the_a
 /// within milliseconds of the declaration.
 #[test]
 fn an_accuser_a_period_late_holds_a_confirmed_accusation() {
-    let n = 5;
-    let mut e = checker(n, 2);
-    let outs = run_until(&mut e, at(110));
-    let mut nonce = round(&outs, n);
-    // One wake-up 15 ms late: over the 10 ms period, under the 25 ms
-    // late_wakeup, so health stays 1.
-    let due = e.next_deadline().expect("a deadline");
-    let outs = tick(&mut e, due + ms(15), 0);
-    if !kinds_to(&outs, n, Kind::Suspect).is_empty() {
-        nonce = round(&outs, n);
-    }
+    // Under a period late: on time, declared at once.
+    let (_, _, outs) = voted_after_a_late_wakeup(ms(9));
+    assert_eq!(failed(&outs), vec![(1, 2)], "held on time");
+    // 15 ms late: over the 10 ms period, under the 25 ms late_wakeup, so
+    // health stays 1.
+    let (mut e, nonce, outs) = voted_after_a_late_wakeup(ms(15));
     assert_eq!(e.local_health(), 1);
-    let voted = due + ms(16);
-    let outs = JOB.deliver(
-        &mut e,
-        voted,
-        Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
-    );
     assert_eq!(failed(&outs), vec![], "declared a period late at once");
     assert_eq!(e.stats().quorum.confirmations_held, 1);
     let outs = run_until(&mut e, at(250));
@@ -622,9 +633,29 @@ fn an_accuser_a_period_late_holds_a_confirmed_accusation() {
     assert_eq!(failed(&outs), vec![], "declared after it answered");
 }
 
+/// Votes read on a wake-up a period late, before the tick that notes its
+/// lateness (the driver reads its queue first), find the accuser strained
+/// all the same: held, not declared.
+#[test]
+fn votes_read_on_a_wakeup_a_period_late_are_held() {
+    let n = 5;
+    let mut e = checker(n, 2);
+    let outs = run_until(&mut e, at(110));
+    let nonce = round(&outs, n);
+    let due = e.next_deadline().expect("a deadline");
+    let outs = JOB.deliver(
+        &mut e,
+        due + ms(15),
+        Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
+    );
+    assert_eq!(failed(&outs), vec![], "declared on a wake-up a period late");
+    assert_eq!(e.stats().quorum.confirmations_held, 1);
+    assert_eq!(e.local_health(), 1);
+}
+
 /// Lifeguard's suspicion timeout, shaped by local health: an accusation
 /// that a majority confirms while this rank's own timing is strained (a
-/// wake-up later than `strain_lateness`, one period, since the accusation
+/// wake-up later than `strain_lateness`, a period here, since the accusation
 /// began, or local health above 1) is held until the suspect has been silent for
 /// `health_max` timeouts (400 ms here, the bound of design §4.3), so that
 /// a suspect starved by the same overload can still answer; an answer
@@ -635,26 +666,12 @@ fn an_accuser_a_period_late_holds_a_confirmed_accusation() {
 /// not run for 270 ms; it answered 2 ms after the notice.
 #[test]
 fn an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling() {
-    let n = 5;
     for answer in [false, true] {
-        let mut e = checker(n, 2);
-        let outs = run_until(&mut e, at(110));
-        let mut nonce = round(&outs, n);
-        // One wake-up 30 ms late (late after 25 ms; under the 50 ms lag
-        // guard): health 2. (It may flood a new round: vote in that.)
-        let due = e.next_deadline().expect("a deadline");
-        let outs = tick(&mut e, due + ms(30), 0);
-        if !kinds_to(&outs, n, Kind::Suspect).is_empty() {
-            nonce = round(&outs, n);
-        }
+        // 30 ms late (late after 25 ms; under the 50 ms lag guard):
+        // health 2.
+        let (mut e, nonce, outs) = voted_after_a_late_wakeup(ms(30));
         assert_eq!(e.local_health(), 2);
         assert_eq!(e.stats().health.self_lag_trips, 0);
-        let voted = due + ms(31);
-        let outs = JOB.deliver(
-            &mut e,
-            voted,
-            Encoder::new(KEY, 0).vote(2, nonce, 2, VOTE_COMPLETE),
-        );
         assert_eq!(failed(&outs), vec![], "declared under strain at once");
         assert_eq!(e.stats().quorum.confirmations_held, 1);
         // Its emitter (1) has not written since 0 ms: held until 400 ms.

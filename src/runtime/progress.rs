@@ -439,7 +439,7 @@ impl<'d> Progress<'d> {
                 long_gaps: VecDeque::new(),
                 turn_marks: [None; 2],
                 long_turns: VecDeque::new(),
-                recent_turns: VecDeque::with_capacity(RECENT_TURNS),
+                recent_turns: VecDeque::new(),
                 beats_this_turn: 0,
                 last_beat_posted: None,
             },

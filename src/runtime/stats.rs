@@ -221,7 +221,18 @@ fn serialize_engine_stats<S: serde::Serializer>(
         &stats.observation.transport_errors_ignored,
     )?;
     m.serialize_entry("suspicions", &stats.observation.suspicions)?;
-    let q = &stats.quorum;
+    // Destructured: a new quorum counter does not build until it is named here.
+    let protocol::QuorumStats {
+        accusations,
+        accusation_rounds,
+        votes_sent,
+        quorum_confirmations,
+        refutations,
+        no_quorum_exclusions,
+        ballots_refused,
+        withdrawn_on_self_lag,
+        confirmations_held,
+    } = stats.quorum;
     m.serialize_entry(
         "quorum",
         &Named(
@@ -237,15 +248,15 @@ fn serialize_engine_stats<S: serde::Serializer>(
                 "confirmations_held",
             ],
             &[
-                q.accusations,
-                q.accusation_rounds,
-                q.votes_sent,
-                q.quorum_confirmations,
-                q.refutations,
-                q.no_quorum_exclusions,
-                q.ballots_refused,
-                q.withdrawn_on_self_lag,
-                q.confirmations_held,
+                accusations,
+                accusation_rounds,
+                votes_sent,
+                quorum_confirmations,
+                refutations,
+                no_quorum_exclusions,
+                ballots_refused,
+                withdrawn_on_self_lag,
+                confirmations_held,
             ],
         ),
     )?;

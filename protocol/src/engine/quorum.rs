@@ -160,7 +160,8 @@ struct Accusation {
     /// local one, else when the accusation began.
     silent_since: Time,
     /// A majority confirmed it while this rank's own timing was strained
-    /// (local health above 1, or a late wake-up since it began): it is
+    /// (local health above 1, or a wake-up later than `strain_lateness`
+    /// since it began, this one included): it is
     /// declared only at this time, once the suspect has been silent for
     /// the ceiling of the stretched timeout (`health_max`·timeout),
     /// unless it answers first (Lifeguard's suspicion timeout).
@@ -515,23 +516,23 @@ impl Engine {
         }
     }
 
-    /// Whether this wake-up came late: a timer is overdue by more than the
-    /// lag guard (messages are handled before the timers that tell).
-    fn running_late(&self, now: Time) -> bool {
-        let due = self.timers.next();
-        due <= now && now - due > self.config.lag_guard()
+    /// How late this wake-up came: how long the earliest timer is overdue
+    /// (messages are handled before the timers that tell).
+    fn overdue(&self, now: Time) -> std::time::Duration {
+        now.saturating_since(self.timers.next())
     }
 
     /// Declares the suspects of accusations that reached a quorum: 2C > V,
     /// or 2C = V with the lowest live rank on this side. Under strain (a
-    /// wake-up here later than `strain_lateness`, one period, since the
-    /// accusation began, or a local health multiplier above one) a
+    /// wake-up here later than `strain_lateness` since the accusation
+    /// began, this one included, or a local health multiplier above one) a
     /// confirmed accusation is held until the suspect has been silent
     /// for `health_max` timeouts (the bound of §4.3), so a suspect starved
     /// by the same overload can still answer (test
     /// `an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling`).
     fn check_quorum(&mut self, now: Time) {
-        if self.running_late(now) {
+        let overdue = self.overdue(now);
+        if overdue > self.config.lag_guard() {
             // Votes handled on a wake-up that came late (they are read
             // before the timers): declare nobody before the lag guard has
             // looked at this wake-up (the tick right after it).
@@ -541,8 +542,10 @@ impl Engine {
         let n = self.ring.len();
         let me_lowest = self.lowest_live() == self.me;
         // This rank's own timing is strained: its local health is above 1,
-        // or (checked per accusation) a wake-up since it began was late.
-        let (unhealthy, late_at) = (self.health.multiplier() > 1, self.late_at);
+        // or this wake-up is late (its votes are read before the tick that
+        // would note it), or (checked per accusation) one since it began was.
+        let strained = self.health.multiplier() > 1 || overdue > self.config.strain_lateness();
+        let late_at = self.late_at;
         let ceiling = self
             .config
             .timeout
@@ -560,7 +563,7 @@ impl Engine {
             let quorum = twice > u64::from(live) || (twice == u64::from(live) && tiebreak);
             if quorum
                 && a.held_until.is_none()
-                && (unhealthy || late_at.is_some_and(|t| t >= a.began))
+                && (strained || late_at.is_some_and(|t| t >= a.began))
             {
                 a.held_until = Some(a.silent_since + ceiling);
                 held += 1;
