@@ -221,8 +221,15 @@ fn serialize_engine_stats<S: serde::Serializer>(
         &stats.observation.transport_errors_ignored,
     )?;
     m.serialize_entry("suspicions", &stats.observation.suspicions)?;
-    // Destructured: a new quorum counter does not build until it is named here.
-    let protocol::QuorumStats {
+    // Destructured: a new quorum counter does not build until it is named
+    // here; each is serialised under its field name.
+    macro_rules! quorum_counters {
+        ($($field:ident),* $(,)?) => {{
+            let protocol::QuorumStats { $($field),* } = stats.quorum;
+            ([$(stringify!($field)),*], [$($field),*])
+        }};
+    }
+    let (names, values) = quorum_counters!(
         accusations,
         accusation_rounds,
         votes_sent,
@@ -232,34 +239,8 @@ fn serialize_engine_stats<S: serde::Serializer>(
         ballots_refused,
         withdrawn_on_self_lag,
         confirmations_held,
-    } = stats.quorum;
-    m.serialize_entry(
-        "quorum",
-        &Named(
-            &[
-                "accusations",
-                "accusation_rounds",
-                "votes_sent",
-                "quorum_confirmations",
-                "refutations",
-                "no_quorum_exclusions",
-                "ballots_refused",
-                "withdrawn_on_self_lag",
-                "confirmations_held",
-            ],
-            &[
-                accusations,
-                accusation_rounds,
-                votes_sent,
-                quorum_confirmations,
-                refutations,
-                no_quorum_exclusions,
-                ballots_refused,
-                withdrawn_on_self_lag,
-                confirmations_held,
-            ],
-        ),
-    )?;
+    );
+    m.serialize_entry("quorum", &Named(&names, &values))?;
     m.serialize_entry("payloads_delivered", &stats.payloads.payloads_delivered)?;
     m.serialize_entry("payload_duplicates", &stats.payloads.payload_duplicates)?;
     m.serialize_entry("payloads_held", &stats.payloads.payloads_held)?;
