@@ -38,7 +38,6 @@ use std::time::{Duration, Instant};
 use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
 use ffd::fabric::{runtime_version, version_text};
-use ffd::protocol::Event as ProtocolEvent;
 use ffd::runtime::{Detector, Event};
 
 const CHILD_ENV: &str = "FFD_HOSTILE_RANKS";
@@ -254,16 +253,14 @@ fn rank_role() {
 fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String> {
     for d in detectors {
         while let Some(e) = d.try_next_event() {
-            let trouble = match &e.event {
-                Event::Stopped(_) => true,
-                Event::Protocol(p) => matches!(
-                    p,
-                    ProtocolEvent::Failed { .. }
-                        | ProtocolEvent::HostFailed { .. }
-                        | ProtocolEvent::Left { .. }
-                        | ProtocolEvent::SelfExcluded { .. }
-                ),
-            };
+            let trouble = matches!(
+                e.event,
+                Event::Stopped(_)
+                    | Event::Failed { .. }
+                    | Event::HostFailed { .. }
+                    | Event::Left { .. }
+                    | Event::SelfExcluded { .. }
+            );
             if trouble {
                 return Err(format!("rank {} raised {:?}", d.rank(), e.event));
             }

@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use ffd::bootstrap::{Bootstrap, InProcessBootstrap};
 use ffd::config::{Config, CoreChoice};
 use ffd::fabric::*;
+use ffd::protocol::RejectReason;
 use ffd::protocol::wire::{self, Encoder, JobKeys, Message};
-use ffd::protocol::{Event, RejectReason};
 use ffd::runtime::startup::{JobView, PeerRecord, exchange, keys};
-use ffd::runtime::{Detector, StatsSnapshot};
+use ffd::runtime::{Detector, Event, StatsSnapshot};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -247,13 +247,15 @@ fn attacks_are_dropped(provider: &str) {
     // alive, and the only failure is the silent rank 2.
     for d in &detectors {
         while let Some(e) = d.try_next_event() {
-            match e.protocol() {
-                None => panic!("rank {}: the detector stopped: {:?}", d.rank(), e.event),
-                Some(Event::SelfExcluded { by, why }) => {
+            match &e.event {
+                Event::Stopped(reason) => {
+                    panic!("rank {}: the detector stopped: {reason:?}", d.rank())
+                }
+                Event::SelfExcluded { by, why } => {
                     panic!("rank {} excluded by {by} ({why:?})", d.rank())
                 }
-                Some(Event::Failed { rank, .. }) => assert_eq!(*rank, 2, "rank {}", d.rank()),
-                Some(_) => {}
+                Event::Failed { rank, .. } => assert_eq!(*rank, 2, "rank {}", d.rank()),
+                _ => {}
             }
         }
         assert!(d.is_alive(0) && d.is_alive(1), "rank {}", d.rank());

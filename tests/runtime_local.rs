@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
-use ffd::protocol::Event;
 use ffd::runtime::{
-    Callback, Detector, DetectorError, DetectorEvent, DetectorState, Fault, Liveness, StopCause,
-    StopReason,
+    Callback, Detector, DetectorError, DetectorEvent, DetectorState, Event, Fault, Liveness,
+    StopCause, StopReason,
 };
 
 /// Threads of one process stand in for the ranks (one pid, one host):
@@ -140,7 +139,7 @@ fn a_clean_leave_is_reported_as_left_not_failed() {
     leaver.shutdown();
     for d in &detectors {
         let left = wait_for_event(d, Duration::from_secs(3), |e| {
-            matches!(e.protocol(), Some(Event::Left { rank: 2 }))
+            matches!(&e.event, Event::Left { rank: 2 })
         });
         assert!(
             left.is_some(),
@@ -157,7 +156,7 @@ fn a_clean_leave_is_reported_as_left_not_failed() {
         for d in &detectors {
             if let Some(e) = d.try_next_event() {
                 assert!(
-                    !matches!(e.protocol(), Some(Event::Failed { .. })),
+                    !matches!(&e.event, Event::Failed { .. }),
                     "rank {} reported {e:?}",
                     d.rank()
                 );
@@ -207,7 +206,7 @@ fn all_ranks_shutting_down_at_once_report_no_failure() {
     let seen = seen.lock().unwrap();
     let failures: Vec<_> = seen
         .iter()
-        .filter(|(_, e)| matches!(e.protocol(), Some(Event::Failed { .. })))
+        .filter(|(_, e)| matches!(&e.event, Event::Failed { .. }))
         .collect();
     assert!(failures.is_empty(), "false reports: {failures:?}");
 }
@@ -221,12 +220,12 @@ fn an_application_broadcast_reaches_every_rank_once_its_origin_too() {
         let got = wait_for_event(
             d,
             Duration::from_secs(3),
-            |e| matches!(e.protocol(), Some(Event::Payload { origin: 1, bytes, .. }) if bytes == b"revoke 7"),
+            |e| matches!(&e.event, Event::Payload { origin: 1, bytes, .. } if bytes == b"revoke 7"),
         );
         assert!(got.is_some(), "rank {} missed the payload", d.rank());
         // Exactly once.
         let again = wait_for_event(d, Duration::from_millis(100), |e| {
-            matches!(e.protocol(), Some(Event::Payload { .. }))
+            matches!(&e.event, Event::Payload { .. })
         });
         assert!(again.is_none(), "rank {} got it twice", d.rank());
     }
@@ -238,13 +237,13 @@ fn an_application_broadcast_reaches_every_rank_once_its_origin_too() {
     let got = wait_for_event(
         &detectors[0],
         Duration::from_secs(3),
-        |e| matches!(e.protocol(), Some(Event::Payload { origin: 2, bytes, .. }) if bytes.len() == largest.len()),
+        |e| matches!(&e.event, Event::Payload { origin: 2, bytes, .. } if bytes.len() == largest.len()),
     );
     assert!(got.is_some(), "rank 0 missed the 8 KiB payload");
     let own = wait_for_event(
         &detectors[2],
         Duration::from_secs(3),
-        |e| matches!(e.protocol(), Some(Event::Payload { origin: 2, seq: 1, bytes }) if bytes.len() == largest.len()),
+        |e| matches!(&e.event, Event::Payload { origin: 2, seq: 1, bytes } if bytes.len() == largest.len()),
     );
     assert!(own.is_some(), "rank 2 did not deliver its own payload");
     let err = detectors[0]
@@ -344,7 +343,7 @@ fn shutdown_waits_for_a_stuck_callback_and_no_callback_runs_after_it() {
             if stuck.shut_down.load(Ordering::SeqCst) {
                 stuck.calls_after_shutdown.fetch_add(1, Ordering::SeqCst);
             }
-            if matches!(e.protocol(), Some(Event::Payload { .. }))
+            if matches!(&e.event, Event::Payload { .. })
                 && !stuck.blocked.swap(true, Ordering::SeqCst)
             {
                 stuck.entered.raise();
@@ -386,7 +385,7 @@ fn shutdown_waits_for_a_stuck_callback_and_no_callback_runs_after_it() {
     shutter.join().expect("the shutting thread");
 
     let left = wait_for_event(&d1, Duration::from_secs(10), |e| {
-        matches!(e.protocol(), Some(Event::Left { rank: 0 }))
+        matches!(&e.event, Event::Left { rank: 0 })
     });
     assert!(left.is_some(), "rank 1 never learned rank 0 left");
     assert_eq!(d1.epoch(), 0, "a leave, not a failure");
@@ -408,7 +407,7 @@ fn a_progress_thread_panic_stops_the_rank_and_the_others_declare_it() {
     let callback: Callback = {
         let stops = Arc::clone(&stops);
         Box::new(move |e: &DetectorEvent| {
-            if let ffd::runtime::Event::Stopped(reason) = &e.event {
+            if let Event::Stopped(reason) = &e.event {
                 stops.lock().unwrap().push(reason.clone());
             }
         })
@@ -422,10 +421,10 @@ fn a_progress_thread_panic_stops_the_rank_and_the_others_declare_it() {
         .expect("the thread takes commands");
 
     let stopped = wait_for_event(victim, Duration::from_secs(10), |e| {
-        matches!(e.event, ffd::runtime::Event::Stopped(_))
+        matches!(e.event, Event::Stopped(_))
     })
     .expect("a Stopped event");
-    let ffd::runtime::Event::Stopped(reason) = stopped.event else {
+    let Event::Stopped(reason) = stopped.event else {
         unreachable!()
     };
     assert_eq!(reason.cause, StopCause::Panic);
@@ -448,11 +447,11 @@ fn a_progress_thread_panic_stops_the_rank_and_the_others_declare_it() {
 
     for d in detectors.iter().filter(|d| d.rank() != VICTIM) {
         let failed = wait_for_event(d, Duration::from_secs(5), |e| {
-            matches!(e.protocol(), Some(Event::Failed { .. }))
+            matches!(&e.event, Event::Failed { .. })
         })
         .unwrap_or_else(|| panic!("rank {} never declared rank {VICTIM}", d.rank()));
         assert!(
-            matches!(failed.protocol(), Some(Event::Failed { rank: VICTIM, .. })),
+            matches!(&failed.event, Event::Failed { rank: VICTIM, .. }),
             "rank {}: {failed:?}",
             d.rank()
         );
@@ -473,13 +472,13 @@ fn a_completion_queue_error_stops_the_detector_with_its_cause() {
     d.inject_fault(Fault::CompletionQueueError)
         .expect("the thread takes commands");
     let stopped = wait_for_event(&d, Duration::from_secs(10), |e| {
-        matches!(e.event, ffd::runtime::Event::Stopped(_))
+        matches!(e.event, Event::Stopped(_))
     })
     .expect("a Stopped event");
     let DetectorState::Stopped(reason) = d.state() else {
         panic!("state {:?}", d.state());
     };
-    assert_eq!(stopped.event, ffd::runtime::Event::Stopped(reason.clone()));
+    assert_eq!(stopped.event, Event::Stopped(reason.clone()));
     assert_eq!(reason.cause, StopCause::CompletionQueue);
     assert!(reason.message.contains("injected fault"), "{reason}");
     assert_eq!(d.liveness(0), Liveness::Unknown);

@@ -35,8 +35,8 @@ use serde_json::Value;
 use crate::launch::agent_line::{AgentEvent, AgentLine, Stamp};
 use ffd::bootstrap::{self, Bootstrap, BootstrapError};
 use ffd::config::{Config, Env};
-use ffd::protocol::{Event, Rank};
-use ffd::runtime::{self, Detector, DetectorEvent};
+use ffd::protocol::Rank;
+use ffd::runtime::{self, Detector, DetectorEvent, Event};
 
 /// `ffd agent` options.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -181,7 +181,7 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
             }
         }
         while let Some(event) = detector.try_next_event() {
-            excluded |= matches!(event.protocol(), Some(Event::SelfExcluded { .. }));
+            excluded |= matches!(event.event, Event::SelfExcluded { .. });
             emit_event(out, &clock, &event)?;
         }
         if excluded || !detector.is_running() {
@@ -255,16 +255,16 @@ fn emit_event(
 ) -> Result<(), AgentError> {
     match (&event.event, clock.event(event)) {
         (_, Some(line)) => emit(out, &line),
-        (runtime::Event::Stopped(reason), None) => Err(AgentError::Failed(format!(
+        (Event::Stopped(reason), None) => Err(AgentError::Failed(format!(
             "the detector stopped: {reason}"
         ))),
-        (runtime::Event::Protocol(_), None) => Ok(()),
+        (_, None) => Ok(()),
     }
 }
 
 /// The line's event for a detector event (none for the detector's stop).
 pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
-    Some(match event.protocol()? {
+    Some(match &event.event {
         Event::Failed {
             rank,
             detector,
@@ -318,6 +318,7 @@ pub fn agent_event(event: &DetectorEvent) -> Option<AgentEvent> {
             seq: *seq,
             reason: reason.as_str().to_owned(),
         },
+        Event::Stopped(_) => return None,
     })
 }
 
@@ -388,7 +389,7 @@ mod tests {
         DetectorEvent {
             at: Duration::from_millis(at_ms),
             epoch: 1,
-            event: runtime::Event::Protocol(event),
+            event: event.into(),
         }
     }
 
@@ -583,7 +584,7 @@ mod tests {
         let stop = DetectorEvent {
             at: Duration::from_millis(9),
             epoch: 0,
-            event: runtime::Event::Stopped(reason),
+            event: Event::Stopped(reason),
         };
         assert!(clock().event(&stop).is_none());
         let mut out = Vec::new();

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 
 use crate::config::ConfigBuilder;
-use crate::protocol::{self, Cause, Rank};
+use crate::protocol::{Cause, Rank};
 use crate::runtime::{self, Detector, DetectorEvent, DetectorState, Event, StopCause};
 
 /// The largest application payload (ffd_broadcast(), FFD_EVENT_PAYLOAD), in
@@ -429,17 +429,13 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
         payload_len: 0,
         stop_cause: ffd_stop_cause::FFD_STOP_NONE,
     };
-    let event = match &event.event {
-        Event::Protocol(event) => event,
+    match &event.event {
         Event::Stopped(reason) => {
             c.kind = ffd_event_kind::FFD_EVENT_STOPPED;
             c.rank = me;
             c.stop_cause = to_c_stop_cause(reason.cause);
-            return c;
         }
-    };
-    match event {
-        protocol::Event::Failed {
+        Event::Failed {
             rank,
             detector,
             cause,
@@ -456,34 +452,34 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
             };
             c.hops = u32::from(*hops);
         }
-        protocol::Event::HostFailed { ranks, .. } => {
+        Event::HostFailed { ranks, .. } => {
             c.kind = ffd_event_kind::FFD_EVENT_HOST_FAILED;
             c.rank = ranks.first().copied().unwrap_or(0);
             c.detector = me;
             c.seq = ranks.len() as u64;
         }
-        protocol::Event::Left { rank } => {
+        Event::Left { rank } => {
             c.kind = ffd_event_kind::FFD_EVENT_LEFT;
             c.rank = *rank;
         }
-        protocol::Event::SelfExcluded { by, .. } => {
+        Event::SelfExcluded { by, .. } => {
             c.kind = ffd_event_kind::FFD_EVENT_SELF_EXCLUDED;
             c.rank = me;
             c.detector = *by;
         }
-        protocol::Event::SlowEmitter { rank, stalled_for } => {
+        Event::SlowEmitter { rank, stalled_for } => {
             c.kind = ffd_event_kind::FFD_EVENT_SLOW_EMITTER;
             c.rank = *rank;
             c.stalled_ns = u64::try_from(stalled_for.as_nanos()).unwrap_or(u64::MAX);
         }
-        protocol::Event::Payload { origin, seq, bytes } => {
+        Event::Payload { origin, seq, bytes } => {
             c.kind = ffd_event_kind::FFD_EVENT_PAYLOAD;
             c.rank = *origin;
             c.seq = *seq;
             c.payload = bytes.as_ptr();
             c.payload_len = bytes.len();
         }
-        protocol::Event::ViewChange { id, failed, hops } => {
+        Event::ViewChange { id, failed, hops } => {
             c.kind = ffd_event_kind::FFD_EVENT_VIEW;
             c.seq = *id;
             c.hops = u32::from(*hops);
@@ -491,12 +487,12 @@ pub(super) fn to_c_event(event: &DetectorEvent, me: Rank) -> ffd_event_t {
             c.payload = failed.as_ptr().cast::<u8>();
             c.payload_len = std::mem::size_of_val(failed.as_slice());
         }
-        protocol::Event::Agreed { seq, hops, .. } => {
+        Event::Agreed { seq, hops, .. } => {
             c.kind = ffd_event_kind::FFD_EVENT_AGREED;
             c.seq = *seq;
             c.hops = u32::from(*hops);
         }
-        protocol::Event::AgreeAborted { seq, .. } => {
+        Event::AgreeAborted { seq, .. } => {
             c.kind = ffd_event_kind::FFD_EVENT_AGREED;
             c.seq = *seq;
         }

@@ -112,7 +112,7 @@ impl Delivery {
             }
             protocol::Event::Payload { .. } => {}
         }
-        self.hand_over(Event::Protocol(event));
+        self.hand_over(Event::from(event));
     }
 
     /// The progress thread ends for `reason`: publishes it, then hands the

@@ -72,7 +72,7 @@ use progress::Command;
 use startup::ExchangeError;
 use state::Lifecycle;
 
-/// An event as the host receives it: what happened, when this rank
+/// An event as the embedder receives it: what happened, when this rank
 /// learned it, and the epoch after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DetectorEvent {
@@ -83,24 +83,55 @@ pub struct DetectorEvent {
     pub event: Event,
 }
 
-impl DetectorEvent {
-    /// The protocol's event, unless this is the detector's stop.
-    pub fn protocol(&self) -> Option<&protocol::Event> {
-        match &self.event {
-            Event::Protocol(event) => Some(event),
-            Event::Stopped(_) => None,
-        }
-    }
-}
-
-/// What happened.
+/// What happened: one level to match (`Event::Failed { rank, cause, .. }`).
+/// Every variant but [`Event::Stopped`] is what the protocol raised
+/// ([`protocol::Event`], whose variant of the same name documents it);
+/// `Stopped` is the runtime's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// What the protocol raised: a failure, a clean leave, this rank's
-    /// exclusion, a slow emitter, an application payload, a view change,
-    /// the end of one of this rank's agreements (its result is already in
-    /// its request: [`Detector::iagree`]).
-    Protocol(protocol::Event),
+    /// `rank` failed (final: never withdrawn); see [`protocol::Event::Failed`].
+    Failed {
+        rank: Rank,
+        detector: Rank,
+        cause: protocol::Cause,
+        hops: u16,
+        detail: protocol::FailureDetail,
+    },
+    /// Every rank of host `host` failed together; follows their `Failed`
+    /// events. See [`protocol::Event::HostFailed`].
+    HostFailed { host: u32, ranks: Vec<Rank> },
+    /// `rank` left cleanly.
+    Left { rank: Rank },
+    /// This rank must stop participating; see
+    /// [`protocol::Event::SelfExcluded`].
+    SelfExcluded { by: Rank, why: protocol::Exclusion },
+    /// A slow but live emitter (a warning, never a failure).
+    SlowEmitter { rank: Rank, stalled_for: Duration },
+    /// An application payload; see [`protocol::Event::Payload`].
+    Payload {
+        origin: Rank,
+        seq: u64,
+        bytes: Vec<u8>,
+    },
+    /// View `id` was decided; see [`protocol::Event::ViewChange`].
+    ViewChange {
+        id: u64,
+        failed: Vec<Rank>,
+        hops: u16,
+    },
+    /// This rank's agreement `seq` was decided (its result is already in
+    /// its request: [`Detector::iagree`]); see [`protocol::Event::Agreed`].
+    Agreed {
+        seq: u64,
+        flags: u64,
+        view: protocol::View,
+        hops: u16,
+    },
+    /// This rank's agreement `seq` ends without a decision here.
+    AgreeAborted {
+        seq: u64,
+        reason: protocol::AgreeAbort,
+    },
     /// The progress thread stopped on an error or a panic (not a leave or
     /// an exclusion): the last event. From now on nothing watches the job
     /// from this rank, [`Detector::state`] says
@@ -108,6 +139,45 @@ pub enum Event {
     /// [`Liveness::Unknown`], and the other ranks will declare this one
     /// failed.
     Stopped(StopReason),
+}
+
+impl From<protocol::Event> for Event {
+    fn from(event: protocol::Event) -> Event {
+        use protocol::Event as P;
+        match event {
+            P::Failed {
+                rank,
+                detector,
+                cause,
+                hops,
+                detail,
+            } => Event::Failed {
+                rank,
+                detector,
+                cause,
+                hops,
+                detail,
+            },
+            P::HostFailed { host, ranks } => Event::HostFailed { host, ranks },
+            P::Left { rank } => Event::Left { rank },
+            P::SelfExcluded { by, why } => Event::SelfExcluded { by, why },
+            P::SlowEmitter { rank, stalled_for } => Event::SlowEmitter { rank, stalled_for },
+            P::Payload { origin, seq, bytes } => Event::Payload { origin, seq, bytes },
+            P::ViewChange { id, failed, hops } => Event::ViewChange { id, failed, hops },
+            P::Agreed {
+                seq,
+                flags,
+                view,
+                hops,
+            } => Event::Agreed {
+                seq,
+                flags,
+                view,
+                hops,
+            },
+            P::AgreeAborted { seq, reason } => Event::AgreeAborted { seq, reason },
+        }
+    }
 }
 
 /// A embedder's callback. It runs **on the progress thread**, once per event: it
