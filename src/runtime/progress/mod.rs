@@ -15,7 +15,6 @@
 //! the completion queue's wait object or the wake socket until the next
 //! deadline (`FFD_PROGRESS=sleep`), or go round again (`spin`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -24,18 +23,14 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use crate::fabric::{
-    AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
-    SlotPage,
-};
+use crate::fabric::{AddressVector, Completion, Endpoint, FabricError, RemoteRegion, SlotPage};
 use crate::protocol::{
-    Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, Input, JobKeys, LocalBeat, Output,
-    Participation, Rank, Readings, Ring, Time, TransportErrorKind, wire,
+    Engine, EngineConfig, EngineOptions, Input, JobKeys, LocalBeat, Output, Participation, Rank,
+    Readings, Ring, Time, wire,
 };
 
 use super::AgreeError;
 use super::delivery::Delivery;
-use super::evidence::{classify_completion, classify_post};
 use super::link::{self, Linked, WARM_UP};
 use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
@@ -45,6 +40,12 @@ use super::{Callback, PublishedState, SlotRegion};
 use crate::node::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
+
+mod diagnosis;
+mod sends;
+
+use diagnosis::Diagnosis;
+use sends::SendBook;
 
 /// The largest application payload the runtime carries (`broadcast`).
 /// A revoke or reinit order is a few bytes; this keeps buffers small.
@@ -189,14 +190,8 @@ struct Core<'d> {
     linger: Duration,
     logger: Logger,
     counters: RuntimeCounters,
-    /// Start of the current run of refused posts, per peer.
-    refused_since: BTreeMap<Rank, Instant>,
-    /// Peers an operation of ours completed to: their link is established.
-    connected: BTreeSet<Rank>,
-    /// Sends refused for now, in order.
-    pending: VecDeque<(Rank, Arc<[u8]>)>,
-    /// Where the last heartbeat went (attributes context-less write errors).
-    last_write_target: Option<Rank>,
+    /// Refusal runs, refused sends waiting, links known to work.
+    sends: SendBook,
     /// Set by a leave: stop after this instant.
     leaving_until: Option<Instant>,
     stop: bool,
@@ -217,36 +212,8 @@ struct Core<'d> {
     timeout: Duration,
     /// [`agreement_poll_every`] for this host.
     agreement_poll_every: Duration,
-    /// Diagnostics for the log (`FFD_LOG=info`): when the last turn of the
-    /// loop began, the long gaps between turns in the last two seconds
-    /// (at, gap), and when the last heartbeat was posted.
-    last_turn: Option<Time>,
-    long_gaps: VecDeque<(Time, Duration)>,
-    /// This turn: when its queue read and its timers ended.
-    turn_marks: [Option<Time>; 2],
-    /// Turns that took longer than a quarter timeout: (began, queue read,
-    /// timers, the rest), for two seconds.
-    long_turns: VecDeque<(Time, [Duration; 3])>,
-    /// The last [`RECENT_TURNS`] turns.
-    recent_turns: VecDeque<TurnNote>,
-    /// Heartbeats posted in this turn so far.
-    beats_this_turn: u8,
-    last_beat_posted: Option<Time>,
-}
-
-/// How many recent turns [`Core::log_diagnosis`] can show.
-const RECENT_TURNS: usize = 48;
-
-/// One turn of the loop, for the diagnosis (`FFD_LOG=info`).
-#[derive(Clone, Copy, Debug)]
-struct TurnNote {
-    began: Time,
-    /// The queue read, the timers, the rest (carrying out, retries).
-    phases: [Duration; 3],
-    /// Heartbeats posted during the turn.
-    beats: u8,
-    /// The Engine's next deadline at the turn's end, from then.
-    deadline_in: Option<Duration>,
+    /// The diagnosis ring for the log (`FFD_LOG=info`).
+    diagnosis: Diagnosis,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -383,6 +350,11 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
     progress.run()
 }
 
+/// The time since `started`, as the Engine counts it.
+fn elapsed(started: Instant) -> Time {
+    Time::from_nanos(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
 impl<'d> Progress<'d> {
     fn new(
         parts: Parts,
@@ -423,10 +395,7 @@ impl<'d> Progress<'d> {
                 agreement_poll_every,
                 logger: parts.logger,
                 counters: RuntimeCounters::default(),
-                refused_since: BTreeMap::new(),
-                connected: BTreeSet::new(),
-                pending: VecDeque::new(),
-                last_write_target: None,
+                sends: SendBook::default(),
                 leaving_until: None,
                 stop: false,
                 failed: None,
@@ -435,13 +404,7 @@ impl<'d> Progress<'d> {
                 last_publish: parts.started,
                 exits_unscanned: true,
                 boost: parts.boost,
-                last_turn: None,
-                long_gaps: VecDeque::new(),
-                turn_marks: [None; 2],
-                long_turns: VecDeque::new(),
-                recent_turns: VecDeque::new(),
-                beats_this_turn: 0,
-                last_beat_posted: None,
+                diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
             },
         }
     }
@@ -474,7 +437,8 @@ impl<'d> Progress<'d> {
                 let mut sink = [0u8; 64];
                 while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
             }
-            core.note_turn();
+            let started = core.started;
+            core.diagnosis.begin_turn(|| elapsed(started));
             core.take_commands();
             core.drive_host_agreement();
             core.refresh_board_readers();
@@ -493,14 +457,15 @@ impl<'d> Progress<'d> {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
-            core.mark_turn(0);
+            core.diagnosis.mark(0, || elapsed(started));
             core.on_deadline();
-            core.mark_turn(1);
+            core.diagnosis.mark(1, || elapsed(started));
             core.carry_out(endpoint);
             core.bump();
             core.retry_pending(endpoint);
             core.publish(false);
-            core.end_turn();
+            let next_deadline = core.engine.next_deadline();
+            core.diagnosis.end_turn(|| elapsed(started), next_deadline);
             if core.finished() {
                 break;
             }
@@ -544,7 +509,7 @@ impl<'d> Progress<'d> {
 
 impl Core<'_> {
     fn now(&self) -> Time {
-        Time::from_nanos(u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        elapsed(self.started)
     }
 
     fn finished(&self) -> bool {
@@ -552,7 +517,7 @@ impl Core<'_> {
             return true;
         }
         match self.leaving_until {
-            Some(until) => Instant::now() >= until && self.pending.is_empty(),
+            Some(until) => Instant::now() >= until && !self.sends.is_waiting(),
             None => false,
         }
     }
@@ -678,9 +643,7 @@ impl Core<'_> {
     /// Engine at once.
     fn take_exits(&mut self) {
         if let Some(local) = self.local.as_mut() {
-            let now = Time::from_nanos(
-                u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            );
+            let now = elapsed(self.started);
             let n = local.take_exits(&mut self.engine, now);
             self.counters.local_exits_seen += n as u64;
             self.counters.local_exit_words_seen = local.exit_words().1;
@@ -758,125 +721,6 @@ impl Core<'_> {
         }
     }
 
-    /// An operation to the peer named by `token` completed: its link is up.
-    fn link_works(&mut self, token: u64) {
-        if let Ok(peer) = Rank::try_from(token) {
-            self.refused_since.remove(&peer);
-            self.connected.insert(peer);
-        }
-    }
-
-    fn on_error_completion(&mut self, now: Time, error: CqError) {
-        let (peer, kind) = match error.op {
-            FailedOp::Write { token } => (
-                Rank::try_from(token).ok(),
-                TransportErrorKind::HeartbeatWrite,
-            ),
-            FailedOp::Send { token, .. } => (Rank::try_from(token).ok(), TransportErrorKind::Send),
-            FailedOp::Recv => {
-                self.logger.warn(format_args!("receive failed: {error}"));
-                return;
-            }
-            // No context (shm): a write can only have been a heartbeat, and
-            // heartbeats go to one peer at a time.
-            FailedOp::Unknown if error.is_rma_write() => {
-                (self.last_write_target, TransportErrorKind::HeartbeatWrite)
-            }
-            FailedOp::Unknown => (None, TransportErrorKind::Send),
-        };
-        // Proof or silence, by what the provider said (`evidence.rs`).
-        let evidence = classify_completion(error.err, error.prov_errno);
-        let said = FabricSaid::Completion {
-            err: error.err,
-            prov_errno: error.prov_errno,
-        };
-        match peer {
-            Some(peer) => {
-                self.logger.info(format_args!(
-                    "transport error on the link to rank {peer}: {error} ({})",
-                    evidence.as_str()
-                ));
-                self.transport_error(now, peer, kind, evidence, said);
-            }
-            None => {
-                self.counters.unattributed_errors += 1;
-                self.logger
-                    .debug(format_args!("error completion naming no peer: {error}"));
-            }
-        }
-    }
-
-    fn transport_error(
-        &mut self,
-        now: Time,
-        peer: Rank,
-        kind: TransportErrorKind,
-        evidence: Evidence,
-        said: FabricSaid,
-    ) {
-        self.counters.transport_errors += 1;
-        self.refused_since.remove(&peer);
-        let _ = self.engine.handle(
-            now,
-            Input::TransportError {
-                peer,
-                kind,
-                evidence,
-                said,
-            },
-        );
-    }
-
-    /// A post that failed at once with `error` (not a refusal): proof or
-    /// silence by its error number.
-    fn post_failed(&mut self, peer: Rank, kind: TransportErrorKind, error: &FabricError) {
-        let now = self.now();
-        let err = error.errno().unwrap_or(0);
-        let evidence = classify_post(err);
-        self.transport_error(now, peer, kind, evidence, FabricSaid::Post { err });
-    }
-
-    /// A post to `peer` was refused (`-FI_EAGAIN`/`-FI_ENOENT`): a run of
-    /// refusals longer than the bound is a verdict against the peer, and
-    /// silence (a dead peer's connection and a cut one both refuse).
-    fn refused(&mut self, peer: Rank) {
-        self.counters.posts_refused += 1;
-        let now = Instant::now();
-        let since = *self.refused_since.entry(peer).or_insert(now);
-        let bound = self.refusal_bound(peer);
-        let run = now.duration_since(since);
-        if run > bound {
-            self.counters.unreachable_verdicts += 1;
-            self.logger.info(format_args!(
-                "rank {peer} unreachable: posts refused for {run:?}"
-            ));
-            self.pending.retain(|(to, _)| *to != peer);
-            let t = self.now();
-            self.transport_error(
-                t,
-                peer,
-                TransportErrorKind::Unreachable,
-                Evidence::Silence,
-                FabricSaid::Refused { run },
-            );
-        }
-    }
-
-    /// How long a run of refused posts to `peer` may last before it is a
-    /// verdict: `FFD_EAGAIN_LIMIT`, or start-up grace + timeout on a link
-    /// that never carried anything (connection set-up), stretched like the
-    /// Engine's own timeouts while this rank's wake-ups run late (its
-    /// local health, `docs/design.md` §4.3): a refusal run is timing
-    /// evidence too, and a starved rank drains its queues late.
-    fn refusal_bound(&self, peer: Rank) -> Duration {
-        let bound = if self.connected.contains(&peer) {
-            self.eagain_limit
-        } else {
-            self.eagain_limit.max(self.connect_grace)
-        };
-        bound.saturating_mul(self.engine.local_health())
-    }
-
     /// Carries out everything the Engine asked for.
     fn carry_out(&mut self, endpoint: &mut Endpoint) {
         while let Some(output) = self.engine.poll_output() {
@@ -888,9 +732,9 @@ impl Core<'_> {
                 Output::ClearSlot { slot } => self.slots.memory().store(usize::from(slot), 0),
                 Output::Send { to, message } => {
                     let bytes: Arc<[u8]> = message.to_vec().into();
-                    if self.pending.iter().any(|(p, _)| *p == to) {
+                    if self.sends.waits_for(to) {
                         // Keep per-peer order behind the refused ones.
-                        self.pending.push_back((to, bytes));
+                        self.sends.queue(to, bytes);
                     } else {
                         self.send(endpoint, to, bytes);
                     }
@@ -898,7 +742,9 @@ impl Core<'_> {
                 // An agreement's result reaches its request before the
                 // host hears of it.
                 Output::Event(event) => {
-                    self.log_diagnosis(&event);
+                    let started = self.started;
+                    self.diagnosis
+                        .log(&self.logger, || elapsed(started), &event, &mut self.engine);
                     self.shared.agreements.on_event(&event);
                     self.delivery.protocol_event(event);
                 }
@@ -914,239 +760,6 @@ impl Core<'_> {
         }
     }
 
-    /// A turn of the loop begins: a gap since the last one longer than a
-    /// quarter timeout is kept two seconds for [`Core::log_diagnosis`].
-    fn note_turn(&mut self) {
-        if !self.logger.enabled(crate::config::LogLevel::Info) {
-            return;
-        }
-        let now = self.now();
-        if let Some(last) = self.last_turn {
-            let gap = now.saturating_since(last);
-            if gap > self.timeout / 4 {
-                self.long_gaps.push_back((now, gap));
-            }
-        }
-        self.last_turn = Some(now);
-        while self
-            .long_gaps
-            .front()
-            .is_some_and(|&(at, _)| now.saturating_since(at) > Duration::from_secs(2))
-        {
-            self.long_gaps.pop_front();
-        }
-    }
-
-    fn mark_turn(&mut self, k: usize) {
-        if self.logger.enabled(crate::config::LogLevel::Info) {
-            self.turn_marks[k] = Some(self.now());
-        }
-    }
-
-    /// A turn ends: the last [`RECENT_TURNS`] are kept, and any longer
-    /// than a quarter timeout for two seconds.
-    fn end_turn(&mut self) {
-        let beats = std::mem::take(&mut self.beats_this_turn);
-        let (Some(began), [Some(read), Some(timers)]) = (self.last_turn, self.turn_marks) else {
-            return;
-        };
-        let now = self.now();
-        let phases = [
-            read.saturating_since(began),
-            timers.saturating_since(read),
-            now.saturating_since(timers),
-        ];
-        if now.saturating_since(began) > self.timeout / 4 {
-            self.long_turns.push_back((began, phases));
-        }
-        while self
-            .long_turns
-            .front()
-            .is_some_and(|&(at, _)| now.saturating_since(at) > Duration::from_secs(2))
-        {
-            self.long_turns.pop_front();
-        }
-        if self.recent_turns.len() == RECENT_TURNS {
-            self.recent_turns.pop_front();
-        }
-        self.recent_turns.push_back(TurnNote {
-            began,
-            phases,
-            beats,
-            deadline_in: self.engine.next_deadline().map(|d| d.saturating_since(now)),
-        });
-        self.turn_marks = [None; 2];
-    }
-
-    /// Logs (`FFD_LOG=info`) what this thread saw of its own timing when
-    /// it confirmed an accusation or was itself declared: the evidence for
-    /// telling a late accuser from a starved suspect.
-    fn log_diagnosis(&mut self, event: &crate::protocol::Event) {
-        use crate::protocol::{Event, Exclusion, FailureDetail};
-        if !self.logger.enabled(crate::config::LogLevel::Info) {
-            return;
-        }
-        let now = self.now();
-        let gaps: Vec<String> = self
-            .long_gaps
-            .iter()
-            .map(|&(at, gap)| {
-                format!(
-                    "{:.1}ms {:.1}ms ago",
-                    gap.as_secs_f64() * 1e3,
-                    now.saturating_since(at).as_secs_f64() * 1e3
-                )
-            })
-            .collect();
-        let beat = self
-            .last_beat_posted
-            .map(|t| format!("{:.1}ms ago", now.saturating_since(t).as_secs_f64() * 1e3));
-        match event {
-            Event::Failed {
-                rank,
-                detector,
-                detail: FailureDetail::Silence { .. },
-                ..
-            } if *detector == self.engine.me() => {
-                let note = self.engine.take_accusation_note();
-                self.logger.info(format_args!(
-                    "diagnosis: declared rank {rank} from silence: {note:?}; my long turn gaps \
-                     (last 2 s): [{}]",
-                    gaps.join(", ")
-                ));
-            }
-            Event::SelfExcluded {
-                by,
-                why: Exclusion::Named,
-            } => {
-                let ms = |d: Duration| d.as_secs_f64() * 1e3;
-                let turns: Vec<String> = self
-                    .long_turns
-                    .iter()
-                    .map(|&(at, [r, t, o])| {
-                        format!(
-                            "{:.1}ms ago: read {:.1} timers {:.1} rest {:.1}",
-                            ms(now.saturating_since(at)),
-                            ms(r),
-                            ms(t),
-                            ms(o)
-                        )
-                    })
-                    .collect();
-                let this = self.last_turn.map(|t| ms(now.saturating_since(t)));
-                let marks = self
-                    .turn_marks
-                    .map(|m| m.map(|t| ms(now.saturating_since(t))));
-                // Each recent turn: began (ms ago) read/timers/rest (ms)
-                // heartbeats posted, the Engine's next deadline after it.
-                let recent: Vec<String> = self
-                    .recent_turns
-                    .iter()
-                    .map(|t| {
-                        let [r, tm, o] = t.phases.map(ms);
-                        format!(
-                            "{:.1}:{r:.1}/{tm:.1}/{o:.1}:b{}:d{}",
-                            ms(now.saturating_since(t.began)),
-                            t.beats,
-                            t.deadline_in
-                                .map_or("-".into(), |d| format!("{:.1}", ms(d)))
-                        )
-                    })
-                    .collect();
-                self.logger.info(format_args!(
-                    "diagnosis: declared by rank {by}; my health {}, my last beat posted {beat:?}, \
-                     my long turn gaps (last 2 s): [{}]; long turns: [{}]; this turn began \
-                     {this:?} ms ago, marks {marks:?}; recent turns (ago:read/timers/rest:beats:\
-                     next deadline in): [{}]",
-                    self.engine.local_health(),
-                    gaps.join(", "),
-                    turns.join("; "),
-                    recent.join(" ")
-                ));
-            }
-            _ => {}
-        }
-    }
-
-    fn write_heartbeat(&mut self, endpoint: &mut Endpoint, to: Rank, slot: u16, value: u64) {
-        let Some(region) = self.peers.get(to as usize) else {
-            return;
-        };
-        self.last_write_target = Some(to);
-        match endpoint.try_write_u64(
-            FiAddr(u64::from(to)),
-            region,
-            usize::from(slot),
-            value,
-            u64::from(to),
-        ) {
-            Ok(()) => {
-                self.counters.heartbeats_sent += 1;
-                if self.logger.enabled(crate::config::LogLevel::Info) {
-                    self.last_beat_posted = Some(self.now());
-                    self.beats_this_turn = self.beats_this_turn.saturating_add(1);
-                }
-            }
-            // The next period brings the next beat; only the run is counted.
-            Err(e) if e.is_refusal() => self.refused(to),
-            Err(e) => {
-                self.logger
-                    .info(format_args!("heartbeat to rank {to} failed: {e}"));
-                self.post_failed(to, TransportErrorKind::HeartbeatWrite, &e);
-            }
-        }
-    }
-
-    /// Tries a send; a refused one waits in `pending`. Returns whether the
-    /// send left (or was abandoned as an error).
-    fn send(&mut self, endpoint: &mut Endpoint, to: Rank, bytes: Arc<[u8]>) -> bool {
-        match endpoint.try_send(FiAddr(u64::from(to)), &bytes, u64::from(to)) {
-            Ok(()) => {
-                self.refused_since.remove(&to);
-                true
-            }
-            Err(e) if e.is_refusal() => {
-                self.pending.push_back((to, bytes));
-                self.refused(to);
-                false
-            }
-            Err(FabricError::Invalid(why)) => {
-                // Too large for a buffer (message_buffers says it cannot
-                // be): a bug, not evidence against `to`.
-                self.logger
-                    .error(format_args!("message to rank {to} not sent: {why}"));
-                true
-            }
-            Err(e) => {
-                self.logger
-                    .info(format_args!("send to rank {to} failed: {e}"));
-                self.post_failed(to, TransportErrorKind::Send, &e);
-                true
-            }
-        }
-    }
-
-    /// Retries refused sends in order; stops at the first peer still refusing.
-    fn retry_pending(&mut self, endpoint: &mut Endpoint) {
-        let mut round = std::mem::take(&mut self.pending);
-        let mut blocked: Vec<Rank> = Vec::new();
-        // Sends to ranks already declared failed stay queued too: the Engine
-        // addresses them on purpose (the exclusion notice a stopped rank
-        // must find when it resumes). Only a refusal verdict drops them.
-        while let Some((to, bytes)) = round.pop_front() {
-            if blocked.contains(&to) {
-                self.pending.push_back((to, bytes));
-                continue;
-            }
-            // `send` re-queues a refused message at the back of `pending`.
-            if !self.send(endpoint, to, bytes) {
-                blocked.push(to);
-            }
-        }
-        // Outputs raised by transport errors during the retries.
-        self.carry_out(endpoint);
-    }
-
     /// How long to sleep: until the Engine's deadline, the end of a leave,
     /// the next retry of refused sends, or the next publication.
     fn sleep_for(&mut self) -> Duration {
@@ -1159,7 +772,7 @@ impl Core<'_> {
         if let Some(until) = self.leaving_until {
             sleep = sleep.min(until.saturating_duration_since(Instant::now()));
         }
-        if !self.pending.is_empty() {
+        if self.sends.is_waiting() {
             sleep = sleep.min(RETRY_EVERY);
         }
         let unattended = self
