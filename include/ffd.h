@@ -19,7 +19,7 @@
  *   code); they are written on FFD_OK and on the positive codes that
  *   describe something (FFD_BUFFER_TOO_SMALL, FFD_STALE).
  * - Handles are opaque; each _new/_init has its _free/_finalize.
- * - Callbacks take the host's `userdata` first.
+ * - Callbacks take the embedder's `userdata` first.
  * - No Rust panic ever unwinds into C: one becomes FFD_ERR_PANIC.
  *   (libffd is built with panic=unwind, Rust's default.)
  * - Threads: a config is used by one thread at a time; a detector handle by

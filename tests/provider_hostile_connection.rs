@@ -171,7 +171,7 @@ fn receive_queue(local: u16, remote: u16) -> Option<u64> {
 }
 
 /// The ranks: two detectors of one job in this process, on the default
-/// provider over loopback, each on the fabric ring (node-local watching
+/// provider over loopback, each on the fabric ring (same-host watching
 /// off). Ignored in normal runs; the test runs it in a child process.
 #[test]
 #[ignore = "the ranks of the hostile-connection test; it runs them in a child process"]

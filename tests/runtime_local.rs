@@ -18,7 +18,7 @@ use ffd::runtime::{
 };
 
 /// Threads of one process stand in for the ranks (one pid, one host):
-/// every rank on the fabric ring, as these tests expect. Node-local
+/// every rank on the fabric ring, as these tests expect. Same-host
 /// watching has its own test below and its process tests in cli/tests.
 fn config() -> Config {
     config_with(LocalMode::Off)
@@ -79,7 +79,7 @@ fn wait_for_event(
 }
 
 /// With host groups (one host here), only the leader, rank 0, writes
-/// heartbeats; every rank checks its local emitter's counter; nobody is
+/// heartbeats; every rank checks its same-host emitter's counter; nobody is
 /// declared.
 /// No rank raises any event for `d` (a steady state observed, not a wait
 /// for something to happen).

@@ -1,4 +1,4 @@
-//! Node-local watching through the real launcher and agents
+//! Same-host watching through the real launcher and agents
 //! (`docs/design.md` §4.12): `ffd run` over `tcp;ofi_rxm` on loopback,
 //! period 10 ms, timeout 100 ms, `FFD_LOCAL=auto` unless a test says
 //! otherwise. A kill is seen through exit words as it begins, or with
@@ -280,7 +280,7 @@ fn without_pidfds_the_counters_still_catch_a_kill() {
 /// 3 hosts of 2: host 1 = ranks 1 and 4, silenced together (stopped, not
 /// killed: a killed process's sockets are reset by its kernel, and that
 /// in-band proof names each rank on its own, as it should; a host that
-/// loses power or its network says nothing). One notice for the host,
+/// loses power or its network says nothing). One notice for the whole host,
 /// under `quorum` (`FFD_QUORUM`).
 fn a_whole_emulated_host_is_declared_in_one_notice(quorum: &str) {
     let (report, out) = run_job_with(
@@ -442,7 +442,7 @@ fn a_one_host_agreement_goes_through_the_segment_and_survives_a_kill_during_it()
 }
 
 /// A rank stopped (SIGSTOP) before an agreement holds it back until its
-/// local observer declares it (counters, one timeout); then every other
+/// same-host observer declares it (counters, one timeout); then every other
 /// rank decides without it, naming it, through the segment.
 #[test]
 fn a_one_host_agreement_waits_for_a_stopped_rank_to_be_declared_then_names_it() {

@@ -12,7 +12,7 @@ mod support;
 use support::{ONE_JOB_AT_A_TIME, TIMEOUT_MS, assert_no_false_reports, failure_of};
 
 /// Runs `ffd run` with `args` on the per-process fabric ring these tests
-/// were written for (node-local watching, the default, has its own in
+/// were written for (same-host watching, the default, has its own in
 /// local_e2e.rs): the report and the process output.
 fn run_job(args: &[&str]) -> (Value, Output) {
     support::run_job("off", &[], args)

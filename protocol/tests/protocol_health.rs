@@ -1,5 +1,5 @@
 //! The Engine's protections against its own lateness and against slow
-//! links (`docs/design.md` §4.3, §4.4): local health awareness stretches
+//! links (`docs/design.md` §4.3, §4.4): own health awareness stretches
 //! the timeout of a rank whose wake-ups run late, within `health_max`
 //! timeouts; a mended emitter's timeout starts when its link is confirmed,
 //! within a link grace.
@@ -137,7 +137,7 @@ fn late_wakeups_stretch_the_timeout_up_to_health_max() {
     let mut e = beating_until(config(), beat);
     let (t, rank) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
     assert_eq!(rank, 3);
-    assert_eq!(e.local_health(), 4);
+    assert_eq!(e.own_health(), 4);
     assert_eq!(e.stats().health.health_peak, 4);
     assert!(e.stats().health.health_rises >= 3);
     // The bound `docs/design.md` §4.3 states: within health_max timeouts of the last
@@ -158,15 +158,15 @@ fn on_time_wakeups_bring_the_timeout_back() {
         value += 1;
         tick(&mut e, now, slot_value(0, 0, value));
     }
-    assert_eq!(e.local_health(), 4);
+    assert_eq!(e.own_health(), 4);
     // On time from here, beating: one step down per stretched timeout
     // (400 + 300 + 200 ms).
     let mut now = Time::ZERO;
-    while e.local_health() > 1 {
+    while e.own_health() > 1 {
         now = e.next_deadline().unwrap();
         value += 1;
         tick(&mut e, now, slot_value(0, 0, value));
-        assert!(now < at(2000), "still at {} by {now}", e.local_health());
+        assert!(now < at(2000), "still at {} by {now}", e.own_health());
     }
     assert!(now >= at(1000), "back to 1 at {now}");
     // Then a silent emitter is declared one timeout after its last beat.
@@ -189,7 +189,7 @@ fn a_ceiling_of_one_judges_by_the_plain_timeout() {
     let beat = at(20);
     let mut e = beating_until(cfg, beat);
     let (t, _) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
-    assert_eq!(e.local_health(), 1);
+    assert_eq!(e.own_health(), 1);
     assert_eq!(e.stats().health.health_rises, 0);
     assert!(t <= beat + ms(100) + ms(30) + ms(25), "declared at {t}");
 }

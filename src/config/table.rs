@@ -29,7 +29,7 @@ pub const MAX_EVENT_QUEUE: usize = 1 << 20;
 /// The shortest heartbeat period accepted without `FFD_UNSAFE_TIMING=1`.
 /// Each period costs an RDMA write, and the observer's checks and the
 /// progress thread's wake-ups scale with it: below 100 µs the detector
-/// takes a core and the fabric's attention from the host, and the lag of a
+/// takes a core and the fabric's attention from the application, and the lag of a
 /// loaded machine (tens of µs to ms) is several periods.
 pub const MIN_PERIOD: Duration = Duration::from_micros(100);
 
@@ -262,12 +262,12 @@ settings_table! {
             show: |d| format_duration(*d),
             set(grace: Duration) => grace,
         }
-        /// Local health awareness (`docs/design.md` §4.3).
+        /// Own health awareness (`docs/design.md` §4.3).
         health_max: usize => usize {
             var: HEALTH_MAX = "FFD_HEALTH_MAX",
             accepted: "an integer from 1 to 16, e.g. `4`",
             help: "The most timeouts a rank whose own wake-ups run late waits before \
-                   declaring its emitter (local health awareness; 1: never stretch)",
+                   declaring its emitter (own health awareness; 1: never stretch)",
             default: EngineConfig::DEFAULT_HEALTH_MAX as usize,
             parse: parse_integer,
             check: |&n| {

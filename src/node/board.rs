@@ -85,7 +85,7 @@ impl BoardReader {
     }
 }
 
-/// The local ranks (indices among the host's) whose exit-word threads
+/// The same-host ranks (indices among the host's) whose exit-word threads
 /// wait on the board's bell, ascending.
 pub fn readers(segment: &HostSegment, out: &mut Vec<u32>) {
     for w in 0..segment.count() {

@@ -109,7 +109,7 @@ fn of_this_job(bytes: &[u8], job_key: u64) -> bool {
 pub(super) enum Linked {
     /// Go: start the Engine, with what arrived meanwhile.
     Go(Held),
-    /// Told to stop (start-up failed elsewhere, or the host left at once).
+    /// Told to stop (start-up failed elsewhere, or the embedder left at once).
     Abandoned,
     /// The completion queue failed.
     Failed(StopReason),

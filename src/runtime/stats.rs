@@ -1,4 +1,4 @@
-//! What the progress thread counts, as the host reads it.
+//! What the progress thread counts, as the embedder reads it.
 //!
 //! Owns: the runtime's own counters (posts, refusals, verdicts, wake-up
 //! lateness, what the linking phase held and dropped) and the snapshot
@@ -81,9 +81,9 @@ pub struct RuntimeCounters {
     /// rank, bad tag, wrong source address, replayed; by reason in the
     /// Engine's `rejected`).
     pub messages_rejected: u64,
-    /// Events dropped because the host's queue was full.
+    /// Events dropped because the embedder's event queue was full.
     pub events_dropped: u64,
-    /// Host callbacks that panicked (caught; the thread goes on).
+    /// Embedder callbacks that panicked (caught; the thread goes on).
     pub callback_panics: u64,
     /// Messages received during the linking phase and handed to the Engine
     /// once it started.
@@ -99,12 +99,12 @@ pub struct RuntimeCounters {
     /// Other ranks of this host watched through a pidfd from the start
     /// (the rest by their counters only; `local_fallback` says why).
     pub local_pidfds: u64,
-    /// Why some local ranks are watched by their counters only (empty: all
+    /// Why some same-host ranks are watched by their counters only (empty: all
     /// have a pidfd, or this rank is alone on its host).
     pub local_fallback: String,
     /// Same-host exits seen through pidfds.
     pub local_exits_seen: u64,
-    /// Other local ranks watched through their exit words (robust futexes
+    /// Other same-host ranks watched through their exit words (robust futexes
     /// in the host's segment: an exit seen before the kernel tears the
     /// process down; 0 where `futex_waitv` is missing, `local_fallback`
     /// says why).

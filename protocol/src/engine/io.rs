@@ -1,5 +1,5 @@
 //! What crosses the Engine's boundary: the inputs a driver hands in, the
-//! outputs and host events it gets back, the readings a driver hands a
+//! outputs and the embedder's events it gets back, the readings a driver hands a
 //! timer step, the errors of `handle`, and the heartbeat slot value format
 //! (the counters are `stats`).
 //!
@@ -41,9 +41,9 @@ pub fn slot_generation(value: u64) -> u16 {
 
 /// What a driver reads for a timer step
 /// ([`Engine::handle_timeout`](super::Engine::handle_timeout)): this rank's
-/// slot page and, with host groups, the local ranks' counters in shared
+/// slot page and, with host groups, the same-host ranks' counters in shared
 /// memory. The Engine asks for one slot at most (the one it watches, if it
-/// has an emitter) and one local counter at most (its local emitter's, if
+/// has an emitter) and one local counter at most (its same-host emitter's, if
 /// it has one), each once per step, and takes the answers as that step's
 /// readings. The runtime reads its registered slot page and the host's
 /// segment; the simulator and the model checker model both; tests answer
@@ -53,7 +53,7 @@ pub trait Readings {
     fn slot(&self, slot: u16) -> u64;
     /// What the driver sees of local rank `rank`'s counter now (`None`:
     /// never written). The default, `None` for every rank, suits an
-    /// Engine without host groups; an Engine with a local emitter that
+    /// Engine without host groups; an Engine with a same-host emitter that
     /// reads `None` sees no local beat and declares it after the timeout.
     fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
         let _ = rank;
@@ -170,7 +170,7 @@ impl Evidence {
 }
 
 /// What the fabric said about a failed operation towards a peer, for the
-/// host to read in [`FailureDetail`]. Numbers only: the runtime names them.
+/// embedder to read in [`FailureDetail`]. Numbers only: the runtime names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FabricSaid {
     /// An error completion: libfabric's error number (positive, an `FI_E*`
@@ -214,7 +214,7 @@ pub enum Output {
     /// tag), whose unsealed bytes are shared among the copies of one
     /// broadcast step.
     Send { to: Rank, message: Sealed },
-    /// Tell the host.
+    /// Tell the embedder.
     Event(Event),
     /// Post on this host's notice board (shared memory) that `failed` are
     /// gone, `detector`'s news: every rank of the host that reads it learns
@@ -266,7 +266,7 @@ pub enum EmitterThread {
     serde(rename_all = "lowercase")
 )]
 pub enum Cause {
-    /// This rank's emitter's slot (or its local emitter's counter) stood
+    /// This rank's emitter's slot (or its same-host emitter's counter) stood
     /// still for the timeout.
     Timeout,
     /// A transport error (or an unreachable verdict) on a ring link.
@@ -308,7 +308,7 @@ pub enum FailureDetail {
         said: FabricSaid,
         quorum: Option<Confirmation>,
     },
-    /// Declared at once by its local observer: its counter in shared
+    /// Declared at once by its same-host observer: its counter in shared
     /// memory reached the limit while the kernel showed its progress
     /// thread stopped by a signal ([`EmitterThread::Stopped`]). A
     /// same-host observation that no partition can split and no
@@ -372,7 +372,7 @@ impl AgreeAbort {
     }
 }
 
-/// Events for the host.
+/// Events for the embedder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// `rank` has failed (final: never withdrawn). `detector` declared it

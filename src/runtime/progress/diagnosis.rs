@@ -225,7 +225,7 @@ impl Diagnosis {
                      my long turn gaps (last 2 s): [{}]; long turns: [{}]; this turn began \
                      {this:?} ms ago, marks {marks:?}; recent turns (ago:read/timers/rest:beats:\
                      next deadline in): [{}]",
-                    engine.local_health(),
+                    engine.own_health(),
                     gaps.join(", "),
                     turns.join("; "),
                     recent.join(" ")

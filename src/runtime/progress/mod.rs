@@ -3,12 +3,12 @@
 //! Owns: the detector's endpoint, slot region and Engine once started; the
 //! per-peer bookkeeping of refused posts; how the thread ends (a leave, an
 //! exclusion, or a stop with its reason, a panic included). Must not: block
-//! on the host (callbacks are the host's promise), wait on anything but the
+//! on the embedder (callbacks are the embedder's promise), wait on anything but the
 //! completion queue and the wake socket, allocate per heartbeat, or end
 //! without publishing why (a panic anywhere on the thread is caught and
 //! becomes [`StopCause::Panic`]).
 //!
-//! Each turn of the loop: take host commands; read the completion queue
+//! Each turn of the loop: take the embedder's commands; read the completion queue
 //! (before any judgement, so heartbeats that landed are seen and errors are
 //! evidence); if the Engine's deadline has come, read the slot it watches
 //! and tick it; carry out its outputs; retry refused sends; then sleep on
@@ -78,7 +78,7 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 /// While an agreement or a view change is under way here, the thread
 /// sleeps at most this long between reads of its queue, for at most one
 /// timeout from when it began: every hop of an agreement is a message that
-/// a rank asleep until its next deadline (tens of ms under node-local
+/// a rank asleep until its next deadline (tens of ms under same-host
 /// watching, where most ranks beat no fabric heartbeat) handled only when
 /// its thread next ran. Measured with `benches/agreement.py`'s jobs on 2
 /// cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
@@ -111,7 +111,7 @@ fn agreement_poll(
     (now.saturating_duration_since(since) <= bound).then_some(every)
 }
 
-/// What the host asks of the progress thread.
+/// What the embedder asks of the progress thread.
 #[derive(Debug)]
 pub(super) enum Command {
     Broadcast(Vec<u8>),
@@ -161,7 +161,7 @@ pub(super) struct Progress<'d> {
     endpoint: Endpoint,
     /// Declared after the endpoint so it closes after it.
     _av: AddressVector,
-    /// Readable when the host sent a command.
+    /// Readable when the embedder sent a command.
     wake: UnixStream,
     /// The epoll set of same-host pidfds and `wake` (a second fd of it),
     /// readable on a command or an exit: waited on instead of `wake`.
@@ -182,7 +182,7 @@ struct Core<'d> {
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: Receiver<Command>,
-    /// The host's callback and queue; outlives a panic of the loop.
+    /// The embedder's callback and event queue; outlives a panic of the loop.
     delivery: &'d mut Delivery,
     spin: bool,
     eagain_limit: Duration,
@@ -231,7 +231,7 @@ pub(super) struct EngineSeed {
 
 /// The progress thread's body: the linking phase, then the Engine's loop,
 /// then the end published: [`DetectorState`](super::DetectorState) and, for
-/// a stop, the host's last event. A panic anywhere on the way (the Engine,
+/// a stop, the embedder's last event. A panic anywhere on the way (the Engine,
 /// fabric handling, this loop) is caught here and ends it the same way.
 pub(super) fn run(mut parts: Parts) {
     let shared = Arc::clone(&parts.shared);
@@ -242,7 +242,7 @@ pub(super) fn run(mut parts: Parts) {
         parts.logger,
     );
     // The parts (endpoint, slots, Engine) are dropped inside, also when
-    // unwinding: the fabric resources are closed before the host hears.
+    // unwinding: the fabric resources are closed before the embedder hears.
     let end = catch_unwind(AssertUnwindSafe(|| drive(parts, &mut delivery)))
         .unwrap_or_else(|payload| End::Stopped(StopReason::panic(payload.as_ref())));
     let why = match &end {
@@ -268,7 +268,7 @@ pub(super) fn run(mut parts: Parts) {
 
 /// How the progress thread ended.
 enum End {
-    /// Left cleanly, or told to stop (by the host, or by a failed start).
+    /// Left cleanly, or told to stop (by the embedder, or by a failed start).
     Left,
     /// Declared failed by the others.
     Excluded,
@@ -310,7 +310,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
                 Err(why) => {
                     return End::Stopped(StopReason::new(
                         StopCause::Engine,
-                        format!("node-local watching could not start: {why}"),
+                        format!("same-host watching could not start: {why}"),
                     ));
                 }
             }
@@ -557,7 +557,7 @@ impl Core<'_> {
     }
 
     /// Drives this rank's one-host agreements one step (if no caller
-    /// waits on them), raises their results for the host and hands the Engine what
+    /// waits on them), raises their results for the embedder and hands the Engine what
     /// a decision named that this rank did not learn in a timeout.
     fn drive_host_agreement(&mut self) {
         let Some(host) = &self.shared.host_agreement else {
@@ -621,7 +621,7 @@ impl Core<'_> {
         }
     }
 
-    /// The Engine's deadline has come: read the watched slot and the local
+    /// The Engine's deadline has come: read the watched slot and the same-host
     /// emitter's counter, then tick.
     fn on_deadline(&mut self) {
         let Some(deadline) = self.engine.next_deadline() else {
@@ -740,7 +740,7 @@ impl Core<'_> {
                     }
                 }
                 // An agreement's result reaches its request before the
-                // host hears of it.
+                // embedder hears of it.
                 Output::Event(event) => {
                     let started = self.started;
                     self.diagnosis
@@ -813,7 +813,7 @@ impl Core<'_> {
 }
 
 /// What the progress thread reads when the Engine's deadline comes: its
-/// registered slot page, and with host groups the local ranks' counters in
+/// registered slot page, and with host groups the same-host ranks' counters in
 /// the host's segment.
 struct DeadlineReadings<'a> {
     slots: &'a SlotPage,

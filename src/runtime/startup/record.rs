@@ -48,7 +48,7 @@
 //! sends only a fingerprint of it, so that ranks holding different secrets
 //! fail at start naming each other; when no rank holds one, rank 0 draws
 //! the secret and sends it here, over the bootstrap, which is then the
-//! host's own channel (its allgather, or PMIx).
+//! embedder's own channel (its allgather, or PMIx).
 //!
 //! The protocol version is the one constant the message codec stamps on
 //! every protocol message ([`wire::VERSION`]); the record keeps it in a
