@@ -409,7 +409,7 @@ def run_ffd(n, timeout, duration, user):
         # refused: why)` where no real-time priority is granted.
         "sched": sorted({s.get("sched", "?") for s in stats.values()}),
         "boost_lifts": sum(s["runtime"].get("boost_lifts", 0) for s in stats.values()),
-        # The overload guards at work (docs/design.md §4.3): accusations
+        # The overload guards at work (docs/design.md §4.3 "Timeout"): accusations
         # withdrawn after this rank's own stall, confirmations held while
         # the accuser was strained.
         **{k: sum(s["engine"].get("quorum", {}).get(k, 0) for s in stats.values())

@@ -470,7 +470,7 @@ fn shm_rma_is_not_checked_against_registrations() {
     assert_eq!(
         other.read(5),
         1234,
-        "shm now checks registrations: update docs/design.md §7 and this test"
+        "shm now checks registrations: update docs/design.md §7 \"Fabric facts this rests on\" and this test"
     );
     assert_eq!(b.slots.memory().read(5), 0);
 }

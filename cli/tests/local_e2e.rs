@@ -1,5 +1,5 @@
 //! Same-host watching through the real launcher and agents
-//! (`docs/design.md` §4.12): `ffd run` over `tcp;ofi_rxm` on loopback,
+//! (`docs/design.md` §4.12 "Hosts"): `ffd run` over `tcp;ofi_rxm` on loopback,
 //! period 10 ms, timeout 100 ms, `FFD_LOCAL=auto` unless a test says
 //! otherwise. A kill is seen through exit words as it begins, or with
 //! `FFD_LOCAL=pidfd` through a pidfd once it is over (cause `exited`), a hang

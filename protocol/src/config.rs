@@ -142,7 +142,7 @@ setting_enum!(
 
 setting_enum!(
     /// How a declaration from silence is made (`FFD_QUORUM`, `docs/design.md`
-    /// §4.11). Proof of death (an error the peer's kernel caused) is always
+    /// §4.11 "Primary partition"). Proof of death (an error the peer's kernel caused) is always
     /// declared at once.
     QuorumMode, "majority|off", {
         /// Silence (a timeout, a refusal run) is an accusation that a
@@ -219,7 +219,7 @@ pub struct EngineConfig {
     /// Own health awareness (Lifeguard): the largest factor by which a
     /// rank that sees its own wake-ups running late stretches the timeouts
     /// it judges others by (1 to [`Self::MAX_HEALTH`]; 1 never stretches).
-    /// Default [`Self::DEFAULT_HEALTH_MAX`]. See `docs/design.md` §4.3.
+    /// Default [`Self::DEFAULT_HEALTH_MAX`]. See `docs/design.md` §4.3 "Timeout".
     pub health_max: u32,
     /// A wake-up of this rank's timers later than this raises its own
     /// health multiplier by one. Default: one check interval
@@ -361,7 +361,7 @@ impl EngineConfig {
 
     /// A wake-up of this rank's timers later than this strains it: a
     /// majority confirmation of its accusations is held (`docs/design.md`
-    /// §4.11). One period, or `late_wakeup` if shorter (so with a very
+    /// §4.11 "Primary partition"). One period, or `late_wakeup` if shorter (so with a very
     /// short period nearly every confirmation under load is held, up to
     /// `health_max` timeouts): a wake-up a period
     /// late means at least one of its own beats left late, the measure

@@ -1,5 +1,5 @@
 //! Host groups: which ranks share a host, each host's leader, and the
-//! ring of hosts the fabric heartbeats run on (`docs/design.md` §4.12).
+//! ring of hosts the fabric heartbeats run on (`docs/design.md` §4.12 "Hosts").
 //!
 //! Owns: the rank → host map, each host's ranks in rank order, and the
 //! order of hosts on the fabric ring, the same on every rank from the same

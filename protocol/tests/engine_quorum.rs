@@ -1,5 +1,5 @@
 //! The primary partition at one Engine, one input at a time
-//! (`FFD_QUORUM=majority`, `engine/quorum.rs`, `docs/design.md` §4.11):
+//! (`FFD_QUORUM=majority`, `engine/quorum.rs`, `docs/design.md` §4.11 "Primary partition"):
 //! an accuser declares only with a majority of votes (an exact half with
 //! the lowest live rank), excludes itself without one; a voter forwards a
 //! round once, votes to its flood parent and follows the outcome; the
@@ -488,7 +488,7 @@ fn accuses_new_emitter_at(e: &mut Engine, limit: Time) -> Option<Time> {
     )
 }
 
-/// The chain rule (`docs/design.md` §4.11 "Chains"): while other
+/// The chain rule (`docs/design.md` §4.11 "Primary partition", "Chains"): while other
 /// accusations are under way, a freshly mended emitter whose link is up
 /// has `first_beat_within` (timeout / 8) to write its first beat, so a
 /// partition's chain of cut-off ranks costs an eighth of a timeout per
@@ -657,7 +657,7 @@ fn votes_read_on_a_wakeup_a_period_late_are_held() {
 /// that a majority confirms while this rank's own timing is strained (a
 /// wake-up later than `strain_lateness`, a period here, since the accusation
 /// began, or own health above 1) is held until the suspect has been silent for
-/// `health_max` timeouts (400 ms here, the bound of design §4.3), so that
+/// `health_max` timeouts (400 ms here, the bound of design §4.3 "Timeout"), so that
 /// a suspect starved by the same overload can still answer; an answer
 /// meanwhile withdraws it. On time (health 1, no late wake-up) it is
 /// declared at once (`silence_is_an_accusation_declared_once_a_majority_votes`).

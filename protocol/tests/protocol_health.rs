@@ -1,5 +1,5 @@
 //! The Engine's protections against its own lateness and against slow
-//! links (`docs/design.md` §4.3, §4.4): own health awareness stretches
+//! links (`docs/design.md` §4.3 "Timeout", §4.4 "Mending"): own health awareness stretches
 //! the timeout of a rank whose wake-ups run late, within `health_max`
 //! timeouts; a mended emitter's timeout starts when its link is confirmed,
 //! within a link grace.
@@ -107,7 +107,7 @@ fn a_beat_confirms_the_link_too() {
     // First read: the fresh slot is empty; then the new emitter's beat.
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, 0);
-    // A beat counts in the generation the ObserveMe named (docs/design.md §5).
+    // A beat counts in the generation the ObserveMe named (docs/design.md §5 "Wire format").
     let beat = slot_value(e.generation(), fold_digest(e.digest()), 1);
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, beat);
@@ -140,7 +140,7 @@ fn late_wakeups_stretch_the_timeout_up_to_health_max() {
     assert_eq!(e.own_health(), 4);
     assert_eq!(e.stats().health.health_peak, 4);
     assert!(e.stats().health.health_rises >= 3);
-    // The bound `docs/design.md` §4.3 states: within health_max timeouts of the last
+    // The bound `docs/design.md` §4.3 "Timeout" states: within health_max timeouts of the last
     // beat, plus the wake-up's own lateness and a check interval.
     assert!(
         t >= beat + ms(400) && t <= beat + ms(400) + ms(30) + ms(25),

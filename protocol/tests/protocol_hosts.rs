@@ -1,4 +1,4 @@
-//! Engines with host groups (`docs/design.md` §4.12): leaders and the ring
+//! Engines with host groups (`docs/design.md` §4.12 "Hosts"): leaders and the ring
 //! of hosts, local watching (exits as proof, hangs through the counters),
 //! leader failover, and a whole host declared in one notice.
 //!

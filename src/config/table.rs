@@ -262,7 +262,7 @@ settings_table! {
             show: |d| format_duration(*d),
             set(grace: Duration) => grace,
         }
-        /// Own health awareness (`docs/design.md` §4.3).
+        /// Own health awareness (`docs/design.md` §4.3 "Timeout").
         health_max: usize => usize {
             var: HEALTH_MAX = "FFD_HEALTH_MAX",
             accepted: "an integer from 1 to 16, e.g. `4`",

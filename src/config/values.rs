@@ -116,7 +116,7 @@ pub enum SchedPolicy {
 worded!(SchedPolicy { Normal => "normal", Boost => "boost", Fifo => "fifo" });
 
 /// Whether ranks of one host watch each other locally and share one fabric
-/// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.12).
+/// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.12 "Hosts").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LocalMode {
     /// Host groups: same-host ranks watch each other (exit words and

@@ -1,5 +1,5 @@
 //! Exit words: a same-host exit seen before the kernel tears the process
-//! down (`docs/design.md` §4.12).
+//! down (`docs/design.md` §4.12 "Hosts").
 //!
 //! A pidfd becomes readable only at the very end of a process's exit,
 //! after the kernel has freed its memory: 4 ms for a 46 MiB rank here,

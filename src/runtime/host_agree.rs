@@ -1,5 +1,5 @@
 //! User agreements of a one-host job through the host's shared segment
-//! (`docs/design.md` §4.10, "On one host"): no message, no progress
+//! (`docs/design.md` §4.10 "Agreement and views", "On one host"): no message, no progress
 //! thread on the way, a decision by compare-and-swap.
 //!
 //! Round `u` (this rank's `u`-th call, the same on every rank, a

@@ -43,7 +43,7 @@ pub(super) const HOLD_BYTES: usize = 2 << 20;
 
 /// The job key's place in every protocol message's header: bytes 8..16,
 /// little-endian, after the magic, version, kind and flags (docs/design.md
-/// §5; unchanged by later versions of the header).
+/// §5 "Wire format"; unchanged by later versions of the header).
 const JOB_KEY_AT: std::ops::Range<usize> = 8..16;
 
 /// What the linking phase needs besides the endpoint.

@@ -1,4 +1,4 @@
-//! Same-host watching in the runtime (`docs/design.md` §4.12): which local
+//! Same-host watching in the runtime (`docs/design.md` §4.12 "Hosts"): which local
 //! ranks this rank can watch through a pidfd and why not the others, the
 //! host's counter segment, the exit-word threads (started once the
 //! segment is open), and the progress thread's part in it (bump its own

@@ -415,7 +415,7 @@ impl Detector {
     /// Reliably broadcasts `payload` to every live rank (they receive
     /// [`protocol::Event::Payload`]; this rank too, unless
     /// `FFD_DELIVER_OWN=no`): all or none, in order per origin, once each
-    /// (docs/design.md §4.9); returns at once. [`DetectorError::Forked`]
+    /// (docs/design.md §4.9 "Payloads"); returns at once. [`DetectorError::Forked`]
     /// in a `fork()`ed child: nothing is sent.
     pub fn broadcast(&self, payload: &[u8]) -> Result<(), DetectorError> {
         self.owned_here(false)?;

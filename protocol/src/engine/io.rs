@@ -101,7 +101,7 @@ pub enum Input<'a> {
     /// otherwise, and for ranks of other hosts.
     Exited { rank: Rank, seen_by: &'a [Rank] },
     /// Failures read from this host's notice board (`docs/design.md`
-    /// §4.12): `detector`'s news of `failed` (ascending), posted there by a
+    /// §4.12 "Hosts"): `detector`'s news of `failed` (ascending), posted there by a
     /// rank of the host ([`Output::PostOnBoard`]). Learned like a
     /// notice's (cause `notice`) and forwarded in one notice to this
     /// rank's overlay links except the host's board readers, never posted
@@ -116,7 +116,7 @@ pub enum Input<'a> {
     /// A message to `to` left this process: the transport completed its
     /// send, so the link to `to` is up. The Engine reads only the ones
     /// about an emitter it just mended to (its clock starts then, see
-    /// `docs/design.md` §4.4); drivers may report every completed send.
+    /// `docs/design.md` §4.4 "Mending"); drivers may report every completed send.
     Sent { to: Rank },
     /// Reliably broadcast an application payload to all live ranks.
     Broadcast(&'a [u8]),
@@ -146,7 +146,7 @@ pub enum TransportErrorKind {
     Unreachable,
 }
 
-/// What a transport error shows about the peer (`docs/design.md` §4.11).
+/// What a transport error shows about the peer (`docs/design.md` §4.11 "Primary partition").
 /// The driver classifies: the runtime by the error numbers it measured on
 /// each provider, the simulator by whether the peer's process is dead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -225,7 +225,7 @@ pub enum Output {
 }
 
 /// What a driver saw of one local rank's counter in shared memory
-/// (`docs/design.md` §4.12): when that rank's progress thread last woke, in
+/// (`docs/design.md` §4.12 "Hosts"): when that rank's progress thread last woke, in
 /// this Engine's time, the digest fold of its failed ∪ left set then, and,
 /// once the counter was a timeout old, what the kernel said of that thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -390,7 +390,7 @@ pub enum Event {
     /// Every rank of host `host` (an index of
     /// [`Hosts`](crate::Hosts), numbered by lowest rank) failed together:
     /// this rank declared them in one notice after none of them answered
-    /// (`docs/design.md` §4.12). Follows their `Failed` events.
+    /// (`docs/design.md` §4.12 "Hosts"). Follows their `Failed` events.
     HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` left cleanly.
     Left { rank: Rank },
@@ -414,7 +414,7 @@ pub enum Event {
     /// View `id` was decided: the ranks out of the job are `failed` (failed
     /// or left, ascending). Every live rank raises the same views in the
     /// same order (ids 1, 2, 3, …), each after the `Failed`/`Left` events
-    /// of the ranks it names (`docs/design.md` §4.12). `hops`: the longest
+    /// of the ranks it names (`docs/design.md` §4.10 "Agreement and views"). `hops`: the longest
     /// chain of agreement messages behind this rank's decision.
     ViewChange {
         id: u64,

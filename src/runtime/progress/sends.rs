@@ -158,7 +158,7 @@ impl Core<'_> {
     /// verdict: `FFD_EAGAIN_LIMIT`, or start-up grace + timeout on a link
     /// that never carried anything (connection set-up), stretched like the
     /// Engine's own timeouts while this rank's wake-ups run late (its
-    /// own health, `docs/design.md` §4.3): a refusal run is timing
+    /// own health, `docs/design.md` §4.3 "Timeout"): a refusal run is timing
     /// evidence too, and a starved rank drains its queues late.
     fn refusal_bound(&self, peer: Rank) -> Duration {
         let bound = if self.sends.connected.contains(&peer) {

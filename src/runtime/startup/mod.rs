@@ -221,7 +221,7 @@ fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
     let (buffers, buffer_size) = progress::message_buffers(size);
     let endpoint_config = EndpointConfig {
         // On tcp;ofi_rxm a write to a dead peer fails fast only with
-        // delivery-complete (docs/design.md §7); elsewhere errors come anyway.
+        // delivery-complete (docs/design.md §7 "Fabric facts this rests on"); elsewhere errors come anyway.
         delivery_complete: info.provider().starts_with("tcp"),
         recv_buffers: buffers,
         recv_size: buffer_size,

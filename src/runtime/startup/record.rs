@@ -39,11 +39,11 @@
 //!
 //! Version 3 added the process identity (pid, pid namespace, start time)
 //! that a same-host watcher checks before it trusts a pid (a recycled pid
-//! or one of another namespace is refused, `docs/design.md` §4.12), and the
+//! or one of another namespace is refused, `docs/design.md` §4.12 "Hosts"), and the
 //! local watching setting every rank must share.
 //!
 //! Version 2 turned the reserved byte at 75 into the secret claim and added
-//! the 32 bytes after it ([`SecretClaim`], `docs/design.md` §5.3). A rank
+//! the 32 bytes after it ([`SecretClaim`], `docs/design.md` §5.3 "The job's secret and keys"). A rank
 //! that holds the job's secret (from its bootstrap or `FFD_SECRET_FILE`)
 //! sends only a fingerprint of it, so that ranks holding different secrets
 //! fail at start naming each other; when no rank holds one, rank 0 draws
