@@ -497,12 +497,14 @@ typedef struct {
      */
     uint64_t unreachable_verdicts;
     /**
-     * Protocol messages sent and received over the fabric.
+     * Protocol message sends that completed, and messages received, over
+     * the fabric (Rust: `runtime.messages.sends_completed`, `.received`).
      */
     uint64_t messages_sent;
     uint64_t messages_received;
     /**
-     * Messages dropped as malformed, foreign (wrong job key) or unsafe.
+     * Messages dropped as malformed, foreign (wrong job key) or unsafe:
+     * the sum of the Engine's drops by reason (Rust: `engine.drops.rejected`).
      */
     uint64_t messages_rejected;
     /**

@@ -203,7 +203,7 @@ fn rank_role() {
         .collect();
     let beats_before: Vec<u64> = detectors
         .iter()
-        .map(|d| d.stats().runtime.heartbeats_completed)
+        .map(|d| d.stats().runtime.heartbeats.completed)
         .collect();
 
     let (lines, commands) = mpsc::channel::<String>();
@@ -301,7 +301,7 @@ fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String>
     }
     let mut beats = Vec::new();
     for (d, before) in detectors.iter().zip(beats_before) {
-        let now = d.stats().runtime.heartbeats_completed;
+        let now = d.stats().runtime.heartbeats.completed;
         if now <= *before {
             return Err(format!(
                 "rank {}: no heartbeat completed since the attack began ({before})",

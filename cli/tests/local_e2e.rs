@@ -113,7 +113,7 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
     // so and nothing was lifted.
     let allowed = fifo_allowed_here();
     for (rank, s) in survivors(&report, 2) {
-        let lifts = s["runtime"]["boost_lifts"].as_u64().unwrap();
+        let lifts = s["runtime"]["local"]["boost_lifts"].as_u64().unwrap();
         match &allowed {
             Ok(()) => {
                 assert_eq!(s["sched"], "boost", "rank {rank}: {s}");
@@ -134,8 +134,11 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
     // each survivor's exit-word thread saw the death (whether its Engine
     // heard it first from there, from the pidfd, or from a notice).
     for (rank, s) in survivors(&report, 2) {
-        assert_eq!(s["runtime"]["local_exit_words"], 5, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exit_words_seen"], 1, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exit_words"], 5, "rank {rank}: {s}");
+        assert_eq!(
+            s["runtime"]["local"]["exit_words_seen"], 1,
+            "rank {rank}: {s}"
+        );
     }
     // The others left cleanly at the end: released words are no deaths.
     assert_eq!(
@@ -162,7 +165,7 @@ fn under_the_normal_policy_nothing_is_lifted_and_a_kill_is_still_exited_everywhe
         a_killed_rank_is_exited_for_every_survivor_with("auto", &[("FFD_SCHED", "normal")]);
     for (rank, s) in survivors(&report, 2) {
         assert_eq!(s["sched"], "normal", "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["boost_lifts"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["boost_lifts"], 0, "rank {rank}: {s}");
     }
 }
 
@@ -176,7 +179,7 @@ fn under_fifo_the_progress_threads_run_real_time_and_a_kill_is_still_exited_ever
             // Already real-time: a lift only lets it run on every CPU.
             Ok(()) if exit_words_here() => {
                 assert_eq!(sched, "fifo", "rank {rank}: {s}");
-                let lifts = s["runtime"]["boost_lifts"].as_u64().unwrap();
+                let lifts = s["runtime"]["local"]["boost_lifts"].as_u64().unwrap();
                 assert!(lifts >= 1, "rank {rank}: {s}");
             }
             Ok(()) => assert_eq!(sched, "fifo", "rank {rank}: {s}"),
@@ -201,9 +204,9 @@ fn with_pidfds_only_a_killed_rank_is_declared_exited_and_every_survivor_is_told(
     // Each survivor watched every other rank through a pidfd and saw the
     // exit itself; no exit words.
     for (rank, s) in survivors(&report, 2) {
-        assert_eq!(s["runtime"]["local_pidfds"], 5, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exits_seen"], 1, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exit_words"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["pidfds"], 5, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exits_seen"], 1, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exit_words"], 0, "rank {rank}: {s}");
     }
 }
 
@@ -272,8 +275,8 @@ fn without_pidfds_the_counters_still_catch_a_kill() {
     assert_all_learned(&report, 1, &[0, 2, 3]);
     assert_no_false_reports(&report);
     for (rank, s) in report["stats"].as_object().unwrap() {
-        assert_eq!(s["runtime"]["local_pidfds"], 0, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exit_words"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["pidfds"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exit_words"], 0, "rank {rank}: {s}");
     }
 }
 

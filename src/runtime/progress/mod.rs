@@ -335,14 +335,14 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
     };
     let mut progress = Progress::new(parts, engine, local.map(|(_, w)| w), delivery);
     if let Some(w) = &progress.core.local {
-        progress.core.counters.local_pidfds = w.pidfds() as u64;
-        progress.core.counters.local_exit_words = w.exit_words().0 as u64;
-        progress.core.counters.local_fallback = fallback.join("; ");
+        progress.core.counters.local.pidfds = w.pidfds() as u64;
+        progress.core.counters.local.exit_words = w.exit_words().0 as u64;
+        progress.core.counters.local.fallback = fallback.join("; ");
     }
     let core = &mut progress.core;
-    core.counters.link_messages_held = held.messages.len() as u64;
-    core.counters.link_dropped_foreign = held.dropped_foreign;
-    core.counters.link_dropped_over_cap = held.dropped_over_cap;
+    core.counters.link.messages_held = held.messages.len() as u64;
+    core.counters.link.dropped_foreign = held.dropped_foreign;
+    core.counters.link.dropped_over_cap = held.dropped_over_cap;
     // Messages that arrived while linking (a faster rank's first notice).
     for (from, bytes) in held.messages {
         core.on_message(from, &bytes);
@@ -645,14 +645,14 @@ impl Core<'_> {
         if let Some(local) = self.local.as_mut() {
             let now = elapsed(self.started);
             let n = local.take_exits(&mut self.engine, now);
-            self.counters.local_exits_seen += n as u64;
-            self.counters.local_exit_words_seen = local.exit_words().1;
+            self.counters.local.exits_seen += n as u64;
+            self.counters.local.exit_words_seen = local.exit_words().1;
             if let Some(why) = local.take_exit_words_broken() {
                 self.logger.warn(format_args!(
                     "exit words stopped ({why}): same-host exits are found by pidfds \
                      and counters only"
                 ));
-                let fallback = &mut self.counters.local_fallback;
+                let fallback = &mut self.counters.local.fallback;
                 if !fallback.is_empty() {
                     fallback.push_str("; ");
                 }
@@ -691,7 +691,7 @@ impl Core<'_> {
                 self.on_message(source.and_then(|a| Rank::try_from(a.0).ok()), bytes);
             }
             Completion::Sent { token, .. } => {
-                self.counters.messages_sent += 1;
+                self.counters.messages.sends_completed += 1;
                 self.link_works(token);
                 // The Engine times a just-mended emitter from its link-up.
                 if let Ok(to) = Rank::try_from(token) {
@@ -699,7 +699,7 @@ impl Core<'_> {
                 }
             }
             Completion::Written { token } => {
-                self.counters.heartbeats_completed += 1;
+                self.counters.heartbeats.completed += 1;
                 self.link_works(token);
             }
             Completion::Failed(error) => self.on_error_completion(now, error),
@@ -708,7 +708,7 @@ impl Core<'_> {
 
     /// A message for the Engine, `from` the transport's sender if known.
     fn on_message(&mut self, from: Option<Rank>, bytes: &[u8]) {
-        self.counters.messages_received += 1;
+        self.counters.messages.received += 1;
         let now = self.now();
         if std::mem::take(&mut self.exits_unscanned) {
             if let Some(local) = self.local.as_mut() {
@@ -716,7 +716,6 @@ impl Core<'_> {
             }
         }
         if let Err(e) = self.engine.handle(now, Input::Message { from, bytes }) {
-            self.counters.messages_rejected += 1;
             self.logger.debug(format_args!("message dropped: {e}"));
         }
     }
@@ -804,9 +803,9 @@ impl Core<'_> {
         self.last_publish = Instant::now();
         snapshot.uptime_ms = self.started.elapsed().as_secs_f64() * 1e3;
         snapshot.epoch = self.shared.failed.epoch();
-        self.counters.events_dropped = self.shared.events.dropped();
-        self.counters.callback_panics = self.delivery.callback_panics;
-        self.counters.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
+        self.counters.delivery.events_dropped = self.shared.events.dropped();
+        self.counters.delivery.callback_panics = self.delivery.callback_panics;
+        self.counters.local.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
     }

@@ -91,7 +91,7 @@ impl Core<'_> {
                 self.transport_error(now, peer, kind, evidence, said);
             }
             None => {
-                self.counters.unattributed_errors += 1;
+                self.counters.transport.unattributed_errors += 1;
                 self.logger
                     .debug(format_args!("error completion naming no peer: {error}"));
             }
@@ -106,7 +106,7 @@ impl Core<'_> {
         evidence: Evidence,
         said: FabricSaid,
     ) {
-        self.counters.transport_errors += 1;
+        self.counters.transport.errors += 1;
         self.sends.refused_since.remove(&peer);
         let _ = self.engine.handle(
             now,
@@ -132,13 +132,13 @@ impl Core<'_> {
     /// refusals longer than the bound is a verdict against the peer, and
     /// silence (a dead peer's connection and a cut one both refuse).
     fn refused(&mut self, peer: Rank) {
-        self.counters.posts_refused += 1;
+        self.counters.transport.posts_refused += 1;
         let now = Instant::now();
         let since = *self.sends.refused_since.entry(peer).or_insert(now);
         let bound = self.refusal_bound(peer);
         let run = now.duration_since(since);
         if run > bound {
-            self.counters.unreachable_verdicts += 1;
+            self.counters.transport.unreachable_verdicts += 1;
             self.logger.info(format_args!(
                 "rank {peer} unreachable: posts refused for {run:?}"
             ));
@@ -188,7 +188,7 @@ impl Core<'_> {
             u64::from(to),
         ) {
             Ok(()) => {
-                self.counters.heartbeats_sent += 1;
+                self.counters.heartbeats.posted += 1;
                 let started = self.started;
                 self.diagnosis.beat_posted(|| super::elapsed(started));
             }
