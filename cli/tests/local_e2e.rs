@@ -10,6 +10,8 @@ use std::process::Output;
 
 use serde_json::Value;
 
+#[path = "../../tests/prereq/mod.rs"]
+mod prereq;
 mod support;
 use support::{TIMEOUT_MS, assert_all_learned, assert_no_false_reports, failure_of, output_text};
 
@@ -33,27 +35,16 @@ fn delay_of(report: &Value, rank: u64) -> f64 {
     f["detected_at_ms"].as_f64().unwrap() - f["injected_at_ms"].as_f64().unwrap()
 }
 
-/// Whether this machine lets a process open pidfds (Linux ≥ 5.3, no
-/// seccomp rule against it); the tests that need one say so and pass.
+/// Whether this machine gives pidfds; otherwise the test is skipped, and
+/// fails under `FFD_TEST_REQUIRE_ALL=1` (`tests/prereq/mod.rs`).
 fn pidfds_here() -> bool {
-    match ffd::node::pidfd_probe() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("skipped: no pidfd here ({why})");
-            false
-        }
-    }
+    prereq::available(&prereq::this_test(), &[prereq::pidfd()])
 }
 
-/// Whether this machine has exit words (`futex_waitv`, Linux ≥ 5.16).
+/// Whether this machine has exit words (`futex_waitv`, Linux ≥ 5.16);
+/// otherwise as [`pidfds_here`].
 fn exit_words_here() -> bool {
-    match ffd::node::exit_word_probe() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("skipped: no exit words here ({why})");
-            false
-        }
-    }
+    prereq::available(&prereq::this_test(), &[prereq::exit_words()])
 }
 
 /// Kills rank 2 of 6 on one host under `FFD_LOCAL=local`: it is declared
@@ -177,7 +168,7 @@ fn under_fifo_the_progress_threads_run_real_time_and_a_kill_is_still_exited_ever
         let sched = s["sched"].as_str().unwrap_or_default();
         match &allowed {
             // Already real-time: a lift only lets it run on every CPU.
-            Ok(()) if exit_words_here() => {
+            Ok(()) if ffd::node::exit_word_probe().is_ok() => {
                 assert_eq!(sched, "fifo", "rank {rank}: {s}");
                 let lifts = s["runtime"]["local"]["boost_lifts"].as_u64().unwrap();
                 assert!(lifts >= 1, "rank {rank}: {s}");
@@ -214,7 +205,7 @@ fn with_pidfds_only_a_killed_rank_is_declared_exited_and_every_survivor_is_told(
 /// its counter is a timeout old: its observer declares it at once, with no
 /// accusation round under the default `FFD_QUORUM=majority`.
 #[test]
-fn a_stopped_rank_is_found_through_its_counter_by_its_local_observer() {
+fn a_stopped_rank_is_found_through_its_counter_by_its_same_host_observer() {
     let (report, out) = run_job(
         "auto",
         &["-n", "4", "--stop", "2@500ms", "--duration", "1500ms"],
