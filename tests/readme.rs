@@ -334,20 +334,24 @@ const CONFIG_BEGIN: &str = "<!-- The settings table, generated from src/config/t
 const CONFIG_END: &str = "<!-- End of the generated settings table. -->";
 
 /// The table of `docs/configuration.md`: every `FFD_*` variable of the
-/// settings table, in its order, with its accepted form, default and help.
+/// settings table, in its order, with its accepted form, default, whether
+/// it is job-wide (`Setting::job_wide`) and help.
 fn settings_markdown() -> String {
     let cell = |s: &str| {
         s.replace('|', "\\|")
             .replace('<', "&lt;")
             .replace('>', "&gt;")
     };
-    let mut out = String::from("| variable | accepted | default | meaning |\n|---|---|---|---|\n");
+    let mut out = String::from(
+        "| variable | accepted | default | job-wide | meaning |\n|---|---|---|---|---|\n",
+    );
     for v in VARIABLES {
         out += &format!(
-            "| `{}` | {} | `{}` | {} |\n",
+            "| `{}` | {} | `{}` | {} | {} |\n",
             v.name,
             cell(v.accepted),
             cell(&v.default_text()),
+            if v.job_wide { "yes" } else { "" },
             cell(v.meaning)
         );
     }
