@@ -1,5 +1,5 @@
 //! The primary partition in the simulator (`FFD_QUORUM=majority`, the
-//! default; `docs/design.md` §4.11). After a
+//! default; `docs/design.md` §4.11 "Primary partition"). After a
 //! partition exactly one side goes on; the other excludes itself within two
 //! timeouts and names nobody; the primary side declares the other within a
 //! timeout and a few ms; only silence counts against the quorum.

@@ -741,7 +741,7 @@ impl Engine {
         let stall = self
             .config
             .accusation_stall()
-            .saturating_mul(self.local_health());
+            .saturating_mul(self.own_health());
         // While this rank's wake-ups run late (local health above 1) the
         // votes it lacks may be its own lateness (or its voters'), and
         // giving up would take its voters with it, a cascade on an
@@ -749,7 +749,7 @@ impl Engine {
         // and a 20 ms timeout, one give-up excluded 24 live ranks). It
         // keeps its side until the health is back at 1: a stretched
         // timeout of on-time running per step.
-        let stretched = self.local_health() > 1;
+        let stretched = self.own_health() > 1;
         // A job whose live ranks all share this host never gives up: its
         // accusations go on with new rounds until the votes come or the
         // suspect answers (test
