@@ -222,8 +222,30 @@ struct Ballot {
     /// is kept, inert, until it expires, so that straggling copies of the
     /// round's flood are recognised and not forwarded again (a flood
     /// forwarded once per round, however its copies and the outcome race).
+    /// Also set when the ballot is [spent](Ballot::spent).
     closed: bool,
+    /// 1.5 timeouts after this rank joined the round; [`Time::NEVER`] once
+    /// spent.
     expires: Time,
+}
+
+impl Ballot {
+    /// Expired with no `Outcome` seen: the accusation may still be
+    /// counting this round, so the ballot is kept, closed and without its
+    /// subtree, until a newer round replaces it, its accuser or suspect is
+    /// gone, or a new ballot needs its place ([`MAX_BALLOTS`]). Forgotten,
+    /// a straggling copy of the round made this rank join it again under a
+    /// second flood parent, and its subtree was counted twice
+    /// (`docs/design.md` §4.11, "Spent ballots").
+    fn spend(&mut self) {
+        self.closed = true;
+        self.tree = Subtree::default();
+        self.expires = Time::NEVER;
+    }
+
+    fn spent(&self) -> bool {
+        self.expires == Time::NEVER
+    }
 }
 
 /// The quorum state of a rank, made at its first use.
@@ -781,6 +803,15 @@ impl Engine {
                 }
             }
         }
+        #[cfg(feature = "model-bugs")]
+        let forget = crate::model_bugs::on(crate::model_bugs::Bug::ForgottenBallots);
+        #[cfg(not(feature = "model-bugs"))]
+        let forget = false;
+        for b in q.ballots.iter_mut() {
+            if !b.closed && b.expires <= now && !forget {
+                b.spend();
+            }
+        }
         q.ballots.retain(|b| b.expires > now);
         if give_up {
             self.give_up_quorum(self.me);
@@ -843,11 +874,11 @@ impl Engine {
             }
             next = next.min(b.expires);
         }
-        if q.accusations.is_empty() && q.ballots.is_empty() {
-            if q.others_until <= now {
-                self.quorum = None;
-            } else {
+        if q.accusations.is_empty() && q.ballots.iter().all(Ballot::spent) {
+            if q.others_until > now {
                 next = q.others_until;
+            } else if q.ballots.is_empty() {
+                self.quorum = None;
             }
         }
         if next == Time::NEVER {
@@ -1000,8 +1031,15 @@ impl Engine {
                 q.ballots.swap_remove(i);
             }
             None if q.ballots.len() >= MAX_BALLOTS => {
-                self.stats.quorum.ballots_refused += 1;
-                return;
+                match q.ballots.iter().position(Ballot::spent) {
+                    Some(i) => {
+                        q.ballots.swap_remove(i);
+                    }
+                    None => {
+                        self.stats.quorum.ballots_refused += 1;
+                        return;
+                    }
+                }
             }
             None => {}
         }
