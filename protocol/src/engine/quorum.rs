@@ -1196,3 +1196,28 @@ impl Engine {
         self.rearm_quorum(now);
     }
 }
+
+#[cfg(feature = "model")]
+impl Engine {
+    /// For the model checker only (feature `model`): the children this
+    /// rank counts, as (accuser, round nonce, child): the votes recorded in
+    /// the current round of each of its accusations and in each of its
+    /// open ballots. In a tree of flood parents a rank is one rank's child
+    /// per round (`docs/model-checking.md`, property `ballots`).
+    pub fn model_flood_children(&self) -> Vec<(Rank, u32, Rank)> {
+        let Some(q) = &self.quorum else {
+            return Vec::new();
+        };
+        let mine = q
+            .accusations
+            .iter()
+            .flat_map(|a| a.tree.children.iter().map(|c| (self.me, a.nonce, c.0)));
+        let ballots = q.ballots.iter().filter(|b| !b.closed).flat_map(|b| {
+            b.tree
+                .children
+                .iter()
+                .map(move |c| (b.accuser, b.nonce, c.0))
+        });
+        mine.chain(ballots).collect()
+    }
+}
