@@ -44,6 +44,7 @@ use crate::wire::{
 
 /// Ballots (accusations of others) a rank takes part in at once. A
 /// partition of a large job can put many accusations under way together;
+/// a new ballot takes the place of a spent one ([`Ballot::spend`]), and
 /// beyond this a rank neither forwards nor votes (counted,
 /// `QuorumStats::ballots_refused`), which can only cost a quorum, never make one.
 pub(super) const MAX_BALLOTS: usize = 256;
