@@ -146,7 +146,7 @@ fn without_quorum_the_cut_off_side_names_the_other_and_goes_on() {
 /// ballots have expired. A rank that forgot its expired ballot re-joined
 /// the round from such a copy under a second flood parent, so its side
 /// was counted twice, a majority of 64, and the accuser declared a live
-/// rank of the other side (test fails so without the fix). A spent
+/// rank of the other side (so this test fails without the fix). A spent
 /// ballot is kept and the copy refused: the count stays at 24, and the
 /// side excludes itself.
 #[test]
