@@ -151,6 +151,13 @@ fn without_quorum_the_cut_off_side_names_the_other_and_goes_on() {
 /// side excludes itself.
 #[test]
 fn a_delayed_flood_does_not_count_a_side_twice() {
+    for seed in 1..=3 {
+        delayed_flood(seed);
+    }
+}
+
+/// The scenario above with the network's `seed` (its jitter).
+fn delayed_flood(seed: u64) {
     use std::cell::Cell;
     use std::rc::Rc;
 
@@ -159,7 +166,7 @@ fn a_delayed_flood_does_not_count_a_side_twice() {
 
     let n = 64;
     let side = 24;
-    let mut cfg = config(&[], 1);
+    let mut cfg = config(&[], seed);
     let ring = Simulator::new(cfg.clone()).unwrap().ring().clone();
     // The side: ring positions 10..34; its first rank's emitter (position
     // 9) is on the other side, the others watch ranks of their own side.
@@ -244,7 +251,7 @@ fn a_delayed_flood_does_not_count_a_side_twice() {
             t.reports_by_faulty_ranks
         ),
         (0, 0, 0),
-        "a side of {side} counted itself a majority of {n}: {:?}\naccuser {accuser}: {stats:?}\n{r}",
+        "seed {seed}: a side of {side} counted itself a majority of {n}: {:?}\naccuser {accuser}: {stats:?}\n{r}",
         r.false_report_samples
     );
     assert_eq!(stats.quorum_confirmations, 0, "{stats:?}");
