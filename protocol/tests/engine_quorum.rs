@@ -13,7 +13,7 @@ use ffd_protocol::wire::{Encoder, Message, OutcomeVerdict, VOTE_COMPLETE};
 use ffd_protocol::{
     Cause, Confirmation, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid,
     FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, SlotReading, Time,
-    TransportErrorKind,
+    TransportErrorKind, slot_value,
 };
 use support::{Job, at, drain, drained, events, ms, serve_deadlines, slot_reading, sorted, tick};
 
@@ -702,4 +702,61 @@ fn an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling() {
         );
         assert_eq!(e.stats().quorum.quorum_confirmations, 1);
     }
+}
+
+/// A ballot that expires with no `Outcome` seen is kept spent
+/// (`docs/design.md` §4.11, "Spent ballots"): a straggling copy of its
+/// round is refused, neither forwarded nor voted on (joined again, it had
+/// a second flood parent, which counted this rank a second time); a newer
+/// round is joined; and at the limit of 256 ballots a new accusation takes
+/// a spent ballot's place, where open ones refuse it.
+#[test]
+fn a_spent_ballot_refuses_its_round_and_makes_room_for_a_new_one() {
+    let n = 64;
+    let mut v = checker(n, 2);
+    let mut beat = 0u16;
+    let mut beating = slot_reading(move |_| {
+        beat = beat.wrapping_add(1);
+        slot_value(0, 0, beat)
+    });
+    let sent = |outs: &[Output]| {
+        let kinds: Vec<Kind> = JOB
+            .sent(outs, n)
+            .into_iter()
+            .map(|(_, h, _)| h.kind)
+            .collect();
+        (kinds.contains(&Kind::Suspect), kinds.contains(&Kind::Vote))
+    };
+    let outs = JOB.deliver(&mut v, at(1), Encoder::new(KEY, 1).suspect(1, 7, 5, 0, 0));
+    assert!(sent(&outs).0, "the round is forwarded");
+    // 1.5 timeouts on, the ballot expires (spent); the emitter beats.
+    support::run_until(&mut v, at(200), &mut beating);
+    let outs = JOB.deliver(&mut v, at(201), Encoder::new(KEY, 3).suspect(1, 7, 5, 1, 0));
+    let mut later = support::run_until(&mut v, at(260), &mut beating);
+    later.extend(outs);
+    assert_eq!(sent(&later), (false, false), "{later:?}");
+    // A newer round of the same accusation is joined.
+    let outs = JOB.deliver(&mut v, at(261), Encoder::new(KEY, 1).suspect(1, 9, 5, 0, 0));
+    assert!(sent(&outs).0);
+    // 256 ballots at once: the 257th is refused while they are open.
+    let pairs: Vec<(Rank, Rank)> = (10..40)
+        .flat_map(|a| (50..59).map(move |s| (a, s)))
+        .collect();
+    let mut t = at(262);
+    for &(a, s) in &pairs[..255] {
+        JOB.deliver(&mut v, t, Encoder::new(KEY, a).suspect(a, 1, s, 0, 0));
+        t += Duration::from_micros(10);
+    }
+    assert_eq!(v.stats().quorum.ballots_refused, 0);
+    let (a, s) = pairs[255];
+    let outs = JOB.deliver(&mut v, t, Encoder::new(KEY, a).suspect(a, 1, s, 0, 0));
+    assert!(!sent(&outs).0);
+    assert_eq!(v.stats().quorum.ballots_refused, 1);
+    // Spent, they make room.
+    support::run_until(&mut v, at(500), &mut beating);
+    let (a, s) = pairs[256];
+    let outs = JOB.deliver(&mut v, at(501), Encoder::new(KEY, a).suspect(a, 1, s, 0, 0));
+    assert!(sent(&outs).0);
+    assert_eq!(v.stats().quorum.ballots_refused, 1);
+    assert_eq!(v.participation(), Participation::Active);
 }
