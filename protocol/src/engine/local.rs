@@ -455,7 +455,7 @@ impl Engine {
             self.stats.hosts.starved_emitter_checks += 1;
         }
         if !lagging && now >= since && now - since >= self.local_limit() {
-            let accused = self.accusing(emitter);
+            let accused = self.quorum.accusing(emitter);
             if !accused {
                 self.stats.hosts.local_hangs += 1;
             }
@@ -566,7 +566,7 @@ impl Engine {
         if cause == Cause::Timeout && self.hosts.is_some() {
             // A check under way, or its accusation (`majority`): no new
             // round of probes at each check meanwhile.
-            if self.host_check.is_some() || self.accusing(emitter) {
+            if self.host_check.is_some() || self.quorum.accusing(emitter) {
                 return;
             }
             if self.begin_silent_host_check(now, emitter) {
@@ -592,7 +592,7 @@ impl Engine {
         if cause != Cause::Timeout || limit < self.config.timeout || self.host_check.is_some() {
             return None;
         }
-        if self.accusing(emitter) {
+        if self.quorum.accusing(emitter) {
             return None;
         }
         let host = hosts.host_of(emitter);
@@ -698,15 +698,15 @@ impl Engine {
         (after_proof, still_emitter): (bool, Option<Time>),
     ) {
         self.stats.hosts.host_checks += 1;
-        self.nonce = self.nonce.wrapping_add(1);
+        let nonce = self.quorum.next_nonce();
         for &r in live {
-            let m = self.encoder.probe(self.nonce, r);
+            let m = self.encoder.probe(nonce, r);
             self.send(r, Kind::Probe, m);
         }
         self.host_check = Some(HostCheck {
             host,
             leader,
-            nonce: self.nonce,
+            nonce,
             changed_at: self.watch.changed_at,
             after_proof,
             still_emitter,

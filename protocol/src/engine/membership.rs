@@ -191,7 +191,7 @@ impl Engine {
         }
         self.participation = Participation::Excluded;
         self.timers = TimerTable::NONE;
-        self.quorum = None;
+        self.quorum.close();
         self.host_check = None;
         self.watch.host_watch = None;
         self.local.deferred_exits = Vec::new();

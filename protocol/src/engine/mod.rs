@@ -116,6 +116,7 @@ use local::{HostCheck, LocalWatch};
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
 pub use quorum::AccusationNote;
+use quorum::Quorum;
 pub use stats::{
     DropStats, HealthStats, HostStats, MessageStats, NoticeStats, ObservationStats, PayloadStats,
     QuorumStats, Stats, SyncStats, ViewStats,
@@ -184,7 +185,6 @@ pub struct Engine {
     beat: Beat,
     suspect: Option<Suspect>,
     witness: Option<Witness>,
-    nonce: u32,
     /// Application payloads: per-origin marks, held and kept payloads.
     payloads: Payloads,
     /// Leaves learned from others, not yet forwarded (see `leave_batch`).
@@ -193,8 +193,9 @@ pub struct Engine {
     exclusion_replies: ExclusionReplies,
     /// Recent sync requests honoured, per peer.
     sync_limit: SyncLimit,
-    /// Accusations and ballots (`quorum`), made at their first use.
-    quorum: Option<Box<quorum::Quorum>>,
+    /// The quorum sub-state machine: accusations, ballots, nonces, this
+    /// rank's strained wake-ups.
+    quorum: Quorum,
     /// Views and agreements (`views`), made at their first use.
     views: Option<Box<Views>>,
     /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
@@ -208,15 +209,6 @@ pub struct Engine {
     /// The other ranks of this host that read its notice board
     /// ([`Input::BoardReaders`]).
     board_readers: local::BoardReaders,
-    /// The lateness of the latest wake-up, and the largest since this
-    /// rank's latest accusation began (diagnostics only).
-    last_lateness: std::time::Duration,
-    lateness_since_accusation: std::time::Duration,
-    /// The latest accusation this rank confirmed, until the driver takes it.
-    accusation_note: Option<AccusationNote>,
-    /// The last wake-up later than `strain_lateness` (quorum: a confirmed
-    /// accusation begun before it is held, `quorum::check_quorum`).
-    late_at: Option<Time>,
 }
 
 /// How an Engine is built beyond its job (configuration, ring, rank,
@@ -367,7 +359,6 @@ impl Engine {
             timers,
             suspect: None,
             witness: None,
-            nonce: 0,
             pending_write: None,
             out: VecDeque::new(),
             fanouts: VecDeque::new(),
@@ -375,7 +366,7 @@ impl Engine {
             pending_left: Vec::new(),
             exclusion_replies: ExclusionReplies::default(),
             sync_limit: SyncLimit::default(),
-            quorum: None,
+            quorum: Quorum::default(),
             views: None,
             stats: Stats::default(),
             config,
@@ -389,10 +380,6 @@ impl Engine {
             leading,
             host_check: None,
             board_readers: local::BoardReaders::None,
-            last_lateness: std::time::Duration::ZERO,
-            lateness_since_accusation: std::time::Duration::ZERO,
-            accusation_note: None,
-            late_at: None,
         };
         engine.write_beat_now(now);
         Ok(engine)
@@ -500,7 +487,7 @@ impl Engine {
     /// The diagnostics of the latest accusation this rank confirmed, once
     /// (for the driver's log; `None` if none since the last call).
     pub fn take_accusation_note(&mut self) -> Option<AccusationNote> {
-        self.accusation_note.take()
+        self.quorum.take_note()
     }
 
     /// When [`Engine::handle_timeout`] must next be called, `None` if never
@@ -651,11 +638,8 @@ impl Engine {
             .max_lateness_ns
             .max(lateness.as_nanos() as u64);
         self.note_wakeup(now, lateness);
-        self.last_lateness = lateness;
-        if lateness > self.config.strain_lateness() {
-            self.late_at = Some(now);
-        }
-        self.lateness_since_accusation = self.lateness_since_accusation.max(lateness);
+        self.quorum
+            .note_wakeup(now, lateness, self.config.strain_lateness());
         let lagging = lateness > self.config.lag_guard();
         if lagging {
             self.on_self_lag(now);

@@ -56,7 +56,6 @@ impl Engine {
             beat,
             suspect,
             witness,
-            nonce,
             payloads,
             pending_left,
             exclusion_replies,
@@ -68,11 +67,6 @@ impl Engine {
             leading,
             host_check,
             board_readers,
-            late_at,
-            // Diagnostics for the driver's log: no decision reads them.
-            last_lateness: _,
-            lateness_since_accusation: _,
-            accusation_note: _,
         } = self;
         thread_local! {
             static TEXT: RefCell<String> = const { RefCell::new(String::new()) };
@@ -85,8 +79,9 @@ impl Engine {
                 text,
                 "{participation:?}|{mode:?}|{stream_dirty}|{me}|{links:?}|{failed:?}|{left:?}|\
                  {pending_write:?}|{out:?}|{fanouts:?}|{timers:?}|{watch:?}|{health:?}|\
-                 {beat:?}|{suspect:?}|{witness:?}|{nonce}|{payloads:?}|{pending_left:?}|\
-                 {exclusion_replies:?}|{sync_limit:?}|{quorum:?}|{views:?}|{late_at:?}"
+                 {beat:?}|{suspect:?}|{witness:?}|{payloads:?}|{pending_left:?}|\
+                 {exclusion_replies:?}|{sync_limit:?}|{:?}|{views:?}",
+                quorum.model_state()
             );
             // Node-local watching: without host groups nothing reads these
             // (its emitter stays `None`), and its baseline, set at start,

@@ -666,13 +666,9 @@ impl Engine {
             return;
         }
         self.stats.observation.suspicions += 1;
-        self.nonce = self.nonce.wrapping_add(1);
-        self.suspect = Some(Suspect {
-            rank,
-            nonce: self.nonce,
-            said,
-        });
-        let m = self.encoder.probe(self.nonce, rank);
+        let nonce = self.quorum.next_nonce();
+        self.suspect = Some(Suspect { rank, nonce, said });
+        let m = self.encoder.probe(nonce, rank);
         self.send(rank, Kind::Probe, m.clone());
         let witness = self.ring.successors(rank).find(|&r| !self.is_gone(r));
         if let Some(w) = witness.filter(|&w| w != self.me) {
