@@ -48,7 +48,11 @@ impl Engine {
         let targets: Box<[Rank]> = buf[..len]
             .iter()
             .map(|&p| self.ring.rank_at(p))
-            .filter(|&r| !skip.contains(&r) && r != self.me && !(board && self.reads_board(r)))
+            .filter(|&r| {
+                !skip.contains(&r)
+                    && r != self.me
+                    && !(board && self.same_host.reads_board(self.me, r))
+            })
             .collect();
         if !targets.is_empty() {
             self.fanouts.push_back(Fanout {

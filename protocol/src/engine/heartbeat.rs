@@ -59,7 +59,9 @@ impl Engine {
             None => true,
             Some(o) if self.is_gone(o) => true,
             Some(o) if o == sender => generation >= self.beat.generation,
-            Some(o) => self.farther_observer(sender, o),
+            Some(o) => self
+                .same_host
+                .farther_observer(self.me, &self.ring, sender, o),
         };
         if !accept {
             self.stats.observation.observe_me_stale += 1;

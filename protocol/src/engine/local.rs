@@ -24,9 +24,32 @@ use super::{
     Participation, Timer,
 };
 use crate::config::QuorumMode;
-use crate::config::{Rank, Time};
+use crate::config::{EngineConfig, Rank, Time};
+use crate::ring::Ring;
+
+use super::health::Health;
 use crate::hosts::Hosts;
 use crate::wire::Kind;
+
+/// Same-host watching (host groups) as one sub-state machine: the host
+/// groups, this rank's watch of its local emitter's counter, whether it
+/// leads its host, the check of a silent leader's host, and the board
+/// readers. Without host groups (`hosts` `None`, `FFD_LOCAL=off`) it holds
+/// nothing the Engine reads: no local emitter, every rank leads.
+#[derive(Clone, Debug)]
+pub(super) struct SameHost {
+    /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
+    pub(super) hosts: Option<Arc<Hosts>>,
+    /// The local emitter's counter.
+    pub(super) local: LocalWatch,
+    /// Whether this rank led its host at the last change of the gone set.
+    pub(super) leading: bool,
+    /// A silent leader's host being checked.
+    pub(super) check: Option<HostCheck>,
+    /// The other ranks of this host that read its notice board
+    /// ([`Input::BoardReaders`](super::Input)).
+    pub(super) board_readers: BoardReaders,
+}
 
 /// This rank's watch of its local emitter's counter.
 #[derive(Clone, Debug, Default)]
@@ -108,17 +131,74 @@ pub(super) enum BoardReaders {
     Some(Vec<Rank>),
 }
 
-impl Engine {
-    /// Whether this rank leads its host (always, without host groups).
-    pub fn is_leader(&self) -> bool {
-        self.hosts
-            .as_ref()
-            .is_none_or(|h| h.is_leader(self.me, |r| self.is_gone(r)))
+impl SameHost {
+    /// Rank `me`'s same-host watching at start (`grace_end`: the end of
+    /// the start-up grace, its local emitter's first baseline).
+    pub(super) fn new(hosts: Option<Arc<Hosts>>, me: Rank, grace_end: Time) -> SameHost {
+        let none = |_| false;
+        let (emitter, leading) = match &hosts {
+            None => (None, true),
+            Some(h) => (h.local_emitter(me, none), h.is_leader(me, none)),
+        };
+        SameHost {
+            hosts,
+            local: LocalWatch {
+                emitter,
+                baseline: grace_end,
+                ..LocalWatch::default()
+            },
+            leading,
+            check: None,
+            board_readers: BoardReaders::None,
+        }
+    }
+
+    /// The host groups, if any.
+    pub(super) fn hosts(&self) -> Option<&Hosts> {
+        self.hosts.as_deref()
     }
 
     /// The rank whose counter this rank watches in shared memory, if any.
-    pub fn local_emitter(&self) -> Option<Rank> {
+    pub(super) fn local_emitter(&self) -> Option<Rank> {
         self.local.emitter
+    }
+
+    /// Whether `me` leads its host (always, without host groups).
+    pub(super) fn is_leader(&self, me: Rank, gone: impl Fn(Rank) -> bool) -> bool {
+        self.hosts.as_ref().is_none_or(|h| h.is_leader(me, gone))
+    }
+
+    /// Since when `rank` has been silent here if it is the local emitter:
+    /// it is judged from max(baseline, seen_at).
+    pub(super) fn silent_since(&self, rank: Rank) -> Option<Time> {
+        (self.local.emitter == Some(rank)).then(|| {
+            self.local
+                .seen_at
+                .map_or(self.local.baseline, |t| t.max(self.local.baseline))
+        })
+    }
+
+    /// What the model checker's fingerprint tells states apart by (all of
+    /// it but the host groups, which every Engine of a job shares).
+    #[cfg(feature = "model")]
+    pub(super) fn model_state(&self) -> String {
+        format!(
+            "{:?}|{}|{:?}|{:?}",
+            self.local, self.leading, self.check, self.board_readers
+        )
+    }
+
+    /// This rank stops: no host check, no exits left to broadcast.
+    pub(super) fn close(&mut self) {
+        self.check = None;
+        self.local.deferred_exits = Vec::new();
+    }
+
+    /// The local emitter is judged from this instant.
+    fn local_since(&self) -> Time {
+        self.local
+            .baseline
+            .max(self.local.seen_at.unwrap_or(Time::ZERO))
     }
 
     /// How long the local emitter's counter may stand still before it is
@@ -134,51 +214,175 @@ impl Engine {
     /// anyway; a stopped (SIGSTOP) or blocked emitter is not runnable and
     /// keeps the plain limit (and a stopped one is declared there without
     /// an accusation round: `check_local`).
-    pub(super) fn local_limit(&self) -> Duration {
+    fn local_limit(&self, config: &EngineConfig, health: &Health) -> Duration {
         if self.local.thread == EmitterThread::Runnable {
-            self.config
-                .timeout
-                .saturating_mul(self.config.health_max.max(1))
+            config.timeout.saturating_mul(config.health_max.max(1))
         } else {
-            self.health.stretch(self.config.timeout)
+            health.stretch(config.timeout)
         }
     }
 
-    /// The emitter this rank should observe over the fabric: its nearest
+    /// The local emitter is judged from `now` until a wake-up of its own
+    /// since (unless the start-up grace, which any wake-up clears, lasts
+    /// longer).
+    pub(super) fn restart_local_baseline(&mut self, now: Time) {
+        if now >= self.local.baseline {
+            self.local.baseline = now;
+            self.local.fresh_only = true;
+        }
+    }
+
+    /// The driver's reading of the local emitter's counter (`None`: never
+    /// written). A newer wake-up is a beat; a gap between two that exceeds
+    /// a check interval plus the slow-emitter threshold is returned, once
+    /// per timeout, as the emitter and how long it stalled, for a
+    /// `SlowEmitter` (the emitter bumps at every wake-up, at least every
+    /// check interval).
+    fn on_local_beat(
+        &mut self,
+        now: Time,
+        reading: Option<LocalBeat>,
+        config: &EngineConfig,
+    ) -> Option<(Rank, Duration)> {
+        let (Some(emitter), Some(beat)) = (self.local.emitter, reading) else {
+            return None;
+        };
+        self.local.thread = beat.thread;
+        if self.local.seen_at.is_some_and(|t| beat.at <= t) {
+            self.local.digest = beat.digest;
+            return None;
+        }
+        let mut slow_emitter = None;
+        if let Some(previous) = self.local.seen_at {
+            let stalled_for = beat.at - previous;
+            let quiet = self
+                .local
+                .slow_warned_at
+                .is_none_or(|t| now - t >= config.timeout);
+            let slow = config.check_interval() + config.slow_emitter_after();
+            if stalled_for >= slow && quiet {
+                self.local.slow_warned_at = Some(now);
+                slow_emitter = Some((emitter, stalled_for));
+            }
+        }
+        self.local.seen_at = Some(beat.at);
+        // Only a wake-up since the baseline clears it: the first reading
+        // after a local mending (or after a stall of this rank's own) may
+        // be the emitter's last wake-up from before it, a timeout old on
+        // an overloaded host, and judging from it would declare the new
+        // emitter at once (the mend rate limit gives it a full timeout from
+        // the mending).
+        if !self.local.fresh_only || beat.at >= self.local.baseline {
+            self.local.baseline = Time::ZERO;
+            self.local.fresh_only = false;
+        }
+        self.local.digest = beat.digest;
+        slow_emitter
+    }
+
+    /// The driver's board readers of this host (`docs/design.md` §4.12),
+    /// for rank `me` of `n`.
+    pub(super) fn set_board_readers(&mut self, me: Rank, n: u32, ranks: &[Rank]) {
+        let Some(hosts) = &self.hosts else {
+            return;
+        };
+        let ours = |r: Rank| r != me && r < n && hosts.same_host(r, me);
+        let others = hosts.members(hosts.host_of(me)).len().saturating_sub(1);
+        // The common case, every other rank of the host (a simulator
+        // passes the host's members, this rank among them), takes no list.
+        let ascending = ranks.windows(2).all(|w| w[0] < w[1]);
+        if others > 0 && ascending && ranks.iter().filter(|&&r| ours(r)).count() == others {
+            self.board_readers = BoardReaders::AllOfHost;
+            return;
+        }
+        let mut readers: Vec<Rank> = ranks.iter().copied().filter(|&r| ours(r)).collect();
+        readers.sort_unstable();
+        readers.dedup();
+        self.board_readers = if readers.is_empty() {
+            BoardReaders::None
+        } else if readers.len() == others {
+            BoardReaders::AllOfHost
+        } else {
+            BoardReaders::Some(readers)
+        };
+    }
+
+    /// Whether `r` reads the board of `me`'s host.
+    pub(super) fn reads_board(&self, me: Rank, r: Rank) -> bool {
+        match (&self.board_readers, &self.hosts) {
+            (BoardReaders::AllOfHost, Some(h)) => r != me && h.same_host(r, me),
+            (BoardReaders::Some(v), _) => v.binary_search(&r).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// The emitter `me` should observe over the fabric: its nearest
     /// live ring predecessor, or with host groups, as its host's leader,
     /// the leader of the nearest live host before its own.
-    pub(super) fn emitter_candidate(&self) -> Option<Rank> {
-        let gone = |r| self.is_gone(r);
+    pub(super) fn emitter_candidate(
+        &self,
+        me: Rank,
+        ring: &Ring,
+        gone: impl Fn(Rank) -> bool + Copy,
+    ) -> Option<Rank> {
         match &self.hosts {
-            None => self.ring.predecessors(self.me).find(|&r| !gone(r)),
-            Some(h) if h.is_leader(self.me, gone) => h.fabric_emitter(self.me, gone),
+            None => ring.predecessors(me).find(|&r| !gone(r)),
+            Some(h) if h.is_leader(me, gone) => h.fabric_emitter(me, gone),
             Some(_) => None,
         }
     }
 
-    /// Whether an `ObserveMe` from `sender` supersedes the one from our
+    /// Whether an `ObserveMe` from `sender` supersedes the one from `me`'s
     /// current observer `current`: observers only move outward along the
     /// ring; with host groups, to a farther host, or on the same host to a
     /// higher rank (its new leader).
-    pub(super) fn farther_observer(&self, sender: Rank, current: Rank) -> bool {
+    pub(super) fn farther_observer(
+        &self,
+        me: Rank,
+        ring: &Ring,
+        sender: Rank,
+        current: Rank,
+    ) -> bool {
         match &self.hosts {
-            None => self.ring.distance(self.me, sender) > self.ring.distance(self.me, current),
+            None => ring.distance(me, sender) > ring.distance(me, current),
             Some(h) => {
-                (h.host_distance(self.me, sender), sender)
-                    > (h.host_distance(self.me, current), current)
+                (h.host_distance(me, sender), sender) > (h.host_distance(me, current), current)
             }
         }
     }
 
-    /// Whether `peer` is this rank's local emitter or local observer (they
-    /// may ask each other for their sets).
-    pub(super) fn is_local_neighbour(&self, peer: Rank) -> bool {
+    /// Whether `peer` is `me`'s local emitter or local observer (they may
+    /// ask each other for their sets).
+    pub(super) fn is_local_neighbour(
+        &self,
+        me: Rank,
+        peer: Rank,
+        gone: impl Fn(Rank) -> bool,
+    ) -> bool {
         self.local.emitter == Some(peer)
-            || self
-                .hosts
-                .as_ref()
-                .and_then(|h| h.local_observer(self.me, |r| self.is_gone(r)))
-                == Some(peer)
+            || self.hosts.as_ref().and_then(|h| h.local_observer(me, gone)) == Some(peer)
+    }
+}
+
+/// The ranks of `host` not `gone`, ascending.
+fn live_of_host(hosts: &Hosts, host: u32, gone: impl Fn(Rank) -> bool) -> Vec<Rank> {
+    hosts
+        .members(host)
+        .iter()
+        .copied()
+        .filter(|&r| !gone(r))
+        .collect()
+}
+
+impl Engine {
+    /// Whether this rank leads its host (always, without host groups).
+    pub fn is_leader(&self) -> bool {
+        self.same_host.is_leader(self.me, |r| self.is_gone(r))
+    }
+
+    /// The rank whose counter this rank watches in shared memory, if any.
+    pub fn local_emitter(&self) -> Option<Rank> {
+        self.same_host.local_emitter()
     }
 
     // ----- exits -----
@@ -193,7 +397,7 @@ impl Engine {
     /// flood on the host while its cores are busiest.
     pub(super) fn on_exited(&mut self, now: Time, rank: Rank, seen_by: &[Rank]) {
         self.stats.hosts.exits_seen += 1;
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return;
         };
         if rank >= self.ring.len()
@@ -211,7 +415,7 @@ impl Engine {
             .find(|&r| r != rank && !self.is_gone(r));
         let broadcast = (broadcaster == Some(self.me)).then_some(seen_by);
         if let Some(b) = broadcaster.filter(|&b| b != self.me) {
-            self.local.deferred_exits.push(DeferredExit {
+            self.same_host.local.deferred_exits.push(DeferredExit {
                 rank,
                 at: now,
                 broadcaster: b,
@@ -236,10 +440,12 @@ impl Engine {
     /// more later (at N = 32 a notice lost so cost 60-130 ms).
     fn broadcast_orphaned_exits(&mut self, now: Time, hosts: &Hosts) {
         let kept = self.health.stretch(self.config.timeout).saturating_mul(2);
-        self.local
+        self.same_host
+            .local
             .deferred_exits
             .retain(|d| now < d.at || now - d.at <= kept);
         if self
+            .same_host
             .local
             .deferred_exits
             .iter()
@@ -248,7 +454,7 @@ impl Engine {
             return;
         }
         let next = hosts.leader(hosts.host_of(self.me), |r| self.is_gone(r));
-        let mut deferred = std::mem::take(&mut self.local.deferred_exits);
+        let mut deferred = std::mem::take(&mut self.same_host.local.deferred_exits);
         let mut orphans: Vec<DeferredExit> = Vec::new();
         deferred.retain_mut(|d| {
             if !self.is_gone(d.broadcaster) {
@@ -265,7 +471,7 @@ impl Engine {
                 }
             }
         });
-        self.local.deferred_exits = deferred;
+        self.same_host.local.deferred_exits = deferred;
         if orphans.is_empty() || self.participation != Participation::Active {
             return;
         }
@@ -285,44 +491,6 @@ impl Engine {
 
     // ----- the host's notice board -----
 
-    /// The driver's board readers of this host (`docs/design.md` §4.12).
-    pub(super) fn on_board_readers(&mut self, ranks: &[Rank]) {
-        let Some(hosts) = &self.hosts else {
-            return;
-        };
-        let ours = |r: Rank| r != self.me && r < self.ring.len() && hosts.same_host(r, self.me);
-        let others = hosts
-            .members(hosts.host_of(self.me))
-            .len()
-            .saturating_sub(1);
-        // The common case, every other rank of the host (a simulator
-        // passes the host's members, this rank among them), takes no list.
-        let ascending = ranks.windows(2).all(|w| w[0] < w[1]);
-        if others > 0 && ascending && ranks.iter().filter(|&&r| ours(r)).count() == others {
-            self.board_readers = BoardReaders::AllOfHost;
-            return;
-        }
-        let mut readers: Vec<Rank> = ranks.iter().copied().filter(|&r| ours(r)).collect();
-        readers.sort_unstable();
-        readers.dedup();
-        self.board_readers = if readers.is_empty() {
-            BoardReaders::None
-        } else if readers.len() == others {
-            BoardReaders::AllOfHost
-        } else {
-            BoardReaders::Some(readers)
-        };
-    }
-
-    /// Whether `r` reads this host's board.
-    pub(super) fn reads_board(&self, r: Rank) -> bool {
-        match (&self.board_readers, &self.hosts) {
-            (BoardReaders::AllOfHost, Some(h)) => r != self.me && h.same_host(r, self.me),
-            (BoardReaders::Some(v), _) => v.binary_search(&r).is_ok(),
-            _ => false,
-        }
-    }
-
     /// News for the fabric (`failed`, found by `detector`): posted on the
     /// host's board first when the host has readers, who then need no
     /// fabric copy (true: posted, the fan-out skips them). A notice's
@@ -331,7 +499,7 @@ impl Engine {
     /// one hang, 210 of them duplicates, on the cores the notice waits
     /// for; the board wakes each once.
     pub(super) fn post_on_board(&mut self, failed: &[Rank], detector: Rank) -> bool {
-        if matches!(self.board_readers, BoardReaders::None) || failed.is_empty() {
+        if matches!(self.same_host.board_readers, BoardReaders::None) || failed.is_empty() {
             return false;
         }
         self.stats.hosts.board_posts += 1;
@@ -346,7 +514,7 @@ impl Engine {
     /// forwarded in one notice to the overlay links that do not read the
     /// board (other hosts), never posted again.
     pub(super) fn on_board_notice(&mut self, now: Time, failed: &[Rank], detector: Rank) {
-        if self.hosts.is_none()
+        if self.same_host.hosts.is_none()
             || self.participation != Participation::Active
             || detector >= self.ring.len()
         {
@@ -378,60 +546,25 @@ impl Engine {
     /// `SlowEmitter` (the emitter bumps at every wake-up, at least every
     /// check interval).
     pub(super) fn on_local_beat(&mut self, now: Time, reading: Option<LocalBeat>) {
-        let (Some(emitter), Some(beat)) = (self.local.emitter, reading) else {
-            return;
-        };
         if self.participation == Participation::Excluded {
             return;
         }
-        self.local.thread = beat.thread;
-        if self.local.seen_at.is_some_and(|t| beat.at <= t) {
-            self.local.digest = beat.digest;
-            return;
+        let slow = self.same_host.on_local_beat(now, reading, &self.config);
+        if let Some((rank, stalled_for)) = slow {
+            self.stats.observation.slow_emitter_warnings += 1;
+            self.push_event(Event::SlowEmitter { rank, stalled_for });
         }
-        if let Some(previous) = self.local.seen_at {
-            let stalled_for = beat.at - previous;
-            let quiet = self
-                .local
-                .slow_warned_at
-                .is_none_or(|t| now - t >= self.config.timeout);
-            let slow = self.config.check_interval() + self.config.slow_emitter_after();
-            if stalled_for >= slow && quiet {
-                self.local.slow_warned_at = Some(now);
-                self.stats.observation.slow_emitter_warnings += 1;
-                self.push_event(Event::SlowEmitter {
-                    rank: emitter,
-                    stalled_for,
-                });
-            }
-        }
-        self.local.seen_at = Some(beat.at);
-        // Only a wake-up since the baseline clears it: the first reading
-        // after a local mending (or after a stall of this rank's own) may
-        // be the emitter's last wake-up from before it, a timeout old on
-        // an overloaded host, and judging from it would declare the new
-        // emitter at once (the mend rate limit gives it a full timeout from
-        // the mending).
-        if !self.local.fresh_only || beat.at >= self.local.baseline {
-            self.local.baseline = Time::ZERO;
-            self.local.fresh_only = false;
-        }
-        self.local.digest = beat.digest;
-    }
-
-    /// The local emitter is judged from this instant.
-    fn local_since(&self) -> Time {
-        self.local
-            .baseline
-            .max(self.local.seen_at.unwrap_or(Time::ZERO))
     }
 
     pub(super) fn schedule_local_check(&mut self, now: Time) {
-        if self.local.emitter.is_none() || self.participation != Participation::Active {
+        if self.same_host.local.emitter.is_none() || self.participation != Participation::Active {
             self.timers.stop(Timer::LocalCheck);
             return;
         }
-        let next = self.next_check(now, self.local_since() + self.local_limit());
+        let next = self.next_check(
+            now,
+            self.same_host.local_since() + self.same_host.local_limit(&self.config, &self.health),
+        );
         self.timers.set(Timer::LocalCheck, next);
     }
 
@@ -444,22 +577,25 @@ impl Engine {
         if self.participation != Participation::Active {
             return;
         }
-        let Some(emitter) = self.local.emitter else {
+        let Some(emitter) = self.same_host.local.emitter else {
             return;
         };
-        let since = self.local_since();
-        if self.local.thread == EmitterThread::Runnable
+        let since = self.same_host.local_since();
+        if self.same_host.local.thread == EmitterThread::Runnable
             && now >= since
             && now - since >= self.config.timeout
         {
             self.stats.hosts.starved_emitter_checks += 1;
         }
-        if !lagging && now >= since && now - since >= self.local_limit() {
+        if !lagging
+            && now >= since
+            && now - since >= self.same_host.local_limit(&self.config, &self.health)
+        {
             let accused = self.quorum.accusing(emitter);
             if !accused {
                 self.stats.hosts.local_hangs += 1;
             }
-            if self.local.thread == EmitterThread::Stopped {
+            if self.same_host.local.thread == EmitterThread::Stopped {
                 // The kernel shows it stopped (SIGSTOP): a hang on its
                 // word, seen through shared memory, which no partition
                 // splits and no starvation fakes. No accusation round (one
@@ -483,69 +619,70 @@ impl Engine {
             // (This rank's wake-ups are its own counter's beats: a rank
             // that stopped checking slept until the next message, and its
             // observer accused it in turn, round the ring.)
-            if self.local.emitter == Some(emitter) && self.participation == Participation::Active {
+            if self.same_host.local.emitter == Some(emitter)
+                && self.participation == Participation::Active
+            {
                 self.schedule_local_check(now);
             }
             return;
         }
-        if self.local.seen_at.is_some() && self.local.digest != self.my_digest32() {
-            match self.local.mismatch_since {
-                None => self.local.mismatch_since = Some(now),
+        if self.same_host.local.seen_at.is_some()
+            && self.same_host.local.digest != self.my_digest32()
+        {
+            match self.same_host.local.mismatch_since {
+                None => self.same_host.local.mismatch_since = Some(now),
                 Some(since) => {
-                    if now - since >= self.config.sync_after() && now >= self.local.sync_not_before
+                    if now - since >= self.config.sync_after()
+                        && now >= self.same_host.local.sync_not_before
                     {
-                        self.local.sync_not_before = now + self.config.timeout;
+                        self.same_host.local.sync_not_before = now + self.config.timeout;
                         self.send_sync_request(emitter);
                     }
                 }
             }
         } else {
-            self.local.mismatch_since = None;
+            self.same_host.local.mismatch_since = None;
         }
         self.schedule_local_check(now);
     }
 
-    /// The local emitter is judged from `now` until a wake-up of its own
-    /// since (unless the start-up grace, which any wake-up clears, lasts
-    /// longer).
-    pub(super) fn restart_local_baseline(&mut self, now: Time) {
-        if now >= self.local.baseline {
-            self.local.baseline = now;
-            self.local.fresh_only = true;
-        }
-    }
-
     /// This rank woke late: its local emitter gets a full timeout from now.
     pub(super) fn local_self_lag(&mut self, now: Time) {
-        self.restart_local_baseline(now);
-        self.local.mismatch_since = None;
+        self.same_host.restart_local_baseline(now);
+        self.same_host.local.mismatch_since = None;
     }
 
     /// The local ring after the gone set grew: watch the nearest live
     /// same-host predecessor; take over the fabric watch on becoming the
     /// host's leader.
     pub(super) fn after_gone_changed_local(&mut self, now: Time) {
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return;
         };
         self.broadcast_orphaned_exits(now, &hosts);
         let emitter = hosts.local_emitter(self.me, |r| self.is_gone(r));
-        if emitter != self.local.emitter {
-            self.local.emitter = emitter;
-            self.local.seen_at = None;
-            self.local.thread = EmitterThread::Unknown;
-            self.local.baseline = now;
-            self.local.fresh_only = true;
-            self.local.mismatch_since = None;
-            self.local.slow_warned_at = None;
+        if emitter != self.same_host.local.emitter {
+            self.same_host.local.emitter = emitter;
+            self.same_host.local.seen_at = None;
+            self.same_host.local.thread = EmitterThread::Unknown;
+            self.same_host.local.baseline = now;
+            self.same_host.local.fresh_only = true;
+            self.same_host.local.mismatch_since = None;
+            self.same_host.local.slow_warned_at = None;
             self.schedule_local_check(now);
         }
         let leads = hosts.is_leader(self.me, |r| self.is_gone(r));
-        if leads && !self.leading {
+        if leads && !self.same_host.leading {
             self.stats.hosts.leader_takeovers += 1;
         }
-        self.leading = leads;
-        if leads && self.watch.emitter.is_none() && self.emitter_candidate().is_some() {
+        self.same_host.leading = leads;
+        if leads
+            && self.watch.emitter.is_none()
+            && self
+                .same_host
+                .emitter_candidate(self.me, &self.ring, |r| self.is_gone(r))
+                .is_some()
+        {
             // A new leader: observe the previous host's leader (ObserveMe
             // switches its heartbeats to us); the next host's leader mends
             // to us when it learns that ours failed.
@@ -563,10 +700,10 @@ impl Engine {
     /// notice, an answer only the leader, once its timeout is up and if it
     /// is still silent then. Otherwise declare it.
     pub(super) fn on_silent_emitter(&mut self, now: Time, emitter: Rank, cause: Cause) {
-        if cause == Cause::Timeout && self.hosts.is_some() {
+        if cause == Cause::Timeout && self.same_host.hosts.is_some() {
             // A check under way, or its accusation (`majority`): no new
             // round of probes at each check meanwhile.
-            if self.host_check.is_some() || self.quorum.accusing(emitter) {
+            if self.same_host.check.is_some() || self.quorum.accusing(emitter) {
                 return;
             }
             if self.begin_silent_host_check(now, emitter) {
@@ -588,8 +725,9 @@ impl Engine {
     pub(super) fn host_precheck_at(&self, limit: Duration, cause: Cause) -> Option<Time> {
         // Host groups first: without them (most Engines of a simulator)
         // nothing else is read.
-        let (hosts, emitter) = (self.hosts.as_ref()?, self.watch.emitter?);
-        if cause != Cause::Timeout || limit < self.config.timeout || self.host_check.is_some() {
+        let (hosts, emitter) = (self.same_host.hosts.as_ref()?, self.watch.emitter?);
+        if cause != Cause::Timeout || limit < self.config.timeout || self.same_host.check.is_some()
+        {
             return None;
         }
         if self.quorum.accusing(emitter) {
@@ -607,11 +745,11 @@ impl Engine {
     /// Probes each live rank of the silent fabric emitter's host (a check
     /// not after proof); false if it has no other live rank.
     pub(super) fn begin_silent_host_check(&mut self, now: Time, emitter: Rank) -> bool {
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return false;
         };
         let host = hosts.host_of(emitter);
-        let live = self.live_of_host(&hosts, host);
+        let live = live_of_host(&hosts, host, |r| self.is_gone(r));
         if live.len() < 2 {
             return false;
         }
@@ -654,36 +792,26 @@ impl Engine {
     /// for its time) gives way: `leader` is gone, and the rest of its host
     /// is what is left to check.
     fn check_host_of(&mut self, now: Time, leader: Rank, still_emitter: Option<Time>) {
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return;
         };
-        if let Some(c) = self.host_check {
+        if let Some(c) = self.same_host.check {
             if !c.after_proof && c.leader == leader && self.is_gone(leader) {
-                self.host_check = None;
+                self.same_host.check = None;
                 self.timers.stop(Timer::HostCheck);
             }
         }
-        if self.host_check.is_some() || self.participation != Participation::Active {
+        if self.same_host.check.is_some() || self.participation != Participation::Active {
             return;
         }
         let host = hosts.host_of(leader);
         if host == hosts.host_of(self.me) {
             return;
         }
-        let live = self.live_of_host(&hosts, host);
+        let live = live_of_host(&hosts, host, |r| self.is_gone(r));
         if !live.is_empty() {
             self.begin_host_check(now, host, leader, &live, (true, still_emitter));
         }
-    }
-
-    /// The ranks of `host` not known gone, ascending.
-    fn live_of_host(&self, hosts: &Hosts, host: u32) -> Vec<Rank> {
-        hosts
-            .members(host)
-            .iter()
-            .copied()
-            .filter(|&r| !self.is_gone(r))
-            .collect()
     }
 
     /// Probes each of `live` (of `host`, whose leader is `leader`) and
@@ -703,7 +831,7 @@ impl Engine {
             let m = self.encoder.probe(nonce, r);
             self.send(r, Kind::Probe, m);
         }
-        self.host_check = Some(HostCheck {
+        self.same_host.check = Some(HostCheck {
             host,
             leader,
             nonce,
@@ -723,11 +851,12 @@ impl Engine {
     /// having begun a quarter timeout early) and if it is still silent
     /// then. Returns whether the answer belonged to the host check.
     pub(super) fn on_host_check_ack(&mut self, now: Time, nonce: u32, about: Rank) -> bool {
-        let Some(check) = self.host_check else {
+        let Some(check) = self.same_host.check else {
             return false;
         };
         let ours = check.nonce == nonce
             && self
+                .same_host
                 .hosts
                 .as_ref()
                 .is_some_and(|h| h.host_of(about) == check.host);
@@ -736,11 +865,11 @@ impl Engine {
         }
         if check.after_proof {
             // Someone of the host runs: the watch goes on as usual.
-            self.host_check = None;
+            self.same_host.check = None;
             self.timers.stop(Timer::HostCheck);
             self.schedule_check(now);
         } else if !check.answered {
-            self.host_check = Some(HostCheck {
+            self.same_host.check = Some(HostCheck {
                 answered: true,
                 ..check
             });
@@ -762,7 +891,7 @@ impl Engine {
             self.timers.set(Timer::HostCheck, up_at);
             return;
         }
-        self.host_check = None;
+        self.same_host.check = None;
         self.timers.stop(Timer::HostCheck);
         if still {
             self.declare_silent(now, &[leader], Cause::Timeout);
@@ -778,7 +907,7 @@ impl Engine {
     /// since the check began a quarter timeout early) or the instant a
     /// re-check gives ([`HostCheck::still_emitter`]).
     pub(super) fn resolve_host_check(&mut self, now: Time, lagging: bool) {
-        let Some(check) = self.host_check else {
+        let Some(check) = self.same_host.check else {
             return;
         };
         if lagging {
@@ -791,7 +920,7 @@ impl Engine {
             self.resolve_answered_host_check(now, check.leader, check.changed_at);
             return;
         }
-        self.host_check = None;
+        self.same_host.check = None;
         let gone = self.is_gone(check.leader);
         let ours = self.watch.emitter == Some(check.leader);
         let verdict_at = if let Some(not_before) = check.still_emitter {
@@ -821,14 +950,14 @@ impl Engine {
             return;
         };
         if now < at {
-            self.host_check = Some(check);
+            self.same_host.check = Some(check);
             self.timers.set(Timer::HostCheck, at);
             return;
         }
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return;
         };
-        let live = self.live_of_host(&hosts, check.host);
+        let live = live_of_host(&hosts, check.host, |r| self.is_gone(r));
         self.declare_silent(now, &live, Cause::Timeout);
         if check.after_proof {
             self.schedule_check(now);
@@ -847,10 +976,10 @@ impl Engine {
         if self.participation != Participation::Active {
             return;
         }
-        let whole_host = match (&self.hosts, ranks) {
+        let whole_host = match (&self.same_host.hosts, ranks) {
             (Some(h), [first, _, ..]) => {
                 let host = h.host_of(*first);
-                (self.live_of_host(h, host) == ranks).then_some(host)
+                (live_of_host(h, host, |r| self.is_gone(r)) == ranks).then_some(host)
             }
             _ => None,
         };

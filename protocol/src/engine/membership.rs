@@ -192,9 +192,8 @@ impl Engine {
         self.participation = Participation::Excluded;
         self.timers = TimerTable::NONE;
         self.quorum.close();
-        self.host_check = None;
         self.watch.host_watch = None;
-        self.local.deferred_exits = Vec::new();
+        self.same_host.close();
         self.fanouts.clear();
         self.pending_write = None;
         self.suspect = None;
@@ -228,7 +227,7 @@ impl Engine {
             return Err(HandleError::NotActive);
         }
         self.participation = Participation::Left;
-        self.local.deferred_exits = Vec::new();
+        self.same_host.local.deferred_exits = Vec::new();
         self.abort_agreements(AgreeAbort::Left);
         self.timers.stop(Timer::Check);
         self.timers.stop(Timer::Suspect);

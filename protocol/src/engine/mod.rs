@@ -112,7 +112,7 @@ pub use io::{
     FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Readings,
     SlotReading, TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
-use local::{HostCheck, LocalWatch};
+use local::SameHost;
 use observation::{Suspect, Watch, Witness};
 use payloads::Payloads;
 pub use quorum::AccusationNote;
@@ -198,17 +198,9 @@ pub struct Engine {
     quorum: Quorum,
     /// Views and agreements (`views`), made at their first use.
     views: Option<Box<Views>>,
-    /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
-    hosts: Option<Arc<Hosts>>,
-    /// The local emitter's counter (host groups).
-    local: LocalWatch,
-    /// Whether this rank led its host at the last change of the gone set.
-    leading: bool,
-    /// A silent leader's host being checked (host groups).
-    host_check: Option<HostCheck>,
-    /// The other ranks of this host that read its notice board
-    /// ([`Input::BoardReaders`]).
-    board_readers: local::BoardReaders,
+    /// Same-host watching (host groups): the groups, the local emitter's
+    /// counter, leading, the host check, the board readers (`local`).
+    same_host: SameHost,
 }
 
 /// How an Engine is built beyond its job (configuration, ring, rank,
@@ -293,24 +285,17 @@ impl Engine {
             return Err(EngineConfigError::RankOutOfRange { rank: me, size: n });
         }
         let none = |_| false;
-        let (emitter, observer, local_emitter, leading) = match &hosts {
-            None => (
-                ring.predecessors(me).next(),
-                ring.successors(me).next(),
-                None,
-                true,
-            ),
-            Some(h) if h.is_leader(me, none) => (
-                h.fabric_emitter(me, none),
-                h.fabric_observer(me, none),
-                h.local_emitter(me, none),
-                true,
-            ),
-            Some(h) => (None, None, h.local_emitter(me, none), false),
+        let (emitter, observer) = match &hosts {
+            None => (ring.predecessors(me).next(), ring.successors(me).next()),
+            Some(h) if h.is_leader(me, none) => {
+                (h.fabric_emitter(me, none), h.fabric_observer(me, none))
+            }
+            Some(_) => (None, None),
         };
         let grace_end = now + config.startup_grace();
+        let same_host = SameHost::new(hosts, me, grace_end);
         let mut timers = TimerTable::NONE;
-        if local_emitter.is_some() {
+        if same_host.local_emitter().is_some() {
             timers.set(
                 Timer::LocalCheck,
                 (now + config.check_interval()).min(grace_end),
@@ -371,15 +356,7 @@ impl Engine {
             stats: Stats::default(),
             config,
             ring,
-            hosts,
-            local: LocalWatch {
-                emitter: local_emitter,
-                baseline: grace_end,
-                ..LocalWatch::default()
-            },
-            leading,
-            host_check: None,
-            board_readers: local::BoardReaders::None,
+            same_host,
         };
         engine.write_beat_now(now);
         Ok(engine)
@@ -474,7 +451,7 @@ impl Engine {
     }
     /// The host groups, if this Engine watches by hosts.
     pub fn hosts(&self) -> Option<&Arc<Hosts>> {
-        self.hosts.as_ref()
+        self.same_host.hosts.as_ref()
     }
     /// The local health multiplier, 1 ..= `health_max`: how many timeouts
     /// this rank currently waits before declaring its emitter, because its
@@ -575,7 +552,8 @@ impl Engine {
                 Ok(())
             }
             Input::BoardReaders { ranks } => {
-                self.on_board_readers(ranks);
+                self.same_host
+                    .set_board_readers(self.me, self.ring.len(), ranks);
                 Ok(())
             }
             Input::Sent { to } => {
@@ -610,7 +588,7 @@ impl Engine {
             let value = readings.slot(slot);
             self.on_slot(now, slot, value);
         }
-        if let Some(e) = self.local.emitter {
+        if let Some(e) = self.same_host.local_emitter() {
             let beat = readings.local_beat(e);
             self.on_local_beat(now, beat);
         }

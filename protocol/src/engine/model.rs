@@ -62,11 +62,7 @@ impl Engine {
             sync_limit,
             quorum,
             views,
-            hosts,
-            local,
-            leading,
-            host_check,
-            board_readers,
+            same_host,
         } = self;
         thread_local! {
             static TEXT: RefCell<String> = const { RefCell::new(String::new()) };
@@ -86,11 +82,8 @@ impl Engine {
             // Node-local watching: without host groups nothing reads these
             // (its emitter stays `None`), and its baseline, set at start,
             // would only tell the clock.
-            if hosts.is_some() {
-                let _ = write!(
-                    text,
-                    "|{local:?}|{leading}|{host_check:?}|{board_readers:?}"
-                );
+            if same_host.hosts.is_some() {
+                let _ = write!(text, "|{}", same_host.model_state());
             }
             let mut hasher = DefaultHasher::new();
             relative_times(text, now, horizon, &mut hasher);

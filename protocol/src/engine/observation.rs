@@ -140,7 +140,7 @@ impl Engine {
         // (Not while a check runs: its end schedules the next check.)
         if let Some(at) = self
             .host_recheck_due(now)
-            .filter(|_| self.host_check.is_none())
+            .filter(|_| self.same_host.check.is_none())
         {
             next = next.min(at.max(now + Duration::from_nanos(1)));
         }
@@ -361,7 +361,9 @@ impl Engine {
     ) {
         let neighbour = self.watch.emitter == Some(sender)
             || self.beat.observer == Some(sender)
-            || self.is_local_neighbour(sender);
+            || self
+                .same_host
+                .is_local_neighbour(self.me, sender, |r| self.is_gone(r));
         if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
             self.stats.sync.sync_requests_refused += 1;
             return;
@@ -508,7 +510,9 @@ impl Engine {
     /// nobody left, there is no emitter (and no error).
     pub(super) fn mend(&mut self, now: Time) {
         let previous = self.watch.emitter;
-        let candidate = self.emitter_candidate();
+        let candidate = self
+            .same_host
+            .emitter_candidate(self.me, &self.ring, |r| self.is_gone(r));
         self.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
@@ -539,7 +543,7 @@ impl Engine {
         self.schedule_check(now);
         // The emitter failed and its host's next rank takes over: the rest
         // of that host may have gone with it.
-        if let (Some(p), Some(e), Some(h)) = (previous, candidate, self.hosts.clone()) {
+        if let (Some(p), Some(e), Some(h)) = (previous, candidate, self.same_host.hosts.clone()) {
             if self.is_gone(p) && h.host_of(p) == h.host_of(e) {
                 self.check_rest_of_host(now, p);
                 if h.host_of(e) != h.host_of(self.me) {
@@ -592,7 +596,7 @@ impl Engine {
             return;
         }
         let due = self.host_recheck_due(now).is_some_and(|at| now >= at);
-        if lagging || !due || self.host_check.is_some() {
+        if lagging || !due || self.same_host.check.is_some() {
             return;
         }
         let quarter = self.health.stretch(self.config.timeout) / 4;

@@ -396,14 +396,8 @@ impl Engine {
     ) {
         let silent_since = if self.watch.emitter == Some(suspect) {
             self.watch.changed_at.min(now)
-        } else if self.local.emitter == Some(suspect) {
-            // Judged from max(baseline, seen_at) (`local.rs`).
-            self.local
-                .seen_at
-                .map_or(self.local.baseline, |t| t.max(self.local.baseline))
-                .min(now)
         } else {
-            now
+            self.same_host.silent_since(suspect).unwrap_or(now).min(now)
         };
         self.quorum_call(now, |q, cx| {
             q.accuse(now, suspect, host, cause, said, silent_since, cx);
@@ -479,7 +473,7 @@ impl Engine {
     /// accuser whose thread had slept 157 ms declared a live emitter
     /// that its starved thread had not heard for 100 ms).
     pub(super) fn quorum_self_lag(&mut self, now: Time) {
-        for emitter in [self.watch.emitter, self.local.emitter]
+        for emitter in [self.watch.emitter, self.same_host.local_emitter()]
             .into_iter()
             .flatten()
         {
@@ -542,7 +536,7 @@ impl Engine {
             my_pos: self.my_pos,
             ring: &self.ring,
             overlay: &self.overlay,
-            hosts: self.hosts.as_deref(),
+            hosts: self.same_host.hosts(),
             failed: &self.failed,
             left: &self.left,
             config: &self.config,
@@ -594,10 +588,10 @@ impl Engine {
                     self.send(suspect, Kind::ObserveMe, m);
                     self.schedule_check(now);
                 }
-                if self.local.emitter == Some(suspect) {
+                if self.same_host.local_emitter() == Some(suspect) {
                     // The local emitter answered: a fresh timeout from now, until
                     // a wake-up of its own since shows in its counter.
-                    self.restart_local_baseline(now);
+                    self.same_host.restart_local_baseline(now);
                     self.schedule_local_check(now);
                 }
             }
