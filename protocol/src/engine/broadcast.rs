@@ -13,8 +13,17 @@ use std::sync::Arc;
 
 use super::{Engine, Output, Participation, Timer};
 use crate::config::{Rank, Time};
-use crate::overlay::{Links, MAX_LINKS};
+use crate::overlay::{Links, MAX_LINKS, Overlay};
 use crate::wire::{self, Kind, Notice, Sealed, TAG_LEN};
+
+/// Broadcast's own state beyond the steps in progress (which the Engine
+/// keeps in its hot lines): the overlay, and the leaves learned from
+/// others not yet forwarded (see `leave_batch`).
+#[derive(Clone, Debug)]
+pub(super) struct Broadcast {
+    pub(super) overlay: Overlay,
+    pub(super) pending_left: Vec<Rank>,
+}
 
 /// One broadcast step in progress: its targets in send order, sent lazily
 /// (each copy sealed as it leaves) so that a target learned failed
@@ -43,6 +52,7 @@ impl Engine {
         let mut buf: Links = [0; MAX_LINKS];
         let my_pos = self.ring.position_of(self.me);
         let len = self
+            .broadcast
             .overlay
             .send_order(my_pos, self.ring.position_of(root), &mut buf);
         let targets: Box<[Rank]> = buf[..len]
@@ -79,7 +89,7 @@ impl Engine {
                 self.stats.messages.bytes_sent += (f.bytes.len() + TAG_LEN) as u64;
                 let bytes = f.bytes.clone();
                 let seq = self.next_seq(to);
-                let message = Sealed::new(bytes, seq, to, &self.keys);
+                let message = Sealed::new(bytes, seq, to, &self.sealing.keys);
                 return Some(Output::Send { to, message });
             }
             self.fanouts.pop_front();
@@ -117,7 +127,7 @@ impl Engine {
         if left.is_empty() {
             return;
         }
-        self.pending_left.extend_from_slice(left);
+        self.broadcast.pending_left.extend_from_slice(left);
         if self.timers.get(Timer::LeaveBatch) == Time::NEVER {
             self.timers
                 .set(Timer::LeaveBatch, now + self.config.leave_batch());
@@ -127,10 +137,10 @@ impl Engine {
     /// Forwards the leaves learned since the last batch as one notice
     /// rooted here.
     pub(super) fn forward_leaves(&mut self) {
-        if self.pending_left.is_empty() || self.participation == Participation::Excluded {
+        if self.broadcast.pending_left.is_empty() || self.participation == Participation::Excluded {
             return;
         }
-        let mut left = std::mem::take(&mut self.pending_left);
+        let mut left = std::mem::take(&mut self.broadcast.pending_left);
         left.sort_unstable();
         left.dedup();
         self.stats.notices.notices_forwarded += 1;

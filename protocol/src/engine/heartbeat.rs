@@ -13,6 +13,8 @@ use crate::config::{Rank, Time};
 /// This rank's heartbeats to its observer.
 #[derive(Clone, Debug)]
 pub(super) struct Beat {
+    /// How heartbeats leave the Engine (fixed at start).
+    pub(super) mode: HeartbeatMode,
     pub(super) observer: Option<Rank>,
     /// The observer's generation, from its `ObserveMe`.
     pub(super) generation: u32,
@@ -26,7 +28,7 @@ impl Engine {
     /// first, no allocation) and schedules the next beat one period away;
     /// in modelled mode, owes a `HeartbeatStream`.
     pub(super) fn write_beat_now(&mut self, now: Time) {
-        match self.mode {
+        match self.beat.mode {
             HeartbeatMode::Write => {
                 if let Some(o) = self.beat.observer {
                     self.beat.counter = self.beat.counter.wrapping_add(1).max(1);

@@ -158,7 +158,9 @@ impl Engine {
     /// drop a departed suspect, end accusations and ballots about departed
     /// ranks, announce the new digest.
     pub(super) fn after_gone_changed(&mut self, now: Time) {
-        if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
+        if self.beat.mode == HeartbeatMode::Modelled
+            && self.participation != Participation::Excluded
+        {
             self.stream_dirty = true;
         }
         if let Some(o) = self.beat.observer {
@@ -167,9 +169,9 @@ impl Engine {
                 self.pending_write = None;
             }
         }
-        if let Some(s) = self.suspect {
+        if let Some(s) = self.watch.suspect {
             if self.is_gone(s.rank) {
-                self.suspect = None;
+                self.watch.suspect = None;
                 self.timers.stop(Timer::Suspect);
             }
         }
@@ -196,9 +198,9 @@ impl Engine {
         self.same_host.close();
         self.fanouts.clear();
         self.pending_write = None;
-        self.suspect = None;
+        self.watch.suspect = None;
         self.beat.observer = None;
-        self.stream_dirty = self.mode == HeartbeatMode::Modelled;
+        self.stream_dirty = self.beat.mode == HeartbeatMode::Modelled;
         // Pending agreements end first, so SelfExcluded is the Engine's
         // last output.
         self.abort_agreements(AgreeAbort::Excluded);
@@ -209,7 +211,11 @@ impl Engine {
     /// it: at most once per timeout per rank, with a bounded memory of the
     /// ranks answered (`trust::ExclusionReplies`); the others are counted.
     pub(super) fn reply_exclusion(&mut self, now: Time, to: Rank) {
-        if !self.exclusion_replies.admit(to, now, self.config.timeout) {
+        if !self
+            .limits
+            .exclusion_replies
+            .admit(to, now, self.config.timeout)
+        {
             self.stats.notices.exclusion_replies_suppressed += 1;
             return;
         }
@@ -231,7 +237,7 @@ impl Engine {
         self.abort_agreements(AgreeAbort::Left);
         self.timers.stop(Timer::Check);
         self.timers.stop(Timer::Suspect);
-        self.suspect = None;
+        self.watch.suspect = None;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &[self.me]).into();
         let neighbours = [
             self.beat.observer.unwrap_or(NO_RANK),

@@ -104,7 +104,7 @@ use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
 use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
-use broadcast::Fanout;
+use broadcast::{Broadcast, Fanout};
 use health::{Health, HealthChange};
 use heartbeat::Beat;
 pub use io::{
@@ -113,7 +113,7 @@ pub use io::{
     SlotReading, TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
 use local::SameHost;
-use observation::{Suspect, Watch, Witness};
+use observation::Watch;
 use payloads::Payloads;
 pub use quorum::AccusationNote;
 use quorum::Quorum;
@@ -122,7 +122,7 @@ pub use stats::{
     QuorumStats, Stats, SyncStats, ViewStats,
 };
 use timer::{TIMERS, Timer, TimerTable};
-use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
+use trust::{Limits, PeerLinks, Sealing, link_key};
 use views::Views;
 
 /// "No rank" in fixed-size fields.
@@ -154,19 +154,15 @@ const NO_RANK: Rank = Rank::MAX;
 #[repr(C)]
 pub struct Engine {
     participation: Participation,
-    mode: HeartbeatMode,
     /// Modelled mode: a `HeartbeatStream` is owed.
     stream_dirty: bool,
     me: Rank,
     /// `me`'s position on the ring.
     my_pos: u32,
     ring: Arc<Ring>,
-    /// The job key and the message key every tag is checked with (shared:
-    /// one copy for every Engine of a simulator).
-    keys: Arc<JobKeys>,
-    /// Sequence numbers per link: the next to send, the replay window of
-    /// those received (`trust`).
-    links: PeerLinks,
+    /// The keys every tag is checked with and the sequence numbers per
+    /// link (`trust`).
+    sealing: Sealing,
     failed: RankSet,
     left: RankSet,
     pending_write: Option<(Rank, u16, u64)>,
@@ -179,20 +175,18 @@ pub struct Engine {
     stats: Stats,
     encoder: Encoder,
     config: Arc<EngineConfig>,
-    overlay: Overlay,
+    /// The overlay and the leaves waiting for the next batch (`broadcast`).
+    broadcast: Broadcast,
+    /// The fabric emitter's slot, the suspect, the witness probe
+    /// (`observation`).
     watch: Watch,
     health: Health,
+    /// This rank's heartbeats (`heartbeat`).
     beat: Beat,
-    suspect: Option<Suspect>,
-    witness: Option<Witness>,
     /// Application payloads: per-origin marks, held and kept payloads.
     payloads: Payloads,
-    /// Leaves learned from others, not yet forwarded (see `leave_batch`).
-    pending_left: Vec<Rank>,
-    /// Recent exclusion replies, for rate limiting (bounded).
-    exclusion_replies: ExclusionReplies,
-    /// Recent sync requests honoured, per peer.
-    sync_limit: SyncLimit,
+    /// Rate limits of exclusion replies and sync requests (`trust`).
+    limits: Limits,
     /// The quorum sub-state machine: accusations, ballots, nonces, this
     /// rank's strained wake-ups.
     quorum: Quorum,
@@ -308,14 +302,18 @@ impl Engine {
             timers.set(Timer::Check, (now + config.check_interval()).min(grace_end));
         }
         let mut engine = Engine {
-            overlay: Overlay::new(config.bcast, n),
+            broadcast: Broadcast {
+                overlay: Overlay::new(config.bcast, n),
+                pending_left: Vec::new(),
+            },
             encoder: Encoder::new(keys.job_key(), me),
             my_pos: ring.position_of(me),
-            keys,
-            links: PeerLinks::default(),
+            sealing: Sealing {
+                keys,
+                links: PeerLinks::default(),
+            },
             me,
             participation: Participation::Active,
-            mode: HeartbeatMode::Write,
             failed: RankSet::new(),
             left: RankSet::new(),
             watch: Watch {
@@ -332,9 +330,12 @@ impl Engine {
                 sync_not_before: Time::ZERO,
                 slow_warned_at: None,
                 hurry: false,
+                suspect: None,
+                witness: None,
             },
             health: Health::default(),
             beat: Beat {
+                mode: HeartbeatMode::Write,
                 observer,
                 generation: 0,
                 slot: 0,
@@ -342,15 +343,11 @@ impl Engine {
             },
             stream_dirty: false,
             timers,
-            suspect: None,
-            witness: None,
             pending_write: None,
             out: VecDeque::new(),
             fanouts: VecDeque::new(),
             payloads: Payloads::default(),
-            pending_left: Vec::new(),
-            exclusion_replies: ExclusionReplies::default(),
-            sync_limit: SyncLimit::default(),
+            limits: Limits::default(),
             quorum: Quorum::default(),
             views: None,
             stats: Stats::default(),
@@ -367,7 +364,7 @@ impl Engine {
     /// `WriteHeartbeat`; `HeartbeatStream` outputs instead (the first one
     /// at the first poll).
     fn model_heartbeats(&mut self) {
-        self.mode = HeartbeatMode::Modelled;
+        self.beat.mode = HeartbeatMode::Modelled;
         self.timers.stop(Timer::Beat);
         self.pending_write = None;
         self.stream_dirty = true;
@@ -511,7 +508,7 @@ impl Engine {
     /// Seals the queued (unsealed) `message` for `to`.
     fn seal(&mut self, to: Rank, message: Sealed) -> Output {
         let seq = self.next_seq(to);
-        let message = message.sealed_as(seq, to, &self.keys);
+        let message = message.sealed_as(seq, to, &self.sealing.keys);
         Output::Send { to, message }
     }
 
@@ -521,11 +518,11 @@ impl Engine {
     /// on its link, so no window would ever refuse one, and the link state
     /// would cost a cache miss per copy and 2·⌈log2 N⌉ entries per rank.
     fn next_seq(&mut self, to: Rank) -> u64 {
-        if !self.keys.authenticates() {
+        if !self.sealing.keys.authenticates() {
             return 1;
         }
         let link = link_key(&self.ring, self.my_pos, to);
-        self.links.next_out(link, self.ring.len())
+        self.sealing.links.next_out(link, self.ring.len())
     }
 
     /// Hands an input to the Engine at time `now` (never earlier than a
@@ -628,11 +625,11 @@ impl Engine {
         }
         if self.timers.get(Timer::Suspect) <= now {
             self.timers.stop(Timer::Suspect);
-            if let Some(s) = self.suspect {
+            if let Some(s) = self.watch.suspect {
                 if lagging {
                     self.timers.set(Timer::Suspect, now + self.suspect_limit());
                 } else {
-                    self.suspect = None;
+                    self.watch.suspect = None;
                     self.on_silence(now, s.rank, Cause::InBand, s.said);
                 }
             }
@@ -732,8 +729,16 @@ mod tests {
             ("me", offset_of!(Engine, me), size_of::<Rank>()),
             ("my_pos", offset_of!(Engine, my_pos), size_of::<u32>()),
             ("ring", offset_of!(Engine, ring), size_of::<Arc<Ring>>()),
-            ("keys", offset_of!(Engine, keys), size_of::<Arc<JobKeys>>()),
-            ("links", offset_of!(Engine, links), size_of::<PeerLinks>()),
+            (
+                "sealing.keys",
+                offset_of!(Engine, sealing) + offset_of!(Sealing, keys),
+                size_of::<Arc<JobKeys>>(),
+            ),
+            (
+                "sealing.links",
+                offset_of!(Engine, sealing) + offset_of!(Sealing, links),
+                size_of::<PeerLinks>(),
+            ),
             ("failed", offset_of!(Engine, failed), size_of::<RankSet>()),
             ("left", offset_of!(Engine, left), size_of::<RankSet>()),
             (

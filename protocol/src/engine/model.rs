@@ -34,13 +34,11 @@ impl Engine {
     pub fn model_fingerprint(&self, now: Time, horizon: Duration) -> u64 {
         let Engine {
             participation,
-            mode,
             stream_dirty,
             me,
             my_pos: _,
             ring: _,
-            keys: _,
-            links,
+            sealing,
             failed,
             left,
             pending_write,
@@ -50,16 +48,12 @@ impl Engine {
             timers,
             encoder: _,
             config: _,
-            overlay: _,
+            broadcast,
             watch,
             health,
             beat,
-            suspect,
-            witness,
             payloads,
-            pending_left,
-            exclusion_replies,
-            sync_limit,
+            limits,
             quorum,
             views,
             same_host,
@@ -73,10 +67,11 @@ impl Engine {
             // containers only.
             let _ = write!(
                 text,
-                "{participation:?}|{mode:?}|{stream_dirty}|{me}|{links:?}|{failed:?}|{left:?}|\
+                "{participation:?}|{stream_dirty}|{me}|{:?}|{failed:?}|{left:?}|\
                  {pending_write:?}|{out:?}|{fanouts:?}|{timers:?}|{watch:?}|{health:?}|\
-                 {beat:?}|{suspect:?}|{witness:?}|{payloads:?}|{pending_left:?}|\
-                 {exclusion_replies:?}|{sync_limit:?}|{:?}|{views:?}",
+                 {beat:?}|{payloads:?}|{:?}|{limits:?}|{:?}|{views:?}",
+                sealing.links,
+                broadcast.pending_left,
                 quorum.model_state()
             );
             // Node-local watching: without host groups nothing reads these

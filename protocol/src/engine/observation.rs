@@ -51,6 +51,10 @@ pub(super) struct Watch {
     /// `InbandMode::Suspect` evidence against the emitter: declare after
     /// `suspect_timeout` of stillness instead of the full timeout.
     pub(super) hurry: bool,
+    /// A ring neighbour suspected after a transport error, being probed.
+    pub(super) suspect: Option<Suspect>,
+    /// A probe about the emitter, answered when its slot next moves.
+    pub(super) witness: Option<Witness>,
 }
 
 /// The close watch of a host this rank just mended into, its previous
@@ -202,14 +206,14 @@ impl Engine {
                         });
                     }
                 }
-                if let Some(w) = self.witness.take() {
+                if let Some(w) = self.watch.witness.take() {
                     if previous.is_some() && now > w.asked_at {
                         let m = self
                             .encoder
                             .probe_ack(w.nonce, emitter, ProbeVerdict::Alive);
                         self.send(w.requester, Kind::ProbeAck, m);
                     } else {
-                        self.witness = Some(w);
+                        self.watch.witness = Some(w);
                     }
                 }
                 self.watch.last_value = Some(value);
@@ -364,7 +368,12 @@ impl Engine {
             || self
                 .same_host
                 .is_local_neighbour(self.me, sender, |r| self.is_gone(r));
-        if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
+        if !neighbour
+            || !self
+                .limits
+                .sync_limit
+                .admit(sender, now, self.config.timeout)
+        {
             self.stats.sync.sync_requests_refused += 1;
             return;
         }
@@ -441,7 +450,7 @@ impl Engine {
             if stale && self.watch.last_value.is_some() {
                 ProbeVerdict::Silent
             } else {
-                self.witness = Some(Witness {
+                self.watch.witness = Some(Witness {
                     requester: sender,
                     nonce,
                     asked_at: now,
@@ -478,21 +487,21 @@ impl Engine {
         if verdict == ProbeVerdict::Alive && self.on_host_check_ack(now, nonce, about) {
             return;
         }
-        if let Some(s) = self.suspect {
+        if let Some(s) = self.watch.suspect {
             if s.rank == about && s.nonce == nonce {
                 match verdict {
                     ProbeVerdict::Alive => {
                         self.stats.observation.suspicions_cleared += 1;
-                        self.suspect = None;
+                        self.watch.suspect = None;
                         self.timers.stop(Timer::Suspect);
                     }
                     ProbeVerdict::Dead => {
-                        self.suspect = None;
+                        self.watch.suspect = None;
                         self.timers.stop(Timer::Suspect);
                         self.declare(now, about, Cause::InBand, FailureDetail::Learned);
                     }
                     ProbeVerdict::Silent => {
-                        self.suspect = None;
+                        self.watch.suspect = None;
                         self.timers.stop(Timer::Suspect);
                         self.on_silence(now, about, Cause::InBand, s.said);
                     }
@@ -513,7 +522,7 @@ impl Engine {
         let candidate = self
             .same_host
             .emitter_candidate(self.me, &self.ring, |r| self.is_gone(r));
-        self.witness = None;
+        self.watch.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
         self.watch.emitter = candidate;
@@ -666,12 +675,12 @@ impl Engine {
     }
 
     pub(super) fn start_suspect(&mut self, now: Time, rank: Rank, said: FabricSaid) {
-        if self.suspect.is_some_and(|s| s.rank == rank) {
+        if self.watch.suspect.is_some_and(|s| s.rank == rank) {
             return;
         }
         self.stats.observation.suspicions += 1;
         let nonce = self.quorum.next_nonce();
-        self.suspect = Some(Suspect { rank, nonce, said });
+        self.watch.suspect = Some(Suspect { rank, nonce, said });
         let m = self.encoder.probe(nonce, rank);
         self.send(rank, Kind::Probe, m.clone());
         let witness = self.ring.successors(rank).find(|&r| !self.is_gone(r));

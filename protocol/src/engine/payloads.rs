@@ -235,7 +235,9 @@ impl Engine {
         } else if entry.kept.as_ref().is_some_and(|k| k.held.is_empty()) {
             entry.kept = None;
         }
-        if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
+        if self.beat.mode == HeartbeatMode::Modelled
+            && self.participation != Participation::Excluded
+        {
             self.stream_dirty = true;
         }
         if origin != self.me || self.config.deliver_own {

@@ -535,7 +535,7 @@ impl Engine {
             me: self.me,
             my_pos: self.my_pos,
             ring: &self.ring,
-            overlay: &self.overlay,
+            overlay: &self.broadcast.overlay,
             hosts: self.same_host.hosts(),
             failed: &self.failed,
             left: &self.left,
