@@ -1,5 +1,5 @@
 //! The primary partition at one Engine, one input at a time
-//! (`FFD_QUORUM=majority`, `engine/quorum.rs`, `docs/design.md` §4.11):
+//! (`FFD_QUORUM=majority`, `engine/quorum/`, `docs/design.md` §4.11):
 //! an accuser declares only with a majority of votes (an exact half with
 //! the lowest live rank), excludes itself without one; a voter forwards a
 //! round once, votes to its flood parent and follows the outcome; the

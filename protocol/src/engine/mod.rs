@@ -2,17 +2,32 @@
 //!
 //! Owns: the `Engine` struct, its construction (`EngineOptions`) and
 //! accessors, and the dispatch of inputs (`handle`, `handle_timeout`) and
-//! of outputs (`poll_output`, `next_deadline`). The protocol itself lives
-//! in the submodules, one concern each: `io` (the types crossing the
+//! of outputs (`poll_output`, `next_deadline`). The Engine is the glue:
+//! its fields are the state every concern reads (this rank, the ring, the
+//! failed and left sets, the output queues, the timers, the counters,
+//! kept first, in the hot cache lines) and one sub-state machine per
+//! concern that owns its own state. The largest, [`quorum::Quorum`]
+//! (`quorum`) and `local::SameHost` (`local`), take `now` and what they
+//! read of the others as arguments and return what to send and raise, in
+//! the style of quinn-proto's path-MTU discovery; the others keep their
+//! state in a type of their own that the Engine's methods in their module
+//! drive. The modules, one concern each: `io` (the types crossing the
 //! boundary), `stats` (the counters), `timer` (the timer table),
-//! `heartbeat` (this rank as an emitter), `observation`
-//! (watching the emitter), `health` (how far this rank trusts its own
-//! timing), `membership` (the failed and left sets), `broadcast` (fan-out
-//! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
-//! delivery of application payloads and their repair), `quorum` (the
-//! primary partition: silence confirmed by a majority) and `views` (view
-//! changes and user agreements). Must not: read a clock,
-//! block, do IO, or allocate on the heartbeat path.
+//! `heartbeat` (this rank as an emitter: `Beat`), `observation` (watching
+//! the emitter: `Watch`, with the suspect and the witness probe), `health`
+//! (how far this rank trusts its own timing: `Health`), `membership` (the
+//! failed and left sets: declaring, learning, leaving, self-exclusion),
+//! `broadcast` (fan-out of notices and payloads: `Broadcast`, `Fanout`),
+//! `payloads` (all-or-none, per-origin FIFO delivery of application
+//! payloads and their repair: `Payloads`), `trust` (sealing and checking
+//! messages, the per-link sequence numbers and the rate limits:
+//! `Sealing`, `Limits`), `quorum` (the primary partition: silence
+//! confirmed by a majority; `quorum/accusation.rs` this rank's own
+//! accusations, `quorum/ballot.rs` its ballots in others'), `local`
+//! (same-host watching with host groups: `SameHost`), `views` (view
+//! changes and user agreements: `Views`) and, with the feature `model`
+//! only, `model` (the model checker's fingerprint). Must not: read a
+//! clock, block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
 //!

@@ -38,7 +38,7 @@ pub struct Stats {
     pub sync: SyncStats,
     /// Application payloads (`engine/payloads.rs`).
     pub payloads: PayloadStats,
-    /// The primary partition (`FFD_QUORUM=majority`, `engine/quorum.rs`).
+    /// The primary partition (`FFD_QUORUM=majority`, `engine/quorum/`).
     pub quorum: QuorumStats,
     /// View changes and user agreements (`engine/views.rs`).
     pub views: ViewStats,
@@ -182,7 +182,7 @@ pub struct PayloadStats {
     pub payloads_beyond_retention: u64,
 }
 
-/// The quorum (`FFD_QUORUM=majority`, `engine/quorum.rs`).
+/// The quorum (`FFD_QUORUM=majority`, `engine/quorum/`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QuorumStats {
     /// Accusations this rank made (each silence of a rank it watches, once).
