@@ -121,7 +121,7 @@ use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
 use broadcast::{Broadcast, Fanout};
 use health::{Health, HealthChange};
-use heartbeat::Beat;
+use heartbeat::{Beat, BeatOut};
 pub use io::{
     AgreeAbort, Cause, Confirmation, EmitterThread, Event, Evidence, Exclusion, FabricSaid,
     FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Readings,
@@ -693,6 +693,45 @@ impl Engine {
             }
             HealthChange::Fell | HealthChange::Unchanged => {}
         }
+    }
+
+    /// Beats now: in write mode, parks the next `WriteHeartbeat` (polled
+    /// first, no allocation) and schedules the next beat one period away;
+    /// in modelled mode, owes a `HeartbeatStream` (`heartbeat`).
+    fn write_beat_now(&mut self, now: Time) {
+        let digest = self.my_digest32();
+        match self.beat.beat(digest) {
+            BeatOut::Write(to, slot, value) => {
+                self.pending_write = Some((to, slot, value));
+                self.stats.observation.heartbeats_written += 1;
+                self.timers.set(Timer::Beat, now + self.config.period);
+            }
+            BeatOut::Stream => self.stream_dirty = true,
+            BeatOut::Nothing => {}
+        }
+    }
+
+    /// A rank asks us to heartbeat into its slot (`heartbeat`'s rule).
+    fn on_observe_me(&mut self, now: Time, sender: Rank, generation: u32, slot: u16) {
+        if self.left.contains(sender) {
+            self.stats.observation.observe_me_stale += 1;
+            return;
+        }
+        let current = self.beat.observer;
+        let observer_gone = current.is_some_and(|o| self.is_gone(o));
+        let farther = current.is_some_and(|o| {
+            self.same_host
+                .farther_observer(self.me, &self.ring, sender, o)
+        });
+        if !self
+            .beat
+            .observe_me(sender, generation, slot, observer_gone, farther)
+        {
+            self.stats.observation.observe_me_stale += 1;
+            return;
+        }
+        self.stats.observation.observe_me_accepted += 1;
+        self.write_beat_now(now);
     }
 
     fn my_digest32(&self) -> u32 {
