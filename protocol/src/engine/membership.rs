@@ -4,7 +4,10 @@
 //! the reactions to a grown set (mend, stop beating a departed observer,
 //! drop a departed suspect), this rank's own exclusion (fail-stop), the
 //! exclusion replies to ranks we hold failed, and this rank's clean leave
-//! (an exclusion or a leave also ends this rank's pending agreements).
+//! (an exclusion or a leave also ends this rank's pending agreements);
+//! the news itself: a received notice's forward-once, the batching of
+//! leaves learned from others, and the re-broadcast of ranks learned by
+//! sync (the fan-out is `broadcast`'s).
 //! Must not: remove a rank from either set (reports are final), or decide
 //! *whether* a rank failed (observation does that, then calls `declare`).
 
@@ -16,7 +19,7 @@ use super::{
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
-use crate::wire::Kind;
+use crate::wire::{self, Kind, Notice};
 
 /// The ranks of `list` (ascending) that are neither `me` nor in the sorted
 /// sets `a` and `b`: binary searches for short lists, one merge walk for
@@ -252,5 +255,69 @@ impl Engine {
         }
         self.fan_out(Kind::Notice, m, self.me, &neighbours, false);
         Ok(())
+    }
+
+    // ----- notices: forward-once, leave batches, news learned by sync -----
+
+    /// A notice (already trusted by `on_message`): learn what is new.
+    /// Nothing new: a duplicate, counted and dropped (the common case at
+    /// large N). New failures travel on at once, as received
+    /// (forward-once, `bytes` re-sent with this rank as sender, each copy
+    /// sealed anew); news of leaves only waits for the next leave batch.
+    pub(super) fn on_notice(&mut self, now: Time, sender: Rank, n: Notice<'_>, bytes: &[u8]) {
+        let (nf, nl) = self.learn(n.failed, n.left, n.origin, n.hops.saturating_add(1));
+        if nf.is_empty() && nl.is_empty() {
+            self.stats.messages.duplicate_notices += 1;
+            return;
+        }
+        if !nf.is_empty() {
+            // Failures travel at once, as received (forward-once); the
+            // host's board readers learn them from the board.
+            let board = self.post_on_board(&nf, n.origin);
+            if let Some(fwd) = wire::forwarded(bytes, self.me) {
+                self.stats.notices.notices_forwarded += 1;
+                self.fan_out(Kind::Notice, fwd.into(), n.origin, &[sender], board);
+            }
+        } else {
+            self.batch_leaves(now, &nl);
+        }
+        self.after_gone_changed(now);
+    }
+
+    /// Queues leaves learned from others for the next batch.
+    pub(super) fn batch_leaves(&mut self, now: Time, left: &[Rank]) {
+        if left.is_empty() {
+            return;
+        }
+        self.broadcast.batch_leaves(left);
+        if self.timers.get(Timer::LeaveBatch) == Time::NEVER {
+            self.timers
+                .set(Timer::LeaveBatch, now + self.config.leave_batch());
+        }
+    }
+
+    /// Forwards the leaves learned since the last batch as one notice
+    /// rooted here.
+    pub(super) fn forward_leaves(&mut self) {
+        if self.participation == Participation::Excluded {
+            return;
+        }
+        let Some(left) = self.broadcast.take_leaves() else {
+            return;
+        };
+        self.stats.notices.notices_forwarded += 1;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
+        self.fan_out(Kind::Notice, m, self.me, &[], false);
+    }
+
+    /// Ranks learned from a sync exchange are new to this part of the
+    /// overlay too: broadcast them as a notice originated here.
+    pub(super) fn rebroadcast_learned(&mut self, failed: &[Rank], left: &[Rank], peer: Rank) {
+        if failed.is_empty() && left.is_empty() {
+            return;
+        }
+        self.stats.sync.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
+        self.fan_out(Kind::Notice, m, self.me, &[peer], false);
     }
 }

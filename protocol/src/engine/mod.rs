@@ -520,6 +520,38 @@ impl Engine {
         self.poll_fanout()
     }
 
+    /// Queues a broadcast step of the unsealed `bytes` rooted at `root`,
+    /// skipping `skip`, and the host's board readers if `board` (the news
+    /// was posted on the board).
+    fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: &[Rank], board: bool) {
+        let me = self.me;
+        let step = self.broadcast.step(kind, bytes, &self.ring, me, root, |r| {
+            skip.contains(&r) || (board && self.same_host.reads_board(me, r))
+        });
+        if let Some(f) = step {
+            self.fanouts.push_back(f);
+        }
+    }
+
+    /// The next copy of the oldest broadcast step in progress, skipping
+    /// targets known failed or left meanwhile, sealed with the next
+    /// sequence number; `None` when all are sent.
+    fn poll_fanout(&mut self) -> Option<Output> {
+        while let Some(f) = self.fanouts.front_mut() {
+            let (failed, left) = (&self.failed, &self.left);
+            if let Some((to, kind, bytes)) = f.next_copy(|r| failed.contains(r) || left.contains(r))
+            {
+                self.stats.messages.sent[kind.index()] += 1;
+                self.stats.messages.bytes_sent += (bytes.len() + TAG_LEN) as u64;
+                let seq = self.next_seq(to);
+                let message = Sealed::new(bytes, seq, to, &self.sealing.keys);
+                return Some(Output::Send { to, message });
+            }
+            self.fanouts.pop_front();
+        }
+        None
+    }
+
     /// Seals the queued (unsealed) `message` for `to`.
     fn seal(&mut self, to: Rank, message: Sealed) -> Output {
         let seq = self.next_seq(to);
