@@ -24,7 +24,8 @@
 //! `Sealing`, `Limits`), `quorum` (the primary partition: silence
 //! confirmed by a majority; `quorum/accusation.rs` this rank's own
 //! accusations, `quorum/ballot.rs` its ballots in others'), `local`
-//! (same-host watching with host groups: `SameHost`), `views` (view
+//! (same-host watching with host groups: `SameHost` in
+//! `local/same_host.rs`, the Engine's glue in `local/mod.rs`), `views` (view
 //! changes and user agreements: `Views`) and, with the feature `model`
 //! only, `model` (the model checker's fingerprint). Must not: read a
 //! clock, block, do IO, or allocate on the heartbeat path.

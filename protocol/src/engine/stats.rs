@@ -42,7 +42,7 @@ pub struct Stats {
     pub quorum: QuorumStats,
     /// View changes and user agreements (`engine/views.rs`).
     pub views: ViewStats,
-    /// Host groups (`engine/local.rs`): same-host watching, the notice
+    /// Host groups (`engine/local/`): same-host watching, the notice
     /// board, host checks.
     pub hosts: HostStats,
 }
@@ -222,7 +222,7 @@ pub struct ViewStats {
     pub agreement_messages_dropped: u64,
 }
 
-/// Host groups (`engine/local.rs`): the local emitter's counter, same-host
+/// Host groups (`engine/local/`): the local emitter's counter, same-host
 /// exits, the host's notice board, its leader, and checks of silent hosts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostStats {
