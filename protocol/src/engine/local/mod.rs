@@ -27,7 +27,6 @@ use super::{
 };
 use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
-use crate::hosts::Hosts;
 use crate::wire::Kind;
 
 pub(super) use same_host::SameHost;
@@ -97,52 +96,16 @@ impl Engine {
     /// process), and then no one else would: the other hosts would find
     /// the rank only through their own watch of its host, a timeout or
     /// more later (at N = 32 a notice lost so cost 60-130 ms).
-    fn broadcast_orphaned_exits(&mut self, now: Time, hosts: &Hosts) {
+    fn broadcast_orphaned_exits(&mut self, now: Time) {
         let kept = self.health.stretch(self.config.timeout).saturating_mul(2);
-        self.same_host
-            .local
-            .deferred_exits
-            .retain(|d| now < d.at || now - d.at <= kept);
-        if self
-            .same_host
-            .local
-            .deferred_exits
-            .iter()
-            .all(|d| !self.is_gone(d.broadcaster))
-        {
+        let (failed, left) = (&self.failed, &self.left);
+        let gone = |r| failed.contains(r) || left.contains(r);
+        let Some((ranks, skip)) = self.same_host.orphaned_exits(now, kept, self.me, gone) else {
+            return;
+        };
+        if self.participation != Participation::Active {
             return;
         }
-        let next = hosts.leader(hosts.host_of(self.me), |r| self.is_gone(r));
-        let mut deferred = std::mem::take(&mut self.same_host.local.deferred_exits);
-        let mut orphans: Vec<DeferredExit> = Vec::new();
-        deferred.retain_mut(|d| {
-            if !self.is_gone(d.broadcaster) {
-                return true;
-            }
-            match next {
-                Some(b) if b != self.me => {
-                    d.broadcaster = b;
-                    true
-                }
-                _ => {
-                    orphans.push(d.clone());
-                    false
-                }
-            }
-        });
-        self.same_host.local.deferred_exits = deferred;
-        if orphans.is_empty() || self.participation != Participation::Active {
-            return;
-        }
-        let mut ranks: Vec<Rank> = orphans.iter().map(|d| d.rank).collect();
-        ranks.sort_unstable();
-        ranks.dedup();
-        let skip: Vec<Rank> = orphans[0]
-            .seen_by
-            .iter()
-            .copied()
-            .filter(|r| orphans.iter().all(|d| d.seen_by.contains(r)))
-            .collect();
         self.stats.hosts.orphaned_exits_broadcast += 1;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &ranks, &[]).into();
         self.fan_out(Kind::Notice, m, self.me, &skip, false);
@@ -285,56 +248,36 @@ impl Engine {
             }
             return;
         }
-        if self.same_host.local.seen_at.is_some()
-            && self.same_host.local.digest != self.my_digest32()
-        {
-            match self.same_host.local.mismatch_since {
-                None => self.same_host.local.mismatch_since = Some(now),
-                Some(since) => {
-                    if now - since >= self.config.sync_after()
-                        && now >= self.same_host.local.sync_not_before
-                    {
-                        self.same_host.local.sync_not_before = now + self.config.timeout;
-                        self.send_sync_request(emitter);
-                    }
-                }
-            }
-        } else {
-            self.same_host.local.mismatch_since = None;
+        let digest = self.my_digest32();
+        let (sync_after, timeout) = (self.config.sync_after(), self.config.timeout);
+        if self.same_host.sync_due(now, digest, sync_after, timeout) {
+            self.send_sync_request(emitter);
         }
         self.schedule_local_check(now);
     }
 
     /// This rank woke late: its local emitter gets a full timeout from now.
     pub(super) fn local_self_lag(&mut self, now: Time) {
-        self.same_host.restart_local_baseline(now);
-        self.same_host.local.mismatch_since = None;
+        self.same_host.self_lag(now);
     }
 
     /// The local ring after the gone set grew: watch the nearest live
     /// same-host predecessor; take over the fabric watch on becoming the
     /// host's leader.
     pub(super) fn after_gone_changed_local(&mut self, now: Time) {
-        let Some(hosts) = self.same_host.hosts.clone() else {
+        if self.same_host.hosts.is_none() {
             return;
-        };
-        self.broadcast_orphaned_exits(now, &hosts);
-        let emitter = hosts.local_emitter(self.me, |r| self.is_gone(r));
-        if emitter != self.same_host.local.emitter {
-            self.same_host.local.emitter = emitter;
-            self.same_host.local.seen_at = None;
-            self.same_host.local.thread = EmitterThread::Unknown;
-            self.same_host.local.baseline = now;
-            self.same_host.local.fresh_only = true;
-            self.same_host.local.mismatch_since = None;
-            self.same_host.local.slow_warned_at = None;
+        }
+        self.broadcast_orphaned_exits(now);
+        let (failed, left) = (&self.failed, &self.left);
+        let gone = |r| failed.contains(r) || left.contains(r);
+        let (changed, leads, took_over) = self.same_host.on_gone(now, self.me, gone);
+        if changed {
             self.schedule_local_check(now);
         }
-        let leads = hosts.is_leader(self.me, |r| self.is_gone(r));
-        if leads && !self.same_host.leading {
+        if took_over {
             self.stats.hosts.leader_takeovers += 1;
         }
-        self.same_host.leading = leads;
         if leads
             && self.watch.emitter.is_none()
             && self

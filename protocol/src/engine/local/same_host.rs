@@ -172,6 +172,129 @@ impl SameHost {
         )
     }
 
+    /// This rank woke late: its local emitter gets a full timeout from
+    /// now, and a digest mismatch starts over.
+    pub(super) fn self_lag(&mut self, now: Time) {
+        self.restart_local_baseline(now);
+        self.local.mismatch_since = None;
+    }
+
+    /// The local emitter's digest against this rank's (`digest`) at a
+    /// check: true when it has differed for `sync_after` and a sync
+    /// request is due (at most one per `timeout`).
+    pub(super) fn sync_due(
+        &mut self,
+        now: Time,
+        digest: u32,
+        sync_after: Duration,
+        timeout: Duration,
+    ) -> bool {
+        if self.local.seen_at.is_none() || self.local.digest == digest {
+            self.local.mismatch_since = None;
+            return false;
+        }
+        match self.local.mismatch_since {
+            None => {
+                self.local.mismatch_since = Some(now);
+                false
+            }
+            Some(since) => {
+                if now - since >= sync_after && now >= self.local.sync_not_before {
+                    self.local.sync_not_before = now + timeout;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// The gone set grew (`gone`): the local emitter becomes the nearest
+    /// live same-host predecessor of `me` (a new one is judged from `now`,
+    /// and only by a wake-up since), and leadership follows the host's
+    /// lowest live rank. Returns (the local emitter changed, `me` leads,
+    /// `me` took over the lead just now). Nothing without host groups.
+    pub(super) fn on_gone(
+        &mut self,
+        now: Time,
+        me: Rank,
+        gone: impl Fn(Rank) -> bool + Copy,
+    ) -> (bool, bool, bool) {
+        let Some(hosts) = &self.hosts else {
+            return (false, self.leading, false);
+        };
+        let emitter = hosts.local_emitter(me, gone);
+        let changed = emitter != self.local.emitter;
+        if changed {
+            self.local.emitter = emitter;
+            self.local.seen_at = None;
+            self.local.thread = EmitterThread::Unknown;
+            self.local.baseline = now;
+            self.local.fresh_only = true;
+            self.local.mismatch_since = None;
+            self.local.slow_warned_at = None;
+        }
+        let leads = hosts.is_leader(me, gone);
+        let took_over = leads && !self.leading;
+        self.leading = leads;
+        (changed, leads, took_over)
+    }
+
+    /// Exits this rank deferred to a broadcaster now `gone` ([`DeferredExit`];
+    /// those older than `kept` are dropped first): each passes to the host's
+    /// lowest live rank; returns, if that is `me` for any, the ranks to
+    /// broadcast (ascending) and the ranks of the host that saw them all.
+    pub(super) fn orphaned_exits(
+        &mut self,
+        now: Time,
+        kept: Duration,
+        me: Rank,
+        gone: impl Fn(Rank) -> bool + Copy,
+    ) -> Option<(Vec<Rank>, Vec<Rank>)> {
+        let hosts = self.hosts.as_ref()?;
+        self.local
+            .deferred_exits
+            .retain(|d| now < d.at || now - d.at <= kept);
+        if self
+            .local
+            .deferred_exits
+            .iter()
+            .all(|d| !gone(d.broadcaster))
+        {
+            return None;
+        }
+        let next = hosts.leader(hosts.host_of(me), gone);
+        let mut orphans: Vec<DeferredExit> = Vec::new();
+        self.local.deferred_exits.retain_mut(|d| {
+            if !gone(d.broadcaster) {
+                return true;
+            }
+            match next {
+                Some(b) if b != me => {
+                    d.broadcaster = b;
+                    true
+                }
+                _ => {
+                    orphans.push(d.clone());
+                    false
+                }
+            }
+        });
+        if orphans.is_empty() {
+            return None;
+        }
+        let mut ranks: Vec<Rank> = orphans.iter().map(|d| d.rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        let skip: Vec<Rank> = orphans[0]
+            .seen_by
+            .iter()
+            .copied()
+            .filter(|r| orphans.iter().all(|d| d.seen_by.contains(r)))
+            .collect();
+        Some((ranks, skip))
+    }
+
     /// This rank stops: no host check, no exits left to broadcast.
     pub(in crate::engine) fn close(&mut self) {
         self.check = None;
