@@ -10,8 +10,9 @@
 //! (`quorum`) and `local::SameHost` (`local`), take `now` and what they
 //! read of the others as arguments and return what to send and raise, in
 //! the style of quinn-proto's path-MTU discovery, and so do `Beat` and
-//! `Broadcast` (their glue is here); the others keep their state in a type
-//! of their own that the Engine's methods in their module drive. The modules, one concern each: `io` (the types crossing the
+//! `Broadcast` (their glue is here) and `Payloads`; the others keep their
+//! state in a type of their own that the Engine's methods in their module
+//! drive. The modules, one concern each: `io` (the types crossing the
 //! boundary), `stats` (the counters), `timer` (the timer table),
 //! `heartbeat` (this rank as an emitter: `Beat`), `observation` (watching
 //! the emitter: `Watch`, with the suspect and the witness probe), `health`
