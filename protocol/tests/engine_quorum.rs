@@ -1,5 +1,5 @@
 //! The primary partition at one Engine, one input at a time
-//! (`FFD_QUORUM=majority`, `engine/quorum.rs`, `docs/design.md` §4.11 "Primary partition"):
+//! (`FFD_QUORUM=majority`, `engine/quorum/`, `docs/design.md` §4.11 "Primary partition"):
 //! an accuser declares only with a majority of votes (an exact half with
 //! the lowest live rank), excludes itself without one; a voter forwards a
 //! round once, votes to its flood parent and follows the outcome; the
@@ -705,7 +705,7 @@ fn an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling() {
 }
 
 /// A ballot that expires with no `Outcome` seen is kept spent
-/// (`docs/design.md` §4.11, "Spent ballots"): a straggling copy of its
+/// (`docs/design.md` §4.11 "Primary partition", "Spent ballots"): a straggling copy of its
 /// round is refused, neither forwarded nor voted on (joined again, it had
 /// a second flood parent, which counted this rank a second time); a newer
 /// round is joined; and at the limit of 256 ballots a new accusation takes

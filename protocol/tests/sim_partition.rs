@@ -134,7 +134,7 @@ fn without_quorum_the_cut_off_side_names_the_other_and_goes_on() {
     assert!(r.totals.no_quorum_exclusions.is_empty(), "{r}");
 }
 
-/// A delayed flood (`docs/design.md` §4.11, "Spent ballots"): 24 of 64
+/// A delayed flood (`docs/design.md` §4.11 "Primary partition", "Spent ballots"): 24 of 64
 /// ranks, consecutive on the ring, are cut off at 100 ms, so only the
 /// first of them (the accuser) finds its emitter silent. Its round's flood
 /// reaches 16 ranks of its side at once (the early ranks) and 7 others

@@ -1,7 +1,7 @@
-//! Local health awareness (Lifeguard, Dadgar et al., DSN 2018): how far
+//! Own health awareness (Lifeguard, Dadgar et al., DSN 2018): how far
 //! this rank trusts its own sense of time.
 //!
-//! Owns: the local health multiplier — 1 when this rank's timers fire on
+//! Owns: the own health multiplier — 1 when this rank's timers fire on
 //! time, up to `health_max` when they run late — its rise on a late
 //! wake-up and its decay after on-time running, and the stretching of the
 //! durations this rank judges others by. Must not: declare, mend or send
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::config::{EngineConfig, Time};
 
-/// The local health multiplier and when it last changed.
+/// The own health multiplier and when it last changed.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Health {
     /// 1 ..= `health_max`.

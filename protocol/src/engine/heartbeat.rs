@@ -3,16 +3,20 @@
 //!
 //! Owns: the beat counter and target ([`Beat`]), the per-period heartbeat
 //! write (or, in modelled mode, the owed `HeartbeatStream`) and the
-//! acceptance rule for `ObserveMe`. Must not: allocate on the per-period
-//! path (the write is parked in `pending_write`, not queued), or judge the
-//! emitter this rank watches (that is `observation`).
+//! acceptance rule for `ObserveMe`, as methods of `Beat` that return what
+//! the Engine is to do (its glue, `Engine::write_beat_now` and
+//! `Engine::on_observe_me`, is in `mod.rs`). Must not: allocate on the
+//! per-period path (the write is parked in `pending_write`, not queued), or
+//! judge the emitter this rank watches (that is `observation`).
 
-use super::{Engine, HeartbeatMode, Timer, slot_value};
-use crate::config::{Rank, Time};
+use super::{HeartbeatMode, slot_value};
+use crate::config::Rank;
 
 /// This rank's heartbeats to its observer.
 #[derive(Clone, Debug)]
 pub(super) struct Beat {
+    /// How heartbeats leave the Engine (fixed at start).
+    pub(super) mode: HeartbeatMode,
     pub(super) observer: Option<Rank>,
     /// The observer's generation, from its `ObserveMe`.
     pub(super) generation: u32,
@@ -21,54 +25,64 @@ pub(super) struct Beat {
     pub(super) counter: u16,
 }
 
-impl Engine {
-    /// Beats now: in write mode, parks the next `WriteHeartbeat` (polled
-    /// first, no allocation) and schedules the next beat one period away;
-    /// in modelled mode, owes a `HeartbeatStream`.
-    pub(super) fn write_beat_now(&mut self, now: Time) {
+/// What a beat asks of the Engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum BeatOut {
+    /// Write mode: park this `WriteHeartbeat` (observer, slot, value),
+    /// count it, and beat again one period on.
+    Write(Rank, u16, u64),
+    /// Modelled mode: a `HeartbeatStream` is owed.
+    Stream,
+    /// Write mode without an observer: nothing.
+    Nothing,
+}
+
+impl Beat {
+    /// Beats now, with `digest`, the 32-bit fold of this rank's digest.
+    pub(super) fn beat(&mut self, digest: u32) -> BeatOut {
         match self.mode {
-            HeartbeatMode::Write => {
-                if let Some(o) = self.beat.observer {
-                    self.beat.counter = self.beat.counter.wrapping_add(1).max(1);
-                    self.pending_write = Some((
+            HeartbeatMode::Write => match self.observer {
+                Some(o) => {
+                    self.counter = self.counter.wrapping_add(1).max(1);
+                    BeatOut::Write(
                         o,
-                        self.beat.slot,
-                        slot_value(self.beat.generation, self.my_digest32(), self.beat.counter),
-                    ));
-                    self.stats.observation.heartbeats_written += 1;
-                    self.timers.set(Timer::Beat, now + self.config.period);
+                        self.slot,
+                        slot_value(self.generation, digest, self.counter),
+                    )
                 }
-            }
-            HeartbeatMode::Modelled => self.stream_dirty = true,
+                None => BeatOut::Nothing,
+            },
+            HeartbeatMode::Modelled => BeatOut::Stream,
         }
     }
 
-    /// A rank asks us to heartbeat into its slot. Accepted from our current
-    /// observer with a generation at least as new, or from a rank farther
-    /// along the ring than our current observer (which it must have found
-    /// gone: observers only move outward, there is no rejoin), or when we
-    /// have no live observer. A request from a rank *nearer* than our
-    /// current observer is stale: that rank was skipped by the mending that
-    /// gave us the current observer.
-    pub(super) fn on_observe_me(&mut self, now: Time, sender: Rank, generation: u32, slot: u16) {
-        if self.left.contains(sender) {
-            self.stats.observation.observe_me_stale += 1;
-            return;
-        }
-        let accept = match self.beat.observer {
+    /// A rank asks us to heartbeat into its slot: taken (true) from our
+    /// current observer with a generation at least as new, or from a rank
+    /// farther along the ring than our current observer (`farther`: which
+    /// it must have found gone; observers only move outward, there is no
+    /// rejoin), or when we have no live observer (`observer_gone`). A
+    /// request from a rank *nearer* than our current observer is stale:
+    /// that rank was skipped by the mending that gave us the current
+    /// observer.
+    pub(super) fn observe_me(
+        &mut self,
+        sender: Rank,
+        generation: u32,
+        slot: u16,
+        observer_gone: bool,
+        farther: bool,
+    ) -> bool {
+        let accept = match self.observer {
             None => true,
-            Some(o) if self.is_gone(o) => true,
-            Some(o) if o == sender => generation >= self.beat.generation,
-            Some(o) => self.farther_observer(sender, o),
+            Some(_) if observer_gone => true,
+            Some(o) if o == sender => generation >= self.generation,
+            Some(_) => farther,
         };
-        if !accept {
-            self.stats.observation.observe_me_stale += 1;
-            return;
+        if accept {
+            self.observer = Some(sender);
+            self.generation = generation;
+            self.slot = slot;
         }
-        self.stats.observation.observe_me_accepted += 1;
-        self.beat.observer = Some(sender);
-        self.beat.generation = generation;
-        self.beat.slot = slot;
-        self.write_beat_now(now);
+        accept
     }
 }

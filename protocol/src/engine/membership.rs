@@ -4,7 +4,10 @@
 //! the reactions to a grown set (mend, stop beating a departed observer,
 //! drop a departed suspect), this rank's own exclusion (fail-stop), the
 //! exclusion replies to ranks we hold failed, and this rank's clean leave
-//! (an exclusion or a leave also ends this rank's pending agreements).
+//! (an exclusion or a leave also ends this rank's pending agreements);
+//! the news itself: a received notice's forward-once, the batching of
+//! leaves learned from others, and the re-broadcast of ranks learned by
+//! sync (the fan-out is `broadcast`'s).
 //! Must not: remove a rank from either set (reports are final), or decide
 //! *whether* a rank failed (observation does that, then calls `declare`).
 
@@ -16,7 +19,7 @@ use super::{
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
-use crate::wire::Kind;
+use crate::wire::{self, Kind, Notice};
 
 /// The ranks of `list` (ascending) that are neither `me` nor in the sorted
 /// sets `a` and `b`: binary searches for short lists, one merge walk for
@@ -62,9 +65,9 @@ impl Engine {
     /// `None`, skipping the ranks it holds (a same-host exit is broadcast
     /// by one rank of the host only, and not to the ranks of the host that
     /// see it themselves), mend. Ranks already gone,
-    /// and this rank, are skipped. Node-local watching's exits and whole
+    /// and this rank, are skipped. Same-host watching's exits and whole
     /// hosts (`local`); from silence only through
-    /// [`Engine::declare_silent`], or as a local emitter the kernel shows
+    /// [`Engine::declare_silent`], or as a same-host emitter the kernel shows
     /// stopped ([`FailureDetail::Stopped`]).
     pub(super) fn declare_now(
         &mut self,
@@ -158,7 +161,9 @@ impl Engine {
     /// drop a departed suspect, end accusations and ballots about departed
     /// ranks, announce the new digest.
     pub(super) fn after_gone_changed(&mut self, now: Time) {
-        if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
+        if self.beat.mode == HeartbeatMode::Modelled
+            && self.participation != Participation::Excluded
+        {
             self.stream_dirty = true;
         }
         if let Some(o) = self.beat.observer {
@@ -167,9 +172,9 @@ impl Engine {
                 self.pending_write = None;
             }
         }
-        if let Some(s) = self.suspect {
+        if let Some(s) = self.watch.suspect {
             if self.is_gone(s.rank) {
-                self.suspect = None;
+                self.watch.suspect = None;
                 self.timers.stop(Timer::Suspect);
             }
         }
@@ -191,15 +196,14 @@ impl Engine {
         }
         self.participation = Participation::Excluded;
         self.timers = TimerTable::NONE;
-        self.quorum = None;
-        self.host_check = None;
+        self.quorum.close();
         self.watch.host_watch = None;
-        self.local.deferred_exits = Vec::new();
+        self.same_host.close();
         self.fanouts.clear();
         self.pending_write = None;
-        self.suspect = None;
+        self.watch.suspect = None;
         self.beat.observer = None;
-        self.stream_dirty = self.mode == HeartbeatMode::Modelled;
+        self.stream_dirty = self.beat.mode == HeartbeatMode::Modelled;
         // Pending agreements end first, so SelfExcluded is the Engine's
         // last output.
         self.abort_agreements(AgreeAbort::Excluded);
@@ -210,7 +214,11 @@ impl Engine {
     /// it: at most once per timeout per rank, with a bounded memory of the
     /// ranks answered (`trust::ExclusionReplies`); the others are counted.
     pub(super) fn reply_exclusion(&mut self, now: Time, to: Rank) {
-        if !self.exclusion_replies.admit(to, now, self.config.timeout) {
+        if !self
+            .limits
+            .exclusion_replies
+            .admit(to, now, self.config.timeout)
+        {
             self.stats.notices.exclusion_replies_suppressed += 1;
             return;
         }
@@ -228,11 +236,11 @@ impl Engine {
             return Err(HandleError::NotActive);
         }
         self.participation = Participation::Left;
-        self.local.deferred_exits = Vec::new();
+        self.same_host.local.deferred_exits = Vec::new();
         self.abort_agreements(AgreeAbort::Left);
         self.timers.stop(Timer::Check);
         self.timers.stop(Timer::Suspect);
-        self.suspect = None;
+        self.watch.suspect = None;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &[self.me]).into();
         let neighbours = [
             self.beat.observer.unwrap_or(NO_RANK),
@@ -247,5 +255,69 @@ impl Engine {
         }
         self.fan_out(Kind::Notice, m, self.me, &neighbours, false);
         Ok(())
+    }
+
+    // ----- notices: forward-once, leave batches, news learned by sync -----
+
+    /// A notice (already trusted by `on_message`): learn what is new.
+    /// Nothing new: a duplicate, counted and dropped (the common case at
+    /// large N). New failures travel on at once, as received
+    /// (forward-once, `bytes` re-sent with this rank as sender, each copy
+    /// sealed anew); news of leaves only waits for the next leave batch.
+    pub(super) fn on_notice(&mut self, now: Time, sender: Rank, n: Notice<'_>, bytes: &[u8]) {
+        let (nf, nl) = self.learn(n.failed, n.left, n.origin, n.hops.saturating_add(1));
+        if nf.is_empty() && nl.is_empty() {
+            self.stats.messages.duplicate_notices += 1;
+            return;
+        }
+        if !nf.is_empty() {
+            // Failures travel at once, as received (forward-once); the
+            // host's board readers learn them from the board.
+            let board = self.post_on_board(&nf, n.origin);
+            if let Some(fwd) = wire::forwarded(bytes, self.me) {
+                self.stats.notices.notices_forwarded += 1;
+                self.fan_out(Kind::Notice, fwd.into(), n.origin, &[sender], board);
+            }
+        } else {
+            self.batch_leaves(now, &nl);
+        }
+        self.after_gone_changed(now);
+    }
+
+    /// Queues leaves learned from others for the next batch.
+    pub(super) fn batch_leaves(&mut self, now: Time, left: &[Rank]) {
+        if left.is_empty() {
+            return;
+        }
+        self.broadcast.batch_leaves(left);
+        if self.timers.get(Timer::LeaveBatch) == Time::NEVER {
+            self.timers
+                .set(Timer::LeaveBatch, now + self.config.leave_batch());
+        }
+    }
+
+    /// Forwards the leaves learned since the last batch as one notice
+    /// rooted here.
+    pub(super) fn forward_leaves(&mut self) {
+        if self.participation == Participation::Excluded {
+            return;
+        }
+        let Some(left) = self.broadcast.take_leaves() else {
+            return;
+        };
+        self.stats.notices.notices_forwarded += 1;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &[], &left).into();
+        self.fan_out(Kind::Notice, m, self.me, &[], false);
+    }
+
+    /// Ranks learned from a sync exchange are new to this part of the
+    /// overlay too: broadcast them as a notice originated here.
+    pub(super) fn rebroadcast_learned(&mut self, failed: &[Rank], left: &[Rank], peer: Rank) {
+        if failed.is_empty() && left.is_empty() {
+            return;
+        }
+        self.stats.sync.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
+        let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
+        self.fan_out(Kind::Notice, m, self.me, &[peer], false);
     }
 }

@@ -2,17 +2,34 @@
 //!
 //! Owns: the `Engine` struct, its construction (`EngineOptions`) and
 //! accessors, and the dispatch of inputs (`handle`, `handle_timeout`) and
-//! of outputs (`poll_output`, `next_deadline`). The protocol itself lives
-//! in the submodules, one concern each: `io` (the types crossing the
+//! of outputs (`poll_output`, `next_deadline`). The Engine is the glue:
+//! its fields are the state every concern reads (this rank, the ring, the
+//! failed and left sets, the output queues, the timers, the counters,
+//! kept first, in the hot cache lines) and one sub-state machine per
+//! concern that owns its own state. The largest, [`quorum::Quorum`]
+//! (`quorum`) and `local::SameHost` (`local`), take `now` and what they
+//! read of the others as arguments and return what to send and raise, in
+//! the style of quinn-proto's path-MTU discovery, and so do `Beat` and
+//! `Broadcast` (their glue is here) and `Payloads`; the others keep their
+//! state in a type of their own that the Engine's methods in their module
+//! drive. The modules, one concern each: `io` (the types crossing the
 //! boundary), `stats` (the counters), `timer` (the timer table),
-//! `heartbeat` (this rank as an emitter), `observation`
-//! (watching the emitter), `health` (how far this rank trusts its own
-//! timing), `membership` (the failed and left sets), `broadcast` (fan-out
-//! of notices and payloads), `payloads` (all-or-none, per-origin FIFO
-//! delivery of application payloads and their repair), `quorum` (the
-//! primary partition: silence confirmed by a majority) and `views` (view
-//! changes and user agreements). Must not: read a clock,
-//! block, do IO, or allocate on the heartbeat path.
+//! `heartbeat` (this rank as an emitter: `Beat`), `observation` (watching
+//! the emitter: `Watch`, with the suspect and the witness probe), `health`
+//! (how far this rank trusts its own timing: `Health`), `membership` (the
+//! failed and left sets: declaring, learning, leaving, self-exclusion),
+//! `broadcast` (fan-out of notices and payloads: `Broadcast`, `Fanout`),
+//! `payloads` (all-or-none, per-origin FIFO delivery of application
+//! payloads and their repair: `Payloads`), `trust` (sealing and checking
+//! messages, the per-link sequence numbers and the rate limits:
+//! `Sealing`, `Limits`), `quorum` (the primary partition: silence
+//! confirmed by a majority; `quorum/accusation.rs` this rank's own
+//! accusations, `quorum/ballot.rs` its ballots in others'), `local`
+//! (same-host watching with host groups: `SameHost` in
+//! `local/same_host.rs`, the Engine's glue in `local/mod.rs`), `views` (view
+//! changes and user agreements: `Views`) and, with the feature `model`
+//! only, `model` (the model checker's fingerprint). Must not: read a
+//! clock, block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
 //!
@@ -26,13 +43,13 @@
 //!    - the deadline from [`Engine::next_deadline`] was reached:
 //!      [`Engine::handle_timeout`]`(now, &readings)`. The Engine reads
 //!      ([`Readings`]) the slot of its slot page it watches (if it has an
-//!      emitter) and its local emitter's counter (if it has one), takes
+//!      emitter) and its same-host emitter's counter (if it has one), takes
 //!      them as this round's readings, and then runs its due timers, all at
 //!      the same `now`.
 //! 2. After either call (and after [`Engine::new`]), drain
 //!    [`Engine::poll_output`] until it
 //!    returns `None`, carrying out each output (an RDMA write, a message
-//!    send, an event for the host).
+//!    send, an event for the embedder).
 //! 3. Re-read [`Engine::next_deadline`] and sleep until it or until an
 //!    input arrives.
 //!
@@ -104,24 +121,25 @@ use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
 use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
 
-use broadcast::Fanout;
+use broadcast::{Broadcast, Fanout};
 use health::{Health, HealthChange};
-use heartbeat::Beat;
+use heartbeat::{Beat, BeatOut};
 pub use io::{
     AgreeAbort, Cause, Confirmation, EmitterThread, Event, Evidence, Exclusion, FabricSaid,
     FailureDetail, HandleError, HeartbeatMode, Input, LocalBeat, Output, Participation, Readings,
     SlotReading, TransportErrorKind, View, slot_digest, slot_generation, slot_value,
 };
-use local::{HostCheck, LocalWatch};
-use observation::{Suspect, Watch, Witness};
+use local::SameHost;
+use observation::Watch;
 use payloads::Payloads;
 pub use quorum::AccusationNote;
+use quorum::Quorum;
 pub use stats::{
     DropStats, HealthStats, HostStats, MessageStats, NoticeStats, ObservationStats, PayloadStats,
     QuorumStats, Stats, SyncStats, ViewStats,
 };
 use timer::{TIMERS, Timer, TimerTable};
-use trust::{ExclusionReplies, PeerLinks, SyncLimit, link_key};
+use trust::{Limits, PeerLinks, Sealing, link_key};
 use views::Views;
 
 /// "No rank" in fixed-size fields.
@@ -153,19 +171,15 @@ const NO_RANK: Rank = Rank::MAX;
 #[repr(C)]
 pub struct Engine {
     participation: Participation,
-    mode: HeartbeatMode,
     /// Modelled mode: a `HeartbeatStream` is owed.
     stream_dirty: bool,
     me: Rank,
     /// `me`'s position on the ring.
     my_pos: u32,
     ring: Arc<Ring>,
-    /// The job key and the message key every tag is checked with (shared:
-    /// one copy for every Engine of a simulator).
-    keys: Arc<JobKeys>,
-    /// Sequence numbers per link: the next to send, the replay window of
-    /// those received (`trust`).
-    links: PeerLinks,
+    /// The keys every tag is checked with and the sequence numbers per
+    /// link (`trust`).
+    sealing: Sealing,
     failed: RankSet,
     left: RankSet,
     pending_write: Option<(Rank, u16, u64)>,
@@ -178,45 +192,26 @@ pub struct Engine {
     stats: Stats,
     encoder: Encoder,
     config: Arc<EngineConfig>,
-    overlay: Overlay,
+    /// The overlay and the leaves waiting for the next batch (`broadcast`).
+    broadcast: Broadcast,
+    /// The fabric emitter's slot, the suspect, the witness probe
+    /// (`observation`).
     watch: Watch,
     health: Health,
+    /// This rank's heartbeats (`heartbeat`).
     beat: Beat,
-    suspect: Option<Suspect>,
-    witness: Option<Witness>,
-    nonce: u32,
     /// Application payloads: per-origin marks, held and kept payloads.
     payloads: Payloads,
-    /// Leaves learned from others, not yet forwarded (see `leave_batch`).
-    pending_left: Vec<Rank>,
-    /// Recent exclusion replies, for rate limiting (bounded).
-    exclusion_replies: ExclusionReplies,
-    /// Recent sync requests honoured, per peer.
-    sync_limit: SyncLimit,
-    /// Accusations and ballots (`quorum`), made at their first use.
-    quorum: Option<Box<quorum::Quorum>>,
+    /// Rate limits of exclusion replies and sync requests (`trust`).
+    limits: Limits,
+    /// The quorum sub-state machine: accusations, ballots, nonces, this
+    /// rank's strained wake-ups.
+    quorum: Quorum,
     /// Views and agreements (`views`), made at their first use.
     views: Option<Box<Views>>,
-    /// Host groups (`None`: the per-process ring, `FFD_LOCAL=off`).
-    hosts: Option<Arc<Hosts>>,
-    /// The local emitter's counter (host groups).
-    local: LocalWatch,
-    /// Whether this rank led its host at the last change of the gone set.
-    leading: bool,
-    /// A silent leader's host being checked (host groups).
-    host_check: Option<HostCheck>,
-    /// The other ranks of this host that read its notice board
-    /// ([`Input::BoardReaders`]).
-    board_readers: local::BoardReaders,
-    /// The lateness of the latest wake-up, and the largest since this
-    /// rank's latest accusation began (diagnostics only).
-    last_lateness: std::time::Duration,
-    lateness_since_accusation: std::time::Duration,
-    /// The latest accusation this rank confirmed, until the driver takes it.
-    accusation_note: Option<AccusationNote>,
-    /// The last wake-up later than `strain_lateness` (quorum: a confirmed
-    /// accusation begun before it is held, `quorum::check_quorum`).
-    late_at: Option<Time>,
+    /// Same-host watching (host groups): the groups, the same-host emitter's
+    /// counter, leading, the host check, the board readers (`local`).
+    same_host: SameHost,
 }
 
 /// How an Engine is built beyond its job (configuration, ring, rank,
@@ -238,7 +233,7 @@ pub struct Engine {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct EngineOptions {
-    /// Host groups (`docs/design.md` §4.12), describing the same N ranks
+    /// Host groups (`docs/design.md` §4.12 "Hosts"), describing the same N ranks
     /// as the ring: same-host ranks watch each other (exits through
     /// [`Input::Exited`], hangs through the counters the driver reads for
     /// [`Engine::handle_timeout`] ([`Readings::local_beat`])), and only each host's leader (its
@@ -301,24 +296,17 @@ impl Engine {
             return Err(EngineConfigError::RankOutOfRange { rank: me, size: n });
         }
         let none = |_| false;
-        let (emitter, observer, local_emitter, leading) = match &hosts {
-            None => (
-                ring.predecessors(me).next(),
-                ring.successors(me).next(),
-                None,
-                true,
-            ),
-            Some(h) if h.is_leader(me, none) => (
-                h.fabric_emitter(me, none),
-                h.fabric_observer(me, none),
-                h.local_emitter(me, none),
-                true,
-            ),
-            Some(h) => (None, None, h.local_emitter(me, none), false),
+        let (emitter, observer) = match &hosts {
+            None => (ring.predecessors(me).next(), ring.successors(me).next()),
+            Some(h) if h.is_leader(me, none) => {
+                (h.fabric_emitter(me, none), h.fabric_observer(me, none))
+            }
+            Some(_) => (None, None),
         };
         let grace_end = now + config.startup_grace();
+        let same_host = SameHost::new(hosts, me, grace_end);
         let mut timers = TimerTable::NONE;
-        if local_emitter.is_some() {
+        if same_host.local_emitter().is_some() {
             timers.set(
                 Timer::LocalCheck,
                 (now + config.check_interval()).min(grace_end),
@@ -331,14 +319,18 @@ impl Engine {
             timers.set(Timer::Check, (now + config.check_interval()).min(grace_end));
         }
         let mut engine = Engine {
-            overlay: Overlay::new(config.bcast, n),
+            broadcast: Broadcast {
+                overlay: Overlay::new(config.bcast, n),
+                pending_left: Vec::new(),
+            },
             encoder: Encoder::new(keys.job_key(), me),
             my_pos: ring.position_of(me),
-            keys,
-            links: PeerLinks::default(),
+            sealing: Sealing {
+                keys,
+                links: PeerLinks::default(),
+            },
             me,
             participation: Participation::Active,
-            mode: HeartbeatMode::Write,
             failed: RankSet::new(),
             left: RankSet::new(),
             watch: Watch {
@@ -355,9 +347,12 @@ impl Engine {
                 sync_not_before: Time::ZERO,
                 slow_warned_at: None,
                 hurry: false,
+                suspect: None,
+                witness: None,
             },
             health: Health::default(),
             beat: Beat {
+                mode: HeartbeatMode::Write,
                 observer,
                 generation: 0,
                 slot: 0,
@@ -365,34 +360,17 @@ impl Engine {
             },
             stream_dirty: false,
             timers,
-            suspect: None,
-            witness: None,
-            nonce: 0,
             pending_write: None,
             out: VecDeque::new(),
             fanouts: VecDeque::new(),
             payloads: Payloads::default(),
-            pending_left: Vec::new(),
-            exclusion_replies: ExclusionReplies::default(),
-            sync_limit: SyncLimit::default(),
-            quorum: None,
+            limits: Limits::default(),
+            quorum: Quorum::default(),
             views: None,
             stats: Stats::default(),
             config,
             ring,
-            hosts,
-            local: LocalWatch {
-                emitter: local_emitter,
-                baseline: grace_end,
-                ..LocalWatch::default()
-            },
-            leading,
-            host_check: None,
-            board_readers: local::BoardReaders::None,
-            last_lateness: std::time::Duration::ZERO,
-            lateness_since_accusation: std::time::Duration::ZERO,
-            accusation_note: None,
-            late_at: None,
+            same_host,
         };
         engine.write_beat_now(now);
         Ok(engine)
@@ -403,7 +381,7 @@ impl Engine {
     /// `WriteHeartbeat`; `HeartbeatStream` outputs instead (the first one
     /// at the first poll).
     fn model_heartbeats(&mut self) {
-        self.mode = HeartbeatMode::Modelled;
+        self.beat.mode = HeartbeatMode::Modelled;
         self.timers.stop(Timer::Beat);
         self.pending_write = None;
         self.stream_dirty = true;
@@ -487,11 +465,11 @@ impl Engine {
     }
     /// The host groups, if this Engine watches by hosts.
     pub fn hosts(&self) -> Option<&Arc<Hosts>> {
-        self.hosts.as_ref()
+        self.same_host.hosts.as_ref()
     }
     /// This rank's own health multiplier, 1 ..= `health_max`: how many timeouts
     /// this rank currently waits before declaring its emitter, because its
-    /// own wake-ups ran late (`docs/design.md` §4.3). Drivers stretch their
+    /// own wake-ups ran late (`docs/design.md` §4.3 "Timeout"). Drivers stretch their
     /// own timing verdicts (a run of refused posts) by the same factor.
     pub fn own_health(&self) -> u32 {
         self.health.multiplier()
@@ -500,7 +478,7 @@ impl Engine {
     /// The diagnostics of the latest accusation this rank confirmed, once
     /// (for the driver's log; `None` if none since the last call).
     pub fn take_accusation_note(&mut self) -> Option<AccusationNote> {
-        self.accusation_note.take()
+        self.quorum.take_note()
     }
 
     /// When [`Engine::handle_timeout`] must next be called, `None` if never
@@ -544,10 +522,42 @@ impl Engine {
         self.poll_fanout()
     }
 
+    /// Queues a broadcast step of the unsealed `bytes` rooted at `root`,
+    /// skipping `skip`, and the host's board readers if `board` (the news
+    /// was posted on the board).
+    fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: &[Rank], board: bool) {
+        let me = self.me;
+        let step = self.broadcast.step(kind, bytes, &self.ring, me, root, |r| {
+            skip.contains(&r) || (board && self.same_host.reads_board(me, r))
+        });
+        if let Some(f) = step {
+            self.fanouts.push_back(f);
+        }
+    }
+
+    /// The next copy of the oldest broadcast step in progress, skipping
+    /// targets known failed or left meanwhile, sealed with the next
+    /// sequence number; `None` when all are sent.
+    fn poll_fanout(&mut self) -> Option<Output> {
+        while let Some(f) = self.fanouts.front_mut() {
+            let (failed, left) = (&self.failed, &self.left);
+            if let Some((to, kind, bytes)) = f.next_copy(|r| failed.contains(r) || left.contains(r))
+            {
+                self.stats.messages.sent[kind.index()] += 1;
+                self.stats.messages.bytes_sent += (bytes.len() + TAG_LEN) as u64;
+                let seq = self.next_seq(to);
+                let message = Sealed::new(bytes, seq, to, &self.sealing.keys);
+                return Some(Output::Send { to, message });
+            }
+            self.fanouts.pop_front();
+        }
+        None
+    }
+
     /// Seals the queued (unsealed) `message` for `to`.
     fn seal(&mut self, to: Rank, message: Sealed) -> Output {
         let seq = self.next_seq(to);
-        let message = message.sealed_as(seq, to, &self.keys);
+        let message = message.sealed_as(seq, to, &self.sealing.keys);
         Output::Send { to, message }
     }
 
@@ -557,11 +567,11 @@ impl Engine {
     /// on its link, so no window would ever refuse one, and the link state
     /// would cost a cache miss per copy and 2·⌈log2 N⌉ entries per rank.
     fn next_seq(&mut self, to: Rank) -> u64 {
-        if !self.keys.authenticates() {
+        if !self.sealing.keys.authenticates() {
             return 1;
         }
         let link = link_key(&self.ring, self.my_pos, to);
-        self.links.next_out(link, self.ring.len())
+        self.sealing.links.next_out(link, self.ring.len())
     }
 
     /// Hands an input to the Engine at time `now` (never earlier than a
@@ -588,7 +598,8 @@ impl Engine {
                 Ok(())
             }
             Input::BoardReaders { ranks } => {
-                self.on_board_readers(ranks);
+                self.same_host
+                    .set_board_readers(self.me, self.ring.len(), ranks);
                 Ok(())
             }
             Input::Sent { to } => {
@@ -606,7 +617,7 @@ impl Engine {
     /// the Engine first reads [`Readings::slot`] once, for the slot index
     /// (`0..512`) of this rank's slot page that it watches
     /// ([`Engine::watched_slot`]), and takes the value as this round's
-    /// reading; if it has a local emitter (host groups,
+    /// reading; if it has a same-host emitter (host groups,
     /// [`Engine::local_emitter`]), it reads [`Readings::local_beat`] once
     /// for it, that rank's counter in shared memory. Then it runs every
     /// timer that is due (heartbeat write, slot check, suspect, leave
@@ -623,7 +634,7 @@ impl Engine {
             let value = readings.slot(slot);
             self.on_slot(now, slot, value);
         }
-        if let Some(e) = self.local.emitter {
+        if let Some(e) = self.same_host.local_emitter() {
             let beat = readings.local_beat(e);
             self.on_local_beat(now, beat);
         }
@@ -651,11 +662,8 @@ impl Engine {
             .max_lateness_ns
             .max(lateness.as_nanos() as u64);
         self.note_wakeup(now, lateness);
-        self.last_lateness = lateness;
-        if lateness > self.config.strain_lateness() {
-            self.late_at = Some(now);
-        }
-        self.lateness_since_accusation = self.lateness_since_accusation.max(lateness);
+        self.quorum
+            .note_wakeup(now, lateness, self.config.strain_lateness());
         let lagging = lateness > self.config.lag_guard();
         if lagging {
             self.on_self_lag(now);
@@ -666,11 +674,11 @@ impl Engine {
         }
         if self.timers.get(Timer::Suspect) <= now {
             self.timers.stop(Timer::Suspect);
-            if let Some(s) = self.suspect {
+            if let Some(s) = self.watch.suspect {
                 if lagging {
                     self.timers.set(Timer::Suspect, now + self.suspect_limit());
                 } else {
-                    self.suspect = None;
+                    self.watch.suspect = None;
                     self.on_silence(now, s.rank, Cause::InBand, s.said);
                 }
             }
@@ -703,7 +711,7 @@ impl Engine {
 
     // ----- helpers -----
 
-    /// Local health: a late wake-up raises the multiplier, on-time running
+    /// Own health: a late wake-up raises the multiplier, on-time running
     /// lowers it. (The check timer needs no rescheduling: a check that
     /// finds the stretched timeout not yet up schedules the next one, and
     /// one after a fall comes within a check interval.)
@@ -719,6 +727,45 @@ impl Engine {
             }
             HealthChange::Fell | HealthChange::Unchanged => {}
         }
+    }
+
+    /// Beats now: in write mode, parks the next `WriteHeartbeat` (polled
+    /// first, no allocation) and schedules the next beat one period away;
+    /// in modelled mode, owes a `HeartbeatStream` (`heartbeat`).
+    fn write_beat_now(&mut self, now: Time) {
+        let digest = self.my_digest32();
+        match self.beat.beat(digest) {
+            BeatOut::Write(to, slot, value) => {
+                self.pending_write = Some((to, slot, value));
+                self.stats.observation.heartbeats_written += 1;
+                self.timers.set(Timer::Beat, now + self.config.period);
+            }
+            BeatOut::Stream => self.stream_dirty = true,
+            BeatOut::Nothing => {}
+        }
+    }
+
+    /// A rank asks us to heartbeat into its slot (`heartbeat`'s rule).
+    fn on_observe_me(&mut self, now: Time, sender: Rank, generation: u32, slot: u16) {
+        if self.left.contains(sender) {
+            self.stats.observation.observe_me_stale += 1;
+            return;
+        }
+        let current = self.beat.observer;
+        let observer_gone = current.is_some_and(|o| self.is_gone(o));
+        let farther = current.is_some_and(|o| {
+            self.same_host
+                .farther_observer(self.me, &self.ring, sender, o)
+        });
+        if !self
+            .beat
+            .observe_me(sender, generation, slot, observer_gone, farther)
+        {
+            self.stats.observation.observe_me_stale += 1;
+            return;
+        }
+        self.stats.observation.observe_me_accepted += 1;
+        self.write_beat_now(now);
     }
 
     fn my_digest32(&self) -> u32 {
@@ -770,8 +817,16 @@ mod tests {
             ("me", offset_of!(Engine, me), size_of::<Rank>()),
             ("my_pos", offset_of!(Engine, my_pos), size_of::<u32>()),
             ("ring", offset_of!(Engine, ring), size_of::<Arc<Ring>>()),
-            ("keys", offset_of!(Engine, keys), size_of::<Arc<JobKeys>>()),
-            ("links", offset_of!(Engine, links), size_of::<PeerLinks>()),
+            (
+                "sealing.keys",
+                offset_of!(Engine, sealing) + offset_of!(Sealing, keys),
+                size_of::<Arc<JobKeys>>(),
+            ),
+            (
+                "sealing.links",
+                offset_of!(Engine, sealing) + offset_of!(Sealing, links),
+                size_of::<PeerLinks>(),
+            ),
             ("failed", offset_of!(Engine, failed), size_of::<RankSet>()),
             ("left", offset_of!(Engine, left), size_of::<RankSet>()),
             (

@@ -13,9 +13,18 @@ use std::hash::{DefaultHasher, Hasher};
 use std::time::Duration;
 
 use super::Engine;
-use crate::config::Time;
+use crate::config::{Rank, Time};
 
 impl Engine {
+    /// For the model checker only (feature `model`): the children this
+    /// rank counts, as (accuser, round nonce, child): the votes recorded in
+    /// the current round of each of its accusations and in each of its
+    /// open ballots. In a tree of flood parents a rank is one rank's child
+    /// per round (`docs/model-checking.md`, property `ballots`).
+    pub fn model_flood_children(&self) -> Vec<(Rank, u32, Rank)> {
+        self.quorum.model_flood_children(self.me)
+    }
+
     /// A fingerprint of everything this Engine's future behaviour depends
     /// on, seen from its driver's time `now`: two Engines of the same job
     /// with the same fingerprint at their own `now` answer the same inputs
@@ -23,7 +32,7 @@ impl Engine {
     ///
     /// Left out: the counters ([`Stats`](super::Stats), which no decision
     /// reads), what every Engine of the job shares (ring, config, keys,
-    /// overlay, hosts), and without host groups the node-local watch,
+    /// overlay, hosts), and without host groups the same-host watch,
     /// which nothing reads then. Times are taken relative to `now`, and one more
     /// than `horizon` in the past counts as ancient (all alike): the
     /// checker passes a horizon longer than any span the Engine compares a
@@ -34,13 +43,11 @@ impl Engine {
     pub fn model_fingerprint(&self, now: Time, horizon: Duration) -> u64 {
         let Engine {
             participation,
-            mode,
             stream_dirty,
             me,
             my_pos: _,
             ring: _,
-            keys: _,
-            links,
+            sealing,
             failed,
             left,
             pending_write,
@@ -50,29 +57,15 @@ impl Engine {
             timers,
             encoder: _,
             config: _,
-            overlay: _,
+            broadcast,
             watch,
             health,
             beat,
-            suspect,
-            witness,
-            nonce,
             payloads,
-            pending_left,
-            exclusion_replies,
-            sync_limit,
+            limits,
             quorum,
             views,
-            hosts,
-            local,
-            leading,
-            host_check,
-            board_readers,
-            late_at,
-            // Diagnostics for the driver's log: no decision reads them.
-            last_lateness: _,
-            lateness_since_accusation: _,
-            accusation_note: _,
+            same_host,
         } = self;
         thread_local! {
             static TEXT: RefCell<String> = const { RefCell::new(String::new()) };
@@ -83,19 +76,18 @@ impl Engine {
             // containers only.
             let _ = write!(
                 text,
-                "{participation:?}|{mode:?}|{stream_dirty}|{me}|{links:?}|{failed:?}|{left:?}|\
+                "{participation:?}|{stream_dirty}|{me}|{:?}|{failed:?}|{left:?}|\
                  {pending_write:?}|{out:?}|{fanouts:?}|{timers:?}|{watch:?}|{health:?}|\
-                 {beat:?}|{suspect:?}|{witness:?}|{nonce}|{payloads:?}|{pending_left:?}|\
-                 {exclusion_replies:?}|{sync_limit:?}|{quorum:?}|{views:?}|{late_at:?}"
+                 {beat:?}|{payloads:?}|{:?}|{limits:?}|{:?}|{views:?}",
+                sealing.links,
+                broadcast.pending_left,
+                quorum.model_state()
             );
-            // Node-local watching: without host groups nothing reads these
+            // Same-host watching: without host groups nothing reads these
             // (its emitter stays `None`), and its baseline, set at start,
             // would only tell the clock.
-            if hosts.is_some() {
-                let _ = write!(
-                    text,
-                    "|{local:?}|{leading}|{host_check:?}|{board_readers:?}"
-                );
+            if same_host.hosts.is_some() {
+                let _ = write!(text, "|{}", same_host.model_state());
             }
             let mut hasher = DefaultHasher::new();
             relative_times(text, now, horizon, &mut hasher);

@@ -1,7 +1,7 @@
 //! Watching the emitter: this rank as an observer.
 //!
 //! Owns: the reading of the watched slot, the periodic checks and the
-//! timeout (stretched by the local health multiplier, `health`), the
+//! timeout (stretched by the own health multiplier, `health`), the
 //! self-lag guard, slow-emitter warnings, the digest sync
 //! (`SyncRequest`/`SyncReply`), in-band evidence (transport errors, the
 //! suspect and its probes, `Probe`/`ProbeAck`) and mending to a new
@@ -51,6 +51,10 @@ pub(super) struct Watch {
     /// `InbandMode::Suspect` evidence against the emitter: declare after
     /// `suspect_timeout` of stillness instead of the full timeout.
     pub(super) hurry: bool,
+    /// A ring neighbour suspected after a transport error, being probed.
+    pub(super) suspect: Option<Suspect>,
+    /// A probe about the emitter, answered when its slot next moves.
+    pub(super) witness: Option<Witness>,
 }
 
 /// The close watch of a host this rank just mended into, its previous
@@ -94,8 +98,8 @@ impl Engine {
     /// `first_beat_within` for a freshly mended emitter while other
     /// accusations are under way (`FFD_QUORUM=majority` only: a chain of
     /// cut-off ranks is declared in an eighth of a timeout per link) and
-    /// this rank's own wake-ups keep time (local health 1); otherwise
-    /// stretched by the local health multiplier.
+    /// this rank's own wake-ups keep time (own health 1); otherwise
+    /// stretched by the own health multiplier.
     ///
     /// Why only at health 1: the eighth assumes the new emitter writes
     /// its first beat as soon as `ObserveMe` arrives. On an overloaded
@@ -119,7 +123,7 @@ impl Engine {
         }
     }
 
-    /// The suspect timeout, stretched by the local health multiplier.
+    /// The suspect timeout, stretched by the own health multiplier.
     pub(super) fn suspect_limit(&self) -> Duration {
         self.health.stretch(self.config.suspect_timeout())
     }
@@ -140,7 +144,7 @@ impl Engine {
         // (Not while a check runs: its end schedules the next check.)
         if let Some(at) = self
             .host_recheck_due(now)
-            .filter(|_| self.host_check.is_none())
+            .filter(|_| self.same_host.check.is_none())
         {
             next = next.min(at.max(now + Duration::from_nanos(1)));
         }
@@ -202,14 +206,14 @@ impl Engine {
                         });
                     }
                 }
-                if let Some(w) = self.witness.take() {
+                if let Some(w) = self.watch.witness.take() {
                     if previous.is_some() && now > w.asked_at {
                         let m = self
                             .encoder
                             .probe_ack(w.nonce, emitter, ProbeVerdict::Alive);
                         self.send(w.requester, Kind::ProbeAck, m);
                     } else {
-                        self.witness = Some(w);
+                        self.watch.witness = Some(w);
                     }
                 }
                 self.watch.last_value = Some(value);
@@ -361,8 +365,15 @@ impl Engine {
     ) {
         let neighbour = self.watch.emitter == Some(sender)
             || self.beat.observer == Some(sender)
-            || self.is_local_neighbour(sender);
-        if !neighbour || !self.sync_limit.admit(sender, now, self.config.timeout) {
+            || self
+                .same_host
+                .is_local_neighbour(self.me, sender, |r| self.is_gone(r));
+        if !neighbour
+            || !self
+                .limits
+                .sync_limit
+                .admit(sender, now, self.config.timeout)
+        {
             self.stats.sync.sync_requests_refused += 1;
             return;
         }
@@ -439,7 +450,7 @@ impl Engine {
             if stale && self.watch.last_value.is_some() {
                 ProbeVerdict::Silent
             } else {
-                self.witness = Some(Witness {
+                self.watch.witness = Some(Witness {
                     requester: sender,
                     nonce,
                     asked_at: now,
@@ -476,21 +487,21 @@ impl Engine {
         if verdict == ProbeVerdict::Alive && self.on_host_check_ack(now, nonce, about) {
             return;
         }
-        if let Some(s) = self.suspect {
+        if let Some(s) = self.watch.suspect {
             if s.rank == about && s.nonce == nonce {
                 match verdict {
                     ProbeVerdict::Alive => {
                         self.stats.observation.suspicions_cleared += 1;
-                        self.suspect = None;
+                        self.watch.suspect = None;
                         self.timers.stop(Timer::Suspect);
                     }
                     ProbeVerdict::Dead => {
-                        self.suspect = None;
+                        self.watch.suspect = None;
                         self.timers.stop(Timer::Suspect);
                         self.declare(now, about, Cause::InBand, FailureDetail::Learned);
                     }
                     ProbeVerdict::Silent => {
-                        self.suspect = None;
+                        self.watch.suspect = None;
                         self.timers.stop(Timer::Suspect);
                         self.on_silence(now, about, Cause::InBand, s.said);
                     }
@@ -508,8 +519,10 @@ impl Engine {
     /// nobody left, there is no emitter (and no error).
     pub(super) fn mend(&mut self, now: Time) {
         let previous = self.watch.emitter;
-        let candidate = self.emitter_candidate();
-        self.witness = None;
+        let candidate = self
+            .same_host
+            .emitter_candidate(self.me, &self.ring, |r| self.is_gone(r));
+        self.watch.witness = None;
         self.watch.generation = self.watch.generation.wrapping_add(1);
         self.watch.slot = (self.watch.generation % u32::from(SLOTS)) as u16;
         self.watch.emitter = candidate;
@@ -539,7 +552,7 @@ impl Engine {
         self.schedule_check(now);
         // The emitter failed and its host's next rank takes over: the rest
         // of that host may have gone with it.
-        if let (Some(p), Some(e), Some(h)) = (previous, candidate, self.hosts.clone()) {
+        if let (Some(p), Some(e), Some(h)) = (previous, candidate, self.same_host.hosts.clone()) {
             if self.is_gone(p) && h.host_of(p) == h.host_of(e) {
                 self.check_rest_of_host(now, p);
                 if h.host_of(e) != h.host_of(self.me) {
@@ -592,7 +605,7 @@ impl Engine {
             return;
         }
         let due = self.host_recheck_due(now).is_some_and(|at| now >= at);
-        if lagging || !due || self.host_check.is_some() {
+        if lagging || !due || self.same_host.check.is_some() {
             return;
         }
         let quarter = self.health.stretch(self.config.timeout) / 4;
@@ -662,17 +675,13 @@ impl Engine {
     }
 
     pub(super) fn start_suspect(&mut self, now: Time, rank: Rank, said: FabricSaid) {
-        if self.suspect.is_some_and(|s| s.rank == rank) {
+        if self.watch.suspect.is_some_and(|s| s.rank == rank) {
             return;
         }
         self.stats.observation.suspicions += 1;
-        self.nonce = self.nonce.wrapping_add(1);
-        self.suspect = Some(Suspect {
-            rank,
-            nonce: self.nonce,
-            said,
-        });
-        let m = self.encoder.probe(self.nonce, rank);
+        let nonce = self.quorum.next_nonce();
+        self.watch.suspect = Some(Suspect { rank, nonce, said });
+        let m = self.encoder.probe(nonce, rank);
         self.send(rank, Kind::Probe, m.clone());
         let witness = self.ring.successors(rank).find(|&r| !self.is_gone(r));
         if let Some(w) = witness.filter(|&w| w != self.me) {

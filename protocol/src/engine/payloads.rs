@@ -1,5 +1,5 @@
 //! Application payloads: all-or-none, per-origin FIFO delivery, and their
-//! repair by the digest sync (docs/design.md §4.9).
+//! repair by the digest sync (docs/design.md §4.9 "Payloads").
 //!
 //! Owns: the per-origin state of the origins that broadcast ([`Payloads`]:
 //! the high-water mark, the payloads held until the gap before them
@@ -123,8 +123,178 @@ impl Payloads {
     }
 }
 
+/// What a received payload is to this rank ([`Payloads::receive`]).
+#[derive(Debug)]
+pub(super) enum Arrival {
+    /// Delivered or held here already.
+    Duplicate,
+    /// Of this rank's own origin, with a number it never used.
+    NotOurs,
+    /// Later than the next of its origin: `held` if it is kept until the
+    /// gap closes; `overflow` if the hold was full (its highest dropped to
+    /// make room, or this one dropped if it is higher still).
+    Later { held: bool, overflow: bool },
+    /// The next of its origin: deliver it, as this unsealed copy to
+    /// forward (this rank as sender).
+    Next(Arc<[u8]>),
+    /// A message that cannot be forwarded: nothing.
+    Unforwardable,
+}
+
+/// What a sync request's marks get from here ([`Payloads::repair`]).
+pub(super) struct Repair {
+    /// The kept payloads to send, oldest first.
+    pub(super) payloads: Vec<Arc<[u8]>>,
+    /// Origins whose missing payloads are older than those kept here.
+    pub(super) beyond: u64,
+    /// The byte budget cut the list short.
+    pub(super) cut: bool,
+}
+
+impl Payloads {
+    /// A payload `seq` of `origin` from `sender` (`bytes`, the whole
+    /// message, for forwarding), at rank `me`, holding at most `hold_cap`
+    /// per origin: what it is. A later one is held here (bounded: beyond
+    /// the bound the highest is dropped, the sync repair brings it again).
+    pub(super) fn receive(
+        &mut self,
+        me: Rank,
+        sender: Rank,
+        (origin, seq): (Rank, u64),
+        bytes: &[u8],
+        hold_cap: usize,
+    ) -> Arrival {
+        let entry = self.origins.entry(origin).or_default();
+        if seq <= entry.mark {
+            return Arrival::Duplicate;
+        }
+        if origin == me {
+            // Numbers this rank never used: not its payload.
+            return Arrival::NotOurs;
+        }
+        if seq > entry.mark + 1 {
+            let kept = entry.kept.get_or_insert_with(Box::default);
+            let at = match kept.held.binary_search_by_key(&seq, |h| h.seq) {
+                Ok(_) => return Arrival::Duplicate,
+                Err(at) => at,
+            };
+            let overflow = kept.held.len() >= hold_cap;
+            if overflow {
+                if at >= kept.held.len() {
+                    return Arrival::Later {
+                        held: false,
+                        overflow,
+                    };
+                }
+                // Keep the lowest: they unblock first.
+                kept.held.pop();
+            }
+            let Some(forward) = wire::forwarded(bytes, me) else {
+                return Arrival::Later {
+                    held: false,
+                    overflow,
+                };
+            };
+            kept.held.insert(
+                at,
+                Held {
+                    seq,
+                    from: sender,
+                    forward: forward.into(),
+                },
+            );
+            return Arrival::Later {
+                held: true,
+                overflow,
+            };
+        }
+        match wire::forwarded(bytes, me) {
+            Some(forward) => Arrival::Next(forward.into()),
+            None => Arrival::Unforwardable,
+        }
+    }
+
+    /// The held payload of `origin` that the mark now unblocks, if any:
+    /// (its number, the rank it came from, the copy to forward).
+    pub(super) fn next_held(&mut self, origin: Rank) -> Option<(u64, Rank, Arc<[u8]>)> {
+        let next = self.mark(origin) + 1;
+        let kept = self.origins.get_mut(&origin)?.kept.as_mut()?;
+        if kept.held.first().is_none_or(|h| h.seq != next) {
+            return None;
+        }
+        let h = kept.held.remove(0);
+        Some((h.seq, h.from, h.forward))
+    }
+
+    /// `origin`'s payload `seq` (the one after its mark) is delivered:
+    /// raises the mark (and the digest) and keeps `forward` for repair
+    /// (at most `retention` per origin).
+    pub(super) fn advance(
+        &mut self,
+        origin: Rank,
+        seq: u64,
+        forward: &Arc<[u8]>,
+        retention: usize,
+    ) {
+        let entry = self.origins.entry(origin).or_default();
+        debug_assert_eq!(seq, entry.mark + 1);
+        self.digest ^= mark_hash(origin, entry.mark) ^ mark_hash(origin, seq);
+        entry.mark = seq;
+        if retention > 0 {
+            let kept = entry.kept.get_or_insert_with(Box::default);
+            if kept.retained.len() >= retention {
+                kept.retained.pop_front();
+            }
+            kept.retained.push_back(forward.clone());
+        } else if entry.kept.as_ref().is_some_and(|k| k.held.is_empty()) {
+            entry.kept = None;
+        }
+    }
+
+    /// A sync request's `marks`: the kept payloads after its mark of each
+    /// origin they cover, oldest first, within `budget` bytes (at least
+    /// one payload; the rest waits for the next request, which carries the
+    /// raised marks). An origin whose missing payloads are older than
+    /// those kept here cannot be repaired from here (`beyond`).
+    pub(super) fn repair(&self, marks: Marks<'_>, budget: usize) -> Repair {
+        let mut theirs = marks.iter().peekable();
+        let mut out: Vec<Arc<[u8]>> = Vec::new();
+        let (mut bytes, mut cut, mut beyond) = (0usize, false, 0u64);
+        'origins: for (&origin, o) in self.origins.range(marks.from..marks.to) {
+            while theirs.next_if(|&(t, _)| t < origin).is_some() {}
+            let their = theirs.next_if(|&(t, _)| t == origin).map_or(0, |(_, m)| m);
+            if their >= o.mark {
+                continue;
+            }
+            let retained = o.kept.as_ref().map(|k| &k.retained);
+            let kept = retained.map_or(0, |r| r.len() as u64);
+            let oldest = o.mark + 1 - kept;
+            if their + 1 < oldest {
+                beyond += 1;
+                continue;
+            }
+            let Some(retained) = retained else {
+                continue;
+            };
+            for m in retained.iter().skip((their + 1 - oldest) as usize) {
+                if !out.is_empty() && bytes + m.len() > budget {
+                    cut = true;
+                    break 'origins;
+                }
+                bytes += m.len();
+                out.push(m.clone());
+            }
+        }
+        Repair {
+            payloads: out,
+            beyond,
+            cut,
+        }
+    }
+}
+
 impl Engine {
-    /// The host broadcasts `payload`: numbered after this rank's previous
+    /// The embedder broadcasts `payload`: numbered after this rank's previous
     /// one, delivered here at once (unless `deliver_own` is off), kept for
     /// repair and sent over the overlay.
     pub(super) fn on_broadcast(&mut self, payload: &[u8]) -> Result<(), HandleError> {
@@ -152,90 +322,47 @@ impl Engine {
     /// earlier one dropped as a duplicate.
     pub(super) fn on_payload(&mut self, sender: Rank, origin: Rank, seq: u64, bytes: &[u8]) {
         let hold_cap = self.config.payload_hold;
-        let entry = self.payloads.origins.entry(origin).or_default();
-        if seq <= entry.mark {
-            self.stats.payloads.payload_duplicates += 1;
-            return;
-        }
-        if origin == self.me {
-            // Numbers this rank never used: not its payload.
-            self.stats.drops.dropped_untrusted_origin += 1;
-            return;
-        }
-        if seq > entry.mark + 1 {
-            let kept = entry.kept.get_or_insert_with(Box::default);
-            let at = match kept.held.binary_search_by_key(&seq, |h| h.seq) {
-                Ok(_) => {
-                    self.stats.payloads.payload_duplicates += 1;
-                    return;
-                }
-                Err(at) => at,
-            };
-            if kept.held.len() >= hold_cap {
-                self.stats.payloads.payloads_hold_overflow += 1;
-                if at >= kept.held.len() {
-                    return;
-                }
-                // Keep the lowest: they unblock first.
-                kept.held.pop();
-            }
-            let Some(forward) = wire::forwarded(bytes, self.me) else {
+        let arrival = self
+            .payloads
+            .receive(self.me, sender, (origin, seq), bytes, hold_cap);
+        let forward = match arrival {
+            Arrival::Duplicate => {
+                self.stats.payloads.payload_duplicates += 1;
                 return;
-            };
-            kept.held.insert(
-                at,
-                Held {
-                    seq,
-                    from: sender,
-                    forward: forward.into(),
-                },
-            );
-            self.stats.payloads.payloads_held += 1;
-            return;
-        }
-        let Some(forward) = wire::forwarded(bytes, self.me) else {
-            return;
-        };
-        self.deliver_payload(origin, seq, sender, forward.into());
-        // Held payloads the new mark unblocks.
-        loop {
-            let next = self.payloads.mark(origin) + 1;
-            let Some(kept) = self
-                .payloads
-                .origins
-                .get_mut(&origin)
-                .and_then(|o| o.kept.as_mut())
-            else {
-                break;
-            };
-            if kept.held.first().is_none_or(|h| h.seq != next) {
-                break;
             }
-            let h = kept.held.remove(0);
-            self.deliver_payload(origin, h.seq, h.from, h.forward);
+            Arrival::NotOurs => {
+                self.stats.drops.dropped_untrusted_origin += 1;
+                return;
+            }
+            Arrival::Later { held, overflow } => {
+                if overflow {
+                    self.stats.payloads.payloads_hold_overflow += 1;
+                }
+                if held {
+                    self.stats.payloads.payloads_held += 1;
+                }
+                return;
+            }
+            Arrival::Unforwardable => return,
+            Arrival::Next(forward) => forward,
+        };
+        self.deliver_payload(origin, seq, sender, forward);
+        // Held payloads the new mark unblocks.
+        while let Some((seq, from, forward)) = self.payloads.next_held(origin) {
+            self.deliver_payload(origin, seq, from, forward);
         }
     }
 
     /// Delivers `origin`'s payload `seq` (the one after its mark): raises
     /// the mark (and the digest), keeps `forward` for repair, tells the
-    /// host (its own payloads only with `deliver_own`), and sends it on
+    /// embedder (its own payloads only with `deliver_own`), and sends it on
     /// over the overlay rooted at the origin, except back to `from`.
     fn deliver_payload(&mut self, origin: Rank, seq: u64, from: Rank, forward: Arc<[u8]>) {
         let retention = self.config.payload_retention;
-        let entry = self.payloads.origins.entry(origin).or_default();
-        debug_assert_eq!(seq, entry.mark + 1);
-        self.payloads.digest ^= mark_hash(origin, entry.mark) ^ mark_hash(origin, seq);
-        entry.mark = seq;
-        if retention > 0 {
-            let kept = entry.kept.get_or_insert_with(Box::default);
-            if kept.retained.len() >= retention {
-                kept.retained.pop_front();
-            }
-            kept.retained.push_back(forward.clone());
-        } else if entry.kept.as_ref().is_some_and(|k| k.held.is_empty()) {
-            entry.kept = None;
-        }
-        if self.mode == HeartbeatMode::Modelled && self.participation != Participation::Excluded {
+        self.payloads.advance(origin, seq, &forward, retention);
+        if self.beat.mode == HeartbeatMode::Modelled
+            && self.participation != Participation::Excluded
+        {
             self.stream_dirty = true;
         }
         if origin != self.me || self.config.deliver_own {
@@ -256,48 +383,18 @@ impl Engine {
         self.fan_out(Kind::Payload, forward, origin, &[from], false);
     }
 
-    /// A sync request's marks: send the requester, oldest first, the kept
-    /// payloads after its mark of each origin they cover, within
-    /// `max_sync_payload_bytes` (at least one payload; the rest waits for
-    /// its next request, which carries the raised marks). An origin whose
-    /// missing payloads are older than those kept here cannot be repaired
-    /// from here: counted (`payloads_beyond_retention`).
+    /// A sync request's marks: send the requester what [`Payloads::repair`]
+    /// finds, and count what it could not.
     pub(super) fn repair_payloads(&mut self, to: Rank, marks: Marks<'_>) {
-        let budget = self.config.max_sync_payload_bytes;
-        let mut theirs = marks.iter().peekable();
-        let mut out: Vec<Arc<[u8]>> = Vec::new();
-        let (mut bytes, mut cut, mut beyond) = (0usize, false, 0u64);
-        'origins: for (&origin, o) in self.payloads.origins.range(marks.from..marks.to) {
-            while theirs.next_if(|&(t, _)| t < origin).is_some() {}
-            let their = theirs.next_if(|&(t, _)| t == origin).map_or(0, |(_, m)| m);
-            if their >= o.mark {
-                continue;
-            }
-            let retained = o.kept.as_ref().map(|k| &k.retained);
-            let kept = retained.map_or(0, |r| r.len() as u64);
-            let oldest = o.mark + 1 - kept;
-            if their + 1 < oldest {
-                beyond += 1;
-                continue;
-            }
-            let Some(retained) = retained else {
-                continue;
-            };
-            for m in retained.iter().skip((their + 1 - oldest) as usize) {
-                if !out.is_empty() && bytes + m.len() > budget {
-                    cut = true;
-                    break 'origins;
-                }
-                bytes += m.len();
-                out.push(m.clone());
-            }
-        }
-        self.stats.payloads.payloads_beyond_retention += beyond;
-        if cut {
+        let repair = self
+            .payloads
+            .repair(marks, self.config.max_sync_payload_bytes);
+        self.stats.payloads.payloads_beyond_retention += repair.beyond;
+        if repair.cut {
             self.stats.payloads.sync_payloads_truncated += 1;
         }
-        self.stats.payloads.sync_payloads_sent += out.len() as u64;
-        for m in out {
+        self.stats.payloads.sync_payloads_sent += repair.payloads.len() as u64;
+        for m in repair.payloads {
             self.send_shared(to, Kind::Payload, m);
         }
     }

@@ -38,11 +38,11 @@ pub struct Stats {
     pub sync: SyncStats,
     /// Application payloads (`engine/payloads.rs`).
     pub payloads: PayloadStats,
-    /// The primary partition (`FFD_QUORUM=majority`, `engine/quorum.rs`).
+    /// The primary partition (`FFD_QUORUM=majority`, `engine/quorum/`).
     pub quorum: QuorumStats,
     /// View changes and user agreements (`engine/views.rs`).
     pub views: ViewStats,
-    /// Host groups (`engine/local.rs`): same-host watching, the notice
+    /// Host groups (`engine/local/`): same-host watching, the notice
     /// board, host checks.
     pub hosts: HostStats,
 }
@@ -98,9 +98,9 @@ pub struct HealthStats {
     pub self_lag_trips: u64,
     /// The latest any timer fired past its deadline, in ns.
     pub max_lateness_ns: u64,
-    /// Late wake-ups that raised the local health multiplier.
+    /// Late wake-ups that raised the own health multiplier.
     pub health_rises: u64,
-    /// The highest local health multiplier reached (0: it never rose above 1).
+    /// The highest own health multiplier reached (0: it never rose above 1).
     pub health_peak: u64,
 }
 
@@ -182,7 +182,7 @@ pub struct PayloadStats {
     pub payloads_beyond_retention: u64,
 }
 
-/// The quorum (`FFD_QUORUM=majority`, `engine/quorum.rs`).
+/// The quorum (`FFD_QUORUM=majority`, `engine/quorum/`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QuorumStats {
     /// Accusations this rank made (each silence of a rank it watches, once).
@@ -222,19 +222,19 @@ pub struct ViewStats {
     pub agreement_messages_dropped: u64,
 }
 
-/// Host groups (`engine/local.rs`): the local emitter's counter, same-host
+/// Host groups (`engine/local/`): the same-host emitter's counter, same-host
 /// exits, the host's notice board, its leader, and checks of silent hosts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostStats {
-    /// Checks of the local emitter's counter in shared memory.
+    /// Checks of the same-host emitter's counter in shared memory.
     pub local_checks: u64,
-    /// Local emitters declared after their counter stood still.
+    /// Same-host emitters declared after their counter stood still.
     pub local_hangs: u64,
-    /// Local checks that found the local emitter's counter past its
+    /// Local checks that found the same-host emitter's counter past its
     /// timeout but its progress thread runnable (waiting for a CPU): given
     /// the ceiling, `health_max` timeouts, instead of declared.
     pub starved_emitter_checks: u64,
-    /// Local emitters declared at once because the kernel showed their
+    /// Same-host emitters declared at once because the kernel showed their
     /// progress thread stopped once their counter stood still for the
     /// timeout ([`FailureDetail::Stopped`](super::FailureDetail::Stopped)).
     pub stopped_emitters_declared: u64,

@@ -21,7 +21,7 @@ pub(super) enum Timer {
     ViewBatch = 4,
     /// Accusations and ballots (`quorum`): new rounds, give-ups, votes.
     Quorum = 5,
-    /// Next check of the local emitter's counter (host groups).
+    /// Next check of the same-host emitter's counter (host groups).
     LocalCheck = 6,
     /// A silent leader's host had its time to answer (host groups).
     HostCheck = 7,

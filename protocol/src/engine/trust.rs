@@ -15,13 +15,14 @@
 //! stays O(peers), small enough for a simulator of 2^20 ranks).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Engine, Exclusion, HandleError, Participation};
 use crate::config::{Rank, Time};
 use crate::overlay::levels;
 use crate::ring::Ring;
-use crate::wire::{self, Message, RejectReason};
+use crate::wire::{self, JobKeys, Message, RejectReason};
 
 /// Width of a sender's replay window, in sequence numbers.
 pub(super) const REPLAY_WINDOW: u64 = 64;
@@ -148,6 +149,27 @@ impl PeerLinks {
     }
 }
 
+/// This rank's end of its authenticated links: the job key and the
+/// message key every tag is checked with (shared: one copy for every
+/// Engine of a simulator), and the sequence numbers per link (the next to
+/// send, the replay window of those received). Kept in the Engine's hot
+/// lines.
+#[derive(Clone, Debug)]
+pub(super) struct Sealing {
+    pub(super) keys: Arc<JobKeys>,
+    pub(super) links: PeerLinks,
+}
+
+/// The rate limits of answers this rank gives: exclusion replies and
+/// sync requests honoured.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Limits {
+    /// Recent exclusion replies (bounded).
+    pub(super) exclusion_replies: ExclusionReplies,
+    /// Recent sync requests honoured, per peer.
+    pub(super) sync_limit: SyncLimit,
+}
+
 /// Sync requests honoured lately: at most one per peer per timeout. Only
 /// this rank's emitter and observer are honoured at all, so two entries
 /// suffice.
@@ -215,7 +237,8 @@ impl Engine {
         from: Option<Rank>,
         bytes: &[u8],
     ) -> Result<(), HandleError> {
-        let (header, msg) = match wire::decode(bytes, &self.keys, self.me, self.ring.len()) {
+        let (header, msg) = match wire::decode(bytes, &self.sealing.keys, self.me, self.ring.len())
+        {
             Ok(d) => d,
             Err(reason) => return Err(self.reject(reason)),
         };
@@ -231,9 +254,9 @@ impl Engine {
             return Err(self.reject(RejectReason::SourceMismatch));
         }
         // (Keys that authenticate nothing number nothing: `next_seq`.)
-        if self.keys.authenticates() {
+        if self.sealing.keys.authenticates() {
             let link = link_key(&self.ring, self.my_pos, sender);
-            if !self.links.admit(link, header.seq, self.ring.len()) {
+            if !self.sealing.links.admit(link, header.seq, self.ring.len()) {
                 return Err(self.reject(RejectReason::Replayed));
             }
         }

@@ -310,7 +310,7 @@ pub fn after_step(job: &Job, s: &mut State) {
 }
 
 /// In one round of an accusation no rank is counted by two flood parents
-/// (`docs/design.md` §4.11: the flood parents form a tree, so the count up
+/// (`docs/design.md` §4.11 "Primary partition": the flood parents form a tree, so the count up
 /// it is exact). Judged on the children the ranks that have not crashed
 /// record now: a rank that joined a round twice, after forgetting its
 /// ballot, is recorded by both parents while both count.

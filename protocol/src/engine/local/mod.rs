@@ -1,5 +1,5 @@
 //! Host groups in the Engine: local watching and the fabric ring of hosts
-//! (`docs/design.md` §4.12).
+//! (`docs/design.md` §4.12 "Hosts").
 //!
 //! Owns: this rank's local watch (its nearest live same-host predecessor's
 //! counter in shared memory, judged by the rules of the fabric slot: the
@@ -9,7 +9,7 @@
 //! (the emitter candidate and the `ObserveMe` order of a ring of hosts),
 //! the whole-host check before a silent leader is declared, and
 //! [`Engine::declare_silent`], the one place every declaration resting on
-//! silence passes (but a local emitter the kernel shows stopped: declared
+//! silence passes (but a same-host emitter the kernel shows stopped: declared
 //! at once, [`FailureDetail::Stopped`]). Must not: read shared memory or a
 //! pidfd (the driver does and hands in [`LocalBeat`]s and
 //! [`Input::Exited`](super::Input)),
@@ -19,166 +19,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod same_host;
+
 use super::{
     Cause, EmitterThread, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Output,
     Participation, Timer,
 };
 use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
-use crate::hosts::Hosts;
 use crate::wire::Kind;
 
-/// This rank's watch of its local emitter's counter.
-#[derive(Clone, Debug, Default)]
-pub(super) struct LocalWatch {
-    /// The nearest live same-host rank below this one (wrapping); `None`
-    /// without host groups or when alone on the host.
-    pub(super) emitter: Option<Rank>,
-    /// The newest wake-up of the emitter seen in its counter.
-    pub(super) seen_at: Option<Time>,
-    /// The emitter is judged from `max(baseline, seen_at)`: the start-up
-    /// grace (cleared by any wake-up read: the emitter is up), a local
-    /// mending, a refuted accusation or a stall of this rank's own
-    /// (`fresh_only`: cleared only by a wake-up at or after it, the
-    /// emitter showed it is alive since).
-    pub(super) baseline: Time,
-    pub(super) fresh_only: bool,
-    pub(super) digest: u32,
-    /// What the kernel said of the emitter's progress thread at the last
-    /// reading (looked at only once its counter was a timeout old).
-    pub(super) thread: EmitterThread,
-    pub(super) mismatch_since: Option<Time>,
-    pub(super) sync_not_before: Time,
-    pub(super) slow_warned_at: Option<Time>,
-    /// Same-host exits this rank declared and left to another rank of the
-    /// host to broadcast ([`Engine::on_exited`]).
-    pub(super) deferred_exits: Vec<DeferredExit>,
-}
-
-/// A same-host exit this rank declared without broadcasting it: the
-/// host's lowest live rank then, `broadcaster`, does. Should that rank be
-/// found gone (it may have died with the exit unsent: a host's processes
-/// killed one after another), the lowest live rank then broadcasts it
-/// ([`Engine::broadcast_orphaned_exits`]).
-#[derive(Clone, Debug)]
-pub(super) struct DeferredExit {
-    rank: Rank,
-    /// When this rank saw it: kept two timeouts (its broadcaster, if hung
-    /// before it sent it, is found within one), then dropped.
-    at: Time,
-    broadcaster: Rank,
-    /// The ranks of the host that saw the exit themselves: no copy.
-    seen_by: Box<[Rank]>,
-}
-
-/// A silent leader's host being checked before anyone is declared.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct HostCheck {
-    host: u32,
-    leader: Rank,
-    nonce: u32,
-    /// The watch's `changed_at` when the check began: a slot that moves
-    /// meanwhile ends the check (the leader was slow).
-    changed_at: Time,
-    /// The leader is already declared on proof (an in-band error): the
-    /// check is about the rest of its host only.
-    after_proof: bool,
-    /// The close watch's re-check of a mended emitter's host
-    /// ([`HostWatch`](super::observation::HostWatch)), with no verdict
-    /// before this instant (later than the window only without a quorum:
-    /// see [`Engine::recheck_host`](super::Engine)): `leader` is that
-    /// emitter, and a beat seen or its link confirmed meanwhile ends the
-    /// check with no verdict.
-    still_emitter: Option<Time>,
-    /// A rank of the host answered a check of a silent leader (not after
-    /// proof): only the leader can be declared, once its time is up.
-    answered: bool,
-}
-
-/// The other ranks of this host that read its notice board.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) enum BoardReaders {
-    /// None (or no board): every overlay target gets a fabric copy.
-    #[default]
-    None,
-    /// Every other rank of the host (the common case, kept without a list:
-    /// a simulator holds a million Engines).
-    AllOfHost,
-    /// These, ascending.
-    Some(Vec<Rank>),
-}
+pub(super) use same_host::SameHost;
+use same_host::{BoardReaders, DeferredExit, HostCheck, live_of_host};
 
 impl Engine {
     /// Whether this rank leads its host (always, without host groups).
     pub fn is_leader(&self) -> bool {
-        self.hosts
-            .as_ref()
-            .is_none_or(|h| h.is_leader(self.me, |r| self.is_gone(r)))
+        self.same_host.is_leader(self.me, |r| self.is_gone(r))
     }
 
     /// The rank whose counter this rank watches in shared memory, if any.
     pub fn local_emitter(&self) -> Option<Rank> {
-        self.local.emitter
-    }
-
-    /// How long the local emitter's counter may stand still before it is
-    /// declared: the timeout, stretched by the local health multiplier as
-    /// the fabric slot's is (`health`).
-    ///
-    /// An emitter whose progress thread the kernel has runnable (the
-    /// driver looks once its counter is a timeout old) is starved, not
-    /// hung: it waits for a CPU that busier threads hold, and an observer
-    /// that happened to get one first would declare it (with CPU
-    /// hogs on 2 cores the hogs held both CPUs for ~11 ms at a time). It is
-    /// judged by the ceiling, `health_max` timeouts, the bound that holds
-    /// anyway; a stopped (SIGSTOP) or blocked emitter is not runnable and
-    /// keeps the plain limit (and a stopped one is declared there without
-    /// an accusation round: `check_local`).
-    pub(super) fn local_limit(&self) -> Duration {
-        if self.local.thread == EmitterThread::Runnable {
-            self.config
-                .timeout
-                .saturating_mul(self.config.health_max.max(1))
-        } else {
-            self.health.stretch(self.config.timeout)
-        }
-    }
-
-    /// The emitter this rank should observe over the fabric: its nearest
-    /// live ring predecessor, or with host groups, as its host's leader,
-    /// the leader of the nearest live host before its own.
-    pub(super) fn emitter_candidate(&self) -> Option<Rank> {
-        let gone = |r| self.is_gone(r);
-        match &self.hosts {
-            None => self.ring.predecessors(self.me).find(|&r| !gone(r)),
-            Some(h) if h.is_leader(self.me, gone) => h.fabric_emitter(self.me, gone),
-            Some(_) => None,
-        }
-    }
-
-    /// Whether an `ObserveMe` from `sender` supersedes the one from our
-    /// current observer `current`: observers only move outward along the
-    /// ring; with host groups, to a farther host, or on the same host to a
-    /// higher rank (its new leader).
-    pub(super) fn farther_observer(&self, sender: Rank, current: Rank) -> bool {
-        match &self.hosts {
-            None => self.ring.distance(self.me, sender) > self.ring.distance(self.me, current),
-            Some(h) => {
-                (h.host_distance(self.me, sender), sender)
-                    > (h.host_distance(self.me, current), current)
-            }
-        }
-    }
-
-    /// Whether `peer` is this rank's local emitter or local observer (they
-    /// may ask each other for their sets).
-    pub(super) fn is_local_neighbour(&self, peer: Rank) -> bool {
-        self.local.emitter == Some(peer)
-            || self
-                .hosts
-                .as_ref()
-                .and_then(|h| h.local_observer(self.me, |r| self.is_gone(r)))
-                == Some(peer)
+        self.same_host.local_emitter()
     }
 
     // ----- exits -----
@@ -193,7 +55,7 @@ impl Engine {
     /// flood on the host while its cores are busiest.
     pub(super) fn on_exited(&mut self, now: Time, rank: Rank, seen_by: &[Rank]) {
         self.stats.hosts.exits_seen += 1;
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return;
         };
         if rank >= self.ring.len()
@@ -211,7 +73,7 @@ impl Engine {
             .find(|&r| r != rank && !self.is_gone(r));
         let broadcast = (broadcaster == Some(self.me)).then_some(seen_by);
         if let Some(b) = broadcaster.filter(|&b| b != self.me) {
-            self.local.deferred_exits.push(DeferredExit {
+            self.same_host.local.deferred_exits.push(DeferredExit {
                 rank,
                 at: now,
                 broadcaster: b,
@@ -234,94 +96,22 @@ impl Engine {
     /// process), and then no one else would: the other hosts would find
     /// the rank only through their own watch of its host, a timeout or
     /// more later (at N = 32 a notice lost so cost 60-130 ms).
-    fn broadcast_orphaned_exits(&mut self, now: Time, hosts: &Hosts) {
+    fn broadcast_orphaned_exits(&mut self, now: Time) {
         let kept = self.health.stretch(self.config.timeout).saturating_mul(2);
-        self.local
-            .deferred_exits
-            .retain(|d| now < d.at || now - d.at <= kept);
-        if self
-            .local
-            .deferred_exits
-            .iter()
-            .all(|d| !self.is_gone(d.broadcaster))
-        {
+        let (failed, left) = (&self.failed, &self.left);
+        let gone = |r| failed.contains(r) || left.contains(r);
+        let Some((ranks, skip)) = self.same_host.orphaned_exits(now, kept, self.me, gone) else {
+            return;
+        };
+        if self.participation != Participation::Active {
             return;
         }
-        let next = hosts.leader(hosts.host_of(self.me), |r| self.is_gone(r));
-        let mut deferred = std::mem::take(&mut self.local.deferred_exits);
-        let mut orphans: Vec<DeferredExit> = Vec::new();
-        deferred.retain_mut(|d| {
-            if !self.is_gone(d.broadcaster) {
-                return true;
-            }
-            match next {
-                Some(b) if b != self.me => {
-                    d.broadcaster = b;
-                    true
-                }
-                _ => {
-                    orphans.push(d.clone());
-                    false
-                }
-            }
-        });
-        self.local.deferred_exits = deferred;
-        if orphans.is_empty() || self.participation != Participation::Active {
-            return;
-        }
-        let mut ranks: Vec<Rank> = orphans.iter().map(|d| d.rank).collect();
-        ranks.sort_unstable();
-        ranks.dedup();
-        let skip: Vec<Rank> = orphans[0]
-            .seen_by
-            .iter()
-            .copied()
-            .filter(|r| orphans.iter().all(|d| d.seen_by.contains(r)))
-            .collect();
         self.stats.hosts.orphaned_exits_broadcast += 1;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &ranks, &[]).into();
         self.fan_out(Kind::Notice, m, self.me, &skip, false);
     }
 
     // ----- the host's notice board -----
-
-    /// The driver's board readers of this host (`docs/design.md` §4.12).
-    pub(super) fn on_board_readers(&mut self, ranks: &[Rank]) {
-        let Some(hosts) = &self.hosts else {
-            return;
-        };
-        let ours = |r: Rank| r != self.me && r < self.ring.len() && hosts.same_host(r, self.me);
-        let others = hosts
-            .members(hosts.host_of(self.me))
-            .len()
-            .saturating_sub(1);
-        // The common case, every other rank of the host (a simulator
-        // passes the host's members, this rank among them), takes no list.
-        let ascending = ranks.windows(2).all(|w| w[0] < w[1]);
-        if others > 0 && ascending && ranks.iter().filter(|&&r| ours(r)).count() == others {
-            self.board_readers = BoardReaders::AllOfHost;
-            return;
-        }
-        let mut readers: Vec<Rank> = ranks.iter().copied().filter(|&r| ours(r)).collect();
-        readers.sort_unstable();
-        readers.dedup();
-        self.board_readers = if readers.is_empty() {
-            BoardReaders::None
-        } else if readers.len() == others {
-            BoardReaders::AllOfHost
-        } else {
-            BoardReaders::Some(readers)
-        };
-    }
-
-    /// Whether `r` reads this host's board.
-    pub(super) fn reads_board(&self, r: Rank) -> bool {
-        match (&self.board_readers, &self.hosts) {
-            (BoardReaders::AllOfHost, Some(h)) => r != self.me && h.same_host(r, self.me),
-            (BoardReaders::Some(v), _) => v.binary_search(&r).is_ok(),
-            _ => false,
-        }
-    }
 
     /// News for the fabric (`failed`, found by `detector`): posted on the
     /// host's board first when the host has readers, who then need no
@@ -331,7 +121,7 @@ impl Engine {
     /// one hang, 210 of them duplicates, on the cores the notice waits
     /// for; the board wakes each once.
     pub(super) fn post_on_board(&mut self, failed: &[Rank], detector: Rank) -> bool {
-        if matches!(self.board_readers, BoardReaders::None) || failed.is_empty() {
+        if matches!(self.same_host.board_readers, BoardReaders::None) || failed.is_empty() {
             return false;
         }
         self.stats.hosts.board_posts += 1;
@@ -346,7 +136,7 @@ impl Engine {
     /// forwarded in one notice to the overlay links that do not read the
     /// board (other hosts), never posted again.
     pub(super) fn on_board_notice(&mut self, now: Time, failed: &[Rank], detector: Rank) {
-        if self.hosts.is_none()
+        if self.same_host.hosts.is_none()
             || self.participation != Participation::Active
             || detector >= self.ring.len()
         {
@@ -372,70 +162,35 @@ impl Engine {
 
     // ----- the local counter -----
 
-    /// The driver's reading of the local emitter's counter (`None`: never
+    /// The driver's reading of the same-host emitter's counter (`None`: never
     /// written). A newer wake-up is a beat; a gap between two that exceeds
     /// a check interval plus the slow-emitter threshold raises
     /// `SlowEmitter` (the emitter bumps at every wake-up, at least every
     /// check interval).
     pub(super) fn on_local_beat(&mut self, now: Time, reading: Option<LocalBeat>) {
-        let (Some(emitter), Some(beat)) = (self.local.emitter, reading) else {
-            return;
-        };
         if self.participation == Participation::Excluded {
             return;
         }
-        self.local.thread = beat.thread;
-        if self.local.seen_at.is_some_and(|t| beat.at <= t) {
-            self.local.digest = beat.digest;
-            return;
+        let slow = self.same_host.on_local_beat(now, reading, &self.config);
+        if let Some((rank, stalled_for)) = slow {
+            self.stats.observation.slow_emitter_warnings += 1;
+            self.push_event(Event::SlowEmitter { rank, stalled_for });
         }
-        if let Some(previous) = self.local.seen_at {
-            let stalled_for = beat.at - previous;
-            let quiet = self
-                .local
-                .slow_warned_at
-                .is_none_or(|t| now - t >= self.config.timeout);
-            let slow = self.config.check_interval() + self.config.slow_emitter_after();
-            if stalled_for >= slow && quiet {
-                self.local.slow_warned_at = Some(now);
-                self.stats.observation.slow_emitter_warnings += 1;
-                self.push_event(Event::SlowEmitter {
-                    rank: emitter,
-                    stalled_for,
-                });
-            }
-        }
-        self.local.seen_at = Some(beat.at);
-        // Only a wake-up since the baseline clears it: the first reading
-        // after a local mending (or after a stall of this rank's own) may
-        // be the emitter's last wake-up from before it, a timeout old on
-        // an overloaded host, and judging from it would declare the new
-        // emitter at once (the mend rate limit gives it a full timeout from
-        // the mending).
-        if !self.local.fresh_only || beat.at >= self.local.baseline {
-            self.local.baseline = Time::ZERO;
-            self.local.fresh_only = false;
-        }
-        self.local.digest = beat.digest;
-    }
-
-    /// The local emitter is judged from this instant.
-    fn local_since(&self) -> Time {
-        self.local
-            .baseline
-            .max(self.local.seen_at.unwrap_or(Time::ZERO))
     }
 
     pub(super) fn schedule_local_check(&mut self, now: Time) {
-        if self.local.emitter.is_none() || self.participation != Participation::Active {
+        if self.same_host.local.emitter.is_none() || self.participation != Participation::Active {
             self.timers.stop(Timer::LocalCheck);
             return;
         }
-        let next = self.next_check(now, self.local_since() + self.local_limit());
+        let next = self.next_check(
+            now,
+            self.same_host.local_since() + self.same_host.local_limit(&self.config, &self.health),
+        );
         self.timers.set(Timer::LocalCheck, next);
     }
 
-    /// A check of the local emitter: declared when its counter stood still
+    /// A check of the same-host emitter: declared when its counter stood still
     /// for the timeout (not on a wake-up that ran late: this rank's own
     /// stall is not its emitter's); a digest that differs from ours for
     /// `sync_after` asks it for its sets, as over the fabric.
@@ -444,22 +199,25 @@ impl Engine {
         if self.participation != Participation::Active {
             return;
         }
-        let Some(emitter) = self.local.emitter else {
+        let Some(emitter) = self.same_host.local.emitter else {
             return;
         };
-        let since = self.local_since();
-        if self.local.thread == EmitterThread::Runnable
+        let since = self.same_host.local_since();
+        if self.same_host.local.thread == EmitterThread::Runnable
             && now >= since
             && now - since >= self.config.timeout
         {
             self.stats.hosts.starved_emitter_checks += 1;
         }
-        if !lagging && now >= since && now - since >= self.local_limit() {
-            let accused = self.accusing(emitter);
+        if !lagging
+            && now >= since
+            && now - since >= self.same_host.local_limit(&self.config, &self.health)
+        {
+            let accused = self.quorum.accusing(emitter);
             if !accused {
                 self.stats.hosts.local_hangs += 1;
             }
-            if self.local.thread == EmitterThread::Stopped {
+            if self.same_host.local.thread == EmitterThread::Stopped {
                 // The kernel shows it stopped (SIGSTOP): a hang on its
                 // word, seen through shared memory, which no partition
                 // splits and no starvation fakes. No accusation round (one
@@ -483,69 +241,50 @@ impl Engine {
             // (This rank's wake-ups are its own counter's beats: a rank
             // that stopped checking slept until the next message, and its
             // observer accused it in turn, round the ring.)
-            if self.local.emitter == Some(emitter) && self.participation == Participation::Active {
+            if self.same_host.local.emitter == Some(emitter)
+                && self.participation == Participation::Active
+            {
                 self.schedule_local_check(now);
             }
             return;
         }
-        if self.local.seen_at.is_some() && self.local.digest != self.my_digest32() {
-            match self.local.mismatch_since {
-                None => self.local.mismatch_since = Some(now),
-                Some(since) => {
-                    if now - since >= self.config.sync_after() && now >= self.local.sync_not_before
-                    {
-                        self.local.sync_not_before = now + self.config.timeout;
-                        self.send_sync_request(emitter);
-                    }
-                }
-            }
-        } else {
-            self.local.mismatch_since = None;
+        let digest = self.my_digest32();
+        let (sync_after, timeout) = (self.config.sync_after(), self.config.timeout);
+        if self.same_host.sync_due(now, digest, sync_after, timeout) {
+            self.send_sync_request(emitter);
         }
         self.schedule_local_check(now);
     }
 
-    /// The local emitter is judged from `now` until a wake-up of its own
-    /// since (unless the start-up grace, which any wake-up clears, lasts
-    /// longer).
-    pub(super) fn restart_local_baseline(&mut self, now: Time) {
-        if now >= self.local.baseline {
-            self.local.baseline = now;
-            self.local.fresh_only = true;
-        }
-    }
-
-    /// This rank woke late: its local emitter gets a full timeout from now.
+    /// This rank woke late: its same-host emitter gets a full timeout from now.
     pub(super) fn local_self_lag(&mut self, now: Time) {
-        self.restart_local_baseline(now);
-        self.local.mismatch_since = None;
+        self.same_host.self_lag(now);
     }
 
     /// The local ring after the gone set grew: watch the nearest live
     /// same-host predecessor; take over the fabric watch on becoming the
     /// host's leader.
     pub(super) fn after_gone_changed_local(&mut self, now: Time) {
-        let Some(hosts) = self.hosts.clone() else {
+        if self.same_host.hosts.is_none() {
             return;
-        };
-        self.broadcast_orphaned_exits(now, &hosts);
-        let emitter = hosts.local_emitter(self.me, |r| self.is_gone(r));
-        if emitter != self.local.emitter {
-            self.local.emitter = emitter;
-            self.local.seen_at = None;
-            self.local.thread = EmitterThread::Unknown;
-            self.local.baseline = now;
-            self.local.fresh_only = true;
-            self.local.mismatch_since = None;
-            self.local.slow_warned_at = None;
+        }
+        self.broadcast_orphaned_exits(now);
+        let (failed, left) = (&self.failed, &self.left);
+        let gone = |r| failed.contains(r) || left.contains(r);
+        let (changed, leads, took_over) = self.same_host.on_gone(now, self.me, gone);
+        if changed {
             self.schedule_local_check(now);
         }
-        let leads = hosts.is_leader(self.me, |r| self.is_gone(r));
-        if leads && !self.leading {
+        if took_over {
             self.stats.hosts.leader_takeovers += 1;
         }
-        self.leading = leads;
-        if leads && self.watch.emitter.is_none() && self.emitter_candidate().is_some() {
+        if leads
+            && self.watch.emitter.is_none()
+            && self
+                .same_host
+                .emitter_candidate(self.me, &self.ring, |r| self.is_gone(r))
+                .is_some()
+        {
             // A new leader: observe the previous host's leader (ObserveMe
             // switches its heartbeats to us); the next host's leader mends
             // to us when it learns that ours failed.
@@ -563,10 +302,10 @@ impl Engine {
     /// notice, an answer only the leader, once its timeout is up and if it
     /// is still silent then. Otherwise declare it.
     pub(super) fn on_silent_emitter(&mut self, now: Time, emitter: Rank, cause: Cause) {
-        if cause == Cause::Timeout && self.hosts.is_some() {
+        if cause == Cause::Timeout && self.same_host.hosts.is_some() {
             // A check under way, or its accusation (`majority`): no new
             // round of probes at each check meanwhile.
-            if self.host_check.is_some() || self.accusing(emitter) {
+            if self.same_host.check.is_some() || self.quorum.accusing(emitter) {
                 return;
             }
             if self.begin_silent_host_check(now, emitter) {
@@ -588,11 +327,12 @@ impl Engine {
     pub(super) fn host_precheck_at(&self, limit: Duration, cause: Cause) -> Option<Time> {
         // Host groups first: without them (most Engines of a simulator)
         // nothing else is read.
-        let (hosts, emitter) = (self.hosts.as_ref()?, self.watch.emitter?);
-        if cause != Cause::Timeout || limit < self.config.timeout || self.host_check.is_some() {
+        let (hosts, emitter) = (self.same_host.hosts.as_ref()?, self.watch.emitter?);
+        if cause != Cause::Timeout || limit < self.config.timeout || self.same_host.check.is_some()
+        {
             return None;
         }
-        if self.accusing(emitter) {
+        if self.quorum.accusing(emitter) {
             return None;
         }
         let host = hosts.host_of(emitter);
@@ -607,11 +347,11 @@ impl Engine {
     /// Probes each live rank of the silent fabric emitter's host (a check
     /// not after proof); false if it has no other live rank.
     pub(super) fn begin_silent_host_check(&mut self, now: Time, emitter: Rank) -> bool {
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return false;
         };
         let host = hosts.host_of(emitter);
-        let live = self.live_of_host(&hosts, host);
+        let live = live_of_host(&hosts, host, |r| self.is_gone(r));
         if live.len() < 2 {
             return false;
         }
@@ -654,36 +394,26 @@ impl Engine {
     /// for its time) gives way: `leader` is gone, and the rest of its host
     /// is what is left to check.
     fn check_host_of(&mut self, now: Time, leader: Rank, still_emitter: Option<Time>) {
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return;
         };
-        if let Some(c) = self.host_check {
+        if let Some(c) = self.same_host.check {
             if !c.after_proof && c.leader == leader && self.is_gone(leader) {
-                self.host_check = None;
+                self.same_host.check = None;
                 self.timers.stop(Timer::HostCheck);
             }
         }
-        if self.host_check.is_some() || self.participation != Participation::Active {
+        if self.same_host.check.is_some() || self.participation != Participation::Active {
             return;
         }
         let host = hosts.host_of(leader);
         if host == hosts.host_of(self.me) {
             return;
         }
-        let live = self.live_of_host(&hosts, host);
+        let live = live_of_host(&hosts, host, |r| self.is_gone(r));
         if !live.is_empty() {
             self.begin_host_check(now, host, leader, &live, (true, still_emitter));
         }
-    }
-
-    /// The ranks of `host` not known gone, ascending.
-    fn live_of_host(&self, hosts: &Hosts, host: u32) -> Vec<Rank> {
-        hosts
-            .members(host)
-            .iter()
-            .copied()
-            .filter(|&r| !self.is_gone(r))
-            .collect()
     }
 
     /// Probes each of `live` (of `host`, whose leader is `leader`) and
@@ -698,15 +428,15 @@ impl Engine {
         (after_proof, still_emitter): (bool, Option<Time>),
     ) {
         self.stats.hosts.host_checks += 1;
-        self.nonce = self.nonce.wrapping_add(1);
+        let nonce = self.quorum.next_nonce();
         for &r in live {
-            let m = self.encoder.probe(self.nonce, r);
+            let m = self.encoder.probe(nonce, r);
             self.send(r, Kind::Probe, m);
         }
-        self.host_check = Some(HostCheck {
+        self.same_host.check = Some(HostCheck {
             host,
             leader,
-            nonce: self.nonce,
+            nonce,
             changed_at: self.watch.changed_at,
             after_proof,
             still_emitter,
@@ -723,11 +453,12 @@ impl Engine {
     /// having begun a quarter timeout early) and if it is still silent
     /// then. Returns whether the answer belonged to the host check.
     pub(super) fn on_host_check_ack(&mut self, now: Time, nonce: u32, about: Rank) -> bool {
-        let Some(check) = self.host_check else {
+        let Some(check) = self.same_host.check else {
             return false;
         };
         let ours = check.nonce == nonce
             && self
+                .same_host
                 .hosts
                 .as_ref()
                 .is_some_and(|h| h.host_of(about) == check.host);
@@ -736,11 +467,11 @@ impl Engine {
         }
         if check.after_proof {
             // Someone of the host runs: the watch goes on as usual.
-            self.host_check = None;
+            self.same_host.check = None;
             self.timers.stop(Timer::HostCheck);
             self.schedule_check(now);
         } else if !check.answered {
-            self.host_check = Some(HostCheck {
+            self.same_host.check = Some(HostCheck {
                 answered: true,
                 ..check
             });
@@ -762,7 +493,7 @@ impl Engine {
             self.timers.set(Timer::HostCheck, up_at);
             return;
         }
-        self.host_check = None;
+        self.same_host.check = None;
         self.timers.stop(Timer::HostCheck);
         if still {
             self.declare_silent(now, &[leader], Cause::Timeout);
@@ -778,7 +509,7 @@ impl Engine {
     /// since the check began a quarter timeout early) or the instant a
     /// re-check gives ([`HostCheck::still_emitter`]).
     pub(super) fn resolve_host_check(&mut self, now: Time, lagging: bool) {
-        let Some(check) = self.host_check else {
+        let Some(check) = self.same_host.check else {
             return;
         };
         if lagging {
@@ -791,7 +522,7 @@ impl Engine {
             self.resolve_answered_host_check(now, check.leader, check.changed_at);
             return;
         }
-        self.host_check = None;
+        self.same_host.check = None;
         let gone = self.is_gone(check.leader);
         let ours = self.watch.emitter == Some(check.leader);
         let verdict_at = if let Some(not_before) = check.still_emitter {
@@ -821,21 +552,21 @@ impl Engine {
             return;
         };
         if now < at {
-            self.host_check = Some(check);
+            self.same_host.check = Some(check);
             self.timers.set(Timer::HostCheck, at);
             return;
         }
-        let Some(hosts) = self.hosts.clone() else {
+        let Some(hosts) = self.same_host.hosts.clone() else {
             return;
         };
-        let live = self.live_of_host(&hosts, check.host);
+        let live = live_of_host(&hosts, check.host, |r| self.is_gone(r));
         self.declare_silent(now, &live, Cause::Timeout);
         if check.after_proof {
             self.schedule_check(now);
         }
     }
 
-    /// Every declaration of node-local watching that rests on silence
+    /// Every declaration of same-host watching that rests on silence
     /// passes here (a local counter that stood still, a silent leader, a
     /// silent host): `ranks` ascending. When they are every live rank of
     /// one host (more than one), the host is reported failed too, and all
@@ -847,10 +578,10 @@ impl Engine {
         if self.participation != Participation::Active {
             return;
         }
-        let whole_host = match (&self.hosts, ranks) {
+        let whole_host = match (&self.same_host.hosts, ranks) {
             (Some(h), [first, _, ..]) => {
                 let host = h.host_of(*first);
-                (self.live_of_host(h, host) == ranks).then_some(host)
+                (live_of_host(h, host, |r| self.is_gone(r)) == ranks).then_some(host)
             }
             _ => None,
         };
