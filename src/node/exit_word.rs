@@ -738,10 +738,14 @@ mod tests {
             events: libc::POLLIN,
             revents: 0,
         };
-        // The loop rings only if it saw the death first; give it the
-        // chance either way, then nothing more may come.
-        // SAFETY: one valid pollfd; a 200 ms bound.
-        unsafe { libc::poll(&mut pfd, 1, 200) };
+        // If the scan found nothing, the loop claimed the death first and
+        // rings once it has recorded it: wait for that (bounded only
+        // against a hang; a loaded machine may run the loop late). If the
+        // scan found it, the loop must not report it again: give it the
+        // chance (200 ms), then nothing more may come.
+        let within = if seen.is_empty() { 20_000 } else { 200 };
+        // SAFETY: one valid pollfd; a bounded wait.
+        unsafe { libc::poll(&mut pfd, 1, within) };
         watcher.take(&mut seen);
         watcher.scan(&mut seen);
         assert_eq!(seen, vec![(90, WordEvent::Died)]);
