@@ -82,6 +82,11 @@
 
 #include <ffd.h>
 
+#if defined(FFD_MPI_SHMEM)
+#include <pshmem.h>
+#include <shmem.h>
+#endif
+
 #define SHIM_EXPORT __attribute__((visibility("default")))
 
 /* ULFM at compile time: this MPI's headers know MPIX_ERR_PROC_FAILED. */
@@ -94,8 +99,12 @@
 /* The error code PMPI_Abort ends the job with. */
 #define SHIM_ABORT_CODE 1
 /* How long a rank that is not the reporter waits before it reports and
- * acts itself (the reporter may have died too). */
+ * acts itself (the reporter may have died too): longer than the reporter's
+ * PMPI_Abort takes to end the job (60 ms to 0.3 s here), and under
+ * OpenSHMEM than its shmem_global_exit (about 1 s with Open MPI 4.1's
+ * oshmem). */
 #define SHIM_BACKSTOP_NS 500000000LL
+#define SHIM_BACKSTOP_SHMEM_NS 1500000000LL
 
 /* ---- the PMIx standard's ABI, the part this shim uses ------------------ */
 
@@ -177,6 +186,7 @@ static struct {
     int64_t init_realtime_ns; /* CLOCK_REALTIME just before ffd_init */
     bool any_failure;         /* written by the thread, read after join */
     bool ending;              /* the thread's: abort mode acted on a failure */
+    bool shmem;               /* started by shmem_init (the OpenSHMEM build) */
 } shim = {.comm = MPI_COMM_NULL, .stop_fd = -1, .log = LOG_WARN};
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -423,7 +433,8 @@ static void report(const deferred *f) {
     char when[40];
     int64_t at = shim.init_realtime_ns + (int64_t)f->time_ns;
     format_utc(at, when, sizeof when);
-    const char *then = shim.mode == ON_FAILURE_ABORT    ? "ending the job (MPI_Abort)"
+    const char *then = shim.mode == ON_FAILURE_ABORT    ? (shim.shmem ? "ending the job (shmem_global_exit)"
+                                                                      : "ending the job (MPI_Abort)")
                        : shim.mode == ON_FAILURE_ULFM   ? "handed to ULFM: MPIX_ERR_PROC_FAILED for operations "
                                                           "involving it"
                                                         : "the job goes on";
@@ -434,10 +445,22 @@ static void report(const deferred *f) {
         then);
 }
 
+/* Ends the whole job, nonzero: PMPI_Abort, or in an OpenSHMEM program
+ * shmem_global_exit. */
+static void end_the_job(void) {
+#if defined(FFD_MPI_SHMEM)
+    if (shim.shmem) {
+        pshmem_global_exit(SHIM_ABORT_CODE);
+        return;
+    }
+#endif
+    PMPI_Abort(MPI_COMM_WORLD, SHIM_ABORT_CODE);
+}
+
 static void act_on_failure(const deferred *f) {
     report(f);
     if (shim.mode == ON_FAILURE_ABORT)
-        PMPI_Abort(MPI_COMM_WORLD, SHIM_ABORT_CODE);
+        end_the_job();
 }
 
 static void on_failed(const ffd_event_t *ev, deferred *later) {
@@ -453,7 +476,7 @@ static void on_failed(const ffd_event_t *ev, deferred *later) {
                   .detector = ev->detector,
                   .cause = ev->cause,
                   .time_ns = ev->time_ns,
-                  .due_ns = monotonic_ns() + SHIM_BACKSTOP_NS,
+                  .due_ns = monotonic_ns() + (shim.shmem ? SHIM_BACKSTOP_SHMEM_NS : SHIM_BACKSTOP_NS),
                   .pending = true};
     if (shim.mode == ON_FAILURE_ULFM) {
         ulfm_inject(ev->rank);
@@ -486,7 +509,7 @@ static void on_event(const ffd_event_t *ev, deferred *later) {
         if (shim.mode == ON_FAILURE_ULFM)
             raise(SIGKILL); /* the others have it failed: it must not go on */
         else if (shim.mode == ON_FAILURE_ABORT)
-            PMPI_Abort(MPI_COMM_WORLD, SHIM_ABORT_CODE);
+            end_the_job();
         break;
     case FFD_EVENT_STOPPED: {
         char why[512];
@@ -634,7 +657,11 @@ static bool parse_on_failure(char *why, size_t len) {
 /* MPI_Init's failure: the message on stderr, then MPI_COMM_WORLD's error
  * handler (by default fatal: the job ends). */
 static int fail_init(const char *why) {
-    say(LOG_ERROR, "MPI_Init fails: %s", why);
+    say(LOG_ERROR, "%s fails: %s", shim.shmem ? "shmem_init" : "MPI_Init", why);
+#if defined(FFD_MPI_SHMEM)
+    if (shim.shmem)
+        pshmem_global_exit(SHIM_ABORT_CODE);
+#endif
     int rc = MPI_ERR_OTHER;
     PMPI_Comm_call_errhandler(MPI_COMM_WORLD, rc);
     return rc;
@@ -649,10 +676,16 @@ static int shim_start(void) {
     if (!parse_on_failure(why, sizeof why))
         return fail_init(why);
     enum ulfm_state ulfm_now = ulfm_state();
-    bool ulfm = ulfm_now == ULFM_ON;
+    bool ulfm = !shim.shmem && ulfm_now == ULFM_ON;
     if (!shim.mode_was_set)
         shim.mode = ulfm ? ON_FAILURE_ULFM : ON_FAILURE_ABORT;
     if (shim.mode == ON_FAILURE_ULFM) {
+        if (shim.shmem) {
+            snprintf(why, sizeof why,
+                     "FFD_MPI_ON_FAILURE=ulfm: OpenSHMEM has no ULFM; accepted in an OpenSHMEM program: abort|report "
+                     "(unset: abort)");
+            return fail_init(why);
+        }
         if (!ulfm) {
             snprintf(why, sizeof why,
                      "FFD_MPI_ON_FAILURE=ulfm needs Open MPI's ULFM with its fault tolerance on (mpirun "
@@ -762,3 +795,39 @@ SHIM_EXPORT int MPI_Finalize(void) {
     shim_end();
     return PMPI_Finalize();
 }
+
+#if defined(FFD_MPI_SHMEM)
+/* OpenSHMEM (Open MPI's oshmem, built with oshcc -DFFD_MPI_SHMEM): its
+ * shmem_init starts Open MPI without MPI_Init, so the shim takes these
+ * entry points too (oshmem's shmem_* are weak aliases of pshmem_*). PE
+ * numbers are MPI_COMM_WORLD ranks there, and ffd starts over
+ * PMPI_Allgather as in an MPI program. */
+static void shmem_start(void) {
+    if (shim.started)
+        return;
+    shim.shmem = true;
+    shim_start();
+}
+
+SHIM_EXPORT void shmem_init(void) {
+    pshmem_init();
+    shmem_start();
+}
+
+SHIM_EXPORT int shmem_init_thread(int requested, int *provided) {
+    int rc = pshmem_init_thread(requested, provided);
+    if (rc == 0)
+        shmem_start();
+    return rc;
+}
+
+SHIM_EXPORT void start_pes(int npes) {
+    pstart_pes(npes);
+    shmem_start();
+}
+
+SHIM_EXPORT void shmem_finalize(void) {
+    shim_end();
+    pshmem_finalize();
+}
+#endif
