@@ -153,6 +153,21 @@ static struct {
     bool initialized;
 } pmix;
 
+/* Open MPI's progress engine runs its event loop, where ULFM's handler
+ * queued the failure, only every 10 ms (mpi_event_tick_rate) unless it has
+ * "event users": the shim is one for a short while after each hand-over,
+ * so the failure is delivered on the next progress call. Resolved like
+ * PMIx (libopen-pal exports them); without them, delivery waits for the
+ * tick. */
+typedef void (*opal_users_fn)(void);
+static struct {
+    opal_users_fn increment, decrement;
+    int held;         /* increments not yet given back */
+    int64_t until_ns; /* monotonic: when to give them back */
+} boost;
+/* How long the shim stays an event user after a hand-over. */
+#define SHIM_BOOST_NS 50000000LL
+
 /* ---- state ------------------------------------------------------------- */
 
 enum on_failure { ON_FAILURE_ULFM, ON_FAILURE_ABORT, ON_FAILURE_REPORT };
@@ -283,6 +298,10 @@ static const char *pmix_resolve(void) {
     RESOLVE(list_release, "PMIx_Info_list_release");
     RESOLVE(darray_destruct, "PMIx_Data_array_destruct");
 #undef RESOLVE
+    *(void **)(&boost.increment) = dlsym(RTLD_DEFAULT, "opal_progress_event_users_increment");
+    *(void **)(&boost.decrement) = dlsym(RTLD_DEFAULT, "opal_progress_event_users_decrement");
+    if (!boost.increment || !boost.decrement)
+        boost.increment = boost.decrement = NULL;
     const char *name = pmix.error_string(SHIM_PMIX_ERR_PROC_TERM_WO_SYNC);
     if (!name || !strstr(name, "TERM") || !strstr(name, "SYNC")) {
         static char why[256];
@@ -327,6 +346,11 @@ static void ulfm_inject(uint32_t r) {
         rc = pmix.list_add(list, SHIM_PMIX_EVENT_DO_NOT_CACHE, &yes, SHIM_PMIX_BOOL);
     if (rc == SHIM_PMIX_SUCCESS)
         rc = pmix.list_convert(list, &info);
+    if (rc == SHIM_PMIX_SUCCESS && boost.increment) {
+        boost.increment();
+        boost.held++;
+        boost.until_ns = monotonic_ns() + SHIM_BOOST_NS;
+    }
     if (rc == SHIM_PMIX_SUCCESS)
         rc = pmix.notify(SHIM_PMIX_ERR_PROC_TERM_WO_SYNC, &proc, SHIM_PMIX_RANGE_PROC_LOCAL, info.array,
                          info.size, NULL, NULL);
@@ -339,6 +363,12 @@ static void ulfm_inject(uint32_t r) {
     else
         say(LOG_ERROR, "rank %" PRIu32 ": PMIx_Notify_event failed: %s; ULFM was not told", r,
             pmix.error_string(rc));
+}
+
+/* Gives back the event-user counts taken by ulfm_inject. */
+static void boost_release(void) {
+    for (; boost.held > 0; boost.held--)
+        boost.decrement();
 }
 
 /* ---- fencing ----------------------------------------------------------- */
@@ -546,14 +576,23 @@ static void *shim_thread(void *arg) {
             on_event(&ev, &later);
         }
         int timeout_ms = -1;
+        int64_t now = monotonic_ns();
+        if (boost.held > 0) {
+            if (now >= boost.until_ns)
+                boost_release();
+            else
+                timeout_ms = (int)((boost.until_ns - now) / 1000000) + 1;
+        }
         if (later.pending) {
-            int64_t left = later.due_ns - monotonic_ns();
+            int64_t left = later.due_ns - now;
             if (left <= 0) {
                 later.pending = false;
                 act_on_failure(&later); /* the reporter did not end the job */
                 continue;
             }
-            timeout_ms = (int)(left / 1000000) + 1;
+            int ms = (int)(left / 1000000) + 1;
+            if (timeout_ms < 0 || ms < timeout_ms)
+                timeout_ms = ms;
         }
         poll(fds, 2, timeout_ms);
     }
@@ -758,6 +797,7 @@ static void shim_end(void) {
         pthread_join(shim.thread, NULL);
         shim.thread_running = false;
     }
+    boost_release();
     int rc = ffd_finalize(&shim.ffd);
     if (rc != FFD_OK)
         say(LOG_WARN, "ffd_finalize: %s", ffd_strerror(rc));
