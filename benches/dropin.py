@@ -11,11 +11,12 @@ survivor is blocked in MPI_Recv from the victim and prints when it
 returned MPIX_ERR_PROC_FAILED, in ms after the planned time (a survivor
 that got nothing within 20 s counts as missed). noise: an 8-byte
 shared-memory ping-pong between ranks 0 and 1 of an N-rank job
-(benches/dropin_pingpong.c; the other ranks sleep), mean one-way latency
+(benches/dropin_pingpong.c; the other ranks sleep outside MPI through
+the timed loop), mean one-way latency
 over the run, against the same job with no detector at all (ULFM on, its
 detector off, no shim); rounds rotate the order of the three.
 
-    benches/dropin.py [--ranks 6,32] [--jobs 3] [--rounds 5] [--seconds 2] [--quick]
+    benches/dropin.py [--ranks 6,32] [--jobs 3] [--rounds 7] [--seconds 2] [--quick]
 
 --quick: N = 6 only, 2 jobs, 3 rounds of 1 s. Writes target/bench/dropin.json.
 """
@@ -179,7 +180,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="6,32")
     p.add_argument("--jobs", type=int, default=3, help="fault jobs per (N, side)")
-    p.add_argument("--rounds", type=int, default=5, help="noise rounds (the median is over these)")
+    p.add_argument("--rounds", type=int, default=7, help="noise rounds (the median is over these)")
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--quick", action="store_true")
     a = p.parse_args()

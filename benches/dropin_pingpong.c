@@ -1,9 +1,10 @@
 /*
  * dropin_pingpong: a plain MPI program (no ffd code) for benches/dropin.py:
  * 8-byte ping-pong between ranks 0 and 1 of an N-rank job while the other
- * ranks wait without spinning (MPI_Ibarrier tested every millisecond), so
- * that what slows the ping-pong is what runs beside it: a failure detector
- * (ULFM's threads, or ffd's under libffd_mpi.so), not the other ranks.
+ * ranks sleep outside MPI (for the whole timed loop, then in an
+ * MPI_Ibarrier tested every 10 ms), so that what slows the ping-pong is
+ * what runs beside it: a failure detector (ULFM's threads, or ffd's under
+ * libffd_mpi.so), not the other ranks.
  *
  * 1000 round trips warm up; then round trips in batches of --batch until
  * --seconds have passed (rank 0 decides; the stop travels in the message).
@@ -24,14 +25,14 @@ static int compare(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* MPI_Barrier without spinning: test, sleep 1 ms, again. */
+/* MPI_Barrier without spinning: test, sleep 10 ms, again. */
 static void quiet_barrier(void) {
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
     int done = 0;
-    struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+    struct timespec tick = {.tv_sec = 0, .tv_nsec = 10000000};
     while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
-        nanosleep(&ms, NULL);
+        nanosleep(&tick, NULL);
 }
 
 int main(int argc, char **argv) {
@@ -103,6 +104,11 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         free(per_batch);
+    } else {
+        /* Asleep through the warm-up and the timed loop. */
+        double left = seconds + 1.0;
+        struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL);
     }
     quiet_barrier();
     MPI_Finalize();

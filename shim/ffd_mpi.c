@@ -22,7 +22,9 @@
  *                        PMIX_EVENT_DO_NOT_CACHE = true}, 2, NULL, NULL),
  *   which runs Open MPI's "ULFM-Event-handler" on this thread; it queues
  *   the failure for Open MPI's progress engine, and pending and later
- *   operations involving rank r end with MPIX_ERR_PROC_FAILED. Then the
+ *   operations involving rank r end with MPIX_ERR_PROC_FAILED (for 50 ms
+ *   the shim counts as one of Open MPI's event users, so that this happens
+ *   on the next progress call rather than at the next 10 ms event tick). Then the
  *   rank is fenced: every survivor on its host SIGKILLs it (through a
  *   pidfd opened at start, so never another process that reused the pid),
  *   so that a hung rank does not hold MPI_Finalize's fence forever.
@@ -470,9 +472,9 @@ static void report(const deferred *f) {
                                                         : "the job goes on";
     say(shim.mode == ON_FAILURE_ABORT ? LOG_ERROR : LOG_WARN,
         "rank %" PRIu32 " failed: cause %s, declared by rank %" PRIu32 ", learned here at %s (%.3f s after "
-        "MPI_Init); FFD_MPI_ON_FAILURE=%s: %s",
-        f->rank, cause_name(f->cause), f->detector, when, (double)f->time_ns / 1e9, on_failure_names[shim.mode],
-        then);
+        "%s); FFD_MPI_ON_FAILURE=%s: %s",
+        f->rank, cause_name(f->cause), f->detector, when, (double)f->time_ns / 1e9,
+        shim.shmem ? "shmem_init" : "MPI_Init", on_failure_names[shim.mode], then);
 }
 
 /* Ends the whole job, nonzero: PMPI_Abort, or in an OpenSHMEM program

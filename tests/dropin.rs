@@ -20,7 +20,7 @@
 //!
 //! The launcher is a [`Child`] (ended on drop); every process of the test's
 //! own executables still running when a test ends (a stopped rank) is
-//! SIGKILLed by a [`Reaper`]. About 25 s in all.
+//! SIGKILLed by a [`Reaper`]. About 35 s in all (7 jobs, 2 cores).
 
 mod capi_support;
 
