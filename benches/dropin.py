@@ -12,7 +12,9 @@ returned MPIX_ERR_PROC_FAILED, in ms after the planned time (a survivor
 that got nothing within 20 s counts as missed). noise: an 8-byte
 shared-memory ping-pong between ranks 0 and 1 of an N-rank job
 (benches/dropin_pingpong.c; the other ranks sleep outside MPI through
-the timed loop), mean one-way latency
+the timed loop; ranks 0 and 1 pin their own thread to CPUs 0 and 1 after
+MPI_Init, the detectors' threads stay unbound: without pinning the figure
+followed where the scheduler put the pair), mean one-way latency
 over the run, against the same job with no detector at all (ULFM on, its
 detector off, no shim); rounds rotate the order of the three.
 
@@ -148,7 +150,7 @@ def pingpong(config, ranks, shim, exe, seconds):
     rank 0 printed its line: with ULFM's detector on it did not always end
     by itself here (the final barrier or MPI_Finalize)."""
     with tempfile.TemporaryDirectory(prefix="ffd-bench-dropin-") as tmp:
-        cmd = mpirun(config, ranks, tmp, shim) + [exe, "--seconds", str(seconds)]
+        cmd = mpirun(config, ranks, tmp, shim) + [exe, "--seconds", str(seconds), "--pin"]
         proc = ls.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
         lines = queue.Queue()
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()

@@ -8,12 +8,15 @@
  *
  * 1000 round trips warm up; then round trips in batches of --batch until
  * --seconds have passed (rank 0 decides; the stop travels in the message).
+ * With --pin, ranks 0 and 1 pin their main thread to CPU 0 and CPU 1 after
+ * MPI_Init (threads started before, a detector's, stay where they were).
  *
  * Prints one line from rank 0:
  *   pingpong: ROUNDTRIPS round trips in S s, MEAN us one way (mean), MEDIAN us (median batch)
  */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,13 +41,16 @@ static void quiet_barrier(void) {
 int main(int argc, char **argv) {
     double seconds = 2.0;
     long batch = 1000;
+    int pin = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+        if (strcmp(argv[i], "--pin") == 0)
+            pin = 1;
+        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
             batch = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--seconds S] [--batch B]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--seconds S] [--batch B] [--pin]\n", argv[0]);
             return 2;
         }
     }
@@ -59,6 +65,15 @@ int main(int argc, char **argv) {
     if (size < 2) {
         printf("dropin_pingpong: needs at least 2 ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (pin && rank < 2) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(rank, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) {
+            printf("dropin_pingpong: rank %d cannot pin itself to CPU %d\n", rank, rank);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
     }
     quiet_barrier();
     if (rank < 2) {
