@@ -268,3 +268,84 @@ fn the_exported_symbols_are_the_committed_list() {
     }
     assert!(exported.len() >= 20, "{exported:?}");
 }
+
+/// With Debian's `mpicc` on PATH, plain `ci/install PREFIX` builds the MPI
+/// drop-in: `lib/libffd_mpi.so` exports the three MPI functions it
+/// intercepts and nothing else, finds the installed libffd through its
+/// RUNPATH, and under `LD_PRELOAD` starts ffd inside a plain MPI program's
+/// `MPI_Init` (default `abort`: Debian's Open MPI has no ULFM).
+#[test]
+fn the_mpi_drop_in_is_built_with_the_mpicc_on_path_and_starts_ffd_in_mpi_init() {
+    if !prereq::available(
+        "the_mpi_drop_in_is_built_with_the_mpicc_on_path_and_starts_ffd_in_mpi_init",
+        &[
+            prereq::c_toolchain(),
+            prereq::command("readelf"),
+            prereq::command("nm"),
+            prereq::mpirun(),
+        ],
+    ) {
+        return;
+    }
+    let lib = prefix().join("lib");
+    let shim = lib.join("libffd_mpi.so");
+    assert!(shim.is_file(), "ci/install built no lib/libffd_mpi.so");
+    assert_eq!(
+        exported_symbols(&shim),
+        ["MPI_Finalize", "MPI_Init", "MPI_Init_thread"]
+    );
+    let dynamic = readelf_dynamic(&shim);
+    let major = VERSION.split('.').next().expect("a major version");
+    assert!(
+        dynamic.contains(&format!("Shared library: [libffd.so.{major}]")),
+        "{dynamic}"
+    );
+    assert!(
+        dynamic.contains(&format!("{}", lib.display())) && dynamic.contains("runpath"),
+        "{dynamic}"
+    );
+
+    let exe = compile_c_with("mpicc", "tests/c/dropin_hello.c", &[], "dropin_hello");
+    let session = capi_support::ScratchDir::new("install-dropin");
+    let mut cmd = clean_command("mpirun");
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
+        .args(["--mca", "orte_tmpdir_base"])
+        .arg(&session.0)
+        .args([
+            "--mca",
+            "btl",
+            "self,vader",
+            "--mca",
+            "oob_tcp_if_include",
+            "lo",
+        ])
+        .args(["-x", &format!("LD_PRELOAD={}", shim.display())])
+        .args([
+            "-x",
+            "FFD_DOMAIN=lo",
+            "-x",
+            "FFD_CORE=none",
+            "-x",
+            "FFD_LOG=info",
+        ])
+        .args(["-np", "2"])
+        .arg(&exe);
+    let out = run(cmd, "mpirun dropin_hello", Duration::from_secs(120));
+    assert!(out.status.success(), "{}", out.text());
+    for r in 0..2 {
+        let up =
+            format!("libffd_mpi[{r}] info: ffd up, 2 ranks; FFD_MPI_ON_FAILURE=abort (default)");
+        assert!(out.stderr.contains(&up), "want `{up}`\n{}", out.text());
+        assert!(
+            out.stdout.contains(&format!("rank {r}: finalized")),
+            "{}",
+            out.text()
+        );
+    }
+}

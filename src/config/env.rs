@@ -84,11 +84,14 @@ impl Env {
         }
     }
 
-    /// Warnings for every `FFD_*` name that is not a known variable.
+    /// Warnings for every `FFD_*` name that is not a known variable (nor
+    /// one of [`COMPANION_VARIABLES`]).
     pub fn unknown_variables(&self) -> Vec<ConfigWarning> {
         self.vars
             .keys()
-            .filter(|name| variable(name).is_none())
+            .filter(|name| {
+                variable(name).is_none() && !COMPANION_VARIABLES.contains(&name.as_str())
+            })
             .map(|name| ConfigWarning::UnknownVariable {
                 name: name.clone(),
                 suggestion: closest_variable(name),
@@ -96,6 +99,12 @@ impl Env {
             .collect()
     }
 }
+
+/// `FFD_*` variables that are not settings of the library but of a
+/// companion that embeds it: `FFD_MPI_ON_FAILURE`, read by the MPI shim
+/// `libffd_mpi.so` (`shim/ffd_mpi.c`), which checks its value itself. They
+/// draw no "unknown variable" warning.
+pub const COMPANION_VARIABLES: &[&str] = &["FFD_MPI_ON_FAILURE"];
 
 fn is_ffd_name(name: &str) -> bool {
     name.len() >= 4 && name[..4].eq_ignore_ascii_case("FFD_")
@@ -139,5 +148,19 @@ mod tests {
         assert_eq!(edit_distance("FFD_TIMEOUTS", "FFD_TIMEOUT"), 1);
         assert_eq!(closest_variable("ffd_period"), Some("FFD_PERIOD"));
         assert_eq!(closest_variable("FFD_WHATEVER"), None);
+    }
+
+    #[test]
+    fn a_companion_variable_draws_no_warning_and_a_near_miss_still_does() {
+        let env = Env::from_pairs([("FFD_MPI_ON_FAILURE", "abort"), ("FFD_PERIDO", "1ms")]);
+        let unknown: Vec<String> = env
+            .unknown_variables()
+            .into_iter()
+            .map(|w| match w {
+                ConfigWarning::UnknownVariable { name, .. } => name,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(unknown, ["FFD_PERIDO"]);
     }
 }
