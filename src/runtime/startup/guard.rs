@@ -1,0 +1,77 @@
+//! Closing the fabric port to strangers (`FFD_SOURCE_FILTER`,
+//! `docs/design.md` §5.4): on the socket providers, the endpoint's
+//! listening socket drops every packet from the moment it is open, and
+//! after the exchange lets through only the job's own host addresses,
+//! locked.
+//!
+//! Owns: when the filter goes on and which addresses it admits (every
+//! rank's fabric address from the exchanged records). Must not: touch
+//! sockets itself (`fabric::SourceGuard` does).
+
+use std::net::IpAddr;
+
+use crate::bootstrap::Bootstrap;
+use crate::config::{Config, SourceFilterMode};
+use crate::fabric::{
+    FabricError, GuardError, SourceFilter, SourceGuard, listens_on_sockets, socket_address,
+};
+
+use super::{ExchangeError, JobView, OwnFabric, StartError};
+
+/// Right after the endpoint is open: deny every source, when the setting
+/// and the provider call for it. `None`: no filter (off, or a provider
+/// that listens on no kernel socket).
+pub(super) fn deny_all(
+    config: &Config,
+    fabric: &OwnFabric,
+) -> Result<Option<SourceGuard>, StartError> {
+    if config.source_filter() == SourceFilterMode::Off
+        || !listens_on_sockets(&fabric.info.provider())
+    {
+        return Ok(None);
+    }
+    let guard = SourceGuard::deny_all(fabric.endpoint.name()).map_err(FabricError::from)?;
+    if guard.addr().ip().is_unspecified() {
+        return Err(FabricError::from(GuardError::Wildcard(guard.addr())).into());
+    }
+    Ok(Some(guard))
+}
+
+/// The job's host addresses: the IP of every rank's fabric address.
+fn job_addresses(view: &JobView) -> Result<Vec<IpAddr>, GuardError> {
+    let mut ips = Vec::new();
+    for rec in &view.records {
+        let addr = socket_address(&rec.fabric_addr).ok_or(GuardError::NotSocketAddress {
+            len: rec.fabric_addr.len(),
+        })?;
+        if !ips.contains(&addr.ip()) {
+            ips.push(addr.ip());
+        }
+    }
+    Ok(ips)
+}
+
+/// After the exchange: admit the job's host addresses and lock the filter,
+/// then wait until every rank has (a barrier that also carries whether it
+/// worked): no rank connects before its peers admit it, so no SYN is
+/// dropped and retried a second later. A collective when any rank filters;
+/// every rank takes part, filtering or not.
+pub(super) fn admit_job(
+    guard: Option<SourceGuard>,
+    view: &JobView,
+    bootstrap: &mut dyn Bootstrap,
+) -> Result<Option<SourceFilter>, StartError> {
+    let outcome = match guard {
+        None => Ok(None),
+        Some(guard) => job_addresses(view)
+            .and_then(|ips| guard.allow(&ips))
+            .map(Some),
+    };
+    let ok = [u8::from(outcome.is_ok())];
+    let all = bootstrap.allgather(&ok).map_err(ExchangeError::from)?;
+    let filter = outcome.map_err(FabricError::from)?;
+    if let Some(rank) = all.iter().position(|c| c.as_slice() != [1]) {
+        return Err(FabricError::from(GuardError::Peer { rank: rank as u32 }).into());
+    }
+    Ok(filter)
+}
