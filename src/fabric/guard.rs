@@ -509,6 +509,47 @@ pub fn connect_within(
     }
 }
 
+/// Every socket of this process whose local port is `port`: whether it
+/// listens and the length of its filter (0: none). For the tests
+/// (`fault-injection`): the listener and the sockets accepted from it.
+#[cfg(any(test, feature = "fault-injection"))]
+pub fn filters_at_port(port: u16) -> Vec<(bool, usize)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<RawFd>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: as in `sockets_bound_to`: a descriptor closed since it
+        // was listed makes the calls fail; the borrow ends here.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        if local_address(borrowed).is_none_or(|a| a.port() != port) {
+            continue;
+        }
+        let mut listening: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: valid out-pointers of the sizes given.
+        let ret = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ACCEPTCONN,
+                (&raw mut listening).cast(),
+                &mut len,
+            )
+        };
+        let filter = attached_filter_len(borrowed).unwrap_or(0);
+        found.push((ret == 0 && listening != 0, filter));
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -67,12 +67,12 @@ mod resources;
 pub use cq::{CompletionQueue, CqEntry, CqRead, RawCqError, Readiness, WaitKind, WaitPreference};
 pub use endpoint::{Completion, Endpoint, EndpointConfig, MAX_WRITE_TOKEN, RetryBound, Waited};
 pub use error::{CqError, FabricError, FailedOp, strerror};
-#[cfg(any(test, feature = "fault-injection"))]
-pub use guard::connect_within;
 pub use guard::{
     GuardError, SOCKET_PROVIDERS, SourceFilter, SourceGuard, attached_filter_len,
     listens_on_sockets, socket_address,
 };
+#[cfg(any(test, feature = "fault-injection"))]
+pub use guard::{connect_within, filters_at_port};
 pub use info::{
     FabricVersions, Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings,
     provider_hint, runtime_version, version_text,
