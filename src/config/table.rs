@@ -196,12 +196,13 @@ settings_table! {
         }
         source_filter: SourceFilterMode => SourceFilterMode {
             var: SOURCE_FILTER = "FFD_SOURCE_FILTER",
-            accepted: "on|off",
+            accepted: "auto|on|off",
             help: "On the socket providers (tcp, sockets, net, udp), only the job's own host \
                    addresses reach the endpoint's listening socket (a kernel filter on the \
-                   source address, locked after the address exchange); start-up fails if it \
-                   cannot be attached; off: anyone who reaches the port reaches libfabric",
-            default: SourceFilterMode::On,
+                   source address, locked after the address exchange); auto: a warning and no \
+                   filter where the kernel refuses it; on: start-up fails then; off: anyone \
+                   who reaches the port reaches libfabric",
+            default: SourceFilterMode::Auto,
             parse: word,
             check: any,
             show: ToString::to_string,
@@ -409,9 +410,13 @@ mod tests {
         );
         assert_eq!(
             setting::SOURCE_FILTER.accepted,
-            [SourceFilterMode::On, SourceFilterMode::Off]
-                .map(|m| m.to_string())
-                .join("|")
+            [
+                SourceFilterMode::Auto,
+                SourceFilterMode::On,
+                SourceFilterMode::Off,
+            ]
+            .map(|m| m.to_string())
+            .join("|")
         );
         assert_eq!(
             setting::HEALTH_MAX.accepted,

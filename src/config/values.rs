@@ -144,15 +144,19 @@ worded!(LocalMode { Auto => "auto", Pidfd => "pidfd", Counters => "counters", Of
 /// exchange.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SourceFilterMode {
-    /// On the socket providers (`tcp`, `sockets`, `net`, `udp`): start-up
-    /// fails when the filter cannot be attached. Elsewhere nothing to do.
+    /// On the socket providers (`tcp`, `sockets`, `net`, `udp`) where the
+    /// kernel lets this process attach it; where it refuses (an
+    /// unprivileged process on kernels that reserve socket filters to
+    /// `CAP_NET_ADMIN`), a warning and no filter.
     #[default]
+    Auto,
+    /// As `auto`, but start-up fails when the filter cannot be attached.
     On,
     /// No filter: anyone who reaches the port reaches libfabric's parser.
     Off,
 }
 
-worded!(SourceFilterMode { On => "on", Off => "off" });
+worded!(SourceFilterMode { Auto => "auto", On => "on", Off => "off" });
 
 /// Log level (`FFD_LOG`), ordered from quietest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -16,25 +16,41 @@ use crate::fabric::{
     FabricError, GuardError, SourceFilter, SourceGuard, listens_on_sockets, socket_address,
 };
 
+use super::super::log::Logger;
 use super::{ExchangeError, JobView, OwnFabric, StartError};
 
 /// Right after the endpoint is open: deny every source, when the setting
 /// and the provider call for it. `None`: no filter (off, or a provider
 /// that listens on no kernel socket).
+/// With `auto`, a filter the kernel refuses (or a listening socket not
+/// found) is a warning and no filter; with `on`, an error.
 pub(super) fn deny_all(
     config: &Config,
     fabric: &OwnFabric,
+    logger: &Logger,
 ) -> Result<Option<SourceGuard>, StartError> {
-    if config.source_filter() == SourceFilterMode::Off
-        || !listens_on_sockets(&fabric.info.provider())
-    {
+    let mode = config.source_filter();
+    if mode == SourceFilterMode::Off || !listens_on_sockets(&fabric.info.provider()) {
         return Ok(None);
     }
-    let guard = SourceGuard::deny_all(fabric.endpoint.name()).map_err(FabricError::from)?;
-    if guard.addr().ip().is_unspecified() {
-        return Err(FabricError::from(GuardError::Wildcard(guard.addr())).into());
+    let guard = SourceGuard::deny_all(fabric.endpoint.name()).and_then(|guard| {
+        if guard.addr().ip().is_unspecified() {
+            Err(GuardError::Wildcard(guard.addr()))
+        } else {
+            Ok(guard)
+        }
+    });
+    match guard {
+        Ok(guard) => Ok(Some(guard)),
+        Err(e) if mode == SourceFilterMode::Auto => {
+            logger.warn(format_args!(
+                "no source filter (FFD_SOURCE_FILTER=auto): {e}; anyone who reaches the \
+                 fabric port reaches libfabric (FFD_SOURCE_FILTER=on makes this an error)"
+            ));
+            Ok(None)
+        }
+        Err(e) => Err(FabricError::from(e).into()),
     }
-    Ok(Some(guard))
 }
 
 /// The job's host addresses: the IP of every rank's fabric address.

@@ -82,7 +82,7 @@ pub(super) fn start(
     check_fabric_version(&logger)?;
     let fabric = open_fabric(config, size)?;
     let source_guard =
-        guard::deny_all(config, &fabric).map_err(|e| abandon_exchange(bootstrap, e))?;
+        guard::deny_all(config, &fabric, &logger).map_err(|e| abandon_exchange(bootstrap, e))?;
     phases.done("fabric open");
     let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
     phases.done("address exchange");
