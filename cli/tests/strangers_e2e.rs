@@ -122,6 +122,7 @@ fn start_job(extra: &[&str]) -> (Child, Vec<u16>) {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("the four agents did not listen within {LISTEN_WITHIN:?}: {ports:?}");
         }
         thread::sleep(Duration::from_millis(20));
