@@ -103,7 +103,8 @@ fn listening_ports(pid: u32) -> Vec<u16> {
 }
 
 /// Starts `ffd run -n 4` with `extra` options; returns it and every
-/// agent's listening ports once all four listen.
+/// agent's listening ports once all four listen. The caller reaps it.
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits
 fn start_job(extra: &[&str]) -> (Child, Vec<u16>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ffd"))
         .args(["run", "-n", "4", "--duration", RUN_FOR])
