@@ -339,7 +339,9 @@ fn core_progress_log() {
     assert_eq!(from(&[]).unwrap().sched(), SchedPolicy::Boost);
     assert_eq!(from(&[]).unwrap().source_filter(), SourceFilterMode::Auto);
     assert_eq!(
-        from(&[("FFD_SOURCE_FILTER", "OFF")]).unwrap().source_filter(),
+        from(&[("FFD_SOURCE_FILTER", "OFF")])
+            .unwrap()
+            .source_filter(),
         SourceFilterMode::Off
     );
     assert_eq!(

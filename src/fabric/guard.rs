@@ -69,12 +69,6 @@ pub enum GuardError {
         "the endpoint is bound to the wildcard address {0}; name an interface or domain (FFD_DOMAIN)"
     )]
     Wildcard(SocketAddr),
-    /// Another rank could not set up its filter; its own error says why.
-    #[error("rank {rank} could not set up its source filter (its error names why)")]
-    Peer {
-        /// The rank.
-        rank: u32,
-    },
     /// A system call failed.
     #[error("{what} failed: {source}")]
     Sys {

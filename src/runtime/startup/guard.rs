@@ -10,14 +10,13 @@
 
 use std::net::IpAddr;
 
-use crate::bootstrap::Bootstrap;
 use crate::config::{Config, SourceFilterMode};
 use crate::fabric::{
     FabricError, GuardError, SourceFilter, SourceGuard, listens_on_sockets, socket_address,
 };
 
 use super::super::log::Logger;
-use super::{ExchangeError, JobView, OwnFabric, StartError};
+use super::{JobView, OwnFabric, StartError};
 
 /// Right after the endpoint is open: deny every source, when the setting
 /// and the provider call for it. `None`: no filter (off, or a provider
@@ -67,27 +66,22 @@ fn job_addresses(view: &JobView) -> Result<Vec<IpAddr>, GuardError> {
     Ok(ips)
 }
 
-/// After the exchange: admit the job's host addresses and lock the filter,
-/// then wait until every rank has (a barrier that also carries whether it
-/// worked): no rank connects before its peers admit it, so no SYN is
-/// dropped and retried a second later. A collective when any rank filters;
-/// every rank takes part, filtering or not.
+/// After the exchange: admit the job's host addresses and lock the filter.
+/// Not a collective: start-up keeps the exchange and the linking barrier as
+/// its only ones. A peer connects only after its own exchange, insert,
+/// placement and the spawn of its progress thread (tens of ms here), while
+/// this takes tens of µs after ours; a peer that still came first would
+/// have its SYN dropped and sent again a second later, within the
+/// linking phase's bound.
 pub(super) fn admit_job(
     guard: Option<SourceGuard>,
     view: &JobView,
-    bootstrap: &mut dyn Bootstrap,
 ) -> Result<Option<SourceFilter>, StartError> {
-    let outcome = match guard {
-        None => Ok(None),
-        Some(guard) => job_addresses(view)
-            .and_then(|ips| guard.allow(&ips))
-            .map(Some),
+    let Some(guard) = guard else {
+        return Ok(None);
     };
-    let ok = [u8::from(outcome.is_ok())];
-    let all = bootstrap.allgather(&ok).map_err(ExchangeError::from)?;
-    let filter = outcome.map_err(FabricError::from)?;
-    if let Some(rank) = all.iter().position(|c| c.as_slice() != [1]) {
-        return Err(FabricError::from(GuardError::Peer { rank: rank as u32 }).into());
-    }
-    Ok(filter)
+    let filter = job_addresses(view)
+        .and_then(|ips| guard.allow(&ips))
+        .map_err(FabricError::from)?;
+    Ok(Some(filter))
 }

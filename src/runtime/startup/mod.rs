@@ -86,7 +86,7 @@ pub(super) fn start(
     phases.done("fabric open");
     let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
     phases.done("address exchange");
-    let source_filter = guard::admit_job(source_guard, &view, bootstrap)?;
+    let source_filter = guard::admit_job(source_guard, &view)?;
     phases.done("source filter");
     if let Some(filter) = &source_filter {
         logger.info(format_args!(
