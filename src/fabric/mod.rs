@@ -2,7 +2,8 @@
 //! fabric/domain/address vector/endpoint, register the slot page, write
 //! heartbeats, send and receive notices, read (normalised) completions.
 //!
-//! Owns: every `unsafe` call into libfabric (with `libfabric-sys`). The rest
+//! Owns: every `unsafe` call into libfabric (with `libfabric-sys`), and
+//! the source filter on the provider's listening socket (`guard`). The rest
 //! of the crate uses only the safe API below. Must not: make protocol
 //! decisions (who is dead); it reports refusals and error completions
 //! faithfully and leaves judging to the protocol.
