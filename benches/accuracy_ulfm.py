@@ -404,12 +404,12 @@ def run_ffd(n, timeout, duration, user):
         "inconsistent_views": inconsistent,
         "health_peak": max((s["engine"].get("health_peak", 0) for s in stats.values()), default=0),
         "max_wakeup_lateness_ms": max(lateness, default=0) / 1000,
-        "unreachable_verdicts": sum(s["runtime"]["unreachable_verdicts"] for s in stats.values()),
+        "unreachable_verdicts": sum(s["runtime"]["transport"]["unreachable_verdicts"] for s in stats.values()),
         # The progress threads' policy: `boost`, or `normal (FFD_SCHED=boost
         # refused: why)` where no real-time priority is granted.
         "sched": sorted({s.get("sched", "?") for s in stats.values()}),
-        "boost_lifts": sum(s["runtime"].get("boost_lifts", 0) for s in stats.values()),
-        # The overload guards at work (docs/design.md §4.3): accusations
+        "boost_lifts": sum(s["runtime"].get("local", {}).get("boost_lifts", 0) for s in stats.values()),
+        # The overload guards at work (docs/design.md §4.3 "Timeout"): accusations
         # withdrawn after this rank's own stall, confirmations held while
         # the accuser was strained.
         **{k: sum(s["engine"].get("quorum", {}).get(k, 0) for s in stats.values())

@@ -1,4 +1,4 @@
-"""What the ffd binary under test supports of node-local watching (issue
+"""What the ffd binary under test supports of same-host watching (issue
 12), so that the benchmarks run unchanged before and after it lands.
 
 - `FFD_LOCAL` (auto|off): supported when `ffd info` lists the setting.
@@ -28,7 +28,7 @@ _started = []
 def local_modes():
     """The FFD_LOCAL values to measure: ["auto", "pidfd", "off"] ("pidfd"
     only where this ffd accepts it: exit words came after it), or [None]
-    when this ffd does not know the setting (before node-local watching)."""
+    when this ffd does not know the setting (before same-host watching)."""
     out = subprocess.run([FFD, "info"], capture_output=True, text=True, timeout=120).stdout
     if not any(line.split()[:1] == ["FFD_LOCAL"] for line in out.splitlines()):
         return [None]

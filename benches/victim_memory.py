@@ -7,7 +7,7 @@ thread: its memory is freed before its pidfd is readable and before its
 parent can reap it (3-4 ms for a 46 MiB agent here, about 25 ms a GiB of
 plain data). ffd's exit
 words see the death at the start of that exit (the kernel walks the
-robust-futex list before the address space goes, docs/design.md §4.12);
+robust-futex list before the address space goes, docs/design.md §4.12 "Hosts");
 a pidfd (`FFD_LOCAL=pidfd`) and ULFM's daemon (which reaps the child and
 tells everyone through PMIx) see it at the end. The teardown also holds
 one of the machine's cores, non-preemptibly here: survivors' threads

@@ -19,7 +19,7 @@
  *   code); they are written on FFD_OK and on the positive codes that
  *   describe something (FFD_BUFFER_TOO_SMALL, FFD_STALE).
  * - Handles are opaque; each _new/_init has its _free/_finalize.
- * - Callbacks take the host's `userdata` first.
+ * - Callbacks take the embedder's `userdata` first.
  * - No Rust panic ever unwinds into C: one becomes FFD_ERR_PANIC.
  *   (libffd is built with panic=unwind, Rust's default.)
  * - Threads: a config is used by one thread at a time; a detector handle by
@@ -497,12 +497,14 @@ typedef struct {
      */
     uint64_t unreachable_verdicts;
     /**
-     * Protocol messages sent and received over the fabric.
+     * Protocol message sends that completed, and messages received, over
+     * the fabric (Rust: `runtime.messages.sends_completed`, `.received`).
      */
     uint64_t messages_sent;
     uint64_t messages_received;
     /**
-     * Messages dropped as malformed, foreign (wrong job key) or unsafe.
+     * Messages dropped as malformed, foreign (wrong job key) or unsafe:
+     * the sum of the Engine's drops by reason (Rust: `engine.drops.rejected`).
      */
     uint64_t messages_rejected;
     /**

@@ -7,7 +7,7 @@
 //! of the kill, and go on to print its counters, finalize ffd and exit.
 //! Where this machine lets a process open pidfds the PEs, all on one host,
 //! each see the exit themselves: cause `exited`, declared by the survivor
-//! itself, 0 hops (design §4.12); elsewhere a survivor's watch or a notice
+//! itself, 0 hops (design §4.12 "Hosts"); elsewhere a survivor's watch or a notice
 //! finds it.
 //!
 //! What `oshrun` (Open MPI's mpirun) needs here, found by hand with plain

@@ -3,21 +3,21 @@
 //! cannot guess it: two pages of one domain, and the pages of two
 //! domains (two ranks), get different keys, none of them a small counter.
 //!
-//! A provider is skipped (with a printed reason) only when fi_getinfo does
-//! not offer it.
+//! A provider is a prerequisite (`tests/prereq/mod.rs`): where fi_getinfo
+//! does not offer it the test is skipped, and under `FFD_TEST_REQUIRE_ALL=1`
+//! it fails.
+
+mod prereq;
 
 use ffd::fabric::*;
 
 /// The keys of `pages` slot pages registered on one domain, and the mr_mode.
 fn page_keys(provider: &str, domain: Option<&str>, pages: usize) -> Option<(Vec<u64>, MrMode)> {
-    let info = match Info::query(provider, domain) {
-        Ok(i) => i,
-        Err(e @ FabricError::ProviderUnavailable { .. }) => {
-            eprintln!("SKIP {provider}: {e}");
-            return None;
-        }
-        Err(e) => panic!("fi_getinfo for {provider}: {e}"),
-    };
+    if !prereq::available(&prereq::this_test(), &[prereq::provider(provider, domain)]) {
+        return None;
+    }
+    let info =
+        Info::query(provider, domain).unwrap_or_else(|e| panic!("fi_getinfo for {provider}: {e}"));
     let dom = Domain::open_info(&info).expect("fabric and domain");
     let av = AddressVector::open(&dom, 4).expect("address vector");
     let ep = Endpoint::open(&dom, &av, &EndpointConfig::default()).expect("endpoint");

@@ -9,6 +9,8 @@
 //! killed and reaped (guard), and shm segments it leaves in /dev/shm are
 //! removed by name.
 
+mod prereq;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,8 +167,7 @@ enum WriteKind {
 }
 
 fn killed_peer_is_detected(provider: &str, domain: Option<&str>, how: WriteKind) {
-    if let Err(e @ FabricError::ProviderUnavailable { .. }) = Info::query(provider, domain) {
-        eprintln!("SKIP {provider}: {e}");
+    if !prereq::available(&prereq::this_test(), &[prereq::provider(provider, domain)]) {
         return;
     }
     let spec = match domain {

@@ -7,6 +7,8 @@
 //! A provider is skipped (with a printed reason) only when fi_getinfo does
 //! not offer it. Every loop is bounded by a deadline.
 
+mod prereq;
+
 use std::time::{Duration, Instant};
 
 use ffd::fabric::*;
@@ -86,21 +88,28 @@ impl From<Completion<'_>> for Event {
     }
 }
 
+/// The shm tests pin its CMA path: without CMA (`FI_SHM_DISABLE_CMA` set)
+/// the target drops bad writes silently (only a log warning).
+fn shm_cma() -> Result<(), String> {
+    match std::env::var_os("FI_SHM_DISABLE_CMA") {
+        Some(_) => Err("FI_SHM_DISABLE_CMA is set: these tests pin shm's CMA path".into()),
+        None => Ok(()),
+    }
+}
+
 /// Opens two peers that know each other: (a, b, a's address of b, b's
-/// address of a). `None` (after printing why) if the provider is not offered.
+/// address of a). `None` (after printing why) if the provider is not offered
+/// ([`prereq::available`]: under `FFD_TEST_REQUIRE_ALL=1` that fails).
 fn pair(
     provider: &str,
     domain: Option<&str>,
     cfg: &EndpointConfig,
 ) -> Option<(Peer, Peer, FiAddr, FiAddr)> {
-    let info = match Info::query(provider, domain) {
-        Ok(i) => i,
-        Err(e @ FabricError::ProviderUnavailable { .. }) => {
-            eprintln!("SKIP {provider}: {e}");
-            return None;
-        }
-        Err(e) => panic!("fi_getinfo for {provider}: {e}"),
-    };
+    if !prereq::available(&prereq::this_test(), &[prereq::provider(provider, domain)]) {
+        return None;
+    }
+    let info =
+        Info::query(provider, domain).unwrap_or_else(|e| panic!("fi_getinfo for {provider}: {e}"));
     let a = Peer::open(&info, cfg);
     let b = Peer::open(&info, cfg);
     let b_at_a = a.av.insert(b.ep.name()).expect("insert b");
@@ -275,10 +284,7 @@ fn message_arrives(provider: &str, domain: Option<&str>) {
 /// does not check keys on RMA writes, so a write with a wrong key but the
 /// right address lands; the test pins that down so a change is noticed.
 fn bad_target_is_an_error(provider: &str, domain: Option<&str>, wrong_key: bool) {
-    if provider == "shm" && std::env::var_os("FI_SHM_DISABLE_CMA").is_some() {
-        eprintln!(
-            "SKIP shm wrong target: FI_SHM_DISABLE_CMA is set; without CMA the target drops bad writes silently (only a log warning)"
-        );
+    if provider == "shm" && !prereq::available(&prereq::this_test(), &[shm_cma()]) {
         return;
     }
     let Some((mut a, mut b, b_addr, _)) = pair(provider, domain, &EndpointConfig::default()) else {
@@ -448,8 +454,7 @@ fn tcp_rxm_delivery_complete_names_the_rejected_write() {
 /// given. Pinned here so a libfabric change is noticed.
 #[test]
 fn shm_rma_is_not_checked_against_registrations() {
-    if std::env::var_os("FI_SHM_DISABLE_CMA").is_some() {
-        eprintln!("SKIP: FI_SHM_DISABLE_CMA is set (this pins the CMA path)");
+    if !prereq::available(&prereq::this_test(), &[shm_cma()]) {
         return;
     }
     let Some((mut a, mut b, b_addr, _)) = pair("shm", None, &EndpointConfig::default()) else {
@@ -470,7 +475,7 @@ fn shm_rma_is_not_checked_against_registrations() {
     assert_eq!(
         other.read(5),
         1234,
-        "shm now checks registrations: update docs/design.md §7 and this test"
+        "shm now checks registrations: update docs/design.md §7 \"Fabric facts this rests on\" and this test"
     );
     assert_eq!(b.slots.memory().read(5), 0);
 }

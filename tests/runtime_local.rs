@@ -17,7 +17,7 @@ use ffd::runtime::{
 };
 
 /// Threads of one process stand in for the ranks (one pid, one host):
-/// every rank on the fabric ring, as these tests expect. Node-local
+/// every rank on the fabric ring, as these tests expect. Same-host
 /// watching has its own test below and its process tests in cli/tests.
 fn config() -> Config {
     config_with(LocalMode::Off)
@@ -78,7 +78,7 @@ fn wait_for_event(
 }
 
 /// With host groups (one host here), only the leader, rank 0, writes
-/// heartbeats; every rank checks its local emitter's counter; nobody is
+/// heartbeats; every rank checks its same-host emitter's counter; nobody is
 /// declared.
 /// No rank raises any event for `d` (a steady state observed, not a wait
 /// for something to happen).
@@ -109,7 +109,7 @@ fn with_host_groups_a_quiet_host_heartbeats_from_its_leader_only() {
             d.rank()
         );
         assert!(stats.engine.hosts.local_checks > 0, "rank {}", d.rank());
-        assert_eq!(stats.runtime.transport_errors, 0);
+        assert_eq!(stats.runtime.transport.errors, 0);
     }
 }
 
@@ -124,9 +124,9 @@ fn a_quiet_job_reports_nobody_and_every_rank_is_alive() {
         assert!((0..4).all(|r| d.is_alive(r)));
         assert!(!d.is_alive(4), "ranks beyond N are not members");
         let stats = d.stats();
-        assert!(stats.runtime.heartbeats_sent >= 10, "{:?}", stats.runtime);
+        assert!(stats.runtime.heartbeats.posted >= 10, "{:?}", stats.runtime);
         assert!(stats.engine.observation.slot_checks > 0);
-        assert_eq!(stats.runtime.transport_errors, 0);
+        assert_eq!(stats.runtime.transport.errors, 0);
     }
 }
 

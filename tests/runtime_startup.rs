@@ -157,23 +157,23 @@ fn a_provider_or_setting_mismatch_fails_every_rank() {
     let errors = exchange_errors(2, 1, |r| r.settings.timeout = Duration::from_millis(250));
     assert_eq!(
         errors[0],
-        "rank 1 runs with timeout 250ms, this rank with 100ms"
+        "rank 1 runs with FFD_TIMEOUT=250ms, this rank with FFD_TIMEOUT=100ms"
     );
     assert_eq!(
         errors[1],
-        "rank 0 runs with timeout 100ms, this rank with 250ms"
+        "rank 0 runs with FFD_TIMEOUT=100ms, this rank with FFD_TIMEOUT=250ms"
     );
 
     let errors = exchange_errors(2, 0, |r| r.settings.ring = ffd::protocol::RingKind::Shuffle);
     assert_eq!(
         errors[1],
-        "rank 0 runs with ring shuffle, this rank with topology"
+        "rank 0 runs with FFD_RING=shuffle, this rank with FFD_RING=topology"
     );
 
     let errors = exchange_errors(2, 1, |r| r.settings.local = ffd::config::LocalMode::Off);
     assert_eq!(
         errors[0],
-        "rank 1 runs with local watching off, this rank with auto"
+        "rank 1 runs with FFD_LOCAL=off, this rank with FFD_LOCAL=auto"
     );
 }
 

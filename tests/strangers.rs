@@ -141,7 +141,7 @@ fn rank_role() {
         .collect();
     let beats_before: Vec<u64> = detectors
         .iter()
-        .map(|d| d.stats().runtime.heartbeats_completed)
+        .map(|d| d.stats().runtime.heartbeats.completed)
         .collect();
     let (lines, commands) = mpsc::channel::<String>();
     thread::spawn(move || {
@@ -245,7 +245,7 @@ fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String>
         }
     }
     for (d, before) in detectors.iter().zip(beats_before) {
-        if d.stats().runtime.heartbeats_completed <= *before {
+        if d.stats().runtime.heartbeats.completed <= *before {
             return Err(format!("rank {}: no heartbeat completed since", d.rank()));
         }
     }

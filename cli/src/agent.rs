@@ -173,11 +173,17 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     let mut agreements = 0u64;
     while !stop.load(Ordering::Acquire) && !excluded {
         while let Ok(flags) = agree_rx.try_recv() {
+            // Stamped before the call: once it is made, the agreement can
+            // be decided (and its `agreed` events stamped, at the
+            // detector's own time) before this thread runs again, and a
+            // stamp taken after it would put this rank's call after the
+            // decisions (a negative latency in `ffd run`'s report).
+            let seq = agreements + 1;
+            let line = clock.now(AgentEvent::Agree { seq, flags });
             // The result comes as an event (`agreed`), like everything else.
             if detector.iagree(flags).is_ok() {
-                agreements += 1;
-                let seq = agreements;
-                emit(out, &clock.now(AgentEvent::Agree { seq, flags }))?;
+                agreements = seq;
+                emit(out, &line)?;
             }
         }
         while let Some(event) = detector.try_next_event() {

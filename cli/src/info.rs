@@ -164,7 +164,7 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         writeln!(out, "  {line}")?;
     }
 
-    writeln!(out, "\nnode-local watching (FFD_LOCAL={}):", config.local())?;
+    writeln!(out, "\nsame-host watching (FFD_LOCAL={}):", config.local())?;
     writeln!(out, "  {}", local_watching(config.local()))?;
 
     writeln!(out, "\nprogress thread (FFD_CORE={}):", config.core())?;

@@ -1,7 +1,7 @@
 //! The `ffd` command's subcommands, as a library so that tests drive the
 //! launcher and the timeline without processes.
 //!
-//! Owns: everything a user of the `ffd` command meets and an embedding host
+//! Owns: everything a user of the `ffd` command meets and an embedder
 //! never links: `ffd run` ([`launch`]), `ffd agent` ([`agent`]), `ffd
 //! rendezvous` ([`rendezvous`]), `ffd sim` ([`sim`]) and `ffd info`
 //! ([`info`]). Must not: make protocol decisions (the `ffd-protocol` Engine

@@ -99,7 +99,7 @@ pub struct SimArgs {
     /// Count notice copies per directed link (reports the maximum).
     #[arg(long)]
     pub track_links: bool,
-    /// Node-local watching (FFD_LOCAL=auto): same-host ranks watch each
+    /// Same-host watching (FFD_LOCAL=auto): same-host ranks watch each
     /// other (an exit seen after --exit-latency, hangs by counters), one
     /// leader per host on the fabric ring.
     #[arg(long)]

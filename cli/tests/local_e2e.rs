@@ -1,5 +1,5 @@
-//! Node-local watching through the real launcher and agents
-//! (`docs/design.md` §4.12): `ffd run` over `tcp;ofi_rxm` on loopback,
+//! Same-host watching through the real launcher and agents
+//! (`docs/design.md` §4.12 "Hosts"): `ffd run` over `tcp;ofi_rxm` on loopback,
 //! period 10 ms, timeout 100 ms, `FFD_LOCAL=auto` unless a test says
 //! otherwise. A kill is seen through exit words as it begins, or with
 //! `FFD_LOCAL=pidfd` through a pidfd once it is over (cause `exited`), a hang
@@ -10,6 +10,8 @@ use std::process::Output;
 
 use serde_json::Value;
 
+#[path = "../../tests/prereq/mod.rs"]
+mod prereq;
 mod support;
 use support::{TIMEOUT_MS, assert_all_learned, assert_no_false_reports, failure_of, output_text};
 
@@ -33,27 +35,16 @@ fn delay_of(report: &Value, rank: u64) -> f64 {
     f["detected_at_ms"].as_f64().unwrap() - f["injected_at_ms"].as_f64().unwrap()
 }
 
-/// Whether this machine lets a process open pidfds (Linux ≥ 5.3, no
-/// seccomp rule against it); the tests that need one say so and pass.
+/// Whether this machine gives pidfds; otherwise the test is skipped, and
+/// fails under `FFD_TEST_REQUIRE_ALL=1` (`tests/prereq/mod.rs`).
 fn pidfds_here() -> bool {
-    match ffd::node::pidfd_probe() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("skipped: no pidfd here ({why})");
-            false
-        }
-    }
+    prereq::available(&prereq::this_test(), &[prereq::pidfd()])
 }
 
-/// Whether this machine has exit words (`futex_waitv`, Linux ≥ 5.16).
+/// Whether this machine has exit words (`futex_waitv`, Linux ≥ 5.16);
+/// otherwise as [`pidfds_here`].
 fn exit_words_here() -> bool {
-    match ffd::node::exit_word_probe() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("skipped: no exit words here ({why})");
-            false
-        }
-    }
+    prereq::available(&prereq::this_test(), &[prereq::exit_words()])
 }
 
 /// Kills rank 2 of 6 on one host under `FFD_LOCAL=local`: it is declared
@@ -113,7 +104,7 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
     // so and nothing was lifted.
     let allowed = fifo_allowed_here();
     for (rank, s) in survivors(&report, 2) {
-        let lifts = s["runtime"]["boost_lifts"].as_u64().unwrap();
+        let lifts = s["runtime"]["local"]["boost_lifts"].as_u64().unwrap();
         match &allowed {
             Ok(()) => {
                 assert_eq!(s["sched"], "boost", "rank {rank}: {s}");
@@ -134,8 +125,11 @@ fn a_killed_rank_is_declared_exited_through_its_exit_words() {
     // each survivor's exit-word thread saw the death (whether its Engine
     // heard it first from there, from the pidfd, or from a notice).
     for (rank, s) in survivors(&report, 2) {
-        assert_eq!(s["runtime"]["local_exit_words"], 5, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exit_words_seen"], 1, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exit_words"], 5, "rank {rank}: {s}");
+        assert_eq!(
+            s["runtime"]["local"]["exit_words_seen"], 1,
+            "rank {rank}: {s}"
+        );
     }
     // The others left cleanly at the end: released words are no deaths.
     assert_eq!(
@@ -162,7 +156,7 @@ fn under_the_normal_policy_nothing_is_lifted_and_a_kill_is_still_exited_everywhe
         a_killed_rank_is_exited_for_every_survivor_with("auto", &[("FFD_SCHED", "normal")]);
     for (rank, s) in survivors(&report, 2) {
         assert_eq!(s["sched"], "normal", "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["boost_lifts"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["boost_lifts"], 0, "rank {rank}: {s}");
     }
 }
 
@@ -174,9 +168,9 @@ fn under_fifo_the_progress_threads_run_real_time_and_a_kill_is_still_exited_ever
         let sched = s["sched"].as_str().unwrap_or_default();
         match &allowed {
             // Already real-time: a lift only lets it run on every CPU.
-            Ok(()) if exit_words_here() => {
+            Ok(()) if ffd::node::exit_word_probe().is_ok() => {
                 assert_eq!(sched, "fifo", "rank {rank}: {s}");
-                let lifts = s["runtime"]["boost_lifts"].as_u64().unwrap();
+                let lifts = s["runtime"]["local"]["boost_lifts"].as_u64().unwrap();
                 assert!(lifts >= 1, "rank {rank}: {s}");
             }
             Ok(()) => assert_eq!(sched, "fifo", "rank {rank}: {s}"),
@@ -201,9 +195,9 @@ fn with_pidfds_only_a_killed_rank_is_declared_exited_and_every_survivor_is_told(
     // Each survivor watched every other rank through a pidfd and saw the
     // exit itself; no exit words.
     for (rank, s) in survivors(&report, 2) {
-        assert_eq!(s["runtime"]["local_pidfds"], 5, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exits_seen"], 1, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exit_words"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["pidfds"], 5, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exits_seen"], 1, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exit_words"], 0, "rank {rank}: {s}");
     }
 }
 
@@ -211,7 +205,7 @@ fn with_pidfds_only_a_killed_rank_is_declared_exited_and_every_survivor_is_told(
 /// its counter is a timeout old: its observer declares it at once, with no
 /// accusation round under the default `FFD_QUORUM=majority`.
 #[test]
-fn a_stopped_rank_is_found_through_its_counter_by_its_local_observer() {
+fn a_stopped_rank_is_found_through_its_counter_by_its_same_host_observer() {
     let (report, out) = run_job(
         "auto",
         &["-n", "4", "--stop", "2@500ms", "--duration", "1500ms"],
@@ -272,15 +266,15 @@ fn without_pidfds_the_counters_still_catch_a_kill() {
     assert_all_learned(&report, 1, &[0, 2, 3]);
     assert_no_false_reports(&report);
     for (rank, s) in report["stats"].as_object().unwrap() {
-        assert_eq!(s["runtime"]["local_pidfds"], 0, "rank {rank}: {s}");
-        assert_eq!(s["runtime"]["local_exit_words"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["pidfds"], 0, "rank {rank}: {s}");
+        assert_eq!(s["runtime"]["local"]["exit_words"], 0, "rank {rank}: {s}");
     }
 }
 
 /// 3 hosts of 2: host 1 = ranks 1 and 4, silenced together (stopped, not
 /// killed: a killed process's sockets are reset by its kernel, and that
 /// in-band proof names each rank on its own, as it should; a host that
-/// loses power or its network says nothing). One notice for the host,
+/// loses power or its network says nothing). One notice for the whole host,
 /// under `quorum` (`FFD_QUORUM`).
 fn a_whole_emulated_host_is_declared_in_one_notice(quorum: &str) {
     let (report, out) = run_job_with(
@@ -442,7 +436,7 @@ fn a_one_host_agreement_goes_through_the_segment_and_survives_a_kill_during_it()
 }
 
 /// A rank stopped (SIGSTOP) before an agreement holds it back until its
-/// local observer declares it (counters, one timeout); then every other
+/// same-host observer declares it (counters, one timeout); then every other
 /// rank decides without it, naming it, through the segment.
 #[test]
 fn a_one_host_agreement_waits_for_a_stopped_rank_to_be_declared_then_names_it() {

@@ -416,7 +416,7 @@ fn watch_quiet(job: &Job, span: Duration, primary: &[u32], cut_off: &[u32]) -> u
 }
 
 /// The bounds every partition must meet: self-exclusion within two
-/// timeouts (`docs/design.md` §4.11) of the cut or of the end of the
+/// timeouts (`docs/design.md` §4.11 "Primary partition") of the cut or of the end of the
 /// start-up grace, whichever is later, plus slack for a loaded machine;
 /// detection within a timeout per cut-off rank plus a mended link's grace
 /// (`FFD_STARTUP_GRACE`: an emitter mended to after a declaration has it
@@ -513,7 +513,7 @@ fn a_minority_cut_off_excludes_itself_names_nobody_and_stays_out_after_the_heal(
 /// decides it, one decision naming the cut-off ranks; no cut-off rank
 /// ever decides another (each excludes itself, its agreement aborted).
 /// Across hosts the agreement travels as messages (`docs/design.md`
-/// §4.10), so this is the message path's partition test.
+/// §4.10 "Agreement and views"), so this is the message path's partition test.
 #[test]
 fn an_agreement_during_a_minority_cut_is_decided_once_by_the_primary_side_and_never_split() {
     use std::io::Write;

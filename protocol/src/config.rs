@@ -142,7 +142,7 @@ setting_enum!(
 
 setting_enum!(
     /// How a declaration from silence is made (`FFD_QUORUM`, `docs/design.md`
-    /// §4.11). Proof of death (an error the peer's kernel caused) is always
+    /// §4.11 "Primary partition"). Proof of death (an error the peer's kernel caused) is always
     /// declared at once.
     QuorumMode, "majority|off", {
         /// Silence (a timeout, a refusal run) is an accusation that a
@@ -216,12 +216,12 @@ pub struct EngineConfig {
     /// rank more than W payloads of one origin behind its neighbours cannot
     /// be repaired by them (`payloads_beyond_retention`). Default 64.
     pub payload_retention: usize,
-    /// Local health awareness (Lifeguard): the largest factor by which a
+    /// Own health awareness (Lifeguard): the largest factor by which a
     /// rank that sees its own wake-ups running late stretches the timeouts
     /// it judges others by (1 to [`Self::MAX_HEALTH`]; 1 never stretches).
-    /// Default [`Self::DEFAULT_HEALTH_MAX`]. See `docs/design.md` §4.3.
+    /// Default [`Self::DEFAULT_HEALTH_MAX`]. See `docs/design.md` §4.3 "Timeout".
     pub health_max: u32,
-    /// A wake-up of this rank's timers later than this raises its local
+    /// A wake-up of this rank's timers later than this raises its own
     /// health multiplier by one. Default: one check interval
     /// (`timeout / checks_per_timeout`).
     pub late_wakeup: Option<Duration>,
@@ -298,7 +298,7 @@ impl EngineConfig {
     /// for the connection set-up of a real fabric, which takes tens of ms on
     /// `tcp;ofi_rxm` and more on a loaded machine.
     pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(1);
-    /// The local health multiplier's ceiling unless set (`FFD_HEALTH_MAX`'s
+    /// The own health multiplier's ceiling unless set (`FFD_HEALTH_MAX`'s
     /// default): a rank that sees itself late waits up to 4 timeouts.
     pub const DEFAULT_HEALTH_MAX: u32 = 4;
     /// The largest accepted `health_max`.
@@ -361,7 +361,7 @@ impl EngineConfig {
 
     /// A wake-up of this rank's timers later than this strains it: a
     /// majority confirmation of its accusations is held (`docs/design.md`
-    /// §4.11). One period, or `late_wakeup` if shorter (so with a very
+    /// §4.11 "Primary partition"). One period, or `late_wakeup` if shorter (so with a very
     /// short period nearly every confirmation under load is held, up to
     /// `health_max` timeouts): a wake-up a period
     /// late means at least one of its own beats left late, the measure
@@ -419,7 +419,7 @@ impl EngineConfig {
 
     /// Quorum: an accusation starts a new round, or gives up, only once
     /// its vote count has stood still this long (a quarter timeout, as
-    /// [`Self::accusation_retry`], stretched by the rank's local health):
+    /// [`Self::accusation_retry`], stretched by the rank's own health):
     /// votes still arriving mean the flood is reaching a side that may yet
     /// be a majority, as on an overloaded machine where every hop of the
     /// vote tree waits for a late thread. A partition's minority stops
@@ -434,7 +434,7 @@ impl EngineConfig {
     /// its first heartbeat within `timeout / 8` is accused at once (it
     /// writes one as soon as `ObserveMe` arrives): a chain of cut-off ranks
     /// is then declared in `timeout / 8` per link, not a timeout per link.
-    /// Only while the observer's own wake-ups keep time (local health 1):
+    /// Only while the observer's own wake-ups keep time (own health 1):
     /// a late observer gives the new emitter a full stretched timeout.
     pub fn first_beat_within(&self) -> Duration {
         (self.timeout / 8).max(Duration::from_nanos(1))

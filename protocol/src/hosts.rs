@@ -1,10 +1,10 @@
 //! Host groups: which ranks share a host, each host's leader, and the
-//! ring of hosts the fabric heartbeats run on (`docs/design.md` §4.12).
+//! ring of hosts the fabric heartbeats run on (`docs/design.md` §4.12 "Hosts").
 //!
 //! Owns: the rank → host map, each host's ranks in rank order, and the
 //! order of hosts on the fabric ring, the same on every rank from the same
 //! inputs; the rules that pick a host's leader (its lowest live rank), a
-//! rank's local emitter and observer (its nearest live same-host
+//! rank's same-host emitter and observer (its nearest live same-host
 //! predecessor and successor, by rank, wrapping) and a leader's fabric
 //! emitter and observer (the leaders of the nearest hosts before and after
 //! its own on the host ring that still have a live rank). Must not: hold
@@ -122,7 +122,7 @@ impl Hosts {
         self.leader(self.host_of(rank), gone) == Some(rank)
     }
 
-    /// `rank`'s local emitter: the nearest same-host rank below it (wrapping
+    /// `rank`'s same-host emitter: the nearest same-host rank below it (wrapping
     /// to the highest) not `gone`; `None` when it is alone on its host.
     pub fn local_emitter(&self, rank: Rank, gone: impl Fn(Rank) -> bool) -> Option<Rank> {
         let m = self.members(self.host_of(rank));
@@ -132,7 +132,7 @@ impl Hosts {
             .find(|&r| !gone(r))
     }
 
-    /// `rank`'s local observer: the nearest same-host rank above it
+    /// `rank`'s same-host observer: the nearest same-host rank above it
     /// (wrapping) not `gone`.
     pub fn local_observer(&self, rank: Rank, gone: impl Fn(Rank) -> bool) -> Option<Rank> {
         let m = self.members(self.host_of(rank));

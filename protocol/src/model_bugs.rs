@@ -24,13 +24,19 @@ pub enum Bug {
     /// A rank raises the next view from its own gone set when its batching
     /// window ends, before (without) the view's agreement deciding.
     ViewBeforeDecision,
+    /// A ballot that expires with no `Outcome` seen is dropped, not kept
+    /// spent: a straggling copy of its round makes the rank join it again
+    /// under a second flood parent, and its subtree is counted twice (test
+    /// `a_delayed_flood_does_not_count_a_side_twice`).
+    ForgottenBallots,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 3] = [
+    pub const ALL: [Bug; 4] = [
         Bug::UncappedVotes,
         Bug::OriginOnlyForwards,
         Bug::ViewBeforeDecision,
+        Bug::ForgottenBallots,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +44,7 @@ impl Bug {
             Bug::UncappedVotes => "uncapped-votes",
             Bug::OriginOnlyForwards => "origin-only-forwards",
             Bug::ViewBeforeDecision => "view-before-decision",
+            Bug::ForgottenBallots => "forgotten-ballots",
         }
     }
 

@@ -1,5 +1,5 @@
 //! The primary partition at one Engine, one input at a time
-//! (`FFD_QUORUM=majority`, `engine/quorum.rs`, `docs/design.md` §4.11):
+//! (`FFD_QUORUM=majority`, `engine/quorum.rs`, `docs/design.md` §4.11 "Primary partition"):
 //! an accuser declares only with a majority of votes (an exact half with
 //! the lowest live rank), excludes itself without one; a voter forwards a
 //! round once, votes to its flood parent and follows the outcome; the
@@ -13,7 +13,7 @@ use ffd_protocol::wire::{Encoder, Message, OutcomeVerdict, VOTE_COMPLETE};
 use ffd_protocol::{
     Cause, Confirmation, Engine, EngineConfig, Event, Evidence, Exclusion, FabricSaid,
     FailureDetail, Input, Kind, Output, Participation, QuorumMode, Rank, SlotReading, Time,
-    TransportErrorKind,
+    TransportErrorKind, slot_value,
 };
 use support::{Job, at, drain, drained, events, ms, serve_deadlines, slot_reading, sorted, tick};
 
@@ -389,7 +389,7 @@ fn votes_still_coming_in_hold_off_new_rounds_and_the_give_up() {
 }
 
 /// Wake-ups 60 ms late (late after 25 ms, the lag guard at 50 ms): each
-/// raises the local health multiplier by one. The time of the last.
+/// raises the own health multiplier by one. The time of the last.
 fn run_late(e: &mut Engine, wakeups: u32) -> Time {
     let mut last_late = Time::ZERO;
     for _ in 0..wakeups {
@@ -400,7 +400,7 @@ fn run_late(e: &mut Engine, wakeups: u32) -> Time {
     last_late
 }
 
-/// An accuser whose own wake-ups run late (local health above 1) does not
+/// An accuser whose own wake-ups run late (own health above 1) does not
 /// give up its side for want of votes: the votes it lacks may be its own
 /// lateness or its voters', and its give-up takes its voters along
 /// (at N = 128 on 2 cores with a 20 ms timeout, ranks whose
@@ -420,7 +420,7 @@ fn an_accuser_whose_wakeups_ran_late_defers_its_give_up_until_its_health_is_back
         let outs = run_until(&mut e, at(110));
         round(&outs, n);
         let last_late = run_late(&mut e, late_wakeups);
-        assert_eq!(e.local_health(), health);
+        assert_eq!(e.own_health(), health);
         // From here every wake-up is on time. Without the rule the accuser
         // excludes itself at the first on-time wake-up past its give-up
         // window (about 200 ms, as in the test above).
@@ -442,7 +442,7 @@ fn an_accuser_whose_wakeups_ran_late_defers_its_give_up_until_its_health_is_back
             excluded_at <= last_late + ms(back_after) + ms(100),
             "health {health}: gave up only at {excluded_at} (last late wake-up {last_late})"
         );
-        assert_eq!(e.local_health(), 1);
+        assert_eq!(e.own_health(), 1);
         assert_eq!(e.stats().quorum.no_quorum_exclusions, 1);
     }
 }
@@ -488,7 +488,7 @@ fn accuses_new_emitter_at(e: &mut Engine, limit: Time) -> Option<Time> {
     )
 }
 
-/// The chain rule (`docs/design.md` §4.11 "Chains"): while other
+/// The chain rule (`docs/design.md` §4.11 "Primary partition", "Chains"): while other
 /// accusations are under way, a freshly mended emitter whose link is up
 /// has `first_beat_within` (timeout / 8) to write its first beat, so a
 /// partition's chain of cut-off ranks costs an eighth of a timeout per
@@ -501,7 +501,7 @@ fn accuses_new_emitter_at(e: &mut Engine, limit: Time) -> Option<Time> {
 #[test]
 fn a_late_observer_gives_a_mended_emitter_a_full_timeout_even_amid_accusations() {
     let (mut e, linked) = mended_amid_accusations(0);
-    assert_eq!(e.local_health(), 1);
+    assert_eq!(e.own_health(), 1);
     let t = accuses_new_emitter_at(&mut e, linked + ms(1000)).expect("accused");
     assert!(
         t >= linked + ms(12) && t <= linked + ms(13),
@@ -509,7 +509,7 @@ fn a_late_observer_gives_a_mended_emitter_a_full_timeout_even_amid_accusations()
     );
 
     let (mut e, linked) = mended_amid_accusations(1);
-    assert_eq!(e.local_health(), 2);
+    assert_eq!(e.own_health(), 2);
     let t = accuses_new_emitter_at(&mut e, linked + ms(1000)).expect("accused");
     assert!(
         t >= linked + ms(200),
@@ -621,7 +621,7 @@ fn an_accuser_a_period_late_holds_a_confirmed_accusation() {
     // 15 ms late: over the 10 ms period, under the 25 ms late_wakeup, so
     // health stays 1.
     let (mut e, nonce, outs) = voted_after_a_late_wakeup(ms(15));
-    assert_eq!(e.local_health(), 1);
+    assert_eq!(e.own_health(), 1);
     assert_eq!(failed(&outs), vec![], "declared a period late at once");
     assert_eq!(e.stats().quorum.confirmations_held, 1);
     let outs = run_until(&mut e, at(250));
@@ -650,14 +650,14 @@ fn votes_read_on_a_wakeup_a_period_late_are_held() {
     );
     assert_eq!(failed(&outs), vec![], "declared on a wake-up a period late");
     assert_eq!(e.stats().quorum.confirmations_held, 1);
-    assert_eq!(e.local_health(), 1);
+    assert_eq!(e.own_health(), 1);
 }
 
-/// Lifeguard's suspicion timeout, shaped by local health: an accusation
+/// Lifeguard's suspicion timeout, shaped by own health: an accusation
 /// that a majority confirms while this rank's own timing is strained (a
 /// wake-up later than `strain_lateness`, a period here, since the accusation
-/// began, or local health above 1) is held until the suspect has been silent for
-/// `health_max` timeouts (400 ms here, the bound of design §4.3), so that
+/// began, or own health above 1) is held until the suspect has been silent for
+/// `health_max` timeouts (400 ms here, the bound of design §4.3 "Timeout"), so that
 /// a suspect starved by the same overload can still answer; an answer
 /// meanwhile withdraws it. On time (health 1, no late wake-up) it is
 /// declared at once (`silence_is_an_accusation_declared_once_a_majority_votes`).
@@ -670,7 +670,7 @@ fn an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling() {
         // 30 ms late (late after 25 ms; under the 50 ms lag guard):
         // health 2.
         let (mut e, nonce, outs) = voted_after_a_late_wakeup(ms(30));
-        assert_eq!(e.local_health(), 2);
+        assert_eq!(e.own_health(), 2);
         assert_eq!(e.stats().health.self_lag_trips, 0);
         assert_eq!(failed(&outs), vec![], "declared under strain at once");
         assert_eq!(e.stats().quorum.confirmations_held, 1);
@@ -702,4 +702,61 @@ fn an_accuser_under_strain_holds_a_confirmed_accusation_until_the_ceiling() {
         );
         assert_eq!(e.stats().quorum.quorum_confirmations, 1);
     }
+}
+
+/// A ballot that expires with no `Outcome` seen is kept spent
+/// (`docs/design.md` §4.11, "Spent ballots"): a straggling copy of its
+/// round is refused, neither forwarded nor voted on (joined again, it had
+/// a second flood parent, which counted this rank a second time); a newer
+/// round is joined; and at the limit of 256 ballots a new accusation takes
+/// a spent ballot's place, where open ones refuse it.
+#[test]
+fn a_spent_ballot_refuses_its_round_and_makes_room_for_a_new_one() {
+    let n = 64;
+    let mut v = checker(n, 2);
+    let mut beat = 0u16;
+    let mut beating = slot_reading(move |_| {
+        beat = beat.wrapping_add(1);
+        slot_value(0, 0, beat)
+    });
+    let sent = |outs: &[Output]| {
+        let kinds: Vec<Kind> = JOB
+            .sent(outs, n)
+            .into_iter()
+            .map(|(_, h, _)| h.kind)
+            .collect();
+        (kinds.contains(&Kind::Suspect), kinds.contains(&Kind::Vote))
+    };
+    let outs = JOB.deliver(&mut v, at(1), Encoder::new(KEY, 1).suspect(1, 7, 5, 0, 0));
+    assert!(sent(&outs).0, "the round is forwarded");
+    // 1.5 timeouts on, the ballot expires (spent); the emitter beats.
+    support::run_until(&mut v, at(200), &mut beating);
+    let outs = JOB.deliver(&mut v, at(201), Encoder::new(KEY, 3).suspect(1, 7, 5, 1, 0));
+    let mut later = support::run_until(&mut v, at(260), &mut beating);
+    later.extend(outs);
+    assert_eq!(sent(&later), (false, false), "{later:?}");
+    // A newer round of the same accusation is joined.
+    let outs = JOB.deliver(&mut v, at(261), Encoder::new(KEY, 1).suspect(1, 9, 5, 0, 0));
+    assert!(sent(&outs).0);
+    // 256 ballots at once: the 257th is refused while they are open.
+    let pairs: Vec<(Rank, Rank)> = (10..40)
+        .flat_map(|a| (50..59).map(move |s| (a, s)))
+        .collect();
+    let mut t = at(262);
+    for &(a, s) in &pairs[..255] {
+        JOB.deliver(&mut v, t, Encoder::new(KEY, a).suspect(a, 1, s, 0, 0));
+        t += Duration::from_micros(10);
+    }
+    assert_eq!(v.stats().quorum.ballots_refused, 0);
+    let (a, s) = pairs[255];
+    let outs = JOB.deliver(&mut v, t, Encoder::new(KEY, a).suspect(a, 1, s, 0, 0));
+    assert!(!sent(&outs).0);
+    assert_eq!(v.stats().quorum.ballots_refused, 1);
+    // Spent, they make room.
+    support::run_until(&mut v, at(500), &mut beating);
+    let (a, s) = pairs[256];
+    let outs = JOB.deliver(&mut v, at(501), Encoder::new(KEY, a).suspect(a, 1, s, 0, 0));
+    assert!(sent(&outs).0);
+    assert_eq!(v.stats().quorum.ballots_refused, 1);
+    assert_eq!(v.participation(), Participation::Active);
 }

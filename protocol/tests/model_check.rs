@@ -77,15 +77,16 @@ fn all_hold_and_everything_is_reached() {
     assert_eq!(reached, all, "sometimes-properties never reached");
 }
 
-/// With `bug` put back, the run within `b` breaks `prop`; without it,
+/// With `bugs` put back, the run within `b` breaks `prop`; without them,
 /// the same run holds (`clean`: checked here; else by the command, whose
 /// run of these bounds takes longer than a test should in a debug build).
-fn finds(bug: Bug, b: Bounds, prop: Prop, clean: bool) {
-    model_bugs::set(&[bug]);
+fn finds(bugs: &[Bug], b: Bounds, prop: Prop, clean: bool) {
+    model_bugs::set(bugs);
     let r = harness::run(&b);
     model_bugs::set(&[]);
     let broken = r.broken().map(|v| v.prop);
-    assert_eq!(broken, Some(prop), "{}: {}", bug.as_str(), verdict(&r));
+    let names: Vec<&str> = bugs.iter().map(|b| b.as_str()).collect();
+    assert_eq!(broken, Some(prop), "{names:?}: {}", verdict(&r));
     if clean {
         let clean = harness::run(&b);
         assert!(clean.all_hold(), "{}", verdict(&clean));
@@ -98,7 +99,7 @@ fn the_model_checker_finds_nothing_in_todays_engine_and_each_known_bug_put_back(
     // A payload forwarded only by its origin: the origin crashes after one
     // copy left; its receiver delivers and sends it on to nobody.
     finds(
-        Bug::OriginOnlyForwards,
+        &[Bug::OriginOnlyForwards],
         bounds(3, 4, |b| {
             b.faults = 1;
             b.broadcasts = 1;
@@ -109,7 +110,7 @@ fn the_model_checker_finds_nothing_in_todays_engine_and_each_known_bug_put_back(
     // A view raised from a rank's own gone set, without its agreement:
     // two ranks learn a crash and a leave in different orders.
     finds(
-        Bug::ViewBeforeDecision,
+        &[Bug::ViewBeforeDecision],
         bounds(3, 8, |b| {
             b.faults = 1;
             b.losses = 1;
@@ -122,7 +123,49 @@ fn the_model_checker_finds_nothing_in_todays_engine_and_each_known_bug_put_back(
     // the cap at N: two voters whose ballots expired re-join the round from
     // each other's late copies of the flood, each the other's flood parent,
     // and count each other's votes up past N = 4 (an undecodable vote).
-    finds(Bug::UncappedVotes, stale_flood(), Prop::Silence, true);
+    // Re-joining a round needs a forgotten ballot: both bugs go back.
+    finds(
+        &[Bug::UncappedVotes, Bug::ForgottenBallots],
+        stale_flood(),
+        Prop::Silence,
+        true,
+    );
+    // A ballot forgotten when it expired: a late copy of its round makes
+    // the voter join it again under a second flood parent, which counts
+    // it while the first one still does.
+    finds(&[Bug::ForgottenBallots], late_copy(), Prop::Ballots, true);
+}
+
+/// N = 4, 16 steps, every path opening with 10 steps that no bug changes:
+/// rank 2's emitter 1 stalls and 2 accuses it; rank 3 joins the round
+/// from 2's flood, votes, and 2 counts it; 3 runs to the end of its ballot
+/// (1.5 timeouts); then 2's delayed copy reaches rank 0, which forwards it
+/// to 3, and that copy arrives. With its ballot forgotten, 3 joins the
+/// round again with 0 as its flood parent; 0 forwarded to it, so it counts
+/// 3's next vote while 2 still counts the first (`ballots`, in 13 steps).
+/// Kept spent, the ballot refuses the copy. Every interleaving of the 6
+/// steps after the opening is explored.
+fn late_copy() -> Bounds {
+    let tick = |rank| Action::Tick { rank, beat: true };
+    let deliver = |from, to| Action::Deliver { from, to };
+    let mut b = Bounds::quiet(4, 16);
+    b.stalls = 1;
+    b.opening = vec![
+        tick(2),
+        Action::Tick {
+            rank: 2,
+            beat: false,
+        },
+        deliver(2, 3),
+        tick(3),
+        tick(3),
+        deliver(3, 2),
+        tick(3),
+        tick(3),
+        deliver(2, 0),
+        deliver(0, 3),
+    ];
+    b
 }
 
 /// N = 4, 20 steps, every path opening with 14 steps that no bug changes:

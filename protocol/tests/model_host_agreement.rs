@@ -1,5 +1,5 @@
 //! A model of the one-host agreement (`src/runtime/host_agree.rs`,
-//! `docs/design.md` §4.10 "On one host"), checked over every interleaving
+//! `docs/design.md` §4.10 "Agreement and views", "On one host"), checked over every interleaving
 //! of single shared-memory accesses by stateright: ranks contribute into
 //! their record of the round's slot (`u mod 2`), read the decision word,
 //! read the others' contributions one at a time (a rank without one

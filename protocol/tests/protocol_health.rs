@@ -1,5 +1,5 @@
 //! The Engine's protections against its own lateness and against slow
-//! links (`docs/design.md` §4.3, §4.4): local health awareness stretches
+//! links (`docs/design.md` §4.3 "Timeout", §4.4 "Mending"): own health awareness stretches
 //! the timeout of a rank whose wake-ups run late, within `health_max`
 //! timeouts; a mended emitter's timeout starts when its link is confirmed,
 //! within a link grace.
@@ -107,7 +107,7 @@ fn a_beat_confirms_the_link_too() {
     // First read: the fresh slot is empty; then the new emitter's beat.
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, 0);
-    // A beat counts in the generation the ObserveMe named (docs/design.md §5).
+    // A beat counts in the generation the ObserveMe named (docs/design.md §5 "Wire format").
     let beat = slot_value(e.generation(), fold_digest(e.digest()), 1);
     let t = e.next_deadline().unwrap();
     tick(&mut e, t, beat);
@@ -137,10 +137,10 @@ fn late_wakeups_stretch_the_timeout_up_to_health_max() {
     let mut e = beating_until(config(), beat);
     let (t, rank) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
     assert_eq!(rank, 3);
-    assert_eq!(e.local_health(), 4);
+    assert_eq!(e.own_health(), 4);
     assert_eq!(e.stats().health.health_peak, 4);
     assert!(e.stats().health.health_rises >= 3);
-    // The bound `docs/design.md` §4.3 states: within health_max timeouts of the last
+    // The bound `docs/design.md` §4.3 "Timeout" states: within health_max timeouts of the last
     // beat, plus the wake-up's own lateness and a check interval.
     assert!(
         t >= beat + ms(400) && t <= beat + ms(400) + ms(30) + ms(25),
@@ -158,15 +158,15 @@ fn on_time_wakeups_bring_the_timeout_back() {
         value += 1;
         tick(&mut e, now, slot_value(0, 0, value));
     }
-    assert_eq!(e.local_health(), 4);
+    assert_eq!(e.own_health(), 4);
     // On time from here, beating: one step down per stretched timeout
     // (400 + 300 + 200 ms).
     let mut now = Time::ZERO;
-    while e.local_health() > 1 {
+    while e.own_health() > 1 {
         now = e.next_deadline().unwrap();
         value += 1;
         tick(&mut e, now, slot_value(0, 0, value));
-        assert!(now < at(2000), "still at {} by {now}", e.local_health());
+        assert!(now < at(2000), "still at {} by {now}", e.own_health());
     }
     assert!(now >= at(1000), "back to 1 at {now}");
     // Then a silent emitter is declared one timeout after its last beat.
@@ -189,7 +189,7 @@ fn a_ceiling_of_one_judges_by_the_plain_timeout() {
     let beat = at(20);
     let mut e = beating_until(cfg, beat);
     let (t, _) = run(&mut e, slot_value(0, 0, 1), ms(30), at(5000)).expect("declared");
-    assert_eq!(e.local_health(), 1);
+    assert_eq!(e.own_health(), 1);
     assert_eq!(e.stats().health.health_rises, 0);
     assert!(t <= beat + ms(100) + ms(30) + ms(25), "declared at {t}");
 }

@@ -1,4 +1,4 @@
-//! Engines with host groups (`docs/design.md` §4.12): leaders and the ring
+//! Engines with host groups (`docs/design.md` §4.12 "Hosts"): leaders and the ring
 //! of hosts, local watching (exits as proof, hangs through the counters),
 //! leader failover, and a whole host declared in one notice.
 //!
@@ -199,7 +199,7 @@ impl Cluster {
     }
 
     /// One millisecond: every running rank whose deadline came wakes,
-    /// reads its slot and its local emitter's counter, and bumps its own.
+    /// reads its slot and its same-host emitter's counter, and bumps its own.
     fn step(&mut self) {
         self.now += ms(1);
         let mut queue = VecDeque::new();
@@ -352,7 +352,11 @@ fn only_leaders_are_on_the_fabric_ring_and_every_rank_watches_locally() {
             assert_eq!((e.emitter(), e.observer()), (None, None), "rank {r}");
         }
         let local = if r < 3 { r + 6 } else { r - 3 };
-        assert_eq!(e.local_emitter(), Some(local), "rank {r}'s local emitter");
+        assert_eq!(
+            e.local_emitter(),
+            Some(local),
+            "rank {r}'s same-host emitter"
+        );
     }
 }
 
@@ -513,7 +517,7 @@ fn a_hang_is_posted_on_the_board_and_its_host_gets_no_fabric_copy() {
         .into_iter()
         .find(|&(_, cause, _)| cause == Cause::Timeout)
         .map(|(r, _, _)| r)
-        .expect("declared by its local observer");
+        .expect("declared by its same-host observer");
     // One post on host 0, by the declarer; news entering host 1 over the
     // fabric is posted there by the first rank it reaches.
     let on_host0: Vec<_> = c.posts.iter().filter(|p| p.0 % 2 == 0).cloned().collect();
@@ -612,7 +616,7 @@ fn a_dead_leader_is_replaced_and_the_next_failure_is_still_found() {
     assert_eq!(c.engines[2].observer(), Some(3), "host 2 beats to rank 3");
     assert!(c.engines[3].stats().observation.heartbeats_written > 0);
     assert!(c.engines[3].stats().observation.observe_me_accepted > 0);
-    // The next failure: the new leader hangs. Its local observer (rank 6)
+    // The next failure: the new leader hangs. Its same-host observer (rank 6)
     // finds it through its counter, within a timeout and a check.
     c.status[3] = Status::Hung;
     let hung_at = c.now;
@@ -767,7 +771,7 @@ fn a_hung_non_leader_is_found_by_its_local_observer() {
     assert_eq!(c.engines[7].local_emitter(), Some(1));
 }
 
-/// A local emitter whose progress thread the driver found runnable
+/// A same-host emitter whose progress thread the driver found runnable
 /// (waiting for a CPU) when its counter was a timeout old is starved, not
 /// hung: its observer judges it by the ceiling, `health_max` (4)
 /// timeouts (with CPU hogs on 2 cores, observers that got a CPU
@@ -791,7 +795,7 @@ fn a_starved_local_emitter_is_judged_by_the_ceiling() {
             "runnable {runnable}: last woke at {last_woke}, declared at {at}"
         );
         assert_eq!(c.failed_events(4)[0].0, 7);
-        assert_eq!(c.engines[7].local_health(), 1, "the observer kept time");
+        assert_eq!(c.engines[7].own_health(), 1, "the observer kept time");
         assert_eq!(
             c.engines[7].stats().hosts.starved_emitter_checks > 0,
             runnable,
@@ -801,7 +805,7 @@ fn a_starved_local_emitter_is_judged_by_the_ceiling() {
     }
 }
 
-/// Under `FFD_QUORUM=majority` a silent local emitter is accused, and
+/// Under `FFD_QUORUM=majority` a silent same-host emitter is accused, and
 /// declared once a majority confirms. One whose counter stood still for
 /// the timeout while the kernel shows its progress thread stopped
 /// (SIGSTOP) is declared at once, without the round: a same-host
@@ -852,10 +856,10 @@ fn a_local_emitter_the_kernel_shows_stopped_is_declared_without_a_round() {
 }
 
 /// The mend rate limit holds for local watching too: after declaring its
-/// local emitter, a rank gives the next one a full timeout from the
+/// same-host emitter, a rank gives the next one a full timeout from the
 /// mending, not from that rank's last wake-up, which on an overloaded
 /// host may already be a timeout old (observers declared their
-/// next local emitter at the first look, one after another).
+/// next same-host emitter at the first look, one after another).
 #[test]
 fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
     // Host 1 holds ranks 1, 3, 5, 7, 9, 11: 9 watches 7, 7 watches 5.
@@ -875,7 +879,7 @@ fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
     );
 }
 
-/// Under `FFD_QUORUM=majority` a local emitter's silence is an
+/// Under `FFD_QUORUM=majority` a same-host emitter's silence is an
 /// accusation. Meanwhile the accuser keeps waking every check interval
 /// (its wake-ups are its own counter's beats), and a suspect that refutes
 /// gets a fresh timeout. Before, the accuser stopped checking: it slept
@@ -981,7 +985,7 @@ fn host_groups_must_describe_the_ring() {
 fn an_excluded_rank_raises_nothing_from_its_counter_or_host_checks() {
     let mut c = Cluster::new(9, 3);
     c.run_for(ms(300));
-    // Rank 4 hangs, is declared by its local observer, then runs again:
+    // Rank 4 hangs, is declared by its same-host observer, then runs again:
     // the first notice it finds excludes it.
     c.status[4] = Status::Hung;
     c.run_for(ms(300));
@@ -1243,7 +1247,7 @@ fn a_mended_leader_that_hangs_while_its_host_runs_is_found_by_its_host_alone() {
     // Rank 4, the new emitter, is stopped just after the mending, before
     // its first beat; rank 7 runs on. Rank 2's re-checks are answered by
     // rank 7: no host is declared; rank 4 is found hung by rank 7, its
-    // local observer, in a timeout.
+    // same-host observer, in a timeout.
     let mut c = host_leader_killed(QuorumMode::Majority);
     c.slots.retain(|&(observer, _), _| observer != 2);
     let stopped_at = c.hang(4, EmitterThread::Unknown);
@@ -1380,7 +1384,7 @@ fn a_host_recheck_whose_emitter_is_declared_by_others_meanwhile_declares_the_res
 
 /// Shared memory cannot be partitioned: a job whose ranks all share one
 /// host has no minority to leave, so an accusation whose votes do not come
-/// (here none can: a lone Engine, its local emitter's counter still and
+/// (here none can: a lone Engine, its same-host emitter's counter still and
 /// its thread neither runnable nor stopped) goes on with new rounds and
 /// never excludes its accuser for want of a quorum. The same accuser on a
 /// job of two hosts gives up and excludes itself, as a cut minority must.
@@ -1391,7 +1395,7 @@ fn a_one_host_job_never_excludes_itself_for_want_of_a_quorum() {
         let ring = Arc::new(Ring::topology(hosts_of));
         let config = host_config(QuorumMode::Majority);
         let mut e = JOB.engine_on_hosts(config, ring, hosts, 2);
-        let emitter = e.local_emitter().expect("a local emitter");
+        let emitter = e.local_emitter().expect("a same-host emitter");
         let stale = LocalBeat {
             at: Time::ZERO + ms(150),
             digest: fold_digest(e.digest()),

@@ -219,7 +219,7 @@ fn mended(mendings: u32) -> (Engine, Vec<Output>) {
     }
     assert_eq!(e.generation(), mendings);
     // The last ObserveMe's send completed at once: the new emitter's
-    // timeout runs from now (docs/design.md §4.4, the mend clock).
+    // timeout runs from now (docs/design.md §4.4 "Mending", the mend clock).
     if let Some(emitter) = e.emitter() {
         e.handle(at(1), Input::Sent { to: emitter })
             .expect("a send completion");

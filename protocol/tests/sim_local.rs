@@ -1,5 +1,5 @@
-//! The simulator's model of node-local watching (`SimConfig::local`,
-//! `docs/design.md` §4.12), over several seeds: exits seen by the host
+//! The simulator's model of same-host watching (`SimConfig::local`,
+//! `docs/design.md` §4.12 "Hosts"), over several seeds: exits seen by the host
 //! after the pidfd latency, hangs by the counters, leader failover, a
 //! whole host in one notice, fabric heartbeats per host.
 

@@ -1,5 +1,5 @@
 //! The primary partition in the simulator (`FFD_QUORUM=majority`, the
-//! default; `docs/design.md` §4.11). After a
+//! default; `docs/design.md` §4.11 "Primary partition"). After a
 //! partition exactly one side goes on; the other excludes itself within two
 //! timeouts and names nobody; the primary side declares the other within a
 //! timeout and a few ms; only silence counts against the quorum.
@@ -132,4 +132,127 @@ fn without_quorum_the_cut_off_side_names_the_other_and_goes_on() {
     assert!(r.totals.false_reports > 0, "{r}");
     assert!(r.totals.false_reports_by_faulty_ranks > 0, "{r}");
     assert!(r.totals.no_quorum_exclusions.is_empty(), "{r}");
+}
+
+/// A delayed flood (`docs/design.md` §4.11, "Spent ballots"): 24 of 64
+/// ranks, consecutive on the ring, are cut off at 100 ms, so only the
+/// first of them (the accuser) finds its emitter silent. Its round's flood
+/// reaches 16 ranks of its side at once (the early ranks) and 7 others
+/// late, one every 18 ms (their copies held back), so its count keeps
+/// growing for 1.26 timeouts and the round is never renewed. The last
+/// three late ranks are the accuser's own overlay neighbours (their flood
+/// parent is the accuser), and their copies to the early ranks are held
+/// until 1.55 timeouts after the round began, when the early ranks'
+/// ballots have expired. A rank that forgot its expired ballot re-joined
+/// the round from such a copy under a second flood parent, so its side
+/// was counted twice, a majority of 64, and the accuser declared a live
+/// rank of the other side (so this test fails without the fix). A spent
+/// ballot is kept and the copy refused: the count stays at 24, and the
+/// side excludes itself.
+#[test]
+fn a_delayed_flood_does_not_count_a_side_twice() {
+    for seed in 1..=3 {
+        delayed_flood(seed);
+    }
+}
+
+/// The scenario above with the network's `seed` (its jitter).
+fn delayed_flood(seed: u64) {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use ffd_protocol::sim::{Simulator, Verdict};
+    use ffd_protocol::{Kind, Time};
+
+    let n = 64;
+    let side = 24;
+    let mut cfg = config(&[], seed);
+    let ring = Simulator::new(cfg.clone()).unwrap().ring().clone();
+    // The side: ring positions 10..34; its first rank's emitter (position
+    // 9) is on the other side, the others watch ranks of their own side.
+    let first = 10;
+    let at = |k: u32| ring.rank_at(first + k);
+    let accuser = at(0);
+    // Late, in the order they join: four the accuser does not link to,
+    // then three it does (positions +4, +8, +16 of its overlay links).
+    let late: Vec<Rank> = [6, 10, 20, 23, 4, 8, 16].into_iter().map(at).collect();
+    let direct: Vec<Rank> = late[4..].to_vec();
+    let cut: Vec<Rank> = sorted((0..side).map(at).collect());
+    cfg.faults = vec![spec(&cut).parse().unwrap(), "heal@2s".parse().unwrap()];
+    let timeout = cfg.engine.timeout;
+    let mut sim = Simulator::new(cfg).unwrap();
+    let began: Rc<Cell<Option<Time>>> = Rc::default();
+    let held: Rc<Cell<u32>> = Rc::default();
+    let (seen, stale) = (began.clone(), held.clone());
+    let on_side = cut.clone();
+    sim.set_rule(Box::new(move |m| {
+        let inside = on_side.binary_search(&m.from).is_ok() && on_side.binary_search(&m.to).is_ok();
+        if m.kind != Some(Kind::Suspect) || !inside {
+            return Verdict::Pass;
+        }
+        let t0 = match seen.get() {
+            Some(t0) => t0,
+            None if m.from == accuser => {
+                seen.set(Some(m.at));
+                m.at
+            }
+            None => return Verdict::Pass,
+        };
+        if m.at.saturating_since(t0) > timeout * 2 {
+            // Later floods go as the network takes them.
+            return Verdict::Pass;
+        }
+        let until = |t: Time| Verdict::Delay(t.saturating_since(m.at));
+        let join = |j: usize| t0 + Duration::from_millis(18 * (j as u64 + 1));
+        if let Some(j) = late.iter().position(|&r| r == m.to) {
+            // A late rank joins at its time, from the accuser's copy if
+            // the accuser links to it.
+            return if m.from == accuser {
+                until(join(j))
+            } else {
+                until(join(j) + Duration::from_millis(1))
+            };
+        }
+        if direct.contains(&m.from) {
+            // Its copies to early ranks arrive after their ballots expired.
+            stale.set(stale.get() + 1);
+            return until(t0 + timeout * 3 / 2 + Duration::from_millis(5));
+        }
+        Verdict::Pass
+    }));
+    let r = sim.run();
+    let stats = sim.engine(accuser).stats().quorum.clone();
+    let Some(t0) = began.get() else {
+        panic!("the accuser never flooded\n{r}");
+    };
+    // The stale copies left, and the round was still counting when they
+    // arrived: the accuser gave up only after them.
+    assert!(held.get() > 0, "no copy was held back\n{r}");
+    let stale_at = t0 + timeout * 3 / 2 + Duration::from_millis(5);
+    let t = &r.totals;
+    let excluded_at = t
+        .self_excluded
+        .iter()
+        .zip(&t.self_excluded_at_ms)
+        .find(|(r, _)| **r == accuser)
+        .map(|(_, at)| *at);
+    assert!(
+        t.no_quorum_exclusions.contains(&accuser),
+        "the accuser {accuser} did not exclude itself: {stats:?}\n{r}"
+    );
+    assert!(
+        excluded_at.is_some_and(|at| at > (stale_at - Time::ZERO).as_secs_f64() * 1e3),
+        "the accuser {accuser} gave up at {excluded_at:?} ms, before the stale copies at {stale_at}\n{r}"
+    );
+    assert_eq!(
+        (
+            t.false_reports,
+            t.false_report_events,
+            t.reports_by_faulty_ranks
+        ),
+        (0, 0, 0),
+        "seed {seed}: a side of {side} counted itself a majority of {n}: {:?}\naccuser {accuser}: {stats:?}\n{r}",
+        r.false_report_samples
+    );
+    assert_eq!(stats.quorum_confirmations, 0, "{stats:?}");
 }

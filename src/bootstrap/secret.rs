@@ -6,7 +6,7 @@
 //! never share a key). Must not: print a secret (`Debug` is redacted),
 //! accept a secret file that others could read, or overwrite a file.
 //!
-//! Where a job's secret comes from (`docs/design.md` §5):
+//! Where a job's secret comes from (`docs/design.md` §5 "Wire format"):
 //! - `ffd run` and `ffd rendezvous` make one and write it to a file only
 //!   their user can read (mode 0600), passed to the ranks as
 //!   `FFD_SECRET_FILE`; the rendezvous checks it before it trusts a client.

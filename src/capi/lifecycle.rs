@@ -123,11 +123,11 @@ pub unsafe extern "C" fn ffd_init(
         };
         let me = bootstrap.rank();
         let detector = match cfg.callback {
-            Some(host) => {
+            Some(registered) => {
                 let callback = move |event: &DetectorEvent| {
                     let c = to_c_event(event, me);
                     IN_CALLBACK.set(true);
-                    host.call(&c);
+                    registered.call(&c);
                     IN_CALLBACK.set(false);
                 };
                 Detector::start_with_callback(&config, bootstrap.as_mut(), Box::new(callback))

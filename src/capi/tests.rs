@@ -52,7 +52,7 @@ fn loopback_config() -> *mut ffd_config_t {
         ("FFD_LOG", "error"),
         // Threads of one process stand in for the ranks: one pid, one
         // host; every rank on the fabric ring, as these tests expect
-        // (node-local watching is tested with processes, cli/tests).
+        // (same-host watching is tested with processes, cli/tests).
         ("FFD_LOCAL", "off"),
     ] {
         let (name, value) = (c(name), c(value));

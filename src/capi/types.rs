@@ -261,10 +261,12 @@ pub struct ffd_stats_t {
     pub transport_errors: u64,
     /// Peers declared unreachable after a run of refused posts.
     pub unreachable_verdicts: u64,
-    /// Protocol messages sent and received over the fabric.
+    /// Protocol message sends that completed, and messages received, over
+    /// the fabric (Rust: `runtime.messages.sends_completed`, `.received`).
     pub messages_sent: u64,
     pub messages_received: u64,
-    /// Messages dropped as malformed, foreign (wrong job key) or unsafe.
+    /// Messages dropped as malformed, foreign (wrong job key) or unsafe:
+    /// the sum of the Engine's drops by reason (Rust: `engine.drops.rejected`).
     pub messages_rejected: u64,
     /// Failure notices sent, received, and forwarded for others.
     pub notices_sent: u64,

@@ -35,6 +35,11 @@ pub struct Setting<T: 'static> {
     pub accepted: &'static str,
     /// One line saying what it does.
     pub help: &'static str,
+    /// Job-wide: every rank of a job must run with the same value. The
+    /// start-up record carries these settings and the exchange refuses a
+    /// job whose ranks differ in one (`runtime::startup::record`); the
+    /// settings table of docs/configuration.md has a column for it.
+    pub job_wide: bool,
     pub(super) default: fn() -> T,
     /// Text to value; `Err` is the problem ("has no unit").
     pub(super) parse: fn(&str) -> Result<T, String>,
@@ -137,6 +142,8 @@ pub struct Variable {
     pub name: &'static str,
     pub accepted: &'static str,
     pub meaning: &'static str,
+    /// Every rank of a job must set it alike ([`Setting::job_wide`]).
+    pub job_wide: bool,
     pub(super) default: fn() -> String,
 }
 
@@ -193,6 +200,16 @@ by_copy!(
     super::LogLevel
 );
 
+/// An entry's optional `job_wide: true`, `false` when absent.
+macro_rules! job_wide {
+    () => {
+        false
+    };
+    ($e:literal) => {
+        $e
+    };
+}
+
 /// `None` or `Some(shown)`: an entry's optional `shown`.
 macro_rules! optional {
     () => {
@@ -223,6 +240,7 @@ macro_rules! accessor {
 /// name: Type => AccessorType {        // no `=> ..`: no accessor generated
 ///     var: CONST = "FFD_NAME",
 ///     accepted: "...", help: "...",
+///     job_wide: true,                 // optional: every rank must agree
 ///     default: value, parse: fn, check: fn, show: fn,
 ///     shown: fn,                      // optional, see Setting::shown
 ///     set(arg: ArgType) => value,     // the builder's setter
@@ -240,6 +258,7 @@ macro_rules! settings_table {
                     var: $VAR:ident = $var:literal,
                     accepted: $accepted:expr,
                     help: $help:literal,
+                    $(job_wide: $job_wide:literal,)?
                     default: $default:expr,
                     parse: $parse:expr,
                     check: $check:expr,
@@ -275,6 +294,7 @@ macro_rules! settings_table {
                     var: $var,
                     accepted: $accepted,
                     help: $help,
+                    job_wide: $crate::config::descriptor::job_wide!($($job_wide)?),
                     default: || $default,
                     parse: $parse,
                     check: $check,
@@ -291,12 +311,14 @@ macro_rules! settings_table {
                 name: $var,
                 accepted: $accepted,
                 meaning: $help,
+                job_wide: setting::$VAR.job_wide,
                 default: || setting::$VAR.show(&setting::$VAR.default_value()),
             },)+
             $(Variable {
                 name: $bvar,
                 accepted: $baccepted,
                 meaning: $bhelp,
+                job_wide: false,
                 default: || $bdefault.to_owned(),
             },)+
         ];
@@ -378,4 +400,4 @@ macro_rules! settings_table {
     };
 }
 
-pub(super) use {accessor, optional, settings_table};
+pub(super) use {accessor, job_wide, optional, settings_table};

@@ -22,7 +22,7 @@
 //! - `env.rs`: [`Env`] and the unknown-variable warnings;
 //! - `error.rs`: [`ConfigError`] and [`ConfigWarning`].
 //!
-//! Precedence is the host's choice, given as an [`EnvPolicy`]:
+//! Precedence is the embedder's choice, given as an [`EnvPolicy`]:
 //! `Override` (environment beats code beats defaults; what HPC users expect)
 //! or `Fill` (code beats environment beats defaults). [`ConfigBuilder::build`]
 //! ignores the environment altogether.

@@ -29,7 +29,7 @@ pub const MAX_EVENT_QUEUE: usize = 1 << 20;
 /// The shortest heartbeat period accepted without `FFD_UNSAFE_TIMING=1`.
 /// Each period costs an RDMA write, and the observer's checks and the
 /// progress thread's wake-ups scale with it: below 100 µs the detector
-/// takes a core and the fabric's attention from the host, and the lag of a
+/// takes a core and the fabric's attention from the application, and the lag of a
 /// loaded machine (tens of µs to ms) is several periods.
 pub const MIN_PERIOD: Duration = Duration::from_micros(100);
 
@@ -68,6 +68,7 @@ settings_table! {
             var: PERIOD = "FFD_PERIOD",
             accepted: DURATION_FORM,
             help: "The heartbeat period",
+            job_wide: true,
             default: EngineConfig::DEFAULT_PERIOD,
             parse: duration,
             check: positive,
@@ -78,6 +79,7 @@ settings_table! {
             var: TIMEOUT = "FFD_TIMEOUT",
             accepted: DURATION_FORM,
             help: "The silence after which an emitter is declared failed; must exceed the period",
+            job_wide: true,
             default: EngineConfig::DEFAULT_TIMEOUT,
             parse: duration,
             check: positive,
@@ -99,6 +101,7 @@ settings_table! {
             var: INBAND = "FFD_INBAND",
             accepted: InbandMode::ACCEPTED,
             help: "What a transport error on the heartbeat link means",
+            job_wide: true,
             default: InbandMode::default(),
             parse: word,
             check: any,
@@ -120,6 +123,7 @@ settings_table! {
             var: BCAST = "FFD_BCAST",
             accepted: BcastKind::ACCEPTED,
             help: "The overlay that broadcasts failure notices",
+            job_wide: true,
             default: BcastKind::default(),
             parse: word,
             check: any,
@@ -130,6 +134,7 @@ settings_table! {
             var: RING = "FFD_RING",
             accepted: RingKind::ACCEPTED,
             help: "The order of the observation ring",
+            job_wide: true,
             default: RingKind::default(),
             parse: word,
             check: any,
@@ -188,6 +193,7 @@ settings_table! {
                    counters) and one leader per host heartbeats over the fabric; pidfd: \
                    without exit words; counters: without exit words or pidfds; off: every \
                    rank heartbeats over the fabric",
+            job_wide: true,
             default: LocalMode::Auto,
             parse: word,
             check: any,
@@ -276,12 +282,12 @@ settings_table! {
             show: |d| format_duration(*d),
             set(grace: Duration) => grace,
         }
-        /// Local health awareness (`docs/design.md` §4.3).
+        /// Own health awareness (`docs/design.md` §4.3 "Timeout").
         health_max: usize => usize {
             var: HEALTH_MAX = "FFD_HEALTH_MAX",
             accepted: "an integer from 1 to 16, e.g. `4`",
             help: "The most timeouts a rank whose own wake-ups run late waits before \
-                   declaring its emitter (local health awareness; 1: never stretch)",
+                   declaring its emitter (own health awareness; 1: never stretch)",
             default: EngineConfig::DEFAULT_HEALTH_MAX as usize,
             parse: parse_integer,
             check: |&n| {

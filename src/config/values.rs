@@ -18,7 +18,7 @@ pub use crate::protocol::duration::{
 /// Where the progress thread is pinned (`FFD_CORE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CoreChoice {
-    /// A core near the NIC, outside the host's own binding where possible.
+    /// A core near the NIC, outside the embedder's own binding where possible.
     #[default]
     Auto,
     /// Not pinned: left to the scheduler.
@@ -94,7 +94,7 @@ worded!(ProgressMode { Sleep => "sleep", Spin => "spin" });
 /// The progress thread's scheduling policy (`FFD_SCHED`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SchedPolicy {
-    /// The host's normal policy (`SCHED_OTHER`): the thread waits for its
+    /// The process's normal policy (`SCHED_OTHER`): the thread waits for its
     /// turn like the application's threads.
     Normal,
     /// The normal policy, lifted while it handles a same-host exit or
@@ -116,7 +116,7 @@ pub enum SchedPolicy {
 worded!(SchedPolicy { Normal => "normal", Boost => "boost", Fifo => "fifo" });
 
 /// Whether ranks of one host watch each other locally and share one fabric
-/// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.12).
+/// heartbeat ring of hosts (`FFD_LOCAL`, `docs/design.md` §4.12 "Hosts").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LocalMode {
     /// Host groups: same-host ranks watch each other (exit words and

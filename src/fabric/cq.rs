@@ -389,7 +389,7 @@ impl CompletionQueue {
     }
 
     /// Like [`wait_readable`](Self::wait_readable), but also returns as
-    /// soon as `wake` becomes readable (a host thread asking the progress
+    /// soon as `wake` becomes readable (an embedder's thread asking the progress
     /// thread for attention). Without a wait fd it sleeps at most 1 ms, so
     /// `wake` is noticed within a millisecond there too. Returns which of
     /// the queue and `wake` may be readable: both when it could not tell

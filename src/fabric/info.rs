@@ -496,7 +496,7 @@ pub fn version_text(version: u32) -> String {
 /// The libfabric this process runs on against the one ffd was built for.
 ///
 /// A process has one libfabric (one `libfabric.so.1`, whichever the loader
-/// found first), shared by ffd and the host: an MPI library that bundles its
+/// found first), shared by ffd and the embedder: an MPI library that bundles its
 /// own libfabric brings it into the process, and ffd then runs on it.
 /// libfabric keeps its ABI backward compatible, so a newer library than the
 /// headers ffd was built with is fine; an older one may lack what ffd calls.

@@ -1,5 +1,5 @@
 //! The host's notice board: failures posted in the host's segment for
-//! every local rank to read at once (`docs/design.md` §4.12), instead of
+//! every local rank to read at once (`docs/design.md` §4.12 "Hosts"), instead of
 //! a notice's forward-once over the fabric overlay, which wakes each rank
 //! of a host once per overlay link it has on the host.
 //!
@@ -85,7 +85,7 @@ impl BoardReader {
     }
 }
 
-/// The local ranks (indices among the host's) whose exit-word threads
+/// The same-host ranks (indices among the host's) whose exit-word threads
 /// wait on the board's bell, ascending.
 pub fn readers(segment: &HostSegment, out: &mut Vec<u32>) {
     for w in 0..segment.count() {

@@ -1,5 +1,5 @@
 //! Exit words: a same-host exit seen before the kernel tears the process
-//! down (`docs/design.md` §4.12).
+//! down (`docs/design.md` §4.12 "Hosts").
 //!
 //! A pidfd becomes readable only at the very end of a process's exit,
 //! after the kernel has freed its memory: 4 ms for a 46 MiB rank here,
@@ -98,7 +98,7 @@ pub fn exit_word_probe() -> Result<(), ExitWordUnavailable> {
     }
 }
 
-/// The local ranks (indices among the host's) whose exit-word threads
+/// The same-host ranks (indices among the host's) whose exit-word threads
 /// wait on a word `owner` holds for them (`FUTEX_WAITERS` set, before or
 /// after the kernel marked it): they see `owner`'s exit themselves.
 /// Pushed into `out` in ascending order.
@@ -266,7 +266,7 @@ impl ExitWords {
         Ok(words)
     }
 
-    /// How many local ranks are watched through their exit words.
+    /// How many same-host ranks are watched through their exit words.
     pub fn len(&self) -> usize {
         self.shared.peers.len()
     }

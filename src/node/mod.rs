@@ -1,4 +1,4 @@
-//! Same-host watching's system edge (`docs/design.md` §4.12): process
+//! Same-host watching's system edge (`docs/design.md` §4.12 "Hosts"): process
 //! file descriptors (pidfd) that turn another process's exit into a
 //! readable fd, exit words (robust futexes in the host's segment) that
 //! turn it into a wake-up before the kernel tears the process down, an

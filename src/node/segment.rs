@@ -154,7 +154,7 @@ impl HostSegment {
         }
     }
 
-    /// Creates the segment `name` for `count` local ranks of a job of
+    /// Creates the segment `name` for `count` same-host ranks of a job of
     /// `ranks` (an earlier leftover of the same name is replaced) and maps
     /// it; this process counts as having mapped it.
     pub fn create(name: &str, count: u32, ranks: u32) -> Result<HostSegment, SegmentError> {
@@ -198,7 +198,7 @@ impl HostSegment {
     }
 
     /// Opens and maps the segment another local rank created for `count`
-    /// local ranks of a job of `ranks`; the last of them to map it unlinks
+    /// same-host ranks of a job of `ranks`; the last of them to map it unlinks
     /// it.
     pub fn open(name: &str, count: u32, ranks: u32) -> Result<HostSegment, SegmentError> {
         let cname = c_name(name)?;
@@ -234,7 +234,7 @@ impl HostSegment {
         {
             return Err(SegmentError::Foreign {
                 name: name.to_owned(),
-                why: format!("no header for {count} local ranks of {ranks}"),
+                why: format!("no header for {count} same-host ranks of {ranks}"),
             });
         }
         if seg.header_mapped().fetch_add(1, Ordering::AcqRel) + 1 >= count {

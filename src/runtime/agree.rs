@@ -1,4 +1,4 @@
-//! Agreements and views for the host: [`Detector::agree`] (blocking),
+//! Agreements and views for the embedder: [`Detector::agree`] (blocking),
 //! [`Detector::iagree`] with its [`AgreeRequest`] (`test`, `wait`), and
 //! [`Detector::view`], the latest view this rank raised.
 //!
@@ -7,7 +7,7 @@
 //! handing of each result to its request, and the end of every request
 //! still open when the progress thread ends, however it ends. Must not:
 //! make a protocol decision (the Engine's user agreements do), or let the
-//! progress thread wait on a host: it takes the book's lock only to move a
+//! progress thread wait on the embedder: it takes the book's lock only to move a
 //! request from one list to another, and the view's only to swap an `Arc`.
 //!
 //! An agreement is a collective: every live rank must call `agree` (or
@@ -102,7 +102,7 @@ impl Slot {
     }
 }
 
-/// The requests in flight, shared by the host's threads and the progress
+/// The requests in flight, shared by the embedder's threads and the progress
 /// thread (in the detector's published state, so that it outlives a panic
 /// of the progress loop).
 #[derive(Debug, Default)]
@@ -401,7 +401,7 @@ impl Detector {
         if let Some(host) = &self.shared.host_agreement {
             let slot = host.call(flags, attended)?;
             // Contribute now (from the callback, only if nobody else is
-            // driving: the progress thread never waits on a host thread);
+            // driving: the progress thread never waits on an embedder's thread);
             // the progress thread drives a request nobody may wait on (and
             // raises the event): wake it for one.
             let progress = self.thread.as_ref().map(|t| t.thread().id());
@@ -421,7 +421,7 @@ impl Detector {
         let book = &self.shared.agreements;
         {
             // Under the book's lock, so requests are listed in the order
-            // of their commands whatever the host threads do.
+            // of their commands whatever the embedder's threads do.
             let mut inner = book.lock();
             if let Some(why) = &inner.closed {
                 return Err(why.clone());

@@ -1,14 +1,14 @@
-//! Delivery of events from the progress thread to the host: the published
-//! failed and left sets, the host's callback, and the event queue.
+//! Delivery of events from the progress thread to the embedder: the published
+//! failed and left sets, the embedder's callback, and the event queue.
 //!
 //! Owns: the embedder's callback, the gate that lets no callback start once
-//! shutdown has begun, and what each event publishes before the host hears
-//! of it. Must not: wait on the host (the queue never blocks; a callback is
-//! the host's promise to return quickly), or let a panic of the host's
+//! shutdown has begun, and what each event publishes before the embedder hears
+//! of it. Must not: wait on the embedder (the queue never blocks; a callback is
+//! the embedder's promise to return quickly), or let a panic of the embedder's
 //! callback end the progress thread (it is caught and counted).
 //!
 //! It lives outside the progress loop's own state so that it survives a
-//! panic of that loop: the final [`Event::Stopped`] still reaches the host.
+//! panic of that loop: the final [`Event::Stopped`] still reaches the embedder.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ pub(super) struct Delivery {
     /// The origin of the detector's clock.
     started: Instant,
     logger: Logger,
-    /// Host callbacks that panicked (caught).
+    /// Embedder callbacks that panicked (caught).
     pub(super) callback_panics: u64,
 }
 
@@ -47,7 +47,7 @@ impl Delivery {
     }
 
     /// Publishes what a protocol event changes (the failed and left sets,
-    /// this rank's exclusion), then hands it to the host.
+    /// this rank's exclusion), then hands it to the embedder.
     pub(super) fn protocol_event(&mut self, event: protocol::Event) {
         match &event {
             protocol::Event::Failed {
@@ -116,7 +116,7 @@ impl Delivery {
     }
 
     /// The progress thread ends for `reason`: publishes it, then hands the
-    /// host the last event. Nothing if the detector had already ended (a
+    /// embedder the last event. Nothing if the detector had already ended (a
     /// leave or an exclusion is what it reports then).
     pub(super) fn stopped(&mut self, reason: StopReason) {
         self.logger.error(format_args!(
@@ -130,7 +130,7 @@ impl Delivery {
         }
     }
 
-    /// The host's callback (unless shutdown has begun), then the queue.
+    /// The embedder's callback (unless shutdown has begun), then the queue.
     fn hand_over(&mut self, event: Event) {
         let event = DetectorEvent {
             at: self.started.elapsed(),
@@ -145,7 +145,7 @@ impl Delivery {
                 if panicked {
                     self.callback_panics += 1;
                     self.logger
-                        .error(format_args!("the host's event callback panicked"));
+                        .error(format_args!("the embedder's event callback panicked"));
                 }
             }
         }

@@ -1,11 +1,11 @@
-//! Event delivery from the progress thread to the host: a bounded lock-free
+//! Event delivery from the progress thread to the embedder: a bounded lock-free
 //! queue and a file descriptor that is readable while events are pending.
 //!
 //! Owns: the queue, its wake-up fd, and the place of an event a consumer
 //! refused (it stays first in line). Must not: block the progress thread
 //! (it only pushes, lock-free; consumers take a lock among themselves).
 //! A full queue drops the new event and counts it; the failed set and the
-//! epoch stay exact, so a host that lost events re-reads `failed_ranks()`.
+//! epoch stay exact, so an embedder that lost events re-reads `failed_ranks()`.
 
 use std::convert::Infallible;
 use std::io::{ErrorKind, Read, Write};
@@ -30,7 +30,7 @@ pub struct EventQueue<T> {
     /// whole of a pop, so that events leave in order.
     front: Mutex<Option<T>>,
     dropped: AtomicU64,
-    /// Readable end, handed to the host.
+    /// Readable end, handed to the embedder.
     ready: UnixStream,
     /// Written by producers (and by consumers re-arming).
     wake: UnixStream,

@@ -1,5 +1,5 @@
 //! What a transport error shows about the peer: proof of death, or only
-//! silence (`docs/design.md` §4.11 and §7 hold the table measured here).
+//! silence (`docs/design.md` §4.11 "Primary partition" and §7 "Fabric facts this rests on" hold the table measured here).
 //!
 //! Owns: the classification of error completions and failed posts by the
 //! error numbers libfabric 1.17 reported on `tcp;ofi_rxm` and `sockets`

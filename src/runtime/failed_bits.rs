@@ -1,4 +1,4 @@
-//! The lock-free mirror of the failed set that host threads read.
+//! The lock-free mirror of the failed set that the embedder's threads read.
 //!
 //! Owns: one bit per rank and the epoch. Must not: be written by anyone but
 //! the progress thread. Readers never take a lock; a reader that sees epoch

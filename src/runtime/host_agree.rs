@@ -1,5 +1,5 @@
 //! User agreements of a one-host job through the host's shared segment
-//! (`docs/design.md` §4.10, "On one host"): no message, no progress
+//! (`docs/design.md` §4.10 "Agreement and views", "On one host"): no message, no progress
 //! thread on the way, a decision by compare-and-swap.
 //!
 //! Round `u` (this rank's `u`-th call, the same on every rank, a
@@ -34,7 +34,7 @@
 //! yielding, then sleeping on the area's bell and the board's), `test`
 //! (one step), and the progress thread at each wake-up while a round is
 //! open (it polls then, `AGREEMENT_POLL`), so an `iagree` nobody waits on
-//! still ends, and it raises `Event::Agreed` for the host.
+//! still ends, and it raises `Event::Agreed` for the embedder.
 //!
 //! Owns: the rounds of this rank, their requests, the results to raise
 //! and the failures to learn. Must not: touch the segment but through
@@ -665,7 +665,7 @@ mod tests {
         host.failed[1].insert(2);
         assert_eq!(host.until(1, &a1).unwrap(), got);
         let news = host.sides[0].take_news();
-        assert_eq!(news.agreed, vec![got], "raised for the host");
+        assert_eq!(news.agreed, vec![got], "raised for the embedder");
     }
 
     #[test]

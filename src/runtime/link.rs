@@ -43,7 +43,7 @@ pub(super) const HOLD_BYTES: usize = 2 << 20;
 
 /// The job key's place in every protocol message's header: bytes 8..16,
 /// little-endian, after the magic, version, kind and flags (docs/design.md
-/// §5; unchanged by later versions of the header).
+/// §5 "Wire format"; unchanged by later versions of the header).
 const JOB_KEY_AT: std::ops::Range<usize> = 8..16;
 
 /// What the linking phase needs besides the endpoint.
@@ -109,7 +109,7 @@ fn of_this_job(bytes: &[u8], job_key: u64) -> bool {
 pub(super) enum Linked {
     /// Go: start the Engine, with what arrived meanwhile.
     Go(Held),
-    /// Told to stop (start-up failed elsewhere, or the host left at once).
+    /// Told to stop (start-up failed elsewhere, or the embedder left at once).
     Abandoned,
     /// The completion queue failed.
     Failed(StopReason),

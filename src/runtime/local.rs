@@ -1,8 +1,8 @@
-//! Same-host watching in the runtime (`docs/design.md` §4.12): which local
+//! Same-host watching in the runtime (`docs/design.md` §4.12 "Hosts"): which local
 //! ranks this rank can watch through a pidfd and why not the others, the
 //! host's counter segment, the exit-word threads (started once the
 //! segment is open), and the progress thread's part in it (bump its own
-//! counter at every wake-up, read its local emitter's, hand exits seen
+//! counter at every wake-up, read its same-host emitter's, hand exits seen
 //! through exit words or pidfds to the Engine).
 //!
 //! Owns: the checks before a pid is trusted (same pid namespace, same
@@ -34,9 +34,9 @@ pub(super) struct LocalPlan {
     /// This rank's host's ranks other than itself exist: the segment, as
     /// created here (the host's lowest rank) or to be opened once linked.
     pub segment: Option<SegmentPlan>,
-    /// Pidfds of the other local ranks that passed the checks, by rank.
+    /// Pidfds of the other same-host ranks that passed the checks, by rank.
     pub pidfds: Vec<(Rank, PidFd)>,
-    /// Watch the other local ranks' exit words too (`FFD_LOCAL=auto`).
+    /// Watch the other same-host ranks' exit words too (`FFD_LOCAL=auto`).
     pub exit_words: bool,
     /// Why the others are watched by their counters only.
     pub fallback: Vec<String>,
@@ -110,7 +110,7 @@ pub(super) fn plan(
         } else {
             match PidFd::open(theirs.pid) {
                 Err(PidfdUnavailable::NoSuchProcess { .. }) => {
-                    // Gone already: its counter never moves, its local
+                    // Gone already: its counter never moves, its same-host
                     // observer declares it after the start-up grace.
                     Some("its process is gone".to_owned())
                 }
@@ -170,7 +170,7 @@ pub(super) struct LocalWatching {
     /// Why a watch loop ended, until the progress thread logs it.
     broken: Option<String>,
     broken_told: bool,
-    /// The other local ranks' pids, by index among the host's ranks.
+    /// The other same-host ranks' pids, by index among the host's ranks.
     pids: Vec<Option<u32>>,
     /// A counter at least this old (the timeout, in ns) makes `read` look
     /// at its rank's progress thread in `/proc`.
@@ -519,7 +519,7 @@ fn current_thread_id() -> Option<u32> {
     link.file_name()?.to_str()?.parse().ok()
 }
 
-/// What a thread's scheduler state says of a local emitter: `R` runnable
+/// What a thread's scheduler state says of a same-host emitter: `R` runnable
 /// (running, or waiting for a CPU), `T` stopped by a signal, anything
 /// else waiting: `S` asleep, `D` blocked, and `t`, held by a tracer (a
 /// debugger, strace, a checkpointer), which is not the kernel's word on a

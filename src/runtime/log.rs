@@ -1,7 +1,7 @@
 //! Diagnostics to stderr at the level `FFD_LOG` chooses.
 //!
 //! Owns: the detector's own log lines, prefixed `ffd[rank]`. Must not: set
-//! a global logger (the host may have its own) or be called per heartbeat.
+//! a global logger (the embedder may have its own) or be called per heartbeat.
 
 use std::fmt;
 use std::io::Write;

@@ -1,14 +1,14 @@
 //! The runtime: the pinned progress thread that drives the protocol
 //! [`Engine`](crate::protocol::Engine) with real time and the fabric, and
-//! what the host reads from it (lock-free state, events, stats).
+//! what the embedder reads from it (lock-free state, events, stats).
 //!
 //! Owns: the detector's own fabric resources (fabric, domain, endpoint,
 //! address vector, completion queue, the one-page slot region), start-up
 //! ([`startup`]: peer records and their exchange, ring, placement; `link`:
 //! the linking phase), the progress thread, delivery of events, and the
-//! detector's life ([`state`]). This file holds the host's API,
+//! detector's life ([`state`]). This file holds the embedder's API,
 //! [`Detector`]. Must not: make protocol decisions (the Engine does),
-//! block the progress thread on the host, allocate on the heartbeat path,
+//! block the progress thread on the embedder, allocate on the heartbeat path,
 //! or let a embedder's callback run after [`Detector::shutdown`] returns.
 //!
 //! ```no_run
@@ -189,8 +189,8 @@ impl From<protocol::Event> for Event {
 /// leave and returns; the thread ends once the callback returns.
 pub type Callback = Box<dyn FnMut(&DetectorEvent) + Send + 'static>;
 
-/// A fault the progress thread commits on purpose, for the tests of what a
-/// host sees when it dies (`fault-injection` feature; never in a
+/// A fault the progress thread commits on purpose, for the tests of what the
+/// embedder sees when the detector dies (`fault-injection` feature; never in a
 /// production build).
 #[cfg(any(test, feature = "fault-injection"))]
 #[doc(hidden)]
@@ -229,13 +229,13 @@ pub enum StartError {
         what: &'static str,
         source: std::io::Error,
     },
-    /// The host's counter segment for node-local watching could not be
+    /// The host's counter segment for same-host watching could not be
     /// made (`FFD_LOCAL=off` does without it).
-    #[error("node-local watching: {0}")]
+    #[error("same-host watching: {0}")]
     Local(#[from] crate::node::SegmentError),
 }
 
-/// What the host asked for that could not be done.
+/// What the embedder asked for that could not be done.
 #[derive(Debug, thiserror::Error)]
 pub enum DetectorError {
     #[error("the detector has stopped (shut down, excluded, or its thread ended; see its state)")]
@@ -251,7 +251,7 @@ pub enum DetectorError {
     PayloadTooLarge { len: usize, max: usize },
 }
 
-/// The state the progress thread publishes for the host: it writes it,
+/// The state the progress thread publishes for the embedder: it writes it,
 /// any thread reads it without a lock the progress thread can hold.
 #[derive(Debug)]
 struct PublishedState {
@@ -272,7 +272,7 @@ struct PublishedState {
 }
 
 /// One rank's failure detector: a pinned progress thread and the state the
-/// host reads. Dropping it shuts it down cleanly (see [`Detector::shutdown`]),
+/// embedder reads. Dropping it shuts it down cleanly (see [`Detector::shutdown`]),
 /// with the same guarantee: no callback runs once the drop has returned.
 pub struct Detector {
     /// The process that started it: a `fork()`ed child holds a copy of
@@ -285,7 +285,7 @@ pub struct Detector {
     thread: Option<JoinHandle<()>>,
     /// Disconnects (or carries a unit) when the progress thread ends. In a
     /// mutex only so that `Detector` is `Sync` (the C ABI shares it between
-    /// host threads); only `stop` locks it.
+    /// embedder's threads); only `stop` locks it.
     exited: Mutex<mpsc::Receiver<()>>,
     /// The origin of the detector's clock ([`DetectorEvent::at`], the
     /// stats' `uptime_ms`).
@@ -475,7 +475,7 @@ impl Detector {
     }
 
     /// A file descriptor that is readable while events are queued, for the
-    /// host's poll/epoll loop. In a `fork()`ed child it is the parent's
+    /// embedder's poll/epoll loop. In a `fork()`ed child it is the parent's
     /// (inherited): readable when the parent has events; do not wait on it
     /// there ([`state`](Self::state) says [`DetectorState::Forked`]).
     pub fn event_fd(&self) -> BorrowedFd<'_> {
@@ -485,7 +485,7 @@ impl Detector {
     /// Reliably broadcasts `payload` to every live rank (they receive
     /// [`protocol::Event::Payload`]; this rank too, unless
     /// `FFD_DELIVER_OWN=no`): all or none, in order per origin, once each
-    /// (docs/design.md §4.9); returns at once. [`DetectorError::Forked`]
+    /// (docs/design.md §4.9 "Payloads"); returns at once. [`DetectorError::Forked`]
     /// in a `fork()`ed child: nothing is sent.
     pub fn broadcast(&self, payload: &[u8]) -> Result<(), DetectorError> {
         self.owned_here(false)?;
@@ -622,7 +622,7 @@ impl Detector {
     }
 
     /// Makes the progress thread fail on purpose (`fault-injection`
-    /// feature, for tests of what a host sees when it dies).
+    /// feature, for tests of what the embedder sees when the detector dies).
     #[cfg(any(test, feature = "fault-injection"))]
     #[doc(hidden)]
     pub fn inject_fault(&self, fault: Fault) -> Result<(), DetectorError> {

@@ -1,11 +1,11 @@
 //! Where the progress thread runs (`FFD_CORE=auto|none|<cpu>`).
 //!
 //! Owns: choosing a CPU and pinning the calling thread to it. Must not: bind
-//! the host's threads or memory; it only ever pins the detector's own thread.
+//! the embedder's threads or memory; it only ever pins the detector's own thread.
 //!
 //! `auto` asks hwloc for the CPUs near the NIC of the fabric domain (the PCI
 //! address libfabric reports in `fi_info->nic->bus_attr`), keeps those the
-//! process may use, and prefers one outside the CPUs the host bound the
+//! process may use, and prefers one outside the CPUs the embedder bound the
 //! process to, so the detector does not steal the application's core. Among
 //! equals the host's ranks spread from the highest-numbered CPU down (CPU 0
 //! is where most interrupts and daemons land): its n-th rank on this host
@@ -78,7 +78,7 @@ pub fn choose(
 fn auto(nic_bus_id: Option<&str>, local_index: usize) -> Result<Placement, PlacementError> {
     let topology = load_topology(nic_bus_id.is_some())?;
     let allowed = topology.allowed_cpuset().clone_target();
-    // The host's own binding: what mpirun/srun or the application set.
+    // The embedder's own binding: what mpirun/srun or the application set.
     let bound = topology
         .cpu_binding(CpuBindingFlags::PROCESS)
         .unwrap_or_else(|_| allowed.clone());
@@ -101,16 +101,16 @@ fn auto(nic_bus_id: Option<&str>, local_index: usize) -> Result<Placement, Place
     let mut candidates: Vec<(CpuSet, &str)> = Vec::new();
     if let Some(near) = &near {
         let near_allowed = near & &allowed;
-        candidates.push((&near_allowed - &bound, "outside the host's binding"));
+        candidates.push((&near_allowed - &bound, "outside the embedder's binding"));
         candidates.push((
             near_allowed,
-            "inside the host's binding (no free CPU near the NIC)",
+            "inside the embedder's binding (no free CPU near the NIC)",
         ));
     }
-    candidates.push((&allowed - &bound, "outside the host's binding"));
+    candidates.push((&allowed - &bound, "outside the embedder's binding"));
     candidates.push((
         allowed.clone(),
-        "inside the host's binding (it covers every allowed CPU)",
+        "inside the embedder's binding (it covers every allowed CPU)",
     ));
 
     for (set, why) in candidates {

@@ -1,11 +1,11 @@
-//! The detector's life as the host sees it: running, left, excluded, or
+//! The detector's life as the embedder sees it: running, left, excluded, or
 //! stopped and why; whether embedder's callbacks may still start, and since when
 //! one has been running.
 //!
 //! Owns: [`DetectorState`], [`StopReason`], [`Liveness`] and [`Lifecycle`],
-//! the lock-free cell the progress thread publishes them in and the host
+//! the lock-free cell the progress thread publishes them in and the embedder
 //! reads. Must not: block the progress thread (it writes atomics and a
-//! `OnceLock`, never a lock a host can hold), or let a state go back to
+//! `OnceLock`, never a lock the embedder can hold), or let a state go back to
 //! running: the first end recorded is the one reported.
 
 use std::sync::OnceLock;
@@ -125,7 +125,7 @@ const EXCLUDED: u8 = 2;
 const STOPPED: u8 = 3;
 
 /// The published life of one detector: the progress thread records its
-/// end, the host reads it and closes callbacks. Lock-free on both sides.
+/// end, the embedder reads it and closes callbacks. Lock-free on both sides.
 #[derive(Debug, Default)]
 pub(crate) struct Lifecycle {
     /// RUNNING, LEFT, EXCLUDED or STOPPED; leaves RUNNING once.

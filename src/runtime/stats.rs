@@ -1,7 +1,8 @@
-//! What the progress thread counts, as the host reads it.
+//! What the progress thread counts, as the embedder reads it.
 //!
-//! Owns: the runtime's own counters (posts, refusals, verdicts, wake-up
-//! lateness, what the linking phase held and dropped) and the snapshot
+//! Owns: the runtime's own counters, grouped (heartbeats, messages,
+//! transport refusals and errors, the linking phase, delivery, wake-up
+//! lateness, same-host watching) and the snapshot
 //! type that joins them to the Engine's. Must not: be locked by the
 //! progress thread in a way that can wait: it publishes with `try_lock` and
 //! simply retries at the next publication.
@@ -58,62 +59,117 @@ impl LatenessHistogram {
     }
 }
 
-/// The runtime's own counters.
+/// The runtime's own counters, grouped by concern as the Engine's are
+/// ([`protocol::Stats`]): what the progress thread posts and what the
+/// provider completes, refuses or reports; the linking phase; delivery to
+/// the embedder; its wake-ups; same-host watching. What the Engine counts
+/// (messages by kind, drops by reason) is in the Engine's counters only.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RuntimeCounters {
-    /// Heartbeat writes posted (accepted by the provider).
-    pub heartbeats_sent: u64,
-    /// Heartbeat writes that completed (tracked writes).
-    pub heartbeats_completed: u64,
-    /// Posts refused with `-FI_EAGAIN` (or `-FI_ENOENT`), heartbeats and messages.
+    /// Heartbeat RDMA writes.
+    pub heartbeats: HeartbeatCounters,
+    /// Message sends and receives on the fabric.
+    pub messages: MessageCounters,
+    /// Posts the provider refused, and the errors it reported.
+    pub transport: TransportCounters,
+    /// The linking phase before the Engine starts.
+    pub link: LinkCounters,
+    /// Events to the embedder.
+    pub delivery: DeliveryCounters,
+    /// Wake-ups for a deadline and how late they ran.
+    pub lateness: LatenessHistogram,
+    /// Same-host watching (`FFD_LOCAL`): pidfds, exit words, lifts.
+    pub local: LocalCounters,
+}
+
+/// Heartbeat RDMA writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct HeartbeatCounters {
+    /// Writes posted (accepted by the provider).
+    pub posted: u64,
+    /// Writes that completed.
+    pub completed: u64,
+}
+
+/// Message sends and receives on the fabric, as the provider reports them
+/// (the Engine counts its outputs and inputs by kind:
+/// `engine.sent`, `engine.received`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct MessageCounters {
+    /// Sends that completed (a send refused and retried counts once).
+    pub sends_completed: u64,
+    /// Messages received and handed to the Engine (those it rejected
+    /// included: `engine.rejected` counts them by reason).
+    pub received: u64,
+}
+
+/// Posts the provider refused, and the errors it reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct TransportCounters {
+    /// Posts refused with `-FI_EAGAIN` (or `-FI_ENOENT`), heartbeats and
+    /// messages.
     pub posts_refused: u64,
     /// Peers declared unreachable after a run of refused posts.
     pub unreachable_verdicts: u64,
-    /// Error completions and post errors handed to the Engine as transport errors.
-    pub transport_errors: u64,
+    /// Error completions and post errors handed to the Engine as
+    /// transport errors.
+    pub errors: u64,
     /// Error completions that named no peer (`shm` gives NULL contexts).
     pub unattributed_errors: u64,
-    /// Messages sent / received over the fabric.
-    pub messages_sent: u64,
-    pub messages_received: u64,
-    /// Messages the Engine rejected (malformed, wrong key or version, bad
-    /// rank, bad tag, wrong source address, replayed; by reason in the
-    /// Engine's `rejected`).
-    pub messages_rejected: u64,
-    /// Events dropped because the host's queue was full.
+}
+
+/// The linking phase before the Engine starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LinkCounters {
+    /// Messages received while linking and handed to the Engine once it
+    /// started.
+    pub messages_held: u64,
+    /// Messages received while linking and dropped: no protocol magic, or
+    /// another job's key.
+    pub dropped_foreign: u64,
+    /// Messages received while linking and dropped because the hold was
+    /// full (256 messages or 2 MiB).
+    pub dropped_over_cap: u64,
+}
+
+/// Events to the embedder.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct DeliveryCounters {
+    /// Events dropped because the embedder's event queue was full.
     pub events_dropped: u64,
-    /// Host callbacks that panicked (caught; the thread goes on).
+    /// Embedder callbacks that panicked (caught; the thread goes on).
     pub callback_panics: u64,
-    /// Messages received during the linking phase and handed to the Engine
-    /// once it started.
-    pub link_messages_held: u64,
-    /// Messages received during the linking phase that were dropped: no
-    /// protocol magic, or another job's key.
-    pub link_dropped_foreign: u64,
-    /// Messages received during the linking phase that were dropped because
-    /// the hold was full (256 messages or 2 MiB).
-    pub link_dropped_over_cap: u64,
-    /// Wake-ups for a deadline and how late they ran.
-    pub lateness: LatenessHistogram,
+}
+
+/// Same-host watching (`FFD_LOCAL`; the code names of that setting keep
+/// the word *local*, docs/design.md, Glossary).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LocalCounters {
     /// Other ranks of this host watched through a pidfd from the start
-    /// (the rest by their counters only; `local_fallback` says why).
-    pub local_pidfds: u64,
-    /// Why some local ranks are watched by their counters only (empty: all
-    /// have a pidfd, or this rank is alone on its host).
-    pub local_fallback: String,
+    /// (the rest by their counters only; `fallback` says why).
+    pub pidfds: u64,
+    /// Why some same-host ranks are watched by their counters only (empty:
+    /// all have a pidfd, or this rank is alone on its host).
+    pub fallback: String,
     /// Same-host exits seen through pidfds.
-    pub local_exits_seen: u64,
-    /// Other local ranks watched through their exit words (robust futexes
-    /// in the host's segment: an exit seen before the kernel tears the
-    /// process down; 0 where `futex_waitv` is missing, `local_fallback`
-    /// says why).
-    pub local_exit_words: u64,
+    pub exits_seen: u64,
+    /// Other same-host ranks watched through their exit words (robust
+    /// futexes in the host's segment: an exit seen before the kernel tears
+    /// the process down; 0 where `futex_waitv` is missing, `fallback` says
+    /// why).
+    pub exit_words: u64,
     /// Same-host exits seen through exit words.
-    pub local_exit_words_seen: u64,
+    pub exit_words_seen: u64,
     /// Times an exit-word thread lifted the progress thread to handle a
     /// same-host exit or notice (`FFD_SCHED=boost|fifo`; 0 when neither
-    /// applies or the host refused real-time scheduling).
+    /// applies or the kernel refused real-time scheduling).
     pub boost_lifts: u64,
 }
 
@@ -301,5 +357,14 @@ mod tests {
         }
         assert_eq!(v["engine"]["rejected"]["bad_mac"], 0);
         assert_eq!(v["runtime"]["lateness"]["total"], 0);
+        // The runtime's counters, by group.
+        snap.runtime.heartbeats.posted = 6;
+        snap.runtime.messages.sends_completed = 7;
+        snap.runtime.local.boost_lifts = 8;
+        let v = serde_json::to_value(&snap).unwrap();
+        assert_eq!(v["runtime"]["heartbeats"]["posted"], 6);
+        assert_eq!(v["runtime"]["messages"]["sends_completed"], 7);
+        assert_eq!(v["runtime"]["local"]["boost_lifts"], 8);
+        assert!(v["runtime"].get("messages_rejected").is_none());
     }
 }

@@ -42,7 +42,7 @@ pub fn ffd_settings() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// The libfabric this test binary runs on: Debian's, for the host MPI.
+/// The libfabric this test binary runs on: Debian's, for Debian's own MPI.
 pub fn system_libfabric() -> PathBuf {
     let v = ffd::fabric::FabricVersions::of_this_process();
     PathBuf::from(v.path.expect("dladdr finds libfabric"))

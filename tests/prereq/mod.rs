@@ -112,3 +112,34 @@ pub fn oshrun() -> Result<(), String> {
 pub fn c_toolchain() -> Result<(), String> {
     command("cc").and_then(|()| command("pkg-config"))
 }
+
+/// libfabric offers `provider` (on `domain`, e.g. `lo`). Any other error
+/// of `fi_getinfo` is the test's to report: only a provider this
+/// libfabric was built without is a missing prerequisite.
+pub fn provider(provider: &str, domain: Option<&str>) -> Result<(), String> {
+    use ffd::fabric::{FabricError, Info};
+    match Info::query(provider, domain) {
+        Err(e @ FabricError::ProviderUnavailable { .. }) => {
+            Err(format!("libfabric does not offer `{provider}`: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The calling test's name (the harness names its thread after it).
+pub fn this_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_owned()
+}
+
+/// The kernel gives pidfds (`pidfd_open`, Linux ≥ 5.3).
+pub fn pidfd() -> Result<(), String> {
+    ffd::node::pidfd_probe().map_err(|why| format!("no pidfd here ({why})"))
+}
+
+/// The kernel has exit words (`futex_waitv`, Linux ≥ 5.16).
+pub fn exit_words() -> Result<(), String> {
+    ffd::node::exit_word_probe().map_err(|why| format!("no exit words here ({why})"))
+}

@@ -43,7 +43,8 @@ const USAGE: &str = "usage: model --ranks N [--depth D] [--faults F] [options]
                    8 GiB of memory; 0: no limit)
   --time-limit T   stop after T seconds (a bounded run, not an exhaustive one)
   --bug NAME       test only: put a known, fixed bug back (uncapped-votes,
-                   origin-only-forwards, view-before-decision); repeatable";
+                   origin-only-forwards, view-before-decision,
+                   forgotten-ballots); repeatable";
 
 /// The default depth at `ranks` ranks.
 fn default_depth(ranks: u32) -> u32 {

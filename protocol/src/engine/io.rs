@@ -1,5 +1,5 @@
 //! What crosses the Engine's boundary: the inputs a driver hands in, the
-//! outputs and host events it gets back, the readings a driver hands a
+//! outputs and the embedder's events it gets back, the readings a driver hands a
 //! timer step, the errors of `handle`, and the heartbeat slot value format
 //! (the counters are `stats`).
 //!
@@ -41,9 +41,9 @@ pub fn slot_generation(value: u64) -> u16 {
 
 /// What a driver reads for a timer step
 /// ([`Engine::handle_timeout`](super::Engine::handle_timeout)): this rank's
-/// slot page and, with host groups, the local ranks' counters in shared
+/// slot page and, with host groups, the same-host ranks' counters in shared
 /// memory. The Engine asks for one slot at most (the one it watches, if it
-/// has an emitter) and one local counter at most (its local emitter's, if
+/// has an emitter) and one local counter at most (its same-host emitter's, if
 /// it has one), each once per step, and takes the answers as that step's
 /// readings. The runtime reads its registered slot page and the host's
 /// segment; the simulator and the model checker model both; tests answer
@@ -53,7 +53,7 @@ pub trait Readings {
     fn slot(&self, slot: u16) -> u64;
     /// What the driver sees of local rank `rank`'s counter now (`None`:
     /// never written). The default, `None` for every rank, suits an
-    /// Engine without host groups; an Engine with a local emitter that
+    /// Engine without host groups; an Engine with a same-host emitter that
     /// reads `None` sees no local beat and declares it after the timeout.
     fn local_beat(&self, rank: Rank) -> Option<LocalBeat> {
         let _ = rank;
@@ -101,7 +101,7 @@ pub enum Input<'a> {
     /// otherwise, and for ranks of other hosts.
     Exited { rank: Rank, seen_by: &'a [Rank] },
     /// Failures read from this host's notice board (`docs/design.md`
-    /// §4.12): `detector`'s news of `failed` (ascending), posted there by a
+    /// §4.12 "Hosts"): `detector`'s news of `failed` (ascending), posted there by a
     /// rank of the host ([`Output::PostOnBoard`]). Learned like a
     /// notice's (cause `notice`) and forwarded in one notice to this
     /// rank's overlay links except the host's board readers, never posted
@@ -116,7 +116,7 @@ pub enum Input<'a> {
     /// A message to `to` left this process: the transport completed its
     /// send, so the link to `to` is up. The Engine reads only the ones
     /// about an emitter it just mended to (its clock starts then, see
-    /// `docs/design.md` §4.4); drivers may report every completed send.
+    /// `docs/design.md` §4.4 "Mending"); drivers may report every completed send.
     Sent { to: Rank },
     /// Reliably broadcast an application payload to all live ranks.
     Broadcast(&'a [u8]),
@@ -146,7 +146,7 @@ pub enum TransportErrorKind {
     Unreachable,
 }
 
-/// What a transport error shows about the peer (`docs/design.md` §4.11).
+/// What a transport error shows about the peer (`docs/design.md` §4.11 "Primary partition").
 /// The driver classifies: the runtime by the error numbers it measured on
 /// each provider, the simulator by whether the peer's process is dead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -170,7 +170,7 @@ impl Evidence {
 }
 
 /// What the fabric said about a failed operation towards a peer, for the
-/// host to read in [`FailureDetail`]. Numbers only: the runtime names them.
+/// embedder to read in [`FailureDetail`]. Numbers only: the runtime names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FabricSaid {
     /// An error completion: libfabric's error number (positive, an `FI_E*`
@@ -214,7 +214,7 @@ pub enum Output {
     /// tag), whose unsealed bytes are shared among the copies of one
     /// broadcast step.
     Send { to: Rank, message: Sealed },
-    /// Tell the host.
+    /// Tell the embedder.
     Event(Event),
     /// Post on this host's notice board (shared memory) that `failed` are
     /// gone, `detector`'s news: every rank of the host that reads it learns
@@ -225,7 +225,7 @@ pub enum Output {
 }
 
 /// What a driver saw of one local rank's counter in shared memory
-/// (`docs/design.md` §4.12): when that rank's progress thread last woke, in
+/// (`docs/design.md` §4.12 "Hosts"): when that rank's progress thread last woke, in
 /// this Engine's time, the digest fold of its failed ∪ left set then, and,
 /// once the counter was a timeout old, what the kernel said of that thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,7 +266,7 @@ pub enum EmitterThread {
     serde(rename_all = "lowercase")
 )]
 pub enum Cause {
-    /// This rank's emitter's slot (or its local emitter's counter) stood
+    /// This rank's emitter's slot (or its same-host emitter's counter) stood
     /// still for the timeout.
     Timeout,
     /// A transport error (or an unreachable verdict) on a ring link.
@@ -308,7 +308,7 @@ pub enum FailureDetail {
         said: FabricSaid,
         quorum: Option<Confirmation>,
     },
-    /// Declared at once by its local observer: its counter in shared
+    /// Declared at once by its same-host observer: its counter in shared
     /// memory reached the limit while the kernel showed its progress
     /// thread stopped by a signal ([`EmitterThread::Stopped`]). A
     /// same-host observation that no partition can split and no
@@ -372,7 +372,7 @@ impl AgreeAbort {
     }
 }
 
-/// Events for the host.
+/// Events for the embedder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// `rank` has failed (final: never withdrawn). `detector` declared it
@@ -390,7 +390,7 @@ pub enum Event {
     /// Every rank of host `host` (an index of
     /// [`Hosts`](crate::Hosts), numbered by lowest rank) failed together:
     /// this rank declared them in one notice after none of them answered
-    /// (`docs/design.md` §4.12). Follows their `Failed` events.
+    /// (`docs/design.md` §4.12 "Hosts"). Follows their `Failed` events.
     HostFailed { host: u32, ranks: Vec<Rank> },
     /// `rank` left cleanly.
     Left { rank: Rank },
@@ -414,7 +414,7 @@ pub enum Event {
     /// View `id` was decided: the ranks out of the job are `failed` (failed
     /// or left, ascending). Every live rank raises the same views in the
     /// same order (ids 1, 2, 3, …), each after the `Failed`/`Left` events
-    /// of the ranks it names (`docs/design.md` §4.12). `hops`: the longest
+    /// of the ranks it names (`docs/design.md` §4.10 "Agreement and views"). `hops`: the longest
     /// chain of agreement messages behind this rank's decision.
     ViewChange {
         id: u64,

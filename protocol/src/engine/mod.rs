@@ -489,11 +489,11 @@ impl Engine {
     pub fn hosts(&self) -> Option<&Arc<Hosts>> {
         self.hosts.as_ref()
     }
-    /// The local health multiplier, 1 ..= `health_max`: how many timeouts
+    /// This rank's own health multiplier, 1 ..= `health_max`: how many timeouts
     /// this rank currently waits before declaring its emitter, because its
     /// own wake-ups ran late (`docs/design.md` §4.3). Drivers stretch their
     /// own timing verdicts (a run of refused posts) by the same factor.
-    pub fn local_health(&self) -> u32 {
+    pub fn own_health(&self) -> u32 {
         self.health.multiplier()
     }
 

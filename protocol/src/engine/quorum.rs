@@ -44,6 +44,7 @@ use crate::wire::{
 
 /// Ballots (accusations of others) a rank takes part in at once. A
 /// partition of a large job can put many accusations under way together;
+/// a new ballot takes the place of a spent one ([`Ballot::spend`]), and
 /// beyond this a rank neither forwards nor votes (counted,
 /// `QuorumStats::ballots_refused`), which can only cost a quorum, never make one.
 pub(super) const MAX_BALLOTS: usize = 256;
@@ -222,8 +223,30 @@ struct Ballot {
     /// is kept, inert, until it expires, so that straggling copies of the
     /// round's flood are recognised and not forwarded again (a flood
     /// forwarded once per round, however its copies and the outcome race).
+    /// Also set when the ballot is [spent](Ballot::spent).
     closed: bool,
+    /// 1.5 timeouts after this rank joined the round; [`Time::NEVER`] once
+    /// spent.
     expires: Time,
+}
+
+impl Ballot {
+    /// Expired with no `Outcome` seen: the accusation may still be
+    /// counting this round, so the ballot is kept, closed and without its
+    /// subtree, until a newer round replaces it, its accuser or suspect is
+    /// gone, or a new ballot needs its place ([`MAX_BALLOTS`]). Forgotten,
+    /// a straggling copy of the round made this rank join it again under a
+    /// second flood parent, and its subtree was counted twice
+    /// (`docs/design.md` §4.11, "Spent ballots").
+    fn spend(&mut self) {
+        self.closed = true;
+        self.tree = Subtree::default();
+        self.expires = Time::NEVER;
+    }
+
+    fn spent(&self) -> bool {
+        self.expires == Time::NEVER
+    }
 }
 
 /// The quorum state of a rank, made at its first use.
@@ -741,7 +764,7 @@ impl Engine {
         let stall = self
             .config
             .accusation_stall()
-            .saturating_mul(self.local_health());
+            .saturating_mul(self.own_health());
         // While this rank's wake-ups run late (local health above 1) the
         // votes it lacks may be its own lateness (or its voters'), and
         // giving up would take its voters with it, a cascade on an
@@ -749,7 +772,7 @@ impl Engine {
         // and a 20 ms timeout, one give-up excluded 24 live ranks). It
         // keeps its side until the health is back at 1: a stretched
         // timeout of on-time running per step.
-        let stretched = self.local_health() > 1;
+        let stretched = self.own_health() > 1;
         // A job whose live ranks all share this host never gives up: its
         // accusations go on with new rounds until the votes come or the
         // suspect answers (test
@@ -779,6 +802,15 @@ impl Engine {
                 if stalled && !give_up {
                     rounds.push(a.suspect);
                 }
+            }
+        }
+        #[cfg(feature = "model-bugs")]
+        let forget = crate::model_bugs::on(crate::model_bugs::Bug::ForgottenBallots);
+        #[cfg(not(feature = "model-bugs"))]
+        let forget = false;
+        for b in q.ballots.iter_mut() {
+            if !b.closed && b.expires <= now && !forget {
+                b.spend();
             }
         }
         q.ballots.retain(|b| b.expires > now);
@@ -843,11 +875,11 @@ impl Engine {
             }
             next = next.min(b.expires);
         }
-        if q.accusations.is_empty() && q.ballots.is_empty() {
-            if q.others_until <= now {
-                self.quorum = None;
-            } else {
+        if q.accusations.is_empty() && q.ballots.iter().all(Ballot::spent) {
+            if q.others_until > now {
                 next = q.others_until;
+            } else if q.ballots.is_empty() {
+                self.quorum = None;
             }
         }
         if next == Time::NEVER {
@@ -1000,8 +1032,15 @@ impl Engine {
                 q.ballots.swap_remove(i);
             }
             None if q.ballots.len() >= MAX_BALLOTS => {
-                self.stats.quorum.ballots_refused += 1;
-                return;
+                match q.ballots.iter().position(Ballot::spent) {
+                    Some(i) => {
+                        q.ballots.swap_remove(i);
+                    }
+                    None => {
+                        self.stats.quorum.ballots_refused += 1;
+                        return;
+                    }
+                }
             }
             None => {}
         }
@@ -1156,5 +1195,30 @@ impl Engine {
         }
         self.check_quorum(now);
         self.rearm_quorum(now);
+    }
+}
+
+#[cfg(feature = "model")]
+impl Engine {
+    /// For the model checker only (feature `model`): the children this
+    /// rank counts, as (accuser, round nonce, child): the votes recorded in
+    /// the current round of each of its accusations and in each of its
+    /// open ballots. In a tree of flood parents a rank is one rank's child
+    /// per round (`docs/model-checking.md`, property `ballots`).
+    pub fn model_flood_children(&self) -> Vec<(Rank, u32, Rank)> {
+        let Some(q) = &self.quorum else {
+            return Vec::new();
+        };
+        let mine = q
+            .accusations
+            .iter()
+            .flat_map(|a| a.tree.children.iter().map(|c| (self.me, a.nonce, c.0)));
+        let ballots = q.ballots.iter().filter(|b| !b.closed).flat_map(|b| {
+            b.tree
+                .children
+                .iter()
+                .map(move |c| (b.accuser, b.nonce, c.0))
+        });
+        mine.chain(ballots).collect()
     }
 }

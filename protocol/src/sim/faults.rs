@@ -192,7 +192,7 @@ impl Simulator {
     /// The side of a partition cutting `cut` off that is not the primary
     /// one, and so the side the report treats as faulted: the side with
     /// fewer live ranks, or at an exact half the side without the lowest
-    /// live rank (the protocol's rule, `docs/design.md` §4.11). Its reports
+    /// live rank (the protocol's rule, `docs/design.md` §4.11 "Primary partition"). Its reports
     /// about the other side's ranks are false reports.
     fn non_primary_side(&self, cut: &[Rank]) -> Vec<Rank> {
         let live = |r: Rank| {

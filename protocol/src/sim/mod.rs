@@ -78,7 +78,7 @@ pub struct SimConfig {
     pub linger: Option<Duration>,
     /// Count notice copies per directed link (memory: one entry per link used).
     pub track_links: bool,
-    /// Node-local watching (`docs/design.md` §4.12): Engines with host
+    /// Same-host watching (`docs/design.md` §4.12 "Hosts"): Engines with host
     /// groups, a ring of host leaders, local counters modelled as the time
     /// of each rank's last wake-up, and a crashed process's exit seen by
     /// every live rank of its host after `exit_latency`. (A whole host that
@@ -821,7 +821,7 @@ impl Simulator {
 }
 
 /// What a rank of the simulator reads at a timer step: the modelled slot
-/// page, and with host groups the local ranks' counters (each the time
+/// page, and with host groups the same-host ranks' counters (each the time
 /// that rank last woke and its digest then).
 struct SimReadings<'a> {
     slots: &'a SlotModel,

@@ -146,7 +146,7 @@ pub struct Totals {
     pub max_notices_per_link: Option<u32>,
     pub messages: BTreeMap<String, KindTotals>,
     pub events: u64,
-    /// Node-local watching (host groups, a ring of host leaders).
+    /// Same-host watching (host groups, a ring of host leaders).
     #[serde(default)]
     pub local: bool,
     /// Fabric heartbeat writes per second at the end of the run: streams

@@ -1,6 +1,6 @@
 //! Payload marks: the per-origin high-water marks a `SyncRequest` carries,
 //! so that the rank asked can send the payloads the requester lacks
-//! (docs/design.md §4.9).
+//! (docs/design.md §4.9 "Payloads").
 //!
 //! Owns: the marks' bytes and their validating, non-allocating decoder
 //! ([`Marks`]). Must not: decide what is missing (the Engine compares), or

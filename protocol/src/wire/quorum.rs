@@ -1,5 +1,5 @@
 //! The bodies of the primary-partition messages (kinds 8–11,
-//! `docs/design.md` §4.11 and §5): encoding, and decoding once the tag
+//! `docs/design.md` §4.11 "Primary partition" and §5 "Wire format"): encoding, and decoding once the tag
 //! holds.
 //!
 //! ```text

@@ -142,7 +142,7 @@ impl Job {
 
     /// Rank `me` on `ring` with host groups `hosts`, started at
     /// `Time::ZERO`; drive its timers with `handle_timeout` and
-    /// [`readings`] that answer for its local emitter's counter. Its first
+    /// [`readings`] that answer for its same-host emitter's counter. Its first
     /// outputs wait to be polled.
     pub fn engine_on_hosts(
         &self,
@@ -284,7 +284,7 @@ pub fn tick(e: &mut Engine, now: Time, value: u64) -> Vec<Output> {
 
 /// A wake-up for [`serve_deadlines`] and [`run_until`]: `handle_timeout`,
 /// the watched slot reading `slot(now)`. (An Engine with host groups also
-/// reads its local emitter's counter: wake it with `handle_timeout` and
+/// reads its same-host emitter's counter: wake it with `handle_timeout` and
 /// [`readings`] in a closure of its own.)
 pub fn slot_reading(mut slot: impl FnMut(Time) -> u64) -> impl FnMut(&mut Engine, Time) {
     move |e, now| {

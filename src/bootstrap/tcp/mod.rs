@@ -14,7 +14,7 @@
 //! One connection carries any number of allgather rounds. The server relays:
 //! a round completes when every rank has contributed to it, and every rank
 //! then receives all contributions. The server exits when every rank has
-//! connected and then closed its connection. `docs/design.md` §9 says how
+//! connected and then closed its connection. `docs/design.md` §9 "The TCP rendezvous" says how
 //! the two ends authenticate each other and what is dropped.
 
 #![forbid(unsafe_code)]

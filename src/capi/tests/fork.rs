@@ -5,7 +5,7 @@
 //! the child's copies at once. The parent's detectors run on: queries,
 //! a broadcast, the agreement asked for before the fork, clean leaves.
 //!
-//! The job is two ranks of this process with node-local watching on, so
+//! The job is two ranks of this process with same-host watching on, so
 //! the host's shared segment, the exit-word threads and the pidfds exist
 //! when the child is made.
 
@@ -39,7 +39,7 @@ struct Request(*mut ffd_agree_req_t);
 // test hands it over, it is never shared.
 unsafe impl Send for Request {}
 
-/// Starts two ranks through ffd_init() with node-local watching on.
+/// Starts two ranks through ffd_init() with same-host watching on.
 fn start_pair() -> Vec<Handle> {
     let group = Arc::new(Group {
         barrier: super::Barrier::new(2),

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use super::record::{FINGERPRINT_LEN, PeerRecord, RecordError, SecretClaim};
 use crate::bootstrap::secret::JobSecret;
 use crate::bootstrap::{Bootstrap, BootstrapError};
-use crate::config::{format_duration, var};
+use crate::config::var;
 use crate::protocol::Rank;
 
 /// Every rank's record, and what rank 0 decided for the job.
@@ -88,7 +88,7 @@ pub enum ExchangeError {
         theirs: String,
         ours: String,
     },
-    #[error("rank {rank} runs with {setting} {theirs}, this rank with {ours}")]
+    #[error("rank {rank} runs with {setting}={theirs}, this rank with {setting}={ours}")]
     SettingMismatch {
         rank: Rank,
         setting: &'static str,
@@ -249,24 +249,9 @@ fn check_agreement(mine: &PeerRecord, r: &PeerRecord) -> Result<(), ExchangeErro
             ours: held_text(ours),
         });
     }
-    let (a, b) = (&r.settings, &mine.settings);
-    let differs: [(&'static str, String, String); 6] = [
-        (
-            "period",
-            format_duration(a.period),
-            format_duration(b.period),
-        ),
-        (
-            "timeout",
-            format_duration(a.timeout),
-            format_duration(b.timeout),
-        ),
-        ("inband", a.inband.to_string(), b.inband.to_string()),
-        ("bcast", a.bcast.to_string(), b.bcast.to_string()),
-        ("ring", a.ring.to_string(), b.ring.to_string()),
-        ("local watching", a.local.to_string(), b.local.to_string()),
-    ];
-    for (setting, theirs, ours) in differs {
+    // The job-wide settings (`AgreedSettings::VARIABLES`, from the table).
+    let differs = r.settings.shown().into_iter().zip(mine.settings.shown());
+    for ((setting, theirs), (_, ours)) in differs {
         if theirs != ours {
             return Err(ExchangeError::SettingMismatch {
                 rank,

@@ -5,7 +5,7 @@
 //! [`PeerRecord`] and the address exchange (the record's byte format in
 //! `record`, the checks across ranks in `exchange`), the address vector in
 //! rank order, the ring and the Engine's ingredients, placement, the state
-//! published to the host, spawning the progress thread, and the linking
+//! published to the embedder, spawning the progress thread, and the linking
 //! phase with its barrier. Must not: make protocol decisions (the Engine
 //! does), carry bytes between ranks itself (a [`Bootstrap`] does), or wait
 //! without a bound of its own (a embedder's collective is the embedder's business).
@@ -203,7 +203,7 @@ impl Phases {
     }
 }
 
-/// The detector's own fabric resources, separate from the host's: open,
+/// The detector's own fabric resources, separate from the embedder's: open,
 /// the slot region registered, not yet linked to any peer.
 struct OwnFabric {
     info: Info,
@@ -215,7 +215,7 @@ struct OwnFabric {
 /// Opens the provider and domain `config` names, an address vector for
 /// `size` ranks, an endpoint whose buffers fit every message of a job of
 /// that size, and registers the one-page slot region peers write into.
-/// One libfabric per process: the host's (an MPI library's own build, say)
+/// One libfabric per process: the embedder's (an MPI library's own build, say)
 /// may not be the one ffd was built against. An older one is refused,
 /// naming both versions; a newer one is logged.
 fn check_fabric_version(logger: &Logger) -> Result<(), StartError> {
@@ -234,7 +234,7 @@ fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
     let (buffers, buffer_size) = progress::message_buffers(size);
     let endpoint_config = EndpointConfig {
         // On tcp;ofi_rxm a write to a dead peer fails fast only with
-        // delivery-complete (docs/design.md §7); elsewhere errors come anyway.
+        // delivery-complete (docs/design.md §7 "Fabric facts this rests on"); elsewhere errors come anyway.
         delivery_complete: info.provider().starts_with("tcp"),
         recv_buffers: buffers,
         recv_size: buffer_size,
@@ -383,7 +383,7 @@ fn choose_placement(config: &Config, info: &Info, view: &JobView) -> Result<Plac
 
 /// What the progress thread builds the Engine from once every rank is
 /// linked: the settings (checked now, while errors can still be returned
-/// to the host), the ring, and the job's keys (the message key derived
+/// to the embedder), the ring, and the job's keys (the message key derived
 /// from `secret` and the job key).
 fn seed_engine(
     engine_config: EngineConfig,
@@ -434,7 +434,7 @@ fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan 
     LinkPlan { target, warm }
 }
 
-/// The state the progress thread publishes and the host reads: empty
+/// The state the progress thread publishes and the embedder reads: empty
 /// failed and left sets, the event queue (`FFD_EVENT_QUEUE`), and stats
 /// that already name the placement and the fabric.
 fn publish_state(
@@ -466,8 +466,8 @@ fn publish_state(
     }))
 }
 
-/// The socket pair by which the host wakes the progress thread: (the
-/// thread's end, the host's end), both non-blocking.
+/// The socket pair by which the embedder wakes the progress thread: (the
+/// thread's end, the embedder's end), both non-blocking.
 fn wake_socket() -> Result<(UnixStream, UnixStream), StartError> {
     let io = |source| StartError::Io {
         what: "wake-up socket",

@@ -39,16 +39,16 @@
 //!
 //! Version 3 added the process identity (pid, pid namespace, start time)
 //! that a same-host watcher checks before it trusts a pid (a recycled pid
-//! or one of another namespace is refused, `docs/design.md` §4.12), and the
+//! or one of another namespace is refused, `docs/design.md` §4.12 "Hosts"), and the
 //! local watching setting every rank must share.
 //!
 //! Version 2 turned the reserved byte at 75 into the secret claim and added
-//! the 32 bytes after it ([`SecretClaim`], `docs/design.md` §5.3). A rank
+//! the 32 bytes after it ([`SecretClaim`], `docs/design.md` §5.3 "The job's secret and keys"). A rank
 //! that holds the job's secret (from its bootstrap or `FFD_SECRET_FILE`)
 //! sends only a fingerprint of it, so that ranks holding different secrets
 //! fail at start naming each other; when no rank holds one, rank 0 draws
 //! the secret and sends it here, over the bootstrap, which is then the
-//! host's own channel (its allgather, or PMIx).
+//! embedder's own channel (its allgather, or PMIx).
 //!
 //! The protocol version is the one constant the message codec stamps on
 //! every protocol message ([`wire::VERSION`]); the record keeps it in a
@@ -60,7 +60,7 @@
 use std::time::Duration;
 
 use crate::bootstrap::secret::{JobSecret, SECRET_LEN};
-use crate::config::LocalMode;
+use crate::config::{LocalMode, setting, var};
 use crate::protocol::wire;
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};
 
@@ -75,8 +75,9 @@ const MAX_NAME: usize = 255;
 /// Longest fabric address accepted (libfabric's are tens of bytes).
 pub const MAX_FABRIC_ADDR: usize = 4096;
 
-/// The settings every rank of a job must share (a subset of `EngineConfig`
-/// that changes what other ranks may expect of this one).
+/// The settings every rank of a job must share: those the settings table
+/// marks job-wide ([`Setting::job_wide`](crate::config::Setting::job_wide),
+/// in [`AgreedSettings::VARIABLES`]; a test holds the two lists equal).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AgreedSettings {
     pub period: Duration,
@@ -90,6 +91,30 @@ pub struct AgreedSettings {
 }
 
 impl AgreedSettings {
+    /// The job-wide settings' variables, in the record's order.
+    pub const VARIABLES: [&'static str; 6] = [
+        var::PERIOD,
+        var::TIMEOUT,
+        var::INBAND,
+        var::BCAST,
+        var::RING,
+        var::LOCAL,
+    ];
+
+    /// Each setting as its variable shows it (`10ms`, `off`), beside the
+    /// variable, in [`Self::VARIABLES`]' order: what the exchange compares
+    /// and names in a mismatch.
+    pub fn shown(&self) -> [(&'static str, String); 6] {
+        [
+            (var::PERIOD, setting::PERIOD.show(&self.period)),
+            (var::TIMEOUT, setting::TIMEOUT.show(&self.timeout)),
+            (var::INBAND, setting::INBAND.show(&self.inband)),
+            (var::BCAST, setting::BCAST.show(&self.bcast)),
+            (var::RING, setting::RING.show(&self.ring)),
+            (var::LOCAL, setting::LOCAL.show(&self.local)),
+        ]
+    }
+
     /// The engine's settings, with local watching `auto` (the caller sets
     /// `local` from its configuration).
     pub fn of(engine: &EngineConfig) -> Self {
@@ -573,6 +598,23 @@ mod tests {
             start_time: 123_456,
         };
         r
+    }
+
+    /// The record carries exactly the settings the table marks job-wide,
+    /// in its order: a setting marked job-wide is exchanged and checked,
+    /// and one the record carries is shown as job-wide in the docs.
+    #[test]
+    fn the_record_carries_the_job_wide_settings() {
+        let job_wide: Vec<&str> = crate::config::VARIABLES
+            .iter()
+            .filter(|v| v.job_wide)
+            .map(|v| v.name)
+            .collect();
+        assert_eq!(job_wide, AgreedSettings::VARIABLES);
+        let shown = AgreedSettings::of(&EngineConfig::default()).shown();
+        assert_eq!(shown.each_ref().map(|(v, _)| *v), AgreedSettings::VARIABLES);
+        assert_eq!(shown[1].1, "100ms");
+        assert_eq!(shown[5].1, "auto");
     }
 
     #[test]

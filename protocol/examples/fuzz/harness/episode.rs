@@ -207,7 +207,7 @@ pub fn run(dice: &mut Dice, tally: &mut Tally, limit: u64) -> u64 {
     let outsider = JobKeys::new(keys.job_key(), [0xA5; 32]);
     let steps = 50 + dice.below(3000);
     let modelled = dice.chance(15);
-    // Host groups (node-local watching) in some episodes: ranks round-robin
+    // Host groups (same-host watching) in some episodes: ranks round-robin
     // over 1..=n hosts.
     let hosts = dice.chance(25).then(|| {
         let h = 1 + dice.below32(n);
@@ -681,7 +681,7 @@ impl Episode<'_> {
             4 => u64::MAX,
             _ => normal,
         };
-        // The local emitter's counter: its last wake-up mostly, else none,
+        // The same-host emitter's counter: its last wake-up mostly, else none,
         // one from the future, garbage.
         let local = self.nodes[r as usize]
             .engine
@@ -922,7 +922,7 @@ fn header_sender(bytes: &[u8]) -> Rank {
         .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
-/// One timer step's readings: the watched slot holds `slot`, the local
+/// One timer step's readings: the watched slot holds `slot`, the same-host
 /// emitter's counter reads `local`.
 struct StepReadings {
     slot: u64,

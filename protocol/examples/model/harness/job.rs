@@ -385,8 +385,8 @@ impl Job {
     pub fn new(bounds: Bounds) -> Job {
         let config = config();
         // The longest span the Engine compares a past time with is a
-        // timeout stretched by the local health multiplier, at most
-        // `health_max` timeouts (docs/design.md §4.3; in the model every
+        // timeout stretched by the own health multiplier, at most
+        // `health_max` timeouts (docs/design.md §4.3 "Timeout"; in the model every
         // deadline fires on time, so the multiplier stays 1).
         let horizon = config.timeout * (config.health_max + 1);
         Job {

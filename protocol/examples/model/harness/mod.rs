@@ -216,6 +216,9 @@ impl Model for Job {
         fn silence(j: &Job, s: &State) -> bool {
             j.judge(s, Prop::Silence)
         }
+        fn ballots(j: &Job, s: &State) -> bool {
+            j.judge(s, Prop::Ballots)
+        }
         fn view(j: &Job, s: &State) -> bool {
             j.sometimes(s, 0)
         }
@@ -238,6 +241,7 @@ impl Model for Job {
             Property::always(Prop::Proof.name(), proof),
             Property::always(Prop::Partition.name(), partition),
             Property::always(Prop::Silence.name(), silence),
+            Property::always(Prop::Ballots.name(), ballots),
             Property::sometimes(SOMETIMES[0].0, view),
             Property::sometimes(SOMETIMES[1].0, decision),
             Property::sometimes(SOMETIMES[2].0, delivery),

@@ -28,16 +28,18 @@ pub enum Prop {
     Proof,
     Partition,
     Silence,
+    Ballots,
 }
 
 impl Prop {
-    pub const ALL: [Prop; 6] = [
+    pub const ALL: [Prop; 7] = [
         Prop::Views,
         Prop::Agreement,
         Prop::Payloads,
         Prop::Proof,
         Prop::Partition,
         Prop::Silence,
+        Prop::Ballots,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +50,7 @@ impl Prop {
             Prop::Proof => "proof",
             Prop::Partition => "partition",
             Prop::Silence => "silence",
+            Prop::Ballots => "ballots",
         }
     }
 
@@ -79,6 +82,11 @@ impl Prop {
                 "every copy sent decodes at its receiver as its sender's, none goes to \
                  its sender, no heartbeat stream targets its own rank, the epoch never \
                  decreases"
+            }
+            Prop::Ballots => {
+                "in one round of an accusation, no rank is counted by two flood parents: \
+                 among the accusations and open ballots of the ranks that have not \
+                 crashed, each rank is recorded as a child by one rank at most"
             }
         }
     }
@@ -298,6 +306,37 @@ pub fn after_step(job: &Job, s: &mut State) {
     one_decision(job, s);
     all_or_none(job, s);
     one_side(job, s);
+    one_parent(job, s);
+}
+
+/// In one round of an accusation no rank is counted by two flood parents
+/// (`docs/design.md` §4.11: the flood parents form a tree, so the count up
+/// it is exact). Judged on the children the ranks that have not crashed
+/// record now: a rank that joined a round twice, after forgetting its
+/// ballot, is recorded by both parents while both count.
+fn one_parent(job: &Job, s: &mut State) {
+    if !holds(s, Prop::Ballots) {
+        return;
+    }
+    let mut seen: Vec<((Rank, u32, Rank), Rank)> = Vec::new();
+    for parent in (0..job.n()).filter(|&r| !s.nodes[r as usize].crashed) {
+        for child in s.nodes[parent as usize].engine.model_flood_children() {
+            match seen.iter().find(|(c, _)| *c == child) {
+                Some(&(_, other)) if other != parent => {
+                    let (accuser, nonce, rank) = child;
+                    breach(s, Prop::Ballots, || {
+                        format!(
+                            "in rank {accuser}'s round {nonce}, rank {rank} is counted by \
+                             both rank {other} and rank {parent}"
+                        )
+                    });
+                    return;
+                }
+                Some(_) => {}
+                None => seen.push((child, parent)),
+            }
+        }
+    }
 }
 
 /// Live, for what a rank raised: not crashed, not excluded, and declared

@@ -3,19 +3,18 @@
 //! Owns: the detector's endpoint, slot region and Engine once started; the
 //! per-peer bookkeeping of refused posts; how the thread ends (a leave, an
 //! exclusion, or a stop with its reason, a panic included). Must not: block
-//! on the host (callbacks are the host's promise), wait on anything but the
+//! on the embedder (callbacks are the embedder's promise), wait on anything but the
 //! completion queue and the wake socket, allocate per heartbeat, or end
 //! without publishing why (a panic anywhere on the thread is caught and
 //! becomes [`StopCause::Panic`]).
 //!
-//! Each turn of the loop: take host commands; read the completion queue
+//! Each turn of the loop: take the embedder's commands; read the completion queue
 //! (before any judgement, so heartbeats that landed are seen and errors are
 //! evidence); if the Engine's deadline has come, read the slot it watches
 //! and tick it; carry out its outputs; retry refused sends; then sleep on
 //! the completion queue's wait object or the wake socket until the next
 //! deadline (`FFD_PROGRESS=sleep`), or go round again (`spin`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -24,18 +23,14 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use crate::fabric::{
-    AddressVector, Completion, CqError, Endpoint, FabricError, FailedOp, FiAddr, RemoteRegion,
-    SlotPage,
-};
+use crate::fabric::{AddressVector, Completion, Endpoint, FabricError, RemoteRegion, SlotPage};
 use crate::protocol::{
-    Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, Input, JobKeys, LocalBeat, Output,
-    Participation, Rank, Readings, Ring, Time, TransportErrorKind, wire,
+    Engine, EngineConfig, EngineOptions, Input, JobKeys, LocalBeat, Output, Participation, Rank,
+    Readings, Ring, Time, wire,
 };
 
 use super::AgreeError;
 use super::delivery::Delivery;
-use super::evidence::{classify_completion, classify_post};
 use super::link::{self, Linked, WARM_UP};
 use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
@@ -45,6 +40,12 @@ use super::{Callback, PublishedState, SlotRegion};
 use crate::node::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
+
+mod diagnosis;
+mod sends;
+
+use diagnosis::Diagnosis;
+use sends::SendBook;
 
 /// The largest application payload the runtime carries (`broadcast`).
 /// A revoke or reinit order is a few bytes; this keeps buffers small.
@@ -77,7 +78,7 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 /// While an agreement or a view change is under way here, the thread
 /// sleeps at most this long between reads of its queue, for at most one
 /// timeout from when it began: every hop of an agreement is a message that
-/// a rank asleep until its next deadline (tens of ms under node-local
+/// a rank asleep until its next deadline (tens of ms under same-host
 /// watching, where most ranks beat no fabric heartbeat) handled only when
 /// its thread next ran. Measured with `benches/agreement.py`'s jobs on 2
 /// cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
@@ -110,7 +111,7 @@ fn agreement_poll(
     (now.saturating_duration_since(since) <= bound).then_some(every)
 }
 
-/// What the host asks of the progress thread.
+/// What the embedder asks of the progress thread.
 #[derive(Debug)]
 pub(super) enum Command {
     Broadcast(Vec<u8>),
@@ -160,7 +161,7 @@ pub(super) struct Progress<'d> {
     endpoint: Endpoint,
     /// Declared after the endpoint so it closes after it.
     _av: AddressVector,
-    /// Readable when the host sent a command.
+    /// Readable when the embedder sent a command.
     wake: UnixStream,
     /// The epoll set of same-host pidfds and `wake` (a second fd of it),
     /// readable on a command or an exit: waited on instead of `wake`.
@@ -181,7 +182,7 @@ struct Core<'d> {
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: Receiver<Command>,
-    /// The host's callback and queue; outlives a panic of the loop.
+    /// The embedder's callback and event queue; outlives a panic of the loop.
     delivery: &'d mut Delivery,
     spin: bool,
     eagain_limit: Duration,
@@ -189,14 +190,8 @@ struct Core<'d> {
     linger: Duration,
     logger: Logger,
     counters: RuntimeCounters,
-    /// Start of the current run of refused posts, per peer.
-    refused_since: BTreeMap<Rank, Instant>,
-    /// Peers an operation of ours completed to: their link is established.
-    connected: BTreeSet<Rank>,
-    /// Sends refused for now, in order.
-    pending: VecDeque<(Rank, Arc<[u8]>)>,
-    /// Where the last heartbeat went (attributes context-less write errors).
-    last_write_target: Option<Rank>,
+    /// Refusal runs, refused sends waiting, links known to work.
+    sends: SendBook,
     /// Set by a leave: stop after this instant.
     leaving_until: Option<Instant>,
     stop: bool,
@@ -217,36 +212,8 @@ struct Core<'d> {
     timeout: Duration,
     /// [`agreement_poll_every`] for this host.
     agreement_poll_every: Duration,
-    /// Diagnostics for the log (`FFD_LOG=info`): when the last turn of the
-    /// loop began, the long gaps between turns in the last two seconds
-    /// (at, gap), and when the last heartbeat was posted.
-    last_turn: Option<Time>,
-    long_gaps: VecDeque<(Time, Duration)>,
-    /// This turn: when its queue read and its timers ended.
-    turn_marks: [Option<Time>; 2],
-    /// Turns that took longer than a quarter timeout: (began, queue read,
-    /// timers, the rest), for two seconds.
-    long_turns: VecDeque<(Time, [Duration; 3])>,
-    /// The last [`RECENT_TURNS`] turns.
-    recent_turns: VecDeque<TurnNote>,
-    /// Heartbeats posted in this turn so far.
-    beats_this_turn: u8,
-    last_beat_posted: Option<Time>,
-}
-
-/// How many recent turns [`Core::log_diagnosis`] can show.
-const RECENT_TURNS: usize = 48;
-
-/// One turn of the loop, for the diagnosis (`FFD_LOG=info`).
-#[derive(Clone, Copy, Debug)]
-struct TurnNote {
-    began: Time,
-    /// The queue read, the timers, the rest (carrying out, retries).
-    phases: [Duration; 3],
-    /// Heartbeats posted during the turn.
-    beats: u8,
-    /// The Engine's next deadline at the turn's end, from then.
-    deadline_in: Option<Duration>,
+    /// The diagnosis ring for the log (`FFD_LOG=info`).
+    diagnosis: Diagnosis,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -264,7 +231,7 @@ pub(super) struct EngineSeed {
 
 /// The progress thread's body: the linking phase, then the Engine's loop,
 /// then the end published: [`DetectorState`](super::DetectorState) and, for
-/// a stop, the host's last event. A panic anywhere on the way (the Engine,
+/// a stop, the embedder's last event. A panic anywhere on the way (the Engine,
 /// fabric handling, this loop) is caught here and ends it the same way.
 pub(super) fn run(mut parts: Parts) {
     let shared = Arc::clone(&parts.shared);
@@ -275,7 +242,7 @@ pub(super) fn run(mut parts: Parts) {
         parts.logger,
     );
     // The parts (endpoint, slots, Engine) are dropped inside, also when
-    // unwinding: the fabric resources are closed before the host hears.
+    // unwinding: the fabric resources are closed before the embedder hears.
     let end = catch_unwind(AssertUnwindSafe(|| drive(parts, &mut delivery)))
         .unwrap_or_else(|payload| End::Stopped(StopReason::panic(payload.as_ref())));
     let why = match &end {
@@ -301,7 +268,7 @@ pub(super) fn run(mut parts: Parts) {
 
 /// How the progress thread ended.
 enum End {
-    /// Left cleanly, or told to stop (by the host, or by a failed start).
+    /// Left cleanly, or told to stop (by the embedder, or by a failed start).
     Left,
     /// Declared failed by the others.
     Excluded,
@@ -343,7 +310,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
                 Err(why) => {
                     return End::Stopped(StopReason::new(
                         StopCause::Engine,
-                        format!("node-local watching could not start: {why}"),
+                        format!("same-host watching could not start: {why}"),
                     ));
                 }
             }
@@ -368,19 +335,24 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
     };
     let mut progress = Progress::new(parts, engine, local.map(|(_, w)| w), delivery);
     if let Some(w) = &progress.core.local {
-        progress.core.counters.local_pidfds = w.pidfds() as u64;
-        progress.core.counters.local_exit_words = w.exit_words().0 as u64;
-        progress.core.counters.local_fallback = fallback.join("; ");
+        progress.core.counters.local.pidfds = w.pidfds() as u64;
+        progress.core.counters.local.exit_words = w.exit_words().0 as u64;
+        progress.core.counters.local.fallback = fallback.join("; ");
     }
     let core = &mut progress.core;
-    core.counters.link_messages_held = held.messages.len() as u64;
-    core.counters.link_dropped_foreign = held.dropped_foreign;
-    core.counters.link_dropped_over_cap = held.dropped_over_cap;
+    core.counters.link.messages_held = held.messages.len() as u64;
+    core.counters.link.dropped_foreign = held.dropped_foreign;
+    core.counters.link.dropped_over_cap = held.dropped_over_cap;
     // Messages that arrived while linking (a faster rank's first notice).
     for (from, bytes) in held.messages {
         core.on_message(from, &bytes);
     }
     progress.run()
+}
+
+/// The time since `started`, as the Engine counts it.
+fn elapsed(started: Instant) -> Time {
+    Time::from_nanos(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl<'d> Progress<'d> {
@@ -423,10 +395,7 @@ impl<'d> Progress<'d> {
                 agreement_poll_every,
                 logger: parts.logger,
                 counters: RuntimeCounters::default(),
-                refused_since: BTreeMap::new(),
-                connected: BTreeSet::new(),
-                pending: VecDeque::new(),
-                last_write_target: None,
+                sends: SendBook::default(),
                 leaving_until: None,
                 stop: false,
                 failed: None,
@@ -435,13 +404,7 @@ impl<'d> Progress<'d> {
                 last_publish: parts.started,
                 exits_unscanned: true,
                 boost: parts.boost,
-                last_turn: None,
-                long_gaps: VecDeque::new(),
-                turn_marks: [None; 2],
-                long_turns: VecDeque::new(),
-                recent_turns: VecDeque::new(),
-                beats_this_turn: 0,
-                last_beat_posted: None,
+                diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
             },
         }
     }
@@ -474,7 +437,8 @@ impl<'d> Progress<'d> {
                 let mut sink = [0u8; 64];
                 while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
             }
-            core.note_turn();
+            let started = core.started;
+            core.diagnosis.begin_turn(|| elapsed(started));
             core.take_commands();
             core.drive_host_agreement();
             core.refresh_board_readers();
@@ -493,14 +457,15 @@ impl<'d> Progress<'d> {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
-            core.mark_turn(0);
+            core.diagnosis.mark(0, || elapsed(started));
             core.on_deadline();
-            core.mark_turn(1);
+            core.diagnosis.mark(1, || elapsed(started));
             core.carry_out(endpoint);
             core.bump();
             core.retry_pending(endpoint);
             core.publish(false);
-            core.end_turn();
+            let next_deadline = core.engine.next_deadline();
+            core.diagnosis.end_turn(|| elapsed(started), next_deadline);
             if core.finished() {
                 break;
             }
@@ -544,7 +509,7 @@ impl<'d> Progress<'d> {
 
 impl Core<'_> {
     fn now(&self) -> Time {
-        Time::from_nanos(u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        elapsed(self.started)
     }
 
     fn finished(&self) -> bool {
@@ -552,7 +517,7 @@ impl Core<'_> {
             return true;
         }
         match self.leaving_until {
-            Some(until) => Instant::now() >= until && self.pending.is_empty(),
+            Some(until) => Instant::now() >= until && !self.sends.is_waiting(),
             None => false,
         }
     }
@@ -592,7 +557,7 @@ impl Core<'_> {
     }
 
     /// Drives this rank's one-host agreements one step (if no caller
-    /// waits on them), raises their results for the host and hands the Engine what
+    /// waits on them), raises their results for the embedder and hands the Engine what
     /// a decision named that this rank did not learn in a timeout.
     fn drive_host_agreement(&mut self) {
         let Some(host) = &self.shared.host_agreement else {
@@ -656,7 +621,7 @@ impl Core<'_> {
         }
     }
 
-    /// The Engine's deadline has come: read the watched slot and the local
+    /// The Engine's deadline has come: read the watched slot and the same-host
     /// emitter's counter, then tick.
     fn on_deadline(&mut self) {
         let Some(deadline) = self.engine.next_deadline() else {
@@ -678,18 +643,16 @@ impl Core<'_> {
     /// Engine at once.
     fn take_exits(&mut self) {
         if let Some(local) = self.local.as_mut() {
-            let now = Time::from_nanos(
-                u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            );
+            let now = elapsed(self.started);
             let n = local.take_exits(&mut self.engine, now);
-            self.counters.local_exits_seen += n as u64;
-            self.counters.local_exit_words_seen = local.exit_words().1;
+            self.counters.local.exits_seen += n as u64;
+            self.counters.local.exit_words_seen = local.exit_words().1;
             if let Some(why) = local.take_exit_words_broken() {
                 self.logger.warn(format_args!(
                     "exit words stopped ({why}): same-host exits are found by pidfds \
                      and counters only"
                 ));
-                let fallback = &mut self.counters.local_fallback;
+                let fallback = &mut self.counters.local.fallback;
                 if !fallback.is_empty() {
                     fallback.push_str("; ");
                 }
@@ -728,7 +691,7 @@ impl Core<'_> {
                 self.on_message(source.and_then(|a| Rank::try_from(a.0).ok()), bytes);
             }
             Completion::Sent { token, .. } => {
-                self.counters.messages_sent += 1;
+                self.counters.messages.sends_completed += 1;
                 self.link_works(token);
                 // The Engine times a just-mended emitter from its link-up.
                 if let Ok(to) = Rank::try_from(token) {
@@ -736,7 +699,7 @@ impl Core<'_> {
                 }
             }
             Completion::Written { token } => {
-                self.counters.heartbeats_completed += 1;
+                self.counters.heartbeats.completed += 1;
                 self.link_works(token);
             }
             Completion::Failed(error) => self.on_error_completion(now, error),
@@ -745,7 +708,7 @@ impl Core<'_> {
 
     /// A message for the Engine, `from` the transport's sender if known.
     fn on_message(&mut self, from: Option<Rank>, bytes: &[u8]) {
-        self.counters.messages_received += 1;
+        self.counters.messages.received += 1;
         let now = self.now();
         if std::mem::take(&mut self.exits_unscanned) {
             if let Some(local) = self.local.as_mut() {
@@ -753,128 +716,8 @@ impl Core<'_> {
             }
         }
         if let Err(e) = self.engine.handle(now, Input::Message { from, bytes }) {
-            self.counters.messages_rejected += 1;
             self.logger.debug(format_args!("message dropped: {e}"));
         }
-    }
-
-    /// An operation to the peer named by `token` completed: its link is up.
-    fn link_works(&mut self, token: u64) {
-        if let Ok(peer) = Rank::try_from(token) {
-            self.refused_since.remove(&peer);
-            self.connected.insert(peer);
-        }
-    }
-
-    fn on_error_completion(&mut self, now: Time, error: CqError) {
-        let (peer, kind) = match error.op {
-            FailedOp::Write { token } => (
-                Rank::try_from(token).ok(),
-                TransportErrorKind::HeartbeatWrite,
-            ),
-            FailedOp::Send { token, .. } => (Rank::try_from(token).ok(), TransportErrorKind::Send),
-            FailedOp::Recv => {
-                self.logger.warn(format_args!("receive failed: {error}"));
-                return;
-            }
-            // No context (shm): a write can only have been a heartbeat, and
-            // heartbeats go to one peer at a time.
-            FailedOp::Unknown if error.is_rma_write() => {
-                (self.last_write_target, TransportErrorKind::HeartbeatWrite)
-            }
-            FailedOp::Unknown => (None, TransportErrorKind::Send),
-        };
-        // Proof or silence, by what the provider said (`evidence.rs`).
-        let evidence = classify_completion(error.err, error.prov_errno);
-        let said = FabricSaid::Completion {
-            err: error.err,
-            prov_errno: error.prov_errno,
-        };
-        match peer {
-            Some(peer) => {
-                self.logger.info(format_args!(
-                    "transport error on the link to rank {peer}: {error} ({})",
-                    evidence.as_str()
-                ));
-                self.transport_error(now, peer, kind, evidence, said);
-            }
-            None => {
-                self.counters.unattributed_errors += 1;
-                self.logger
-                    .debug(format_args!("error completion naming no peer: {error}"));
-            }
-        }
-    }
-
-    fn transport_error(
-        &mut self,
-        now: Time,
-        peer: Rank,
-        kind: TransportErrorKind,
-        evidence: Evidence,
-        said: FabricSaid,
-    ) {
-        self.counters.transport_errors += 1;
-        self.refused_since.remove(&peer);
-        let _ = self.engine.handle(
-            now,
-            Input::TransportError {
-                peer,
-                kind,
-                evidence,
-                said,
-            },
-        );
-    }
-
-    /// A post that failed at once with `error` (not a refusal): proof or
-    /// silence by its error number.
-    fn post_failed(&mut self, peer: Rank, kind: TransportErrorKind, error: &FabricError) {
-        let now = self.now();
-        let err = error.errno().unwrap_or(0);
-        let evidence = classify_post(err);
-        self.transport_error(now, peer, kind, evidence, FabricSaid::Post { err });
-    }
-
-    /// A post to `peer` was refused (`-FI_EAGAIN`/`-FI_ENOENT`): a run of
-    /// refusals longer than the bound is a verdict against the peer, and
-    /// silence (a dead peer's connection and a cut one both refuse).
-    fn refused(&mut self, peer: Rank) {
-        self.counters.posts_refused += 1;
-        let now = Instant::now();
-        let since = *self.refused_since.entry(peer).or_insert(now);
-        let bound = self.refusal_bound(peer);
-        let run = now.duration_since(since);
-        if run > bound {
-            self.counters.unreachable_verdicts += 1;
-            self.logger.info(format_args!(
-                "rank {peer} unreachable: posts refused for {run:?}"
-            ));
-            self.pending.retain(|(to, _)| *to != peer);
-            let t = self.now();
-            self.transport_error(
-                t,
-                peer,
-                TransportErrorKind::Unreachable,
-                Evidence::Silence,
-                FabricSaid::Refused { run },
-            );
-        }
-    }
-
-    /// How long a run of refused posts to `peer` may last before it is a
-    /// verdict: `FFD_EAGAIN_LIMIT`, or start-up grace + timeout on a link
-    /// that never carried anything (connection set-up), stretched like the
-    /// Engine's own timeouts while this rank's wake-ups run late (its
-    /// local health, `docs/design.md` §4.3): a refusal run is timing
-    /// evidence too, and a starved rank drains its queues late.
-    fn refusal_bound(&self, peer: Rank) -> Duration {
-        let bound = if self.connected.contains(&peer) {
-            self.eagain_limit
-        } else {
-            self.eagain_limit.max(self.connect_grace)
-        };
-        bound.saturating_mul(self.engine.local_health())
     }
 
     /// Carries out everything the Engine asked for.
@@ -888,17 +731,19 @@ impl Core<'_> {
                 Output::ClearSlot { slot } => self.slots.memory().store(usize::from(slot), 0),
                 Output::Send { to, message } => {
                     let bytes: Arc<[u8]> = message.to_vec().into();
-                    if self.pending.iter().any(|(p, _)| *p == to) {
+                    if self.sends.waits_for(to) {
                         // Keep per-peer order behind the refused ones.
-                        self.pending.push_back((to, bytes));
+                        self.sends.queue(to, bytes);
                     } else {
                         self.send(endpoint, to, bytes);
                     }
                 }
                 // An agreement's result reaches its request before the
-                // host hears of it.
+                // embedder hears of it.
                 Output::Event(event) => {
-                    self.log_diagnosis(&event);
+                    let started = self.started;
+                    self.diagnosis
+                        .log(&self.logger, || elapsed(started), &event, &mut self.engine);
                     self.shared.agreements.on_event(&event);
                     self.delivery.protocol_event(event);
                 }
@@ -914,239 +759,6 @@ impl Core<'_> {
         }
     }
 
-    /// A turn of the loop begins: a gap since the last one longer than a
-    /// quarter timeout is kept two seconds for [`Core::log_diagnosis`].
-    fn note_turn(&mut self) {
-        if !self.logger.enabled(crate::config::LogLevel::Info) {
-            return;
-        }
-        let now = self.now();
-        if let Some(last) = self.last_turn {
-            let gap = now.saturating_since(last);
-            if gap > self.timeout / 4 {
-                self.long_gaps.push_back((now, gap));
-            }
-        }
-        self.last_turn = Some(now);
-        while self
-            .long_gaps
-            .front()
-            .is_some_and(|&(at, _)| now.saturating_since(at) > Duration::from_secs(2))
-        {
-            self.long_gaps.pop_front();
-        }
-    }
-
-    fn mark_turn(&mut self, k: usize) {
-        if self.logger.enabled(crate::config::LogLevel::Info) {
-            self.turn_marks[k] = Some(self.now());
-        }
-    }
-
-    /// A turn ends: the last [`RECENT_TURNS`] are kept, and any longer
-    /// than a quarter timeout for two seconds.
-    fn end_turn(&mut self) {
-        let beats = std::mem::take(&mut self.beats_this_turn);
-        let (Some(began), [Some(read), Some(timers)]) = (self.last_turn, self.turn_marks) else {
-            return;
-        };
-        let now = self.now();
-        let phases = [
-            read.saturating_since(began),
-            timers.saturating_since(read),
-            now.saturating_since(timers),
-        ];
-        if now.saturating_since(began) > self.timeout / 4 {
-            self.long_turns.push_back((began, phases));
-        }
-        while self
-            .long_turns
-            .front()
-            .is_some_and(|&(at, _)| now.saturating_since(at) > Duration::from_secs(2))
-        {
-            self.long_turns.pop_front();
-        }
-        if self.recent_turns.len() == RECENT_TURNS {
-            self.recent_turns.pop_front();
-        }
-        self.recent_turns.push_back(TurnNote {
-            began,
-            phases,
-            beats,
-            deadline_in: self.engine.next_deadline().map(|d| d.saturating_since(now)),
-        });
-        self.turn_marks = [None; 2];
-    }
-
-    /// Logs (`FFD_LOG=info`) what this thread saw of its own timing when
-    /// it confirmed an accusation or was itself declared: the evidence for
-    /// telling a late accuser from a starved suspect.
-    fn log_diagnosis(&mut self, event: &crate::protocol::Event) {
-        use crate::protocol::{Event, Exclusion, FailureDetail};
-        if !self.logger.enabled(crate::config::LogLevel::Info) {
-            return;
-        }
-        let now = self.now();
-        let gaps: Vec<String> = self
-            .long_gaps
-            .iter()
-            .map(|&(at, gap)| {
-                format!(
-                    "{:.1}ms {:.1}ms ago",
-                    gap.as_secs_f64() * 1e3,
-                    now.saturating_since(at).as_secs_f64() * 1e3
-                )
-            })
-            .collect();
-        let beat = self
-            .last_beat_posted
-            .map(|t| format!("{:.1}ms ago", now.saturating_since(t).as_secs_f64() * 1e3));
-        match event {
-            Event::Failed {
-                rank,
-                detector,
-                detail: FailureDetail::Silence { .. },
-                ..
-            } if *detector == self.engine.me() => {
-                let note = self.engine.take_accusation_note();
-                self.logger.info(format_args!(
-                    "diagnosis: declared rank {rank} from silence: {note:?}; my long turn gaps \
-                     (last 2 s): [{}]",
-                    gaps.join(", ")
-                ));
-            }
-            Event::SelfExcluded {
-                by,
-                why: Exclusion::Named,
-            } => {
-                let ms = |d: Duration| d.as_secs_f64() * 1e3;
-                let turns: Vec<String> = self
-                    .long_turns
-                    .iter()
-                    .map(|&(at, [r, t, o])| {
-                        format!(
-                            "{:.1}ms ago: read {:.1} timers {:.1} rest {:.1}",
-                            ms(now.saturating_since(at)),
-                            ms(r),
-                            ms(t),
-                            ms(o)
-                        )
-                    })
-                    .collect();
-                let this = self.last_turn.map(|t| ms(now.saturating_since(t)));
-                let marks = self
-                    .turn_marks
-                    .map(|m| m.map(|t| ms(now.saturating_since(t))));
-                // Each recent turn: began (ms ago) read/timers/rest (ms)
-                // heartbeats posted, the Engine's next deadline after it.
-                let recent: Vec<String> = self
-                    .recent_turns
-                    .iter()
-                    .map(|t| {
-                        let [r, tm, o] = t.phases.map(ms);
-                        format!(
-                            "{:.1}:{r:.1}/{tm:.1}/{o:.1}:b{}:d{}",
-                            ms(now.saturating_since(t.began)),
-                            t.beats,
-                            t.deadline_in
-                                .map_or("-".into(), |d| format!("{:.1}", ms(d)))
-                        )
-                    })
-                    .collect();
-                self.logger.info(format_args!(
-                    "diagnosis: declared by rank {by}; my health {}, my last beat posted {beat:?}, \
-                     my long turn gaps (last 2 s): [{}]; long turns: [{}]; this turn began \
-                     {this:?} ms ago, marks {marks:?}; recent turns (ago:read/timers/rest:beats:\
-                     next deadline in): [{}]",
-                    self.engine.local_health(),
-                    gaps.join(", "),
-                    turns.join("; "),
-                    recent.join(" ")
-                ));
-            }
-            _ => {}
-        }
-    }
-
-    fn write_heartbeat(&mut self, endpoint: &mut Endpoint, to: Rank, slot: u16, value: u64) {
-        let Some(region) = self.peers.get(to as usize) else {
-            return;
-        };
-        self.last_write_target = Some(to);
-        match endpoint.try_write_u64(
-            FiAddr(u64::from(to)),
-            region,
-            usize::from(slot),
-            value,
-            u64::from(to),
-        ) {
-            Ok(()) => {
-                self.counters.heartbeats_sent += 1;
-                if self.logger.enabled(crate::config::LogLevel::Info) {
-                    self.last_beat_posted = Some(self.now());
-                    self.beats_this_turn = self.beats_this_turn.saturating_add(1);
-                }
-            }
-            // The next period brings the next beat; only the run is counted.
-            Err(e) if e.is_refusal() => self.refused(to),
-            Err(e) => {
-                self.logger
-                    .info(format_args!("heartbeat to rank {to} failed: {e}"));
-                self.post_failed(to, TransportErrorKind::HeartbeatWrite, &e);
-            }
-        }
-    }
-
-    /// Tries a send; a refused one waits in `pending`. Returns whether the
-    /// send left (or was abandoned as an error).
-    fn send(&mut self, endpoint: &mut Endpoint, to: Rank, bytes: Arc<[u8]>) -> bool {
-        match endpoint.try_send(FiAddr(u64::from(to)), &bytes, u64::from(to)) {
-            Ok(()) => {
-                self.refused_since.remove(&to);
-                true
-            }
-            Err(e) if e.is_refusal() => {
-                self.pending.push_back((to, bytes));
-                self.refused(to);
-                false
-            }
-            Err(FabricError::Invalid(why)) => {
-                // Too large for a buffer (message_buffers says it cannot
-                // be): a bug, not evidence against `to`.
-                self.logger
-                    .error(format_args!("message to rank {to} not sent: {why}"));
-                true
-            }
-            Err(e) => {
-                self.logger
-                    .info(format_args!("send to rank {to} failed: {e}"));
-                self.post_failed(to, TransportErrorKind::Send, &e);
-                true
-            }
-        }
-    }
-
-    /// Retries refused sends in order; stops at the first peer still refusing.
-    fn retry_pending(&mut self, endpoint: &mut Endpoint) {
-        let mut round = std::mem::take(&mut self.pending);
-        let mut blocked: Vec<Rank> = Vec::new();
-        // Sends to ranks already declared failed stay queued too: the Engine
-        // addresses them on purpose (the exclusion notice a stopped rank
-        // must find when it resumes). Only a refusal verdict drops them.
-        while let Some((to, bytes)) = round.pop_front() {
-            if blocked.contains(&to) {
-                self.pending.push_back((to, bytes));
-                continue;
-            }
-            // `send` re-queues a refused message at the back of `pending`.
-            if !self.send(endpoint, to, bytes) {
-                blocked.push(to);
-            }
-        }
-        // Outputs raised by transport errors during the retries.
-        self.carry_out(endpoint);
-    }
-
     /// How long to sleep: until the Engine's deadline, the end of a leave,
     /// the next retry of refused sends, or the next publication.
     fn sleep_for(&mut self) -> Duration {
@@ -1159,7 +771,7 @@ impl Core<'_> {
         if let Some(until) = self.leaving_until {
             sleep = sleep.min(until.saturating_duration_since(Instant::now()));
         }
-        if !self.pending.is_empty() {
+        if self.sends.is_waiting() {
             sleep = sleep.min(RETRY_EVERY);
         }
         let unattended = self
@@ -1191,16 +803,16 @@ impl Core<'_> {
         self.last_publish = Instant::now();
         snapshot.uptime_ms = self.started.elapsed().as_secs_f64() * 1e3;
         snapshot.epoch = self.shared.failed.epoch();
-        self.counters.events_dropped = self.shared.events.dropped();
-        self.counters.callback_panics = self.delivery.callback_panics;
-        self.counters.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
+        self.counters.delivery.events_dropped = self.shared.events.dropped();
+        self.counters.delivery.callback_panics = self.delivery.callback_panics;
+        self.counters.local.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
     }
 }
 
 /// What the progress thread reads when the Engine's deadline comes: its
-/// registered slot page, and with host groups the local ranks' counters in
+/// registered slot page, and with host groups the same-host ranks' counters in
 /// the host's segment.
 struct DeadlineReadings<'a> {
     slots: &'a SlotPage,
