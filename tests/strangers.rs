@@ -1,4 +1,4 @@
-//! Closed to strangers (`FFD_SOURCE_FILTER`, docs/design.md §5.4): on the
+//! Closed to strangers (`FFD_SOURCE_FILTER`, docs/design.md §5.4 "What the authentication stops"): on the
 //! default provider (`tcp;ofi_rxm`), a connection to a rank's fabric port
 //! from an address outside the job never completes its handshake, so the
 //! streams that kill a rank of libfabric 1.17 (`tests/provider_hostile_connection.rs`)

@@ -1,4 +1,4 @@
-//! `ffd run` is closed to other users (docs/design.md §5.4): its job runs
+//! `ffd run` is closed to other users (docs/design.md §5.4 "What the authentication stops"): its job runs
 //! in a private network namespace, so another user of the host cannot reach
 //! its ranks' fabric ports at all, and the streams that kill a rank of
 //! libfabric 1.17 (`tests/provider_hostile_connection.rs`) never arrive.

@@ -139,9 +139,9 @@ pub enum LocalMode {
 worded!(LocalMode { Auto => "auto", Pidfd => "pidfd", Counters => "counters", Off => "off" });
 
 /// Whether only the job's own hosts reach the fabric endpoint's listening
-/// socket on the socket providers (`FFD_SOURCE_FILTER`, `docs/design.md`
-/// §5.4): a kernel filter on the source address, locked after the address
-/// exchange.
+/// socket on the socket providers (`FFD_SOURCE_FILTER`; design
+/// §5.4 "What the authentication stops"): a kernel filter on the source
+/// address, locked after the address exchange.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SourceFilterMode {
     /// On the socket providers (`tcp`, `sockets`, `net`, `udp`) where the

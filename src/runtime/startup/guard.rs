@@ -1,5 +1,5 @@
 //! Closing the fabric port to strangers (`FFD_SOURCE_FILTER`,
-//! `docs/design.md` §5.4): on the socket providers, the endpoint's
+//! `docs/design.md` §5.4 "What the authentication stops"): on the socket providers, the endpoint's
 //! listening socket drops every packet from the moment it is open, and
 //! after the exchange lets through only the job's own host addresses,
 //! locked.
