@@ -30,7 +30,7 @@
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 /// The core providers whose endpoint listens on a kernel socket.
 pub const SOCKET_PROVIDERS: &[&str] = &["tcp", "sockets", "net", "udp"];
@@ -151,19 +151,14 @@ impl SourceGuard {
     }
 
     /// Lets only packets from `sources` through, and locks the filter.
-    /// Also takes in sockets that appeared at the address since
-    /// [`deny_all`](Self::deny_all) (connections accepted meanwhile).
-    pub fn allow(mut self, sources: &[IpAddr]) -> Result<SourceFilter, GuardError> {
+    /// Sockets accepted since [`deny_all`](Self::deny_all) cannot exist (it
+    /// dropped every SYN); those accepted later inherit the filter.
+    pub fn allow(self, sources: &[IpAddr]) -> Result<SourceFilter, GuardError> {
         let mut allowed: Vec<IpAddr> = Vec::new();
         for ip in sources {
             let ip = ip.to_canonical();
             if !allowed.contains(&ip) {
                 allowed.push(ip);
-            }
-        }
-        for fd in sockets_bound_to(self.addr)? {
-            if !self.sockets.iter().any(|s| same_socket(s, &fd)) {
-                self.sockets.push(fd);
             }
         }
         self.attach(&program(&allowed)?, true)?;
@@ -176,22 +171,26 @@ impl SourceGuard {
 
     fn attach(&self, prog: &[libc::sock_filter], lock: bool) -> Result<(), GuardError> {
         for fd in &self.sockets {
-            attach_filter(fd.as_raw_fd(), prog, lock).map_err(|source| GuardError::Sys {
-                what: format!("attaching the source filter to the socket at {}", self.addr),
-                source,
-            })?;
+            match attach_filter(fd.as_raw_fd(), prog, lock) {
+                Ok(()) => {}
+                // Locked by another endpoint of this process that shares
+                // the listening socket (seen with several endpoints in one
+                // process: a listener at the same address and port already
+                // filtered and locked). It stays filtered; it is not ours
+                // to change.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EPERM)
+                        && attached_filter_len(fd.as_fd()).is_ok_and(|len| len > 0) => {}
+                Err(source) => {
+                    return Err(GuardError::Sys {
+                        what: format!("attaching the source filter to the socket at {}", self.addr),
+                        source,
+                    });
+                }
+            }
         }
         Ok(())
     }
-}
-
-fn same_socket(a: &OwnedFd, b: &OwnedFd) -> bool {
-    let ino = |fd: &OwnedFd| {
-        std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-            .ok()
-    };
-    ino(a).is_some() && ino(a) == ino(b)
 }
 
 /// Duplicates of this process's sockets whose local address is `addr`
@@ -216,23 +215,55 @@ fn sockets_bound_to(addr: SocketAddr) -> Result<Vec<OwnedFd>, GuardError> {
             continue;
         }
         // SAFETY: `fd` was open when listed; if it has been closed since,
-        // the calls below fail with EBADF. The borrow ends within this
-        // iteration, before anything of ours could close it.
+        // the duplication fails with EBADF. The borrow ends here.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let Some(local) = local_address(borrowed) else {
+        // Checked on a duplicate: another thread may close `fd` and open
+        // another socket under the same number meanwhile, but the
+        // duplicate stays the socket it was made from.
+        let Ok(dup) = borrowed.try_clone_to_owned() else {
+            continue;
+        };
+        let Some(local) = local_address(dup.as_fd()) else {
             continue;
         };
         let matches = local.port() == addr.port()
             && (local.ip().to_canonical() == addr.ip().to_canonical()
                 || local.ip().is_unspecified());
-        if !matches {
-            continue;
-        }
-        if let Ok(dup) = borrowed.try_clone_to_owned() {
+        // A connected stream socket at this address is not the endpoint's
+        // to filter: its own were accepted from the listener and carry its
+        // filter already, and one of an earlier endpoint on the same port
+        // (still closing) may carry a locked filter of its own.
+        let listener_or_datagram = int_option(dup.as_fd(), libc::SO_ACCEPTCONN) == Some(1)
+            || int_option(dup.as_fd(), libc::SO_TYPE) == Some(libc::SOCK_DGRAM);
+        // A socket that already carries a filter is not a fresh endpoint's:
+        // with several endpoints in one process, another endpoint's
+        // listener was seen at the same address and port, its filter
+        // locked (a listening group of SO_REUSEPORT sockets would allow
+        // that).
+        let unfiltered = attached_filter_len(dup.as_fd()).is_ok_and(|len| len == 0);
+        if matches && listener_or_datagram && unfiltered {
             found.push(dup);
         }
     }
     Ok(found)
+}
+
+/// An integer `SOL_SOCKET` option of `fd`.
+fn int_option(fd: BorrowedFd<'_>, option: libc::c_int) -> Option<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: value and len are valid out-pointers of the sizes given; a
+    // bad fd or option makes the call fail, which is handled.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&raw mut value).cast(),
+            &mut len,
+        )
+    };
+    (ret == 0).then_some(value)
 }
 
 /// `getsockname` of `fd`, when it is an IPv4 or IPv6 socket.
@@ -526,20 +557,9 @@ pub fn filters_at_port(port: u16) -> Vec<(bool, usize)> {
         if local_address(borrowed).is_none_or(|a| a.port() != port) {
             continue;
         }
-        let mut listening: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: valid out-pointers of the sizes given.
-        let ret = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_ACCEPTCONN,
-                (&raw mut listening).cast(),
-                &mut len,
-            )
-        };
+        let listening = int_option(borrowed, libc::SO_ACCEPTCONN) == Some(1);
         let filter = attached_filter_len(borrowed).unwrap_or(0);
-        found.push((ret == 0 && listening != 0, filter));
+        found.push((listening, filter));
     }
     found
 }
@@ -548,7 +568,6 @@ pub fn filters_at_port(port: u16) -> Vec<(bool, usize)> {
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsFd;
     use std::time::Duration;
 
     /// Shorter than the first SYN retransmission (1 s): a dropped SYN
