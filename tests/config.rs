@@ -7,7 +7,7 @@ use std::time::Duration;
 use ffd::config::setting;
 use ffd::config::{
     Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LocalMode,
-    LogLevel, ProgressMode, SchedPolicy, Source, VARIABLES,
+    LogLevel, ProgressMode, SchedPolicy, Source, SourceFilterMode, VARIABLES,
 };
 use ffd::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
 
@@ -337,6 +337,17 @@ fn core_progress_log() {
         "FFD_SCHED=`rr` is not recognised; accepted: normal|boost|fifo"
     );
     assert_eq!(from(&[]).unwrap().sched(), SchedPolicy::Boost);
+    assert_eq!(from(&[]).unwrap().source_filter(), SourceFilterMode::Auto);
+    assert_eq!(
+        from(&[("FFD_SOURCE_FILTER", "OFF")])
+            .unwrap()
+            .source_filter(),
+        SourceFilterMode::Off
+    );
+    assert_eq!(
+        err(&[("FFD_SOURCE_FILTER", "yes")]),
+        "FFD_SOURCE_FILTER=`yes` is not recognised; accepted: auto|on|off"
+    );
     assert_eq!(
         from(&[("FFD_SCHED", "Normal")]).unwrap().sched(),
         SchedPolicy::Normal
@@ -489,6 +500,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .progress(ProgressMode::Spin)
         .sched(SchedPolicy::Fifo)
         .local(LocalMode::Off)
+        .source_filter(SourceFilterMode::On)
         .log(LogLevel::Debug)
         .event_queue(16)
         .deliver_own(false)

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
-use ffd::config::{Config, Env, LocalMode, SchedPolicy, var};
+use ffd::config::{Config, Env, LocalMode, SchedPolicy, SourceFilterMode, var};
 use ffd::fabric::{self, Info};
 use ffd::node::{
     Boost, FIFO_PRIORITY, exit_word_probe, fifo_refusal, pidfd_probe, set_current_thread_fifo,
@@ -155,6 +155,15 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         writeln!(out, "  {exposure}")?;
     }
 
+    writeln!(
+        out,
+        "\nclosed to strangers (FFD_SOURCE_FILTER={}):",
+        config.source_filter()
+    )?;
+    for line in protections(&info.provider(), config.source_filter(), filter_probe()) {
+        writeln!(out, "  {line}")?;
+    }
+
     writeln!(out, "\nsame-host watching (FFD_LOCAL={}):", config.local())?;
     writeln!(out, "  {}", local_watching(config.local()))?;
 
@@ -213,6 +222,65 @@ fn exposure(provider: &str) -> Option<String> {
          a tag; on libfabric 1.13 to 2.6 one crafted connection kills a tcp rank (see \
          {FIX_DOCUMENT}); run it only where every host that can reach the port is trusted"
     ))
+}
+
+/// Whether this process may attach a source filter: tried on a listener
+/// of its own on 127.0.0.1, closed at once.
+fn filter_probe() -> Result<(), String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut name = vec![0u8; 16];
+    name[..2].copy_from_slice(&AF_INET.to_ne_bytes());
+    name[2..4].copy_from_slice(&addr.port().to_be_bytes());
+    name[4..8].copy_from_slice(&[127, 0, 0, 1]);
+    fabric::SourceGuard::deny_all(&name)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// `AF_INET`, a `sockaddr_in`'s family field (Linux).
+const AF_INET: u16 = 2;
+
+/// What keeps a stranger (a process outside the job) from reaching
+/// libfabric below ffd's tag, for `provider` and the setting; `probe`:
+/// whether a filter could be attached here.
+fn protections(provider: &str, mode: SourceFilterMode, probe: Result<(), String>) -> Vec<String> {
+    let mut lines = vec!["messages: a keyed tag on each, checked before use (above)".to_owned()];
+    if fabric::listens_on_sockets(provider) {
+        let filter = "source filter: the listening socket admits only the job's host \
+                      addresses (a kernel filter, deny-all from open, the job's addresses \
+                      after the exchange, locked); still open to any process on one of the \
+                      job's hosts";
+        lines.push(match (mode, probe) {
+            (SourceFilterMode::Off, _) => "source filter: off: anyone who reaches the port \
+                                           reaches libfabric"
+                .to_owned(),
+            (_, Ok(())) => format!("{filter}; attachable here"),
+            (SourceFilterMode::Auto, Err(why)) => format!(
+                "source filter: refused here ({why}): auto starts without it, so anyone who \
+                 reaches the port reaches libfabric"
+            ),
+            (SourceFilterMode::On, Err(why)) => {
+                format!("source filter: refused here ({why}): on makes start-up fail")
+            }
+        });
+    } else if provider.split(';').next() == Some("shm") {
+        lines.push(
+            "shm: no socket; regions of mode 0600, reachable only by this user's processes"
+                .to_owned(),
+        );
+    } else {
+        lines.push(format!(
+            "{provider}: no kernel socket; access is the fabric's own (e.g. its subnet or \
+             RDMA connection manager)"
+        ));
+    }
+    lines.push(
+        "ffd run: the job in a private network namespace (its ports unreachable from \
+         outside; --shared-network opts out)"
+            .to_owned(),
+    );
+    lines
 }
 
 /// The policy the progress thread would run under here: `fifo` and
@@ -284,6 +352,22 @@ fn libfabric_version() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_protections_follow_the_provider_and_the_setting() {
+        let on = protections("tcp;ofi_rxm", SourceFilterMode::Auto, Ok(()));
+        assert!(
+            on.iter()
+                .any(|l| l.contains("admits only the job's host addresses"))
+        );
+        let off = protections("tcp;ofi_rxm", SourceFilterMode::Off, Ok(()));
+        assert!(off.iter().any(|l| l.contains("source filter: off")));
+        let refused = protections("sockets", SourceFilterMode::Auto, Err("EPERM".into()));
+        assert!(refused.iter().any(|l| l.contains("refused here (EPERM)")));
+        let shm = protections("shm", SourceFilterMode::Auto, Ok(()));
+        assert!(shm.iter().any(|l| l.contains("mode 0600")));
+        assert!(!shm.iter().any(|l| l.contains("source filter")));
+    }
 
     #[test]
     fn testing_providers_say_they_take_anyones_traffic_and_name_the_fix() {

@@ -196,6 +196,7 @@ by_copy!(
     super::ProgressMode,
     super::SchedPolicy,
     super::LocalMode,
+    super::SourceFilterMode,
     super::LogLevel
 );
 

@@ -56,7 +56,7 @@ pub use table::{MAX_EVENT_QUEUE, MAX_TIMEOUT, MIN_PERIOD, VARIABLES, setting, va
 pub(crate) use values::parse_integer;
 pub use values::{
     CoreChoice, DURATION_FORM, DurationError, EagainLimit, LocalMode, LogLevel, ProgressMode,
-    SchedPolicy, format_duration, parse_duration,
+    SchedPolicy, SourceFilterMode, format_duration, parse_duration,
 };
 
 use crate::protocol::EngineConfig;

@@ -16,9 +16,9 @@ use std::time::Duration;
 use super::builder::Resolver;
 use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
 use super::values::{
-    CoreChoice, DURATION_FORM, EagainLimit, LocalMode, LogLevel, ProgressMode, SchedPolicy, any,
-    check_provider, check_token, duration, flag, format_duration, normalise_domain, parse_integer,
-    positive, word, yes_no,
+    CoreChoice, DURATION_FORM, EagainLimit, LocalMode, LogLevel, ProgressMode, SchedPolicy,
+    SourceFilterMode, any, check_provider, check_token, duration, flag, format_duration,
+    normalise_domain, parse_integer, positive, word, yes_no,
 };
 use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
@@ -199,6 +199,20 @@ settings_table! {
             check: any,
             show: ToString::to_string,
             set(local: LocalMode) => local,
+        }
+        source_filter: SourceFilterMode => SourceFilterMode {
+            var: SOURCE_FILTER = "FFD_SOURCE_FILTER",
+            accepted: "auto|on|off",
+            help: "On the socket providers (tcp, sockets, net, udp), only the job's own host \
+                   addresses reach the endpoint's listening socket (a kernel filter on the \
+                   source address, locked after the address exchange); auto: a warning and no \
+                   filter where the kernel refuses it; on: start-up fails then; off: anyone \
+                   who reaches the port reaches libfabric",
+            default: SourceFilterMode::Auto,
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(source_filter: SourceFilterMode) => source_filter,
         }
         log: LogLevel => LogLevel {
             var: LOG = "FFD_LOG",
@@ -396,6 +410,16 @@ mod tests {
                 LocalMode::Pidfd,
                 LocalMode::Counters,
                 LocalMode::Off
+            ]
+            .map(|m| m.to_string())
+            .join("|")
+        );
+        assert_eq!(
+            setting::SOURCE_FILTER.accepted,
+            [
+                SourceFilterMode::Auto,
+                SourceFilterMode::On,
+                SourceFilterMode::Off,
             ]
             .map(|m| m.to_string())
             .join("|")

@@ -1,5 +1,5 @@
 //! The value types of the settings that are the library's own
-//! ([`CoreChoice`], [`ProgressMode`], [`SchedPolicy`], [`LocalMode`], [`LogLevel`], [`EagainLimit`]) and
+//! ([`CoreChoice`], [`ProgressMode`], [`SchedPolicy`], [`LocalMode`], [`SourceFilterMode`], [`LogLevel`], [`EagainLimit`]) and
 //! the small parsers and range checks the settings table is built from.
 //!
 //! Owns: each value's words (parse and display) and the problem texts of
@@ -137,6 +137,26 @@ pub enum LocalMode {
 }
 
 worded!(LocalMode { Auto => "auto", Pidfd => "pidfd", Counters => "counters", Off => "off" });
+
+/// Whether only the job's own hosts reach the fabric endpoint's listening
+/// socket on the socket providers (`FFD_SOURCE_FILTER`; design
+/// §5.4 "What the authentication stops"): a kernel filter on the source
+/// address, locked after the address exchange.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SourceFilterMode {
+    /// On the socket providers (`tcp`, `sockets`, `net`, `udp`) where the
+    /// kernel lets this process attach it; where it refuses (an
+    /// unprivileged process on kernels that reserve socket filters to
+    /// `CAP_NET_ADMIN`), a warning and no filter.
+    #[default]
+    Auto,
+    /// As `auto`, but start-up fails when the filter cannot be attached.
+    On,
+    /// No filter: anyone who reaches the port reaches libfabric's parser.
+    Off,
+}
+
+worded!(SourceFilterMode { Auto => "auto", On => "on", Off => "off" });
 
 /// Log level (`FFD_LOG`), ordered from quietest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -28,6 +28,10 @@ pub fn strerror(errno: i32) -> String {
 /// An error of the fabric layer.
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {
+    /// The source filter on the endpoint's listening socket could not be
+    /// set up (`guard`).
+    #[error("the source filter (FFD_SOURCE_FILTER=on; `auto` warns and starts without it): {0}")]
+    SourceFilter(#[from] super::GuardError),
     /// A libfabric call failed.
     #[error("{call} failed: {text} (errno {errno})")]
     Call {

@@ -2,7 +2,8 @@
 //! fabric/domain/address vector/endpoint, register the slot page, write
 //! heartbeats, send and receive notices, read (normalised) completions.
 //!
-//! Owns: every `unsafe` call into libfabric (with `libfabric-sys`). The rest
+//! Owns: every `unsafe` call into libfabric (with `libfabric-sys`), and
+//! the source filter on the provider's listening socket (`guard`). The rest
 //! of the crate uses only the safe API below. Must not: make protocol
 //! decisions (who is dead); it reports refusals and error completions
 //! faithfully and leaves judging to the protocol.
@@ -59,6 +60,7 @@
 mod cq;
 mod endpoint;
 mod error;
+mod guard;
 mod info;
 mod mr;
 mod resources;
@@ -66,6 +68,12 @@ mod resources;
 pub use cq::{CompletionQueue, CqEntry, CqRead, RawCqError, Readiness, WaitKind, WaitPreference};
 pub use endpoint::{Completion, Endpoint, EndpointConfig, MAX_WRITE_TOKEN, RetryBound, Waited};
 pub use error::{CqError, FabricError, FailedOp, strerror};
+pub use guard::{
+    GuardError, SOCKET_PROVIDERS, SourceFilter, SourceGuard, attached_filter_len,
+    listens_on_sockets, socket_address,
+};
+#[cfg(any(test, feature = "fault-injection"))]
+pub use guard::{connect_within, filters_at_port};
 pub use info::{
     FabricVersions, Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings,
     provider_hint, runtime_version, version_text,

@@ -25,6 +25,7 @@ mod bell;
 mod board;
 mod exit_word;
 mod fork;
+mod netns;
 mod pidfd;
 mod sched;
 mod segment;
@@ -35,6 +36,7 @@ pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
 };
 pub use fork::Owner;
+pub use netns::{PrivateNetwork, enter_private_network};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
 pub use segment::{

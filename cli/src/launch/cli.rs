@@ -78,6 +78,11 @@ pub struct RunArgs {
     /// Print every agent line, not only first detections and all-notified lines.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Run the job in the host's network namespace instead of a private
+    /// one: its fabric ports on 127.0.0.1 are then reachable by every
+    /// process of the host, whatever its user.
+    #[arg(long)]
+    pub shared_network: bool,
     /// Extra arguments for every `ffd agent`.
     #[arg(last = true, value_name = "AGENT ARGS")]
     pub agent_args: Vec<String>,
@@ -240,6 +245,18 @@ pub fn exit_status(outcome: &Outcome) -> u8 {
 /// Runs `ffd run` with the process's environment and this executable as
 /// the agent: timeline and summary on `out`, messages on `log`.
 pub fn run(args: &RunArgs, out: &mut dyn Write, log: &mut dyn Write) -> ExitCode {
+    if !args.shared_network {
+        // First, while this process has no other thread: the job, its
+        // rendezvous included, lives on a loopback of its own.
+        if let Err(e) = ffd::node::enter_private_network() {
+            let _ = writeln!(
+                log,
+                "ffd run: warning: no private network namespace ({e}; root or unprivileged \
+                 user namespaces needed): the job's fabric ports on 127.0.0.1 are reachable by \
+                 every process of this host"
+            );
+        }
+    }
     let agent = match Launcher::default_agent() {
         Ok(agent) => agent,
         Err(e) => {

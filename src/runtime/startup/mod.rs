@@ -11,8 +11,10 @@
 //! without a bound of its own (a embedder's collective is the embedder's business).
 //!
 //! The steps, each a function below, in the order `start` runs them:
-//! `open_fabric`, `exchange_records` (with this rank's claim on the job's
-//! secret, `keys`), `insert_peers`, `agree_engine` (with the host groups
+//! `open_fabric` (then `guard::deny_all`: the source filter drops
+//! everyone), `exchange_records` (with this rank's claim on the job's
+//! secret, `keys`), `guard::admit_job` (the job's hosts only, locked),
+//! `insert_peers`, `agree_engine` (with the host groups
 //! unless `FFD_LOCAL=off`, then `local::plan`: the host's counter segment
 //! and the pidfds), `choose_placement`,
 //! `seed_engine` (the message key), `plan_links`, `publish_state`,
@@ -21,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod exchange;
+mod guard;
 pub mod keys;
 mod record;
 
@@ -78,9 +81,19 @@ pub(super) fn start(
 
     check_fabric_version(&logger)?;
     let fabric = open_fabric(config, size)?;
+    let source_guard =
+        guard::deny_all(config, &fabric, &logger).map_err(|e| abandon_exchange(bootstrap, e))?;
     phases.done("fabric open");
     let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
     phases.done("address exchange");
+    let source_filter = guard::admit_job(source_guard, &view)?;
+    phases.done("source filter");
+    if let Some(filter) = &source_filter {
+        logger.info(format_args!(
+            "source filter on {} ({} sockets): admits {:?}",
+            filter.addr, filter.sockets, filter.allowed
+        ));
+    }
     let peers = insert_peers(&fabric, &view)?;
     let (engine_config, ring, hosts) = agree_engine(config, engine_config, &view);
     let local = match hosts {

@@ -1,0 +1,206 @@
+//! `ffd run` is closed to other users (docs/design.md §5.4 "What the authentication stops"): its job runs
+//! in a private network namespace, so another user of the host cannot reach
+//! its ranks' fabric ports at all, and the streams that kill a rank of
+//! libfabric 1.17 (`tests/provider_hostile_connection.rs`) never arrive.
+//!
+//! Root runs `ffd run -n 4`; while it runs, an unprivileged user (`nobody`,
+//! through `setpriv`) opens a connection to every TCP port the agents
+//! listen on and sends the rxm `conn_id` stream, the tcp ack stream, noise
+//! and nothing. The run must end with every rank alive and no report. With
+//! `--shared-network` the same user's connection completes: the attack
+//! path is real.
+
+#[path = "../../tests/prereq/mod.rs"]
+mod prereq;
+
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// For the agents to listen (start-up is well under a second here).
+const LISTEN_WITHIN: Duration = Duration::from_secs(20);
+/// The job's length: long enough for the attack and a check.
+const RUN_FOR: &str = "6s";
+
+const CONN_ID_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
+004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
+da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
+000000000000000000000046464457";
+const ACK_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
+0040000000100000000000005366000003000000020010001000000000000000";
+
+fn prerequisites(test: &str) -> bool {
+    prereq::available(
+        test,
+        &[
+            prereq::root(),
+            prereq::command("setpriv"),
+            prereq::command("bash"),
+        ],
+    )
+}
+
+/// `\xNN` escapes of a hex string, for bash's `printf`.
+fn escaped(hex: &str) -> String {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| format!("\\x{}", &hex[i..i + 2]))
+        .collect()
+}
+
+/// The pids whose parent is `parent`.
+fn children(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let ppid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        if ppid == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The TCP ports `pid` listens on (in its own network namespace).
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let mut inodes = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            if cols.len() > 9 && cols[3] == "0A" {
+                let port = cols[1].rsplit(':').next().expect("address:port");
+                inodes.push((
+                    format!("socket:[{}]", cols[9]),
+                    u16::from_str_radix(port, 16).expect("hex port"),
+                ));
+            }
+        }
+    }
+    let mut ports = Vec::new();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return ports;
+    };
+    for fd in fds.flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            let target = target.to_string_lossy().into_owned();
+            ports.extend(inodes.iter().filter(|(i, _)| *i == target).map(|(_, p)| *p));
+        }
+    }
+    ports
+}
+
+/// Starts `ffd run -n 4` with `extra` options; returns it and every
+/// agent's listening ports once all four listen. The caller reaps it.
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits
+fn start_job(extra: &[&str]) -> (Child, Vec<u16>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ffd"))
+        .args(["run", "-n", "4", "--duration", RUN_FOR])
+        .args(extra)
+        .env("IPATH_NO_BACKTRACE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ffd run");
+    let deadline = Instant::now() + LISTEN_WITHIN;
+    loop {
+        let agents = children(child.id());
+        let ports: Vec<Vec<u16>> = agents.iter().map(|&a| listening_ports(a)).collect();
+        if agents.len() == 4 && ports.iter().all(|p| !p.is_empty()) {
+            return (child, ports.concat());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the four agents did not listen within {LISTEN_WITHIN:?}: {ports:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// As `nobody`: connects to 127.0.0.1:`port` and sends `stream` (hex);
+/// whether the connection was made.
+fn attack_as_nobody(port: u16, stream: &str) -> bool {
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7; printf '{}' >&3; sleep 0.2; exit 0",
+        escaped(stream)
+    );
+    let status = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .expect("setpriv bash");
+    status.success()
+}
+
+#[test]
+fn another_users_streams_do_not_reach_an_ffd_run_job() {
+    if !prerequisites("another_users_streams_do_not_reach_an_ffd_run_job") {
+        return;
+    }
+    let (child, ports) = start_job(&[]);
+    let noise: String = (0..4096u32)
+        .map(|i| format!("{:02x}", (i.wrapping_mul(2_654_435_761) >> 13) as u8))
+        .collect();
+    let mut reached = Vec::new();
+    for &port in &ports {
+        for stream in [CONN_ID_STREAM, ACK_STREAM, noise.as_str(), ""] {
+            if attack_as_nobody(port, stream) {
+                reached.push(port);
+            }
+        }
+    }
+    let out = child.wait_with_output().expect("ffd run ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        reached.is_empty(),
+        "nobody reached ports {reached:?} of the job\n{stdout}\n{stderr}"
+    );
+    assert!(
+        out.status.success(),
+        "the run failed ({:?})\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("false reports: none"), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains("exited") && !stdout.contains("failed"),
+        "a rank ended or was reported\n{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn with_a_shared_network_another_user_reaches_the_port() {
+    if !prerequisites("with_a_shared_network_another_user_reaches_the_port") {
+        return;
+    }
+    let (mut child, ports) = start_job(&["--shared-network"]);
+    // Connect and send nothing: libfabric 1.17 would die of the streams.
+    let reached = attack_as_nobody(ports[0], "");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        reached,
+        "nobody reaches port {} of a shared-network job",
+        ports[0]
+    );
+}

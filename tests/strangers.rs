@@ -1,0 +1,406 @@
+//! Closed to strangers (`FFD_SOURCE_FILTER`, docs/design.md §5.4 "What the authentication stops"): on the
+//! default provider (`tcp;ofi_rxm`), a connection to a rank's fabric port
+//! from an address outside the job never completes its handshake, so the
+//! streams that kill a rank of libfabric 1.17 (`tests/provider_hostile_connection.rs`)
+//! never reach libfabric's parser.
+//!
+//! Three ranks of one job run in a child process (this binary again,
+//! filtered to the ignored `rank_role` test) on `FFD_DOMAIN=lo` (their
+//! addresses are 127.0.0.1) with `FFD_LOCAL=off`, the path of a job across
+//! hosts. From 127.0.0.2, outside the job, the test opens connections to
+//! every TCP port the child listens on: the rxm `conn_id` stream, the tcp
+//! ack stream, 4 KiB of random bytes, and a silent one. Then every rank
+//! must live, know nobody failed, agree with the others, and have
+//! completed heartbeats since. The child also reports that every socket at
+//! its listening ports carries the filter (the listener and the sockets
+//! accepted from it). With `FFD_SOURCE_FILTER=off` the same connection
+//! completes: the attack path is real.
+//!
+//! A child that cannot start its ranks fails the test; nothing is
+//! skipped.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ffd::bootstrap::InProcessBootstrap;
+use ffd::config::{Config, CoreChoice, LocalMode, SourceFilterMode};
+use ffd::fabric::{connect_within, filters_at_port};
+use ffd::runtime::{Detector, Event};
+
+const CHILD_ENV: &str = "FFD_STRANGERS_RANKS";
+const FILTER_ENV: &str = "FFD_STRANGERS_FILTER";
+const TAG: &str = "FFD-STRANGERS";
+const RANKS: usize = 3;
+const CHILD_LIFETIME: Duration = Duration::from_secs(60);
+/// For the child to start its ranks and for one agreement.
+const STEP_WITHIN: Duration = Duration::from_secs(20);
+/// A dropped SYN is sent again after 1 s and 3 s: a handshake not done
+/// within this was dropped more than twice.
+const DROPPED_WITHIN: Duration = Duration::from_millis(2500);
+/// For an admitted handshake on loopback.
+const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
+
+/// The address outside the job.
+const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+/// The streams of `tests/provider_hostile_connection.rs` (see there): a
+/// connection request then an rxm packet naming a `conn_id` that does not
+/// exist, and a connection request then a bare tcp acknowledgement.
+const CONN_ID_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
+004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
+da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
+000000000000000000000046464457";
+const ACK_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
+0040000000100000000000005366000003000000020010001000000000000000";
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
+        .collect()
+}
+
+/// 4 KiB of bytes from a fixed xorshift: random to a parser, the same on
+/// every run.
+fn noise() -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The TCP ports this process listens on.
+fn listening_ports() -> Vec<u16> {
+    let mut ports = Vec::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            if cols.len() > 3 && cols[3] == "0A" {
+                let port = cols[1].rsplit(':').next().expect("address:port");
+                ports.push(u16::from_str_radix(port, 16).expect("hex port"));
+            }
+        }
+    }
+    // Only this process's: a socket at that port is among its fds.
+    ports.retain(|&p| filters_at_port(p).iter().any(|&(listening, _)| listening));
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The ranks: three detectors of one job in this process on `lo`, every
+/// rank on the fabric ring. The filter is as [`FILTER_ENV`] says.
+#[test]
+#[ignore = "the ranks of the strangers test; it runs them in a child process"]
+fn rank_role() {
+    assert!(
+        std::env::var_os(CHILD_ENV).is_some(),
+        "rank_role is run by the strangers test, with {CHILD_ENV} set"
+    );
+    let filter = match std::env::var(FILTER_ENV).as_deref() {
+        Ok("off") => SourceFilterMode::Off,
+        _ => SourceFilterMode::On,
+    };
+    let config = Config::builder()
+        .domain("lo")
+        // Generous: the attack takes half a minute, on a machine that may
+        // be loaded by others; a false report fails the test.
+        .period(Duration::from_millis(20))
+        .timeout(Duration::from_millis(1000))
+        .startup_grace(Duration::from_millis(1000))
+        .core(CoreChoice::None)
+        .local(LocalMode::Off)
+        .source_filter(filter)
+        .build()
+        .expect("valid config");
+    let starts: Vec<_> = InProcessBootstrap::group(RANKS as u32)
+        .expect("group")
+        .into_iter()
+        .map(|mut b| {
+            let config = config.clone();
+            thread::spawn(move || Detector::start(&config, &mut b))
+        })
+        .collect();
+    let detectors: Vec<Detector> = starts
+        .into_iter()
+        .map(|h| h.join().expect("no panic").expect("detector starts"))
+        .collect();
+    let beats_before: Vec<u64> = detectors
+        .iter()
+        .map(|d| d.stats().runtime.heartbeats.completed)
+        .collect();
+    let (lines, commands) = mpsc::channel::<String>();
+    thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let ports: Vec<String> = listening_ports().iter().map(u16::to_string).collect();
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{TAG} ready {}", ports.join(" "))
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return;
+    }
+    let start = Instant::now();
+    while let Some(left) = CHILD_LIFETIME.checked_sub(start.elapsed()) {
+        match commands.recv_timeout(left) {
+            Ok(line) if line == "check" => {
+                let answer = match check(&detectors, &beats_before) {
+                    Ok(said) => format!("{TAG} alive {said}"),
+                    Err(why) => format!("{TAG} broken {why}"),
+                };
+                if writeln!(out, "{answer}")
+                    .and_then(|()| out.flush())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    for d in detectors {
+        d.shutdown();
+    }
+}
+
+/// Whether every rank still runs and works (as in
+/// `provider_hostile_connection.rs`), and every socket at a listening port
+/// carries a filter.
+fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String> {
+    let ports = listening_ports();
+    let mut sockets = 0;
+    for &port in &ports {
+        for (listening, len) in filters_at_port(port) {
+            if len == 0 {
+                return Err(format!(
+                    "a socket at port {port} (listening: {listening}) has no filter"
+                ));
+            }
+            sockets += 1;
+        }
+    }
+    for d in detectors {
+        while let Some(e) = d.try_next_event() {
+            let trouble = matches!(
+                e.event,
+                Event::Stopped(_)
+                    | Event::Failed { .. }
+                    | Event::HostFailed { .. }
+                    | Event::Left { .. }
+                    | Event::SelfExcluded { .. }
+            );
+            if trouble {
+                return Err(format!("rank {} raised {:?}", d.rank(), e.event));
+            }
+        }
+        if !d.is_running() || d.is_excluded() || !d.failed_ranks().is_empty() {
+            return Err(format!(
+                "rank {}: running {}, excluded {}, failed {:?}",
+                d.rank(),
+                d.is_running(),
+                d.is_excluded(),
+                d.failed_ranks()
+            ));
+        }
+    }
+    let requests: Vec<_> = detectors
+        .iter()
+        .map(|d| {
+            d.iagree(u64::MAX)
+                .map_err(|e| format!("rank {}: {e}", d.rank()))
+        })
+        .collect::<Result<_, _>>()?;
+    for (d, request) in detectors.iter().zip(&requests) {
+        match request.wait_timeout(STEP_WITHIN) {
+            Some(Ok(a)) if a.view.failed.is_empty() && a.flags == u64::MAX => {}
+            Some(Ok(a)) => return Err(format!("rank {} agreed on {a:?}", d.rank())),
+            Some(Err(e)) => return Err(format!("rank {}: agreement failed: {e}", d.rank())),
+            None => {
+                return Err(format!(
+                    "rank {}: no agreement within {STEP_WITHIN:?}",
+                    d.rank()
+                ));
+            }
+        }
+    }
+    for (d, before) in detectors.iter().zip(beats_before) {
+        if d.stats().runtime.heartbeats.completed <= *before {
+            return Err(format!("rank {}: no heartbeat completed since", d.rank()));
+        }
+    }
+    Ok(format!(
+        "{} ranks agreed, {sockets} sockets at listening ports {ports:?} filtered",
+        detectors.len()
+    ))
+}
+
+/// Kills and reaps the child on every path.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The child's ranks, its stdin and the lines it says.
+struct Ranks {
+    guard: ChildGuard,
+    stdin: ChildStdin,
+    said: mpsc::Receiver<Option<String>>,
+    ports: Vec<u16>,
+}
+
+fn start_ranks(filter: &str) -> Ranks {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "rank_role",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .env(FILTER_ENV, filter)
+        .env("IPATH_NO_BACKTRACE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the ranks");
+    let stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let guard = ChildGuard(child);
+    let (tx, said) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find(TAG) {
+                if tx
+                    .send(Some(line[at + TAG.len()..].trim().to_owned()))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(None);
+    });
+    let ready = said
+        .recv_timeout(STEP_WITHIN)
+        .expect("the ranks start within the bound")
+        .expect("the ranks started (their stdout closed first)");
+    let words: Vec<&str> = ready.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"ready"), "ready line: {ready}");
+    let ports: Vec<u16> = words[1..]
+        .iter()
+        .map(|p| p.parse().expect("port"))
+        .collect();
+    assert!(!ports.is_empty(), "the ranks listen on no TCP port");
+    Ranks {
+        guard,
+        stdin,
+        said,
+        ports,
+    }
+}
+
+#[test]
+fn a_stranger_outside_the_job_never_reaches_a_ranks_fabric_port() {
+    let mut ranks = start_ranks("on");
+    let streams = [
+        ("conn_id", unhex(CONN_ID_STREAM)),
+        ("ack", unhex(ACK_STREAM)),
+        ("noise", noise()),
+        ("silent", Vec::new()),
+    ];
+    // Every connection at once, each on a thread of its own: the
+    // handshakes that never complete wait out their bound together.
+    let started = Instant::now();
+    let attempts: Vec<_> = ranks
+        .ports
+        .iter()
+        .flat_map(|&port| streams.iter().map(move |s| (port, s.clone())))
+        .map(|(port, (name, bytes))| {
+            thread::spawn(move || {
+                let to = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                match connect_within(STRANGER, to, DROPPED_WITHIN) {
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                        Ok(format!("{name} to {port}: no handshake"))
+                    }
+                    Err(e) => Err(format!(
+                        "{name} to port {port} from {STRANGER}: {e} (not a dropped SYN)"
+                    )),
+                    Ok(mut conn) => {
+                        let _ = conn.write_all(&bytes);
+                        Err(format!(
+                            "{name}: a connection from {STRANGER} to port {port} completed"
+                        ))
+                    }
+                }
+            })
+        })
+        .collect();
+    let log: Vec<String> = attempts
+        .into_iter()
+        .map(|t| {
+            t.join()
+                .expect("no panic")
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    writeln!(ranks.stdin, "check").expect("ask the ranks");
+    ranks.stdin.flush().expect("ask the ranks");
+    match ranks.said.recv_timeout(2 * STEP_WITHIN) {
+        Ok(Some(l)) if l.starts_with("alive") => {
+            eprintln!(
+                "attacked for {:?}: {}; {l}",
+                started.elapsed(),
+                log.join("; ")
+            );
+        }
+        Ok(Some(l)) => panic!("{}; then: {l}", log.join("; ")),
+        Ok(None) => panic!(
+            "the ranks ended ({:?}); {}",
+            ranks.guard.0.wait(),
+            log.join("; ")
+        ),
+        Err(_) => panic!("the ranks did not answer within {:?}", 2 * STEP_WITHIN),
+    }
+}
+
+#[test]
+fn without_the_filter_the_strangers_handshake_completes() {
+    let ranks = start_ranks("off");
+    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, ranks.ports[0]));
+    // The attack path is real: 127.0.0.2 reaches the port when nothing
+    // filters it. Nothing is sent (libfabric 1.17 would crash on it).
+    let conn = connect_within(STRANGER, to, HANDSHAKE_WITHIN);
+    assert!(
+        conn.is_ok(),
+        "{STRANGER} reaches port {}: {conn:?}",
+        ranks.ports[0]
+    );
+}

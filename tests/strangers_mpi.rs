@@ -1,0 +1,224 @@
+//! An embedded C job closed to strangers: `examples/c/mpi_detect.c` under
+//! Debian's Open MPI (as `tests/capi_mpi.rs` runs it), its six ranks on
+//! `FFD_DOMAIN=lo` with `FFD_LOCAL=off` (the path of a job across hosts),
+//! rank 3 killed 6 s in. Before the kill, from 127.0.0.2 (outside the
+//! job), a connection to every TCP port the ranks listen on with the rxm
+//! `conn_id` stream, the tcp ack stream and a silent one: none may complete
+//! its handshake (the source filter), and the job's checks must hold as in
+//! `capi_mpi.rs`: every survivor reports rank 3, and only rank 3, within
+//! the bound; a rank killed by the streams would be a second failure and
+//! fail them.
+
+mod capi_support;
+
+use capi_support::prereq;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use capi_support::detect::{JOB_BOUND, ffd_settings, system_libfabric};
+use capi_support::mpi::{Expect, RANKS, VICTIM, check_job};
+use capi_support::{Child, ScratchDir, clean_command, compile_c};
+use ffd::fabric::connect_within;
+
+const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+/// A dropped SYN is sent again after 1 s: no handshake within this means
+/// it was dropped twice.
+const DROPPED_WITHIN: Duration = Duration::from_millis(2500);
+/// For the ranks to listen (start-up takes about a second here).
+const LISTEN_WITHIN: Duration = Duration::from_secs(30);
+
+const CONN_ID_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
+004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
+da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
+000000000000000000000046464457";
+const ACK_STREAM: &str = "\
+030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
+0040000000100000000000005366000003000000020010001000000000000000";
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
+        .collect()
+}
+
+/// The children of `pid` (every thread's).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Every descendant of this process named `name`.
+fn descendants_named(name: &str) -> Vec<u32> {
+    let mut todo = children(std::process::id());
+    let mut found = Vec::new();
+    while let Some(pid) = todo.pop() {
+        if comm(pid) == name {
+            found.push(pid);
+        }
+        todo.extend(children(pid));
+    }
+    found
+}
+
+/// The TCP ports `pid` listens on.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let mut inodes = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            if cols.len() > 9 && cols[3] == "0A" {
+                let port = cols[1].rsplit(':').next().expect("address:port");
+                inodes.push((
+                    format!("socket:[{}]", cols[9]),
+                    u16::from_str_radix(port, 16).expect("hex port"),
+                ));
+            }
+        }
+    }
+    let mut ports = Vec::new();
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let target = target.to_string_lossy().into_owned();
+                ports.extend(inodes.iter().filter(|(i, _)| *i == target).map(|(_, p)| *p));
+            }
+        }
+    }
+    ports
+}
+
+fn example() -> PathBuf {
+    compile_c(
+        "mpicc",
+        "examples/c/mpi_detect.c",
+        "ffd",
+        "mpi_detect_strangers",
+    )
+}
+
+#[test]
+fn a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks() {
+    if !prereq::available(
+        "a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks",
+        &[prereq::mpirun(), prereq::c_toolchain()],
+    ) {
+        return;
+    }
+    let exe = example();
+    let session = ScratchDir::new("strangers-mpi");
+    let mut cmd = clean_command("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--enable-recovery",
+    ])
+    .args(["--bind-to", "none"])
+    .args(["--mca", "orte_tmpdir_base"])
+    .arg(&session.0)
+    .args(["--mca", "btl", "self,vader"])
+    .args(["--mca", "oob_tcp_if_include", "lo"]);
+    let mut settings = ffd_settings();
+    settings.push(("FFD_LOCAL", "off".to_owned()));
+    for (name, value) in settings {
+        cmd.args(["-x", name]).env(name, value);
+    }
+    cmd.args(["-np", &RANKS.to_string()])
+        .arg(&exe)
+        .args(["--victim", &VICTIM.to_string()])
+        .args(["--kill-after", "6000"]);
+    let job = Child::start(cmd, "mpirun mpi_detect");
+
+    // Every rank listening (ffd's endpoint, and MPI's own sockets).
+    let deadline = Instant::now() + LISTEN_WITHIN;
+    let ports: Vec<u16> = loop {
+        let ranks = descendants_named("mpi_detect_stra");
+        let ports: Vec<Vec<u16>> = ranks.iter().map(|&p| listening_ports(p)).collect();
+        if ranks.len() == RANKS as usize && ports.iter().all(|p| !p.is_empty()) {
+            break ports.concat();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the {RANKS} ranks did not listen within {LISTEN_WITHIN:?}: {ranks:?} {ports:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    let attempts: Vec<_> = ports
+        .iter()
+        .flat_map(|&port| [CONN_ID_STREAM, ACK_STREAM, ""].map(move |s| (port, unhex(s))))
+        .map(|(port, bytes)| {
+            thread::spawn(move || {
+                let to = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                let outcome = match connect_within(STRANGER, to, DROPPED_WITHIN) {
+                    // The SYN was dropped: the source filter.
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Ok(true),
+                    // Refused or otherwise failed (a listener of MPI's
+                    // start-up, closed since): nothing was parsed.
+                    Err(_) => Ok(false),
+                    Ok(mut conn) => {
+                        use std::io::Write;
+                        let _ = conn.write_all(&bytes);
+                        Err(format!(
+                            "port {port}: the handshake from {STRANGER} completed"
+                        ))
+                    }
+                };
+                (port, outcome)
+            })
+        })
+        .collect();
+    let mut reached = Vec::new();
+    let mut dropped = std::collections::BTreeSet::new();
+    for attempt in attempts {
+        match attempt.join().expect("no panic") {
+            (_, Err(why)) => reached.push(why),
+            (port, Ok(true)) => {
+                dropped.insert(port);
+            }
+            (_, Ok(false)) => {}
+        }
+    }
+    let out = job.finish(JOB_BOUND);
+    let libfabric = system_libfabric();
+    check_job(
+        &out,
+        &Expect {
+            oob: "mpi",
+            libfabric: &libfabric,
+            exit_code: Some(0),
+        },
+    );
+    // MPI's own listeners (Open MPI's tcp BTL is off: `self,vader`; its
+    // out-of-band channel listens in mpirun, not in the ranks) would show
+    // here as reached ports without the filter.
+    assert!(
+        reached.is_empty(),
+        "reached from {STRANGER}: {reached:?}\n{}",
+        out.stdout
+    );
+}
