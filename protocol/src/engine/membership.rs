@@ -1,4 +1,5 @@
-//! The failed and left sets: how a rank gets into them and what follows.
+//! The failed and left sets: how a rank gets into them and what follows;
+//! and the other news that travels the overlay, application payloads.
 //!
 //! Owns: declaring a failure, learning failures and leaves from others,
 //! the reactions to a grown set (mend, stop beating a departed observer,
@@ -7,19 +8,22 @@
 //! (an exclusion or a leave also ends this rank's pending agreements);
 //! the news itself: a received notice's forward-once, the batching of
 //! leaves learned from others, and the re-broadcast of ranks learned by
-//! sync (the fan-out is `broadcast`'s).
-//! Must not: remove a rank from either set (reports are final), or decide
+//! sync (the fan-out is `broadcast`'s); the Engine's glue of
+//! `Payloads` (`payloads` decides: duplicate, held, next, what a repair
+//! sends; here the embedder's broadcasts, delivery, forward-once, the
+//! counters). Must not: remove a rank from either set (reports are final), or decide
 //! *whether* a rank failed (observation does that, then calls `declare`).
 
 use std::sync::Arc;
 
+use super::payloads::Arrival;
 use super::{
     AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, HeartbeatMode,
     NO_RANK, Participation, Timer, TimerTable,
 };
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
-use crate::wire::{self, Kind, Notice};
+use crate::wire::{self, Kind, Marks, Notice};
 
 /// The ranks of `list` (ascending) that are neither `me` nor in the sorted
 /// sets `a` and `b`: binary searches for short lists, one merge walk for
@@ -319,5 +323,112 @@ impl Engine {
         self.stats.sync.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
         self.fan_out(Kind::Notice, m, self.me, &[peer], false);
+    }
+
+    // ----- payloads: the Engine's glue of `Payloads` (`payloads`) -----
+
+    /// The embedder broadcasts `payload`: numbered after this rank's previous
+    /// one, delivered here at once (unless `deliver_own` is off), kept for
+    /// repair and sent over the overlay.
+    pub(super) fn on_broadcast(&mut self, payload: &[u8]) -> Result<(), HandleError> {
+        if self.participation != Participation::Active {
+            return Err(HandleError::NotActive);
+        }
+        if payload.len() > self.config.max_payload {
+            return Err(HandleError::PayloadTooLarge {
+                len: payload.len(),
+                max: self.config.max_payload,
+            });
+        }
+        let seq = self.payloads.mark(self.me) + 1;
+        let m: Arc<[u8]> = self.encoder.payload(self.me, seq, 0, payload).into();
+        self.deliver_payload(self.me, seq, NO_RANK, m);
+        Ok(())
+    }
+
+    /// A payload (already trusted by `on_message`: its sender is a live
+    /// job member; `bytes` is the whole message, for forwarding). Whatever
+    /// this rank knows of the origin, the payload is delivered and
+    /// forwarded once, in the origin's order: the next one at once (then
+    /// any held ones it unblocks), a later one held (bounded; beyond the
+    /// bound dropped and counted, the sync repair brings it again), an
+    /// earlier one dropped as a duplicate.
+    pub(super) fn on_payload(&mut self, sender: Rank, origin: Rank, seq: u64, bytes: &[u8]) {
+        let hold_cap = self.config.payload_hold;
+        let arrival = self
+            .payloads
+            .receive(self.me, sender, (origin, seq), bytes, hold_cap);
+        let forward = match arrival {
+            Arrival::Duplicate => {
+                self.stats.payloads.payload_duplicates += 1;
+                return;
+            }
+            Arrival::NotOurs => {
+                self.stats.drops.dropped_untrusted_origin += 1;
+                return;
+            }
+            Arrival::Later { held, overflow } => {
+                if overflow {
+                    self.stats.payloads.payloads_hold_overflow += 1;
+                }
+                if held {
+                    self.stats.payloads.payloads_held += 1;
+                }
+                return;
+            }
+            Arrival::Unforwardable => return,
+            Arrival::Next(forward) => forward,
+        };
+        self.deliver_payload(origin, seq, sender, forward);
+        // Held payloads the new mark unblocks.
+        while let Some((seq, from, forward)) = self.payloads.next_held(origin) {
+            self.deliver_payload(origin, seq, from, forward);
+        }
+    }
+
+    /// Delivers `origin`'s payload `seq` (the one after its mark): raises
+    /// the mark (and the digest), keeps `forward` for repair, tells the
+    /// embedder (its own payloads only with `deliver_own`), and sends it on
+    /// over the overlay rooted at the origin, except back to `from`.
+    fn deliver_payload(&mut self, origin: Rank, seq: u64, from: Rank, forward: Arc<[u8]>) {
+        let retention = self.config.payload_retention;
+        self.payloads.advance(origin, seq, &forward, retention);
+        if self.beat.mode == HeartbeatMode::Modelled
+            && self.participation != Participation::Excluded
+        {
+            self.stream_dirty = true;
+        }
+        if origin != self.me || self.config.deliver_own {
+            self.stats.payloads.payloads_delivered += 1;
+            self.push_event(Event::Payload {
+                origin,
+                seq,
+                bytes: forward
+                    .get(wire::OFF_PAYLOAD_BYTES..)
+                    .unwrap_or(&[])
+                    .to_vec(),
+            });
+        }
+        #[cfg(feature = "model-bugs")]
+        if origin != self.me && crate::model_bugs::on(crate::model_bugs::Bug::OriginOnlyForwards) {
+            return;
+        }
+        self.fan_out(Kind::Payload, forward, origin, &[from], false);
+    }
+
+    /// A sync request's marks: send the requester what `Payloads::repair`
+    /// finds, and count what it could not.
+    pub(super) fn repair_payloads(&mut self, to: Rank, marks: Marks<'_>) {
+        let repair = self
+            .payloads
+            .repair(marks, self.config.max_sync_payload_bytes);
+        self.stats.payloads.payloads_beyond_retention += repair.beyond;
+        if repair.cut {
+            self.stats.payloads.sync_payloads_truncated += 1;
+        }
+        self.stats.payloads.sync_payloads_sent += repair.payloads.len() as u64;
+        for m in repair.payloads {
+            self.send_shared(to, Kind::Payload, m);
+        }
     }
 }
