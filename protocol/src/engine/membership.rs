@@ -216,13 +216,9 @@ impl Engine {
 
     /// Answers a message from a rank in the failed set with a notice naming
     /// it: at most once per timeout per rank, with a bounded memory of the
-    /// ranks answered (`trust::ExclusionReplies`); the others are counted.
+    /// ranks answered (`Limits::reply_exclusion`); the others are counted.
     pub(super) fn reply_exclusion(&mut self, now: Time, to: Rank) {
-        if !self
-            .limits
-            .exclusion_replies
-            .admit(to, now, self.config.timeout)
-        {
+        if !self.limits.reply_exclusion(to, now, self.config.timeout) {
             self.stats.notices.exclusion_replies_suppressed += 1;
             return;
         }

@@ -119,7 +119,7 @@ use super::hosts::Hosts;
 use super::overlay::Overlay;
 use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
-use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
+use super::wire::{Encoder, JobKeys, Kind, Message, Sealed, TAG_LEN};
 
 use broadcast::{Broadcast, Fanout};
 use health::{Health, HealthChange};
@@ -139,7 +139,9 @@ pub use stats::{
     QuorumStats, Stats, SyncStats, ViewStats,
 };
 use timer::{TIMERS, Timer, TimerTable};
-use trust::{Limits, PeerLinks, Sealing, link_key};
+#[cfg(test)]
+use trust::PeerLinks;
+use trust::{Limits, Sealing, Trust};
 use views::Views;
 
 /// "No rank" in fixed-size fields.
@@ -325,10 +327,7 @@ impl Engine {
             },
             encoder: Encoder::new(keys.job_key(), me),
             my_pos: ring.position_of(me),
-            sealing: Sealing {
-                keys,
-                links: PeerLinks::default(),
-            },
+            sealing: Sealing::new(keys),
             me,
             participation: Participation::Active,
             failed: RankSet::new(),
@@ -515,7 +514,10 @@ impl Engine {
         }
         if let Some(o) = self.out.pop_front() {
             return Some(match o {
-                Output::Send { to, message } => self.seal(to, message),
+                Output::Send { to, message } => Output::Send {
+                    to,
+                    message: self.sealing.seal(&self.ring, self.my_pos, to, message),
+                },
                 o => o,
             });
         }
@@ -545,8 +547,7 @@ impl Engine {
             {
                 self.stats.messages.sent[kind.index()] += 1;
                 self.stats.messages.bytes_sent += (bytes.len() + TAG_LEN) as u64;
-                let seq = self.next_seq(to);
-                let message = Sealed::new(bytes, seq, to, &self.sealing.keys);
+                let message = self.sealing.seal_copy(&self.ring, self.my_pos, to, bytes);
                 return Some(Output::Send { to, message });
             }
             self.fanouts.pop_front();
@@ -554,24 +555,73 @@ impl Engine {
         None
     }
 
-    /// Seals the queued (unsealed) `message` for `to`.
-    fn seal(&mut self, to: Rank, message: Sealed) -> Output {
-        let seq = self.next_seq(to);
-        let message = message.sealed_as(seq, to, &self.sealing.keys);
-        Output::Send { to, message }
-    }
-
-    /// The sequence number of the next copy to `to`. Always 1 (and no
-    /// link state) with keys that authenticate nothing (the simulator's,
-    /// unless it authenticates): there every copy arrives once and in order
-    /// on its link, so no window would ever refuse one, and the link state
-    /// would cost a cache miss per copy and 2·⌈log2 N⌉ entries per rank.
-    fn next_seq(&mut self, to: Rank) -> u64 {
-        if !self.sealing.keys.authenticates() {
-            return 1;
+    /// Decodes a message (`Sealing::open`), applies the trust rules
+    /// every kind shares (`trust::judge`), and hands it to the handler of
+    /// its kind.
+    fn on_message(
+        &mut self,
+        now: Time,
+        from: Option<Rank>,
+        bytes: &[u8],
+    ) -> Result<(), HandleError> {
+        let opened = self
+            .sealing
+            .open(bytes, from, self.me, &self.ring, self.my_pos);
+        let (header, msg) = match opened {
+            Ok(d) => d,
+            Err(reason) => {
+                self.stats.drops.rejected[reason.index()] += 1;
+                return Err(HandleError::Rejected(reason));
+            }
+        };
+        let sender = header.sender;
+        self.stats.messages.received[header.kind.index()] += 1;
+        if self.participation == Participation::Excluded {
+            return Ok(());
         }
-        let link = link_key(&self.ring, self.my_pos, to);
-        self.sealing.links.next_out(link, self.ring.len())
+        match trust::judge(&msg, sender, self.me, &self.failed) {
+            Trust::FromFailed => {
+                self.stats.drops.dropped_from_failed += 1;
+                self.reply_exclusion(now, sender);
+                return Ok(());
+            }
+            Trust::UntrustedOrigin => {
+                self.stats.drops.dropped_untrusted_origin += 1;
+                return Ok(());
+            }
+            Trust::NamesMe => {
+                self.self_exclude(sender, Exclusion::Named);
+                return Ok(());
+            }
+            Trust::Believed => {}
+        }
+        match msg {
+            Message::Notice(notice) => self.on_notice(now, sender, notice, bytes),
+            Message::ObserveMe { generation, slot } => {
+                self.on_observe_me(now, sender, generation, slot)
+            }
+            Message::SyncRequest {
+                digest,
+                failed,
+                left,
+                marks,
+            } => self.on_sync_request(now, sender, digest, failed, left, marks),
+            Message::SyncReply { failed, left } => self.on_sync_reply(now, sender, failed, left),
+            Message::Probe { nonce, about } => self.on_probe(now, sender, nonce, about),
+            Message::ProbeAck {
+                nonce,
+                about,
+                verdict,
+            } => self.on_probe_ack(now, sender, nonce, about, verdict),
+            Message::Payload { origin, seq, .. } => self.on_payload(sender, origin, seq, bytes),
+            m @ (Message::Suspect { .. }
+            | Message::Vote { .. }
+            | Message::Refute { .. }
+            | Message::Outcome { .. }) => self.on_quorum_message(now, sender, m, bytes),
+            Message::AgreeUp(up) => self.on_agree_up(now, sender, up),
+            Message::AgreeDown(down) => self.on_agree_down(now, sender, down),
+        }
+        Ok(())
     }
 
     /// Hands an input to the Engine at time `now` (never earlier than a

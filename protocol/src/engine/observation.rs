@@ -368,12 +368,7 @@ impl Engine {
             || self
                 .same_host
                 .is_local_neighbour(self.me, sender, |r| self.is_gone(r));
-        if !neighbour
-            || !self
-                .limits
-                .sync_limit
-                .admit(sender, now, self.config.timeout)
-        {
+        if !neighbour || !self.limits.honour_sync(sender, now, self.config.timeout) {
             self.stats.sync.sync_requests_refused += 1;
             return;
         }
