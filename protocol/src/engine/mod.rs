@@ -332,31 +332,9 @@ impl Engine {
             participation: Participation::Active,
             failed: RankSet::new(),
             left: RankSet::new(),
-            watch: Watch {
-                emitter,
-                generation: 0,
-                slot: 0,
-                last_value: None,
-                changed_at: grace_end,
-                still_seen_at: None,
-                awaiting_first: false,
-                awaiting_link: false,
-                host_watch: None,
-                mismatch_since: None,
-                sync_not_before: Time::ZERO,
-                slow_warned_at: None,
-                hurry: false,
-                suspect: None,
-                witness: None,
-            },
+            watch: Watch::new(emitter, grace_end),
             health: Health::default(),
-            beat: Beat {
-                mode: HeartbeatMode::Write,
-                observer,
-                generation: 0,
-                slot: 0,
-                counter: 0,
-            },
+            beat: Beat::new(observer),
             stream_dirty: false,
             timers,
             pending_write: None,
@@ -844,6 +822,82 @@ impl Engine {
     fn count_sent(&mut self, kind: Kind, len: usize) {
         self.stats.messages.sent[kind.index()] += 1;
         self.stats.messages.bytes_sent += (len + TAG_LEN) as u64;
+    }
+}
+
+#[cfg(feature = "model")]
+impl Engine {
+    /// For the model checker only (feature `model`): the children this
+    /// rank counts, as (accuser, round nonce, child): the votes recorded in
+    /// the current round of each of its accusations and in each of its
+    /// open ballots. In a tree of flood parents a rank is one rank's child
+    /// per round (`docs/model-checking.md`, property `ballots`).
+    pub fn model_flood_children(&self) -> Vec<(Rank, u32, Rank)> {
+        self.quorum.model_flood_children(self.me)
+    }
+
+    /// A fingerprint of everything this Engine's future behaviour depends
+    /// on, seen from its driver's time `now`: two Engines of the same job
+    /// with the same fingerprint at their own `now` answer the same inputs
+    /// at the same offsets from it alike.
+    ///
+    /// Left out: the counters ([`Stats`](Stats), which no decision
+    /// reads), what every Engine of the job shares (ring, config, keys,
+    /// overlay, hosts), and without host groups the same-host watch,
+    /// which nothing reads then. Times are taken relative to `now`, and one more
+    /// than `horizon` in the past counts as ancient (all alike): the
+    /// checker passes a horizon longer than any span the Engine compares a
+    /// past time with (a few timeouts), and starts its clocks later than
+    /// that, so `Time::ZERO` (the start values of some fields) is ancient
+    /// from the first step. So an Engine that only ticks over, its emitter
+    /// beating, comes back to a state it had.
+    pub fn model_fingerprint(&self, now: Time, horizon: std::time::Duration) -> u64 {
+        use std::fmt::Write;
+        let Engine {
+            participation,
+            stream_dirty,
+            me,
+            my_pos: _,
+            ring: _,
+            sealing,
+            failed,
+            left,
+            pending_write,
+            out,
+            fanouts,
+            stats: _,
+            timers,
+            encoder: _,
+            config: _,
+            broadcast,
+            watch,
+            health,
+            beat,
+            payloads,
+            limits,
+            quorum,
+            views,
+            same_host,
+        } = self;
+        model::fingerprint(now, horizon, |text| {
+            // Debug output is deterministic: the Engine keeps ordered
+            // containers only.
+            let _ = write!(
+                text,
+                "{participation:?}|{stream_dirty}|{me}|{:?}|{failed:?}|{left:?}|\
+                 {pending_write:?}|{out:?}|{fanouts:?}|{timers:?}|{watch:?}|{health:?}|\
+                 {beat:?}|{payloads:?}|{:?}|{limits:?}|{:?}|{views:?}",
+                sealing.links,
+                broadcast.pending_left,
+                quorum.model_state()
+            );
+            // Same-host watching: without host groups nothing reads these
+            // (its emitter stays `None`), and its baseline, set at start,
+            // would only tell the clock.
+            if same_host.hosts.is_some() {
+                let _ = write!(text, "|{}", same_host.model_state());
+            }
+        })
     }
 }
 

@@ -57,6 +57,31 @@ pub(super) struct Watch {
     pub(super) witness: Option<Witness>,
 }
 
+impl Watch {
+    /// The watch of `emitter` (if any) at start: generation 0, slot 0,
+    /// nothing read yet, judged from `grace_end` (the end of the start-up
+    /// grace) on.
+    pub(super) fn new(emitter: Option<Rank>, grace_end: Time) -> Watch {
+        Watch {
+            emitter,
+            generation: 0,
+            slot: 0,
+            last_value: None,
+            changed_at: grace_end,
+            still_seen_at: None,
+            awaiting_first: false,
+            awaiting_link: false,
+            host_watch: None,
+            mismatch_since: None,
+            sync_not_before: Time::ZERO,
+            slow_warned_at: None,
+            hurry: false,
+            suspect: None,
+            witness: None,
+        }
+    }
+}
+
 /// The close watch of a host this rank just mended into, its previous
 /// emitter gone: until `until` (a timeout after the mending), a quarter
 /// timeout without a beat of the new emitter (counted from the later of
