@@ -9,26 +9,31 @@
 //! concern that owns its own state. The largest, [`quorum::Quorum`]
 //! (`quorum`) and `local::SameHost` (`local`), take `now` and what they
 //! read of the others as arguments and return what to send and raise, in
-//! the style of quinn-proto's path-MTU discovery, and so do `Beat` and
-//! `Broadcast` (their glue is here) and `Payloads`; the others keep their
-//! state in a type of their own that the Engine's methods in their module
-//! drive. The modules, one concern each: `io` (the types crossing the
+//! the style of quinn-proto's path-MTU discovery, and so do `Beat`,
+//! `Broadcast` and trust's `Sealing`, `judge` and `Limits` (their glue is
+//! here, `on_message` for trust) and `Payloads` (its glue in
+//! `membership`); `Watch`, `Health` and `Views` keep their state in a
+//! type of their own that the Engine's methods in their module drive
+//! (`impl Engine` is in six files: this one, `membership`, `observation`,
+//! `local/mod.rs`, `quorum/mod.rs`, `views`). The modules, one concern each: `io` (the types crossing the
 //! boundary), `stats` (the counters), `timer` (the timer table),
 //! `heartbeat` (this rank as an emitter: `Beat`), `observation` (watching
 //! the emitter: `Watch`, with the suspect and the witness probe), `health`
 //! (how far this rank trusts its own timing: `Health`), `membership` (the
-//! failed and left sets: declaring, learning, leaving, self-exclusion),
+//! failed and left sets: declaring, learning, leaving, self-exclusion;
+//! the payloads' glue),
 //! `broadcast` (fan-out of notices and payloads: `Broadcast`, `Fanout`),
 //! `payloads` (all-or-none, per-origin FIFO delivery of application
 //! payloads and their repair: `Payloads`), `trust` (sealing and checking
 //! messages, the per-link sequence numbers and the rate limits:
-//! `Sealing`, `Limits`), `quorum` (the primary partition: silence
+//! `Sealing`, `judge`, `Limits`), `quorum` (the primary partition: silence
 //! confirmed by a majority; `quorum/accusation.rs` this rank's own
 //! accusations, `quorum/ballot.rs` its ballots in others'), `local`
 //! (same-host watching with host groups: `SameHost` in
 //! `local/same_host.rs`, the Engine's glue in `local/mod.rs`), `views` (view
 //! changes and user agreements: `Views`) and, with the feature `model`
-//! only, `model` (the model checker's fingerprint). Must not: read a
+//! only, `model` (the hashing of the model checker's fingerprint, whose
+//! text `Engine::model_fingerprint` writes here). Must not: read a
 //! clock, block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
