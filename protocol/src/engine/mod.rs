@@ -11,17 +11,17 @@
 //! read of the others as arguments and return what to send and raise, in
 //! the style of quinn-proto's path-MTU discovery, and so do `Beat`,
 //! `Broadcast` and trust's `Sealing`, `judge` and `Limits` (their glue is
-//! here, `on_message` for trust) and `Payloads` (its glue in
-//! `membership`); `Watch`, `Health` and `Views` keep their state in a
-//! type of their own that the Engine's methods in their module drive
-//! (`impl Engine` is in six files: this one, `membership`, `observation`,
-//! `local/mod.rs`, `quorum/mod.rs`, `views`). The modules, one concern each: `io` (the types crossing the
+//! here, `on_message` for trust), `Payloads` and `Views` (their glue in
+//! `membership`); `Watch` and `Health` keep their state in a type of
+//! their own that the Engine's methods in `observation` and here drive
+//! (`impl Engine` is in five files: this one, `membership`, `observation`,
+//! `local/mod.rs`, `quorum/mod.rs`). The modules, one concern each: `io` (the types crossing the
 //! boundary), `stats` (the counters), `timer` (the timer table),
 //! `heartbeat` (this rank as an emitter: `Beat`), `observation` (watching
 //! the emitter: `Watch`, with the suspect and the witness probe), `health`
 //! (how far this rank trusts its own timing: `Health`), `membership` (the
 //! failed and left sets: declaring, learning, leaving, self-exclusion;
-//! the payloads' glue),
+//! the payloads' and the views' glue),
 //! `broadcast` (fan-out of notices and payloads: `Broadcast`, `Fanout`),
 //! `payloads` (all-or-none, per-origin FIFO delivery of application
 //! payloads and their repair: `Payloads`), `trust` (sealing and checking
