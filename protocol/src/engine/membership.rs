@@ -557,18 +557,9 @@ impl Engine {
         }
         while self.participation == Participation::Active {
             let mut acts = Vec::new();
-            let Some(v) = self.views.as_deref_mut() else {
-                break;
-            };
-            let ctx = ViewsCtx {
-                me: self.me,
-                n: self.ring.len(),
-                failed: &self.failed,
-                left: &self.left,
-                timeout: self.config.timeout,
-                view_batch: self.config.period / 2,
-                batch_at: self.timers.get(Timer::ViewBatch),
-            };
+            // (`views` exists: `begin_sweep` ran on it, and it is never
+            // dropped.)
+            let (v, ctx) = self.views_and_ctx();
             let progressed = v.step(now, &ctx, &mut acts);
             self.carry_out_views(now, acts);
             if !progressed {
