@@ -25,6 +25,20 @@ pub(super) struct Beat {
     pub(super) counter: u16,
 }
 
+impl Beat {
+    /// This rank's heartbeats to `observer` (if any), written each period,
+    /// into slot 0 of generation 0 until the observer names its own.
+    pub(super) fn new(observer: Option<Rank>) -> Beat {
+        Beat {
+            mode: HeartbeatMode::Write,
+            observer,
+            generation: 0,
+            slot: 0,
+            counter: 0,
+        }
+    }
+}
+
 /// What a beat asks of the Engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum BeatOut {

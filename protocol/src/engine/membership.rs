@@ -1,4 +1,5 @@
-//! The failed and left sets: how a rank gets into them and what follows.
+//! The failed and left sets: how a rank gets into them and what follows;
+//! and the other news that travels the overlay, application payloads.
 //!
 //! Owns: declaring a failure, learning failures and leaves from others,
 //! the reactions to a grown set (mend, stop beating a departed observer,
@@ -7,19 +8,27 @@
 //! (an exclusion or a leave also ends this rank's pending agreements);
 //! the news itself: a received notice's forward-once, the batching of
 //! leaves learned from others, and the re-broadcast of ranks learned by
-//! sync (the fan-out is `broadcast`'s).
-//! Must not: remove a rank from either set (reports are final), or decide
+//! sync (the fan-out is `broadcast`'s); the Engine's glue of
+//! `Payloads` (`payloads` decides: duplicate, held, next, what a repair
+//! sends; here the embedder's broadcasts, delivery, forward-once, the
+//! counters); and the Engine's glue of `Views` (`views` decides which
+//! agreement messages are kept, when a decision is raised, when to join a
+//! view change; here the sends, the ranks a decision names learned, the
+//! `ViewChange`, `Agreed` and `AgreeAborted` events). Must not: remove a rank from either set (reports are final), or decide
 //! *whether* a rank failed (observation does that, then calls `declare`).
 
 use std::sync::Arc;
 
+use super::payloads::Arrival;
+use super::views::{Views, ViewsAct, ViewsCtx};
 use super::{
     AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, HeartbeatMode,
-    NO_RANK, Participation, Timer, TimerTable,
+    NO_RANK, Participation, Timer, TimerTable, View,
 };
+use crate::agreement::{AgreementMessage, Out};
 use crate::config::{Rank, Time};
 use crate::ranks::RankList;
-use crate::wire::{self, Kind, Notice};
+use crate::wire::{self, AgreeDown, AgreeUp, AgreementId, Kind, Marks, Notice};
 
 /// The ranks of `list` (ascending) that are neither `me` nor in the sorted
 /// sets `a` and `b`: binary searches for short lists, one merge walk for
@@ -212,13 +221,9 @@ impl Engine {
 
     /// Answers a message from a rank in the failed set with a notice naming
     /// it: at most once per timeout per rank, with a bounded memory of the
-    /// ranks answered (`trust::ExclusionReplies`); the others are counted.
+    /// ranks answered (`Limits::reply_exclusion`); the others are counted.
     pub(super) fn reply_exclusion(&mut self, now: Time, to: Rank) {
-        if !self
-            .limits
-            .exclusion_replies
-            .admit(to, now, self.config.timeout)
-        {
+        if !self.limits.reply_exclusion(to, now, self.config.timeout) {
             self.stats.notices.exclusion_replies_suppressed += 1;
             return;
         }
@@ -319,5 +324,373 @@ impl Engine {
         self.stats.sync.ranks_learned_by_sync += (failed.len() + left.len()) as u64;
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, failed, left).into();
         self.fan_out(Kind::Notice, m, self.me, &[peer], false);
+    }
+
+    // ----- payloads: the Engine's glue of `Payloads` (`payloads`) -----
+
+    /// The embedder broadcasts `payload`: numbered after this rank's previous
+    /// one, delivered here at once (unless `deliver_own` is off), kept for
+    /// repair and sent over the overlay.
+    pub(super) fn on_broadcast(&mut self, payload: &[u8]) -> Result<(), HandleError> {
+        if self.participation != Participation::Active {
+            return Err(HandleError::NotActive);
+        }
+        if payload.len() > self.config.max_payload {
+            return Err(HandleError::PayloadTooLarge {
+                len: payload.len(),
+                max: self.config.max_payload,
+            });
+        }
+        let seq = self.payloads.mark(self.me) + 1;
+        let m: Arc<[u8]> = self.encoder.payload(self.me, seq, 0, payload).into();
+        self.deliver_payload(self.me, seq, NO_RANK, m);
+        Ok(())
+    }
+
+    /// A payload (already trusted by `on_message`: its sender is a live
+    /// job member; `bytes` is the whole message, for forwarding). Whatever
+    /// this rank knows of the origin, the payload is delivered and
+    /// forwarded once, in the origin's order: the next one at once (then
+    /// any held ones it unblocks), a later one held (bounded; beyond the
+    /// bound dropped and counted, the sync repair brings it again), an
+    /// earlier one dropped as a duplicate.
+    pub(super) fn on_payload(&mut self, sender: Rank, origin: Rank, seq: u64, bytes: &[u8]) {
+        let hold_cap = self.config.payload_hold;
+        let arrival = self
+            .payloads
+            .receive(self.me, sender, (origin, seq), bytes, hold_cap);
+        let forward = match arrival {
+            Arrival::Duplicate => {
+                self.stats.payloads.payload_duplicates += 1;
+                return;
+            }
+            Arrival::NotOurs => {
+                self.stats.drops.dropped_untrusted_origin += 1;
+                return;
+            }
+            Arrival::Later { held, overflow } => {
+                if overflow {
+                    self.stats.payloads.payloads_hold_overflow += 1;
+                }
+                if held {
+                    self.stats.payloads.payloads_held += 1;
+                }
+                return;
+            }
+            Arrival::Unforwardable => return,
+            Arrival::Next(forward) => forward,
+        };
+        self.deliver_payload(origin, seq, sender, forward);
+        // Held payloads the new mark unblocks.
+        while let Some((seq, from, forward)) = self.payloads.next_held(origin) {
+            self.deliver_payload(origin, seq, from, forward);
+        }
+    }
+
+    /// Delivers `origin`'s payload `seq` (the one after its mark): raises
+    /// the mark (and the digest), keeps `forward` for repair, tells the
+    /// embedder (its own payloads only with `deliver_own`), and sends it on
+    /// over the overlay rooted at the origin, except back to `from`.
+    fn deliver_payload(&mut self, origin: Rank, seq: u64, from: Rank, forward: Arc<[u8]>) {
+        let retention = self.config.payload_retention;
+        self.payloads.advance(origin, seq, &forward, retention);
+        if self.beat.mode == HeartbeatMode::Modelled
+            && self.participation != Participation::Excluded
+        {
+            self.stream_dirty = true;
+        }
+        if origin != self.me || self.config.deliver_own {
+            self.stats.payloads.payloads_delivered += 1;
+            self.push_event(Event::Payload {
+                origin,
+                seq,
+                bytes: forward
+                    .get(wire::OFF_PAYLOAD_BYTES..)
+                    .unwrap_or(&[])
+                    .to_vec(),
+            });
+        }
+        #[cfg(feature = "model-bugs")]
+        if origin != self.me && crate::model_bugs::on(crate::model_bugs::Bug::OriginOnlyForwards) {
+            return;
+        }
+        self.fan_out(Kind::Payload, forward, origin, &[from], false);
+    }
+
+    /// A sync request's marks: send the requester what `Payloads::repair`
+    /// finds, and count what it could not.
+    pub(super) fn repair_payloads(&mut self, to: Rank, marks: Marks<'_>) {
+        let repair = self
+            .payloads
+            .repair(marks, self.config.max_sync_payload_bytes);
+        self.stats.payloads.payloads_beyond_retention += repair.beyond;
+        if repair.cut {
+            self.stats.payloads.sync_payloads_truncated += 1;
+        }
+        self.stats.payloads.sync_payloads_sent += repair.payloads.len() as u64;
+        for m in repair.payloads {
+            self.send_shared(to, Kind::Payload, m);
+        }
+    }
+
+    // ----- views: the Engine's glue of `Views` (`views`) -----
+
+    /// The id of the newest view this rank raised (0: none yet).
+    pub fn view_id(&self) -> u64 {
+        self.views.as_ref().map_or(0, |v| v.view_id())
+    }
+
+    /// User agreements asked of this rank so far: the sequence number of
+    /// the latest `Input::Agree`.
+    pub fn agreements_called(&self) -> u64 {
+        self.views.as_ref().map_or(0, |v| v.called())
+    }
+
+    /// Nothing in progress: every `Input::Agree` has its result, and the
+    /// newest view names every rank this rank knows gone.
+    pub fn agreements_settled(&self) -> bool {
+        let gone = self.failed.len() + self.left.len();
+        self.views.as_ref().is_none_or(|v| v.settled(gone))
+    }
+
+    /// What `Views` reads of the rest of the Engine, with it.
+    fn views_and_ctx(&mut self) -> (&mut Views, ViewsCtx<'_>) {
+        let ctx = ViewsCtx {
+            me: self.me,
+            n: self.ring.len(),
+            failed: &self.failed,
+            left: &self.left,
+            timeout: self.config.timeout,
+            view_batch: self.config.period / 2,
+            batch_at: self.timers.get(Timer::ViewBatch),
+        };
+        (self.views.get_or_insert_with(Default::default), ctx)
+    }
+
+    pub(super) fn on_agree(&mut self, now: Time, flags: u64) -> Result<(), HandleError> {
+        if self.participation != Participation::Active {
+            return Err(HandleError::NotActive);
+        }
+        self.views_and_ctx().0.call(flags);
+        self.agreement_sweep(now);
+        Ok(())
+    }
+
+    /// The failed or left set grew (`after_gone_changed`).
+    pub(super) fn views_on_gone(&mut self, now: Time) {
+        if self.participation != Participation::Active {
+            return;
+        }
+        self.views_and_ctx();
+        self.agreement_sweep(now);
+    }
+
+    /// The batching window is over: join the next view change.
+    pub(super) fn on_view_batch(&mut self, now: Time) {
+        if self.participation != Participation::Active {
+            return;
+        }
+        let mut acts = Vec::new();
+        let (v, ctx) = self.views_and_ctx();
+        #[cfg(feature = "model-bugs")]
+        {
+            let (next, behind) = v.next_view(ctx.failed.len() + ctx.left.len());
+            if behind && crate::model_bugs::on(crate::model_bugs::Bug::ViewBeforeDecision) {
+                let mut set: Vec<Rank> = self.failed.as_slice().to_vec();
+                set.extend_from_slice(self.left.as_slice());
+                set.sort_unstable();
+                let own = crate::agreement::Value::new(u64::MAX, &set).with_view(next - 1);
+                self.raise(
+                    now,
+                    ViewsAct::RaiseView {
+                        id: next,
+                        decision: own,
+                        root: self.me,
+                        hops: 0,
+                    },
+                );
+                self.agreement_sweep(now);
+                return;
+            }
+        }
+        v.on_batch(&ctx, &mut acts);
+        self.carry_out_views(now, acts);
+        self.agreement_sweep(now);
+    }
+
+    pub(super) fn on_agree_up(&mut self, now: Time, sender: Rank, up: AgreeUp<'_>) {
+        let mut acts = Vec::new();
+        let kept = self.participation == Participation::Active && {
+            let (v, ctx) = self.views_and_ctx();
+            v.on_up(&ctx, sender, up, &mut acts)
+        };
+        if !kept {
+            self.stats.views.agreement_messages_dropped += 1;
+            return;
+        }
+        self.carry_out_views(now, acts);
+        self.agreement_sweep(now);
+    }
+
+    pub(super) fn on_agree_down(&mut self, now: Time, sender: Rank, down: AgreeDown<'_>) {
+        let mut acts = Vec::new();
+        let kept = self.participation == Participation::Active && {
+            let (v, ctx) = self.views_and_ctx();
+            v.on_down(&ctx, sender, down, &mut acts)
+        };
+        if !kept {
+            self.stats.views.agreement_messages_dropped += 1;
+            return;
+        }
+        self.carry_out_views(now, acts);
+        self.agreement_sweep(now);
+    }
+
+    /// Steps `Views` until nothing changes, carrying out what each step
+    /// asks before the next (a raise learns the ranks it names, which may
+    /// tell the instances again). Re-entry (a decision's ranks learned
+    /// through `after_gone_changed`) returns at once: the loop sees the
+    /// change.
+    fn agreement_sweep(&mut self, now: Time) {
+        if !self.views.as_deref_mut().is_some_and(Views::begin_sweep) {
+            return;
+        }
+        while self.participation == Participation::Active {
+            let mut acts = Vec::new();
+            // (`views` exists: `begin_sweep` ran on it, and it is never
+            // dropped.)
+            let (v, ctx) = self.views_and_ctx();
+            let progressed = v.step(now, &ctx, &mut acts);
+            self.carry_out_views(now, acts);
+            if !progressed {
+                break;
+            }
+        }
+        if let Some(v) = self.views.as_deref_mut() {
+            v.end_sweep();
+        }
+    }
+
+    /// Carries out what `Views` asked, in order.
+    fn carry_out_views(&mut self, now: Time, acts: Vec<ViewsAct>) {
+        for act in acts {
+            match act {
+                ViewsAct::Send(id, hops, out) => self.send_agreement(id, hops, out),
+                ViewsAct::Batch(at) => self.timers.set(Timer::ViewBatch, at),
+                raise => self.raise(now, raise),
+            }
+        }
+    }
+
+    fn send_agreement(&mut self, id: AgreementId, hops: u16, out: Out) {
+        for (to, msg) in out {
+            let (kind, bytes) = match msg {
+                AgreementMessage::Up {
+                    root,
+                    value,
+                    decided,
+                } => (
+                    Kind::AgreeUp,
+                    self.encoder
+                        .agree_up(id, hops, root, &value, decided.as_ref()),
+                ),
+                AgreementMessage::Down { root, decision } => (
+                    Kind::AgreeDown,
+                    self.encoder.agree_down(id, hops, root, &decision),
+                ),
+            };
+            self.send(to, kind, bytes);
+        }
+    }
+
+    /// Raises a decision (`ViewsAct::RaiseView` or `RaiseAgreed`) once
+    /// the ranks it names are learned, unless it names this rank.
+    fn raise(&mut self, now: Time, act: ViewsAct) {
+        match act {
+            ViewsAct::RaiseView {
+                id,
+                decision,
+                root,
+                hops,
+            } => {
+                if !self.learn_decided(now, &decision.failed, root, hops) {
+                    return;
+                }
+                self.views_and_ctx()
+                    .0
+                    .raised_view(id, decision.failed.len());
+                self.stats.views.views_raised += 1;
+                self.push_event(Event::ViewChange {
+                    id,
+                    failed: decision.failed,
+                    hops,
+                });
+            }
+            ViewsAct::RaiseAgreed {
+                seq,
+                decision,
+                root,
+                hops,
+            } => {
+                if !self.learn_decided(now, &decision.failed, root, hops) {
+                    return;
+                }
+                self.views_and_ctx().0.raised_agreed(seq);
+                self.stats.views.agreements_decided += 1;
+                self.push_event(Event::Agreed {
+                    seq,
+                    flags: decision.flags,
+                    view: View {
+                        id: decision.view,
+                        failed: decision.failed,
+                    },
+                    hops,
+                });
+            }
+            ViewsAct::Send(..) | ViewsAct::Batch(_) => {}
+        }
+    }
+
+    /// Learns the ranks of a decision this rank did not know gone (as
+    /// failed, cause `notice`, from the deciding tree's root); false if the
+    /// decision names this rank, which is then excluded.
+    fn learn_decided(&mut self, now: Time, failed: &[Rank], root: Rank, hops: u16) -> bool {
+        if failed.binary_search(&self.me).is_ok() {
+            self.self_exclude(root, Exclusion::Named);
+            return false;
+        }
+        let new: Vec<Rank> = failed
+            .iter()
+            .copied()
+            .filter(|&r| !self.failed.contains(r) && !self.left.contains(r))
+            .collect();
+        if new.is_empty() {
+            return true;
+        }
+        self.failed.insert_sorted(&new);
+        for &rank in &new {
+            self.stats.notices.detections[Cause::Notice as usize] += 1;
+            self.push_event(Event::Failed {
+                rank,
+                detector: root,
+                cause: Cause::Notice,
+                hops,
+                detail: FailureDetail::Learned,
+            });
+        }
+        self.after_gone_changed(now);
+        true
+    }
+
+    /// This rank leaves or is excluded: each of its user agreements without
+    /// a result ends with `reason`; no agreement goes on here.
+    pub(super) fn abort_agreements(&mut self, reason: AgreeAbort) {
+        let Some(pending) = self.views.as_deref_mut().and_then(Views::end) else {
+            return;
+        };
+        self.timers.stop(Timer::ViewBatch);
+        for seq in pending {
+            self.push_event(Event::AgreeAborted { seq, reason });
+        }
     }
 }

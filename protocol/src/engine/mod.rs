@@ -9,26 +9,31 @@
 //! concern that owns its own state. The largest, [`quorum::Quorum`]
 //! (`quorum`) and `local::SameHost` (`local`), take `now` and what they
 //! read of the others as arguments and return what to send and raise, in
-//! the style of quinn-proto's path-MTU discovery, and so do `Beat` and
-//! `Broadcast` (their glue is here) and `Payloads`; the others keep their
-//! state in a type of their own that the Engine's methods in their module
-//! drive. The modules, one concern each: `io` (the types crossing the
+//! the style of quinn-proto's path-MTU discovery, and so do `Beat`,
+//! `Broadcast` and trust's `Sealing`, `judge` and `Limits` (their glue is
+//! here, `on_message` for trust), `Payloads` and `Views` (their glue in
+//! `membership`); `Watch` and `Health` keep their state in a type of
+//! their own that the Engine's methods in `observation` and here drive
+//! (`impl Engine` is in five files: this one, `membership`, `observation`,
+//! `local/mod.rs`, `quorum/mod.rs`). The modules, one concern each: `io` (the types crossing the
 //! boundary), `stats` (the counters), `timer` (the timer table),
 //! `heartbeat` (this rank as an emitter: `Beat`), `observation` (watching
 //! the emitter: `Watch`, with the suspect and the witness probe), `health`
 //! (how far this rank trusts its own timing: `Health`), `membership` (the
-//! failed and left sets: declaring, learning, leaving, self-exclusion),
+//! failed and left sets: declaring, learning, leaving, self-exclusion;
+//! the payloads' and the views' glue),
 //! `broadcast` (fan-out of notices and payloads: `Broadcast`, `Fanout`),
 //! `payloads` (all-or-none, per-origin FIFO delivery of application
 //! payloads and their repair: `Payloads`), `trust` (sealing and checking
 //! messages, the per-link sequence numbers and the rate limits:
-//! `Sealing`, `Limits`), `quorum` (the primary partition: silence
+//! `Sealing`, `judge`, `Limits`), `quorum` (the primary partition: silence
 //! confirmed by a majority; `quorum/accusation.rs` this rank's own
 //! accusations, `quorum/ballot.rs` its ballots in others'), `local`
 //! (same-host watching with host groups: `SameHost` in
 //! `local/same_host.rs`, the Engine's glue in `local/mod.rs`), `views` (view
 //! changes and user agreements: `Views`) and, with the feature `model`
-//! only, `model` (the model checker's fingerprint). Must not: read a
+//! only, `model` (the hashing of the model checker's fingerprint, whose
+//! text `Engine::model_fingerprint` writes here). Must not: read a
 //! clock, block, do IO, or allocate on the heartbeat path.
 //!
 //! # Driving an Engine
@@ -119,7 +124,7 @@ use super::hosts::Hosts;
 use super::overlay::Overlay;
 use super::ranks::{RankSet, fold_digest};
 use super::ring::Ring;
-use super::wire::{Encoder, JobKeys, Kind, Sealed, TAG_LEN};
+use super::wire::{Encoder, JobKeys, Kind, Message, Sealed, TAG_LEN};
 
 use broadcast::{Broadcast, Fanout};
 use health::{Health, HealthChange};
@@ -139,7 +144,9 @@ pub use stats::{
     QuorumStats, Stats, SyncStats, ViewStats,
 };
 use timer::{TIMERS, Timer, TimerTable};
-use trust::{Limits, PeerLinks, Sealing, link_key};
+#[cfg(test)]
+use trust::PeerLinks;
+use trust::{Limits, Sealing, Trust};
 use views::Views;
 
 /// "No rank" in fixed-size fields.
@@ -325,39 +332,14 @@ impl Engine {
             },
             encoder: Encoder::new(keys.job_key(), me),
             my_pos: ring.position_of(me),
-            sealing: Sealing {
-                keys,
-                links: PeerLinks::default(),
-            },
+            sealing: Sealing::new(keys),
             me,
             participation: Participation::Active,
             failed: RankSet::new(),
             left: RankSet::new(),
-            watch: Watch {
-                emitter,
-                generation: 0,
-                slot: 0,
-                last_value: None,
-                changed_at: grace_end,
-                still_seen_at: None,
-                awaiting_first: false,
-                awaiting_link: false,
-                host_watch: None,
-                mismatch_since: None,
-                sync_not_before: Time::ZERO,
-                slow_warned_at: None,
-                hurry: false,
-                suspect: None,
-                witness: None,
-            },
+            watch: Watch::new(emitter, grace_end),
             health: Health::default(),
-            beat: Beat {
-                mode: HeartbeatMode::Write,
-                observer,
-                generation: 0,
-                slot: 0,
-                counter: 0,
-            },
+            beat: Beat::new(observer),
             stream_dirty: false,
             timers,
             pending_write: None,
@@ -515,7 +497,10 @@ impl Engine {
         }
         if let Some(o) = self.out.pop_front() {
             return Some(match o {
-                Output::Send { to, message } => self.seal(to, message),
+                Output::Send { to, message } => Output::Send {
+                    to,
+                    message: self.sealing.seal(&self.ring, self.my_pos, to, message),
+                },
                 o => o,
             });
         }
@@ -545,8 +530,7 @@ impl Engine {
             {
                 self.stats.messages.sent[kind.index()] += 1;
                 self.stats.messages.bytes_sent += (bytes.len() + TAG_LEN) as u64;
-                let seq = self.next_seq(to);
-                let message = Sealed::new(bytes, seq, to, &self.sealing.keys);
+                let message = self.sealing.seal_copy(&self.ring, self.my_pos, to, bytes);
                 return Some(Output::Send { to, message });
             }
             self.fanouts.pop_front();
@@ -554,24 +538,73 @@ impl Engine {
         None
     }
 
-    /// Seals the queued (unsealed) `message` for `to`.
-    fn seal(&mut self, to: Rank, message: Sealed) -> Output {
-        let seq = self.next_seq(to);
-        let message = message.sealed_as(seq, to, &self.sealing.keys);
-        Output::Send { to, message }
-    }
-
-    /// The sequence number of the next copy to `to`. Always 1 (and no
-    /// link state) with keys that authenticate nothing (the simulator's,
-    /// unless it authenticates): there every copy arrives once and in order
-    /// on its link, so no window would ever refuse one, and the link state
-    /// would cost a cache miss per copy and 2·⌈log2 N⌉ entries per rank.
-    fn next_seq(&mut self, to: Rank) -> u64 {
-        if !self.sealing.keys.authenticates() {
-            return 1;
+    /// Decodes a message (`Sealing::open`), applies the trust rules
+    /// every kind shares (`trust::judge`), and hands it to the handler of
+    /// its kind.
+    fn on_message(
+        &mut self,
+        now: Time,
+        from: Option<Rank>,
+        bytes: &[u8],
+    ) -> Result<(), HandleError> {
+        let opened = self
+            .sealing
+            .open(bytes, from, self.me, &self.ring, self.my_pos);
+        let (header, msg) = match opened {
+            Ok(d) => d,
+            Err(reason) => {
+                self.stats.drops.rejected[reason.index()] += 1;
+                return Err(HandleError::Rejected(reason));
+            }
+        };
+        let sender = header.sender;
+        self.stats.messages.received[header.kind.index()] += 1;
+        if self.participation == Participation::Excluded {
+            return Ok(());
         }
-        let link = link_key(&self.ring, self.my_pos, to);
-        self.sealing.links.next_out(link, self.ring.len())
+        match trust::judge(&msg, sender, self.me, &self.failed) {
+            Trust::FromFailed => {
+                self.stats.drops.dropped_from_failed += 1;
+                self.reply_exclusion(now, sender);
+                return Ok(());
+            }
+            Trust::UntrustedOrigin => {
+                self.stats.drops.dropped_untrusted_origin += 1;
+                return Ok(());
+            }
+            Trust::NamesMe => {
+                self.self_exclude(sender, Exclusion::Named);
+                return Ok(());
+            }
+            Trust::Believed => {}
+        }
+        match msg {
+            Message::Notice(notice) => self.on_notice(now, sender, notice, bytes),
+            Message::ObserveMe { generation, slot } => {
+                self.on_observe_me(now, sender, generation, slot)
+            }
+            Message::SyncRequest {
+                digest,
+                failed,
+                left,
+                marks,
+            } => self.on_sync_request(now, sender, digest, failed, left, marks),
+            Message::SyncReply { failed, left } => self.on_sync_reply(now, sender, failed, left),
+            Message::Probe { nonce, about } => self.on_probe(now, sender, nonce, about),
+            Message::ProbeAck {
+                nonce,
+                about,
+                verdict,
+            } => self.on_probe_ack(now, sender, nonce, about, verdict),
+            Message::Payload { origin, seq, .. } => self.on_payload(sender, origin, seq, bytes),
+            m @ (Message::Suspect { .. }
+            | Message::Vote { .. }
+            | Message::Refute { .. }
+            | Message::Outcome { .. }) => self.on_quorum_message(now, sender, m, bytes),
+            Message::AgreeUp(up) => self.on_agree_up(now, sender, up),
+            Message::AgreeDown(down) => self.on_agree_down(now, sender, down),
+        }
+        Ok(())
     }
 
     /// Hands an input to the Engine at time `now` (never earlier than a
@@ -794,6 +827,82 @@ impl Engine {
     fn count_sent(&mut self, kind: Kind, len: usize) {
         self.stats.messages.sent[kind.index()] += 1;
         self.stats.messages.bytes_sent += (len + TAG_LEN) as u64;
+    }
+}
+
+#[cfg(feature = "model")]
+impl Engine {
+    /// For the model checker only (feature `model`): the children this
+    /// rank counts, as (accuser, round nonce, child): the votes recorded in
+    /// the current round of each of its accusations and in each of its
+    /// open ballots. In a tree of flood parents a rank is one rank's child
+    /// per round (`docs/model-checking.md`, property `ballots`).
+    pub fn model_flood_children(&self) -> Vec<(Rank, u32, Rank)> {
+        self.quorum.model_flood_children(self.me)
+    }
+
+    /// A fingerprint of everything this Engine's future behaviour depends
+    /// on, seen from its driver's time `now`: two Engines of the same job
+    /// with the same fingerprint at their own `now` answer the same inputs
+    /// at the same offsets from it alike.
+    ///
+    /// Left out: the counters ([`Stats`](Stats), which no decision
+    /// reads), what every Engine of the job shares (ring, config, keys,
+    /// overlay, hosts), and without host groups the same-host watch,
+    /// which nothing reads then. Times are taken relative to `now`, and one more
+    /// than `horizon` in the past counts as ancient (all alike): the
+    /// checker passes a horizon longer than any span the Engine compares a
+    /// past time with (a few timeouts), and starts its clocks later than
+    /// that, so `Time::ZERO` (the start values of some fields) is ancient
+    /// from the first step. So an Engine that only ticks over, its emitter
+    /// beating, comes back to a state it had.
+    pub fn model_fingerprint(&self, now: Time, horizon: std::time::Duration) -> u64 {
+        use std::fmt::Write;
+        let Engine {
+            participation,
+            stream_dirty,
+            me,
+            my_pos: _,
+            ring: _,
+            sealing,
+            failed,
+            left,
+            pending_write,
+            out,
+            fanouts,
+            stats: _,
+            timers,
+            encoder: _,
+            config: _,
+            broadcast,
+            watch,
+            health,
+            beat,
+            payloads,
+            limits,
+            quorum,
+            views,
+            same_host,
+        } = self;
+        model::fingerprint(now, horizon, |text| {
+            // Debug output is deterministic: the Engine keeps ordered
+            // containers only.
+            let _ = write!(
+                text,
+                "{participation:?}|{stream_dirty}|{me}|{:?}|{failed:?}|{left:?}|\
+                 {pending_write:?}|{out:?}|{fanouts:?}|{timers:?}|{watch:?}|{health:?}|\
+                 {beat:?}|{payloads:?}|{:?}|{limits:?}|{:?}|{views:?}",
+                sealing.links,
+                broadcast.pending_left,
+                quorum.model_state()
+            );
+            // Same-host watching: without host groups nothing reads these
+            // (its emitter stays `None`), and its baseline, set at start,
+            // would only tell the clock.
+            if same_host.hosts.is_some() {
+                let _ = write!(text, "|{}", same_host.model_state());
+            }
+        })
     }
 }
 

@@ -57,6 +57,31 @@ pub(super) struct Watch {
     pub(super) witness: Option<Witness>,
 }
 
+impl Watch {
+    /// The watch of `emitter` (if any) at start: generation 0, slot 0,
+    /// nothing read yet, judged from `grace_end` (the end of the start-up
+    /// grace) on.
+    pub(super) fn new(emitter: Option<Rank>, grace_end: Time) -> Watch {
+        Watch {
+            emitter,
+            generation: 0,
+            slot: 0,
+            last_value: None,
+            changed_at: grace_end,
+            still_seen_at: None,
+            awaiting_first: false,
+            awaiting_link: false,
+            host_watch: None,
+            mismatch_since: None,
+            sync_not_before: Time::ZERO,
+            slow_warned_at: None,
+            hurry: false,
+            suspect: None,
+            witness: None,
+        }
+    }
+}
+
 /// The close watch of a host this rank just mended into, its previous
 /// emitter gone: until `until` (a timeout after the mending), a quarter
 /// timeout without a beat of the new emitter (counted from the later of
@@ -368,12 +393,7 @@ impl Engine {
             || self
                 .same_host
                 .is_local_neighbour(self.me, sender, |r| self.is_gone(r));
-        if !neighbour
-            || !self
-                .limits
-                .sync_limit
-                .admit(sender, now, self.config.timeout)
-        {
+        if !neighbour || !self.limits.honour_sync(sender, now, self.config.timeout) {
             self.stats.sync.sync_requests_refused += 1;
             return;
         }

@@ -4,9 +4,12 @@
 //! Owns: the per-origin state of the origins that broadcast ([`Payloads`]:
 //! the high-water mark, the payloads held until the gap before them
 //! closes, the last payloads kept for repair), their fold into the digest
-//! the heartbeat slots carry, this rank's own broadcasts, delivery and
-//! forward-once of received payloads, the marks a sync request carries and
-//! the payloads sent in answer to one. Must not: drop a payload because of
+//! the heartbeat slots carry, the decisions on a received payload
+//! ([`Payloads::receive`]: duplicate, not ours, held, next), the marks a
+//! sync request carries and the payloads found for one
+//! ([`Payloads::repair`]); the Engine's glue (this rank's own broadcasts,
+//! delivery, forward-once, the counters) is in `membership`, beside the
+//! other news. Must not: drop a payload because of
 //! what this rank knows of its origin (a relay is a live, authenticated
 //! sender: all-or-none needs every rank to deliver and forward what any
 //! rank delivered), forget an origin's high-water mark (no eviction: a
@@ -21,9 +24,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use super::{Engine, Event, HandleError, HeartbeatMode, NO_RANK, Participation};
 use crate::config::Rank;
-use crate::wire::{self, Kind, Marks};
+use crate::wire::{self, Marks};
 
 /// A payload that arrived ahead of a gap, held until the gap closes.
 #[derive(Clone, Debug)]
@@ -289,113 +291,6 @@ impl Payloads {
             payloads: out,
             beyond,
             cut,
-        }
-    }
-}
-
-impl Engine {
-    /// The embedder broadcasts `payload`: numbered after this rank's previous
-    /// one, delivered here at once (unless `deliver_own` is off), kept for
-    /// repair and sent over the overlay.
-    pub(super) fn on_broadcast(&mut self, payload: &[u8]) -> Result<(), HandleError> {
-        if self.participation != Participation::Active {
-            return Err(HandleError::NotActive);
-        }
-        if payload.len() > self.config.max_payload {
-            return Err(HandleError::PayloadTooLarge {
-                len: payload.len(),
-                max: self.config.max_payload,
-            });
-        }
-        let seq = self.payloads.mark(self.me) + 1;
-        let m: Arc<[u8]> = self.encoder.payload(self.me, seq, 0, payload).into();
-        self.deliver_payload(self.me, seq, NO_RANK, m);
-        Ok(())
-    }
-
-    /// A payload (already trusted by `on_message`: its sender is a live
-    /// job member; `bytes` is the whole message, for forwarding). Whatever
-    /// this rank knows of the origin, the payload is delivered and
-    /// forwarded once, in the origin's order: the next one at once (then
-    /// any held ones it unblocks), a later one held (bounded; beyond the
-    /// bound dropped and counted, the sync repair brings it again), an
-    /// earlier one dropped as a duplicate.
-    pub(super) fn on_payload(&mut self, sender: Rank, origin: Rank, seq: u64, bytes: &[u8]) {
-        let hold_cap = self.config.payload_hold;
-        let arrival = self
-            .payloads
-            .receive(self.me, sender, (origin, seq), bytes, hold_cap);
-        let forward = match arrival {
-            Arrival::Duplicate => {
-                self.stats.payloads.payload_duplicates += 1;
-                return;
-            }
-            Arrival::NotOurs => {
-                self.stats.drops.dropped_untrusted_origin += 1;
-                return;
-            }
-            Arrival::Later { held, overflow } => {
-                if overflow {
-                    self.stats.payloads.payloads_hold_overflow += 1;
-                }
-                if held {
-                    self.stats.payloads.payloads_held += 1;
-                }
-                return;
-            }
-            Arrival::Unforwardable => return,
-            Arrival::Next(forward) => forward,
-        };
-        self.deliver_payload(origin, seq, sender, forward);
-        // Held payloads the new mark unblocks.
-        while let Some((seq, from, forward)) = self.payloads.next_held(origin) {
-            self.deliver_payload(origin, seq, from, forward);
-        }
-    }
-
-    /// Delivers `origin`'s payload `seq` (the one after its mark): raises
-    /// the mark (and the digest), keeps `forward` for repair, tells the
-    /// embedder (its own payloads only with `deliver_own`), and sends it on
-    /// over the overlay rooted at the origin, except back to `from`.
-    fn deliver_payload(&mut self, origin: Rank, seq: u64, from: Rank, forward: Arc<[u8]>) {
-        let retention = self.config.payload_retention;
-        self.payloads.advance(origin, seq, &forward, retention);
-        if self.beat.mode == HeartbeatMode::Modelled
-            && self.participation != Participation::Excluded
-        {
-            self.stream_dirty = true;
-        }
-        if origin != self.me || self.config.deliver_own {
-            self.stats.payloads.payloads_delivered += 1;
-            self.push_event(Event::Payload {
-                origin,
-                seq,
-                bytes: forward
-                    .get(wire::OFF_PAYLOAD_BYTES..)
-                    .unwrap_or(&[])
-                    .to_vec(),
-            });
-        }
-        #[cfg(feature = "model-bugs")]
-        if origin != self.me && crate::model_bugs::on(crate::model_bugs::Bug::OriginOnlyForwards) {
-            return;
-        }
-        self.fan_out(Kind::Payload, forward, origin, &[from], false);
-    }
-
-    /// A sync request's marks: send the requester what [`Payloads::repair`]
-    /// finds, and count what it could not.
-    pub(super) fn repair_payloads(&mut self, to: Rank, marks: Marks<'_>) {
-        let repair = self
-            .payloads
-            .repair(marks, self.config.max_sync_payload_bytes);
-        self.stats.payloads.payloads_beyond_retention += repair.beyond;
-        if repair.cut {
-            self.stats.payloads.sync_payloads_truncated += 1;
-        }
-        self.stats.payloads.sync_payloads_sent += repair.payloads.len() as u64;
-        for m in repair.payloads {
-            self.send_shared(to, Kind::Payload, m);
         }
     }
 }

@@ -1,28 +1,32 @@
 //! Which received messages are believed, and how much work one may draw.
 //!
 //! Owns: the sequence numbers of each link ([`PeerLinks`]: the next one
-//! to send a peer, the window of those received from it), and the checks
-//! every received message passes before a handler sees it, in order: the
-//! codec (cheap filters, then the tag, then the body), not from this rank
+//! to send a peer, the window of those received from it) and the sealing
+//! of every copy that leaves ([`Sealing::seal`]); the checks every
+//! received message passes before a handler sees it, in order: the codec
+//! (cheap filters, then the tag, then the body), not from this rank
 //! itself, the transport's source address against the header's sender,
-//! the sender's replay window; then
-//! the protocol's trust rules (a sender or notice origin in the failed set
-//! is not believed; being named failed excludes this rank). Also the
-//! per-peer limits that bound the work a single message can draw: sync
-//! requests ([`SyncLimit`]) and exclusion replies ([`ExclusionReplies`]).
-//! Must not: change the failed or left sets (the handlers and `membership`
-//! do), or keep state for ranks it never exchanged a message with (memory
-//! stays O(peers), small enough for a simulator of 2^20 ranks).
+//! the sender's replay window ([`Sealing::open`]); then the protocol's
+//! trust rules ([`judge`]: a sender or notice origin in the failed set is
+//! not believed; being named failed excludes this rank). Also the
+//! per-peer limits that bound the work a single message can draw
+//! ([`Limits`]): sync requests honoured ([`SyncLimit`]) and exclusion
+//! replies ([`ExclusionReplies`]). The Engine's glue (counting a drop,
+//! acting on a verdict, the dispatch by kind) is in `mod.rs`'s
+//! `on_message`. Must not: change the failed or left sets (the handlers
+//! and `membership` do), or keep state for ranks it never exchanged a
+//! message with (memory stays O(peers), small enough for a simulator of
+//! 2^20 ranks).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Engine, Exclusion, HandleError, Participation};
 use crate::config::{Rank, Time};
 use crate::overlay::levels;
+use crate::ranks::RankSet;
 use crate::ring::Ring;
-use crate::wire::{self, JobKeys, Message, RejectReason};
+use crate::wire::{self, Header, JobKeys, Message, RejectReason, Sealed};
 
 /// Width of a sender's replay window, in sequence numbers.
 pub(super) const REPLAY_WINDOW: u64 = 64;
@@ -81,7 +85,7 @@ pub(super) fn link_key(ring: &Ring, my_pos: u32, peer: Rank) -> LinkKey {
 /// the first message, 24 bytes each, found by their ring offset without a
 /// search; other peers (exclusion replies, probes) in a small sorted list.
 /// (The simulator's Engines keep none unless it authenticates:
-/// `Engine::next_seq`.)
+/// `Sealing::next_seq`.)
 #[derive(Clone, Debug, Default)]
 pub(super) struct PeerLinks {
     overlay: Box<[LinkState]>,
@@ -160,14 +164,112 @@ pub(super) struct Sealing {
     pub(super) links: PeerLinks,
 }
 
+impl Sealing {
+    /// This rank's end of its links with `keys`, none used yet.
+    pub(super) fn new(keys: Arc<JobKeys>) -> Sealing {
+        Sealing {
+            keys,
+            links: PeerLinks::default(),
+        }
+    }
+
+    /// Opens `bytes` received by `me` (at `my_pos` on `ring`), from the
+    /// transport's source `from` if it gives one, in order: the codec
+    /// checks the job key, then the tag, then the body; the sender must
+    /// not be `me`, must be `from`, and the sequence number must be new in
+    /// its link's window. The reason of the first check that fails
+    /// otherwise.
+    pub(super) fn open<'a>(
+        &mut self,
+        bytes: &'a [u8],
+        from: Option<Rank>,
+        me: Rank,
+        ring: &Ring,
+        my_pos: u32,
+    ) -> Result<(Header, Message<'a>), RejectReason> {
+        let n = ring.len();
+        let (header, msg) = wire::decode(bytes, &self.keys, me, n)?;
+        let sender = header.sender;
+        if sender == me {
+            return Err(RejectReason::FromSelf);
+        }
+        // Where the provider reports sources, the transport's idea of the
+        // sender must be the header's; checked before the replay window so
+        // that a copy raced in from another address cannot burn the
+        // genuine message's sequence number.
+        if from.is_some_and(|f| f != sender) {
+            return Err(RejectReason::SourceMismatch);
+        }
+        // (Keys that authenticate nothing number nothing: `next_seq`.)
+        if self.keys.authenticates() {
+            let link = link_key(ring, my_pos, sender);
+            if !self.links.admit(link, header.seq, n) {
+                return Err(RejectReason::Replayed);
+            }
+        }
+        Ok((header, msg))
+    }
+
+    /// The sequence number of the next copy to `to`, from the rank at
+    /// `my_pos` on `ring`. Always 1 (and no link state) with keys that
+    /// authenticate nothing (the simulator's, unless it authenticates):
+    /// there every copy arrives once and in order on its link, so no
+    /// window would ever refuse one, and the link state would cost a cache
+    /// miss per copy and 2·⌈log2 N⌉ entries per rank.
+    pub(super) fn next_seq(&mut self, ring: &Ring, my_pos: u32, to: Rank) -> u64 {
+        if !self.keys.authenticates() {
+            return 1;
+        }
+        let link = link_key(ring, my_pos, to);
+        self.links.next_out(link, ring.len())
+    }
+
+    /// `message` (unsealed) sealed for `to` with the next sequence number
+    /// of that link.
+    pub(super) fn seal(&mut self, ring: &Ring, my_pos: u32, to: Rank, message: Sealed) -> Sealed {
+        let seq = self.next_seq(ring, my_pos, to);
+        message.sealed_as(seq, to, &self.keys)
+    }
+
+    /// A copy of the shared unsealed `bytes` sealed for `to` with the
+    /// next sequence number of that link.
+    pub(super) fn seal_copy(
+        &mut self,
+        ring: &Ring,
+        my_pos: u32,
+        to: Rank,
+        bytes: Arc<[u8]>,
+    ) -> Sealed {
+        let seq = self.next_seq(ring, my_pos, to);
+        Sealed::new(bytes, seq, to, &self.keys)
+    }
+}
+
 /// The rate limits of answers this rank gives: exclusion replies and
 /// sync requests honoured.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Limits {
     /// Recent exclusion replies (bounded).
-    pub(super) exclusion_replies: ExclusionReplies,
+    exclusion_replies: ExclusionReplies,
     /// Recent sync requests honoured, per peer.
-    pub(super) sync_limit: SyncLimit,
+    sync_limit: SyncLimit,
+}
+
+impl Limits {
+    /// Whether `to` (a rank in the failed set that still sends) may be
+    /// answered with an exclusion notice at `now`: once per `every` per
+    /// rank, at most [`ExclusionReplies::CAPACITY`] ranks remembered.
+    /// Records the reply if so.
+    pub(super) fn reply_exclusion(&mut self, to: Rank, now: Time, every: Duration) -> bool {
+        self.exclusion_replies.admit(to, now, every)
+    }
+
+    /// Whether a sync request from `peer` (this rank's emitter, observer
+    /// or same-host neighbour) may be honoured at `now`: once per `every`
+    /// per peer. Records it if so.
+    pub(super) fn honour_sync(&mut self, peer: Rank, now: Time, every: Duration) -> bool {
+        self.sync_limit.admit(peer, now, every)
+    }
 }
 
 /// Sync requests honoured lately: at most one per peer per timeout. Only
@@ -228,112 +330,50 @@ impl ExclusionReplies {
     }
 }
 
-impl Engine {
-    /// Decodes a message, applies the trust checks every kind shares, and
-    /// hands it to the handler of its kind.
-    pub(super) fn on_message(
-        &mut self,
-        now: Time,
-        from: Option<Rank>,
-        bytes: &[u8],
-    ) -> Result<(), HandleError> {
-        let (header, msg) = match wire::decode(bytes, &self.sealing.keys, self.me, self.ring.len())
-        {
-            Ok(d) => d,
-            Err(reason) => return Err(self.reject(reason)),
-        };
-        let sender = header.sender;
-        if sender == self.me {
-            return Err(self.reject(RejectReason::FromSelf));
-        }
-        // Where the provider reports sources, the transport's idea of the
-        // sender must be the header's; checked before the replay window so
-        // that a copy raced in from another address cannot burn the
-        // genuine message's sequence number.
-        if from.is_some_and(|f| f != sender) {
-            return Err(self.reject(RejectReason::SourceMismatch));
-        }
-        // (Keys that authenticate nothing number nothing: `next_seq`.)
-        if self.sealing.keys.authenticates() {
-            let link = link_key(&self.ring, self.my_pos, sender);
-            if !self.sealing.links.admit(link, header.seq, self.ring.len()) {
-                return Err(self.reject(RejectReason::Replayed));
-            }
-        }
-        self.stats.messages.received[header.kind.index()] += 1;
-        if self.participation == Participation::Excluded {
-            return Ok(());
-        }
-        // Trust order: a rank in our failed set is answered with an
-        // exclusion and otherwise ignored; a notice whose origin is in our
-        // failed set is never trusted (not even about us); then, being named
-        // failed by anyone else means we are out: reports are final.
-        if self.failed.contains(sender) {
-            self.stats.drops.dropped_from_failed += 1;
-            self.reply_exclusion(now, sender);
-            return Ok(());
-        }
-        if let Message::Notice(n) = &msg {
-            if self.failed.contains(n.origin) {
-                self.stats.drops.dropped_untrusted_origin += 1;
-                return Ok(());
-            }
-        }
-        let names_me = match &msg {
-            Message::Notice(n) => n.failed.contains(self.me),
-            Message::SyncRequest { failed, .. } | Message::SyncReply { failed, .. } => {
-                failed.contains(self.me)
-            }
-            // A participant's value, or a decision, naming this rank.
-            Message::AgreeUp(up) => {
-                up.value.failed.contains(self.me)
-                    || up.decided.is_some_and(|d| d.failed.contains(self.me))
-            }
-            Message::AgreeDown(down) => down.decision.failed.contains(self.me),
-            _ => false,
-        };
-        if names_me {
-            self.self_exclude(sender, Exclusion::Named);
-            return Ok(());
-        }
-        match msg {
-            Message::Notice(notice) => self.on_notice(now, sender, notice, bytes),
-            Message::ObserveMe { generation, slot } => {
-                self.on_observe_me(now, sender, generation, slot)
-            }
-            Message::SyncRequest {
-                digest,
-                failed,
-                left,
-                marks,
-            } => self.on_sync_request(now, sender, digest, failed, left, marks),
-            Message::SyncReply { failed, left } => self.on_sync_reply(now, sender, failed, left),
-            Message::Probe { nonce, about } => self.on_probe(now, sender, nonce, about),
-            Message::ProbeAck {
-                nonce,
-                about,
-                verdict,
-            } => self.on_probe_ack(now, sender, nonce, about, verdict),
-            Message::Payload {
-                origin,
-                seq,
-                hops: _,
-                bytes: _,
-            } => self.on_payload(sender, origin, seq, bytes),
-            m @ (Message::Suspect { .. }
-            | Message::Vote { .. }
-            | Message::Refute { .. }
-            | Message::Outcome { .. }) => self.on_quorum_message(now, sender, m, bytes),
-            Message::AgreeUp(up) => self.on_agree_up(now, sender, up),
-            Message::AgreeDown(down) => self.on_agree_down(now, sender, down),
-        }
-        Ok(())
-    }
+/// What the trust rules say of an opened message from `sender`, in their
+/// order: a rank in the failed set is answered with an exclusion and
+/// otherwise ignored; a notice whose origin is in the failed set is never
+/// trusted (not even about this rank); then being named failed by anyone
+/// else means this rank is out: reports are final.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Trust {
+    /// The sender is in the failed set: answer with an exclusion.
+    FromFailed,
+    /// A notice whose origin is in the failed set: drop it.
+    UntrustedOrigin,
+    /// The message names this rank failed: exclude this rank.
+    NamesMe,
+    /// Hand it to the handler of its kind.
+    Believed,
+}
 
-    /// Counts a dropped message and says why.
-    fn reject(&mut self, reason: RejectReason) -> HandleError {
-        self.stats.drops.rejected[reason.index()] += 1;
-        HandleError::Rejected(reason)
+/// The trust rules ([`Trust`]) applied to `msg` from `sender`, seen by
+/// `me` with the failed set `failed`.
+pub(super) fn judge(msg: &Message<'_>, sender: Rank, me: Rank, failed: &RankSet) -> Trust {
+    if failed.contains(sender) {
+        return Trust::FromFailed;
+    }
+    if let Message::Notice(n) = msg {
+        if failed.contains(n.origin) {
+            return Trust::UntrustedOrigin;
+        }
+    }
+    let names_me = match msg {
+        Message::Notice(n) => n.failed.contains(me),
+        Message::SyncRequest { failed, .. } | Message::SyncReply { failed, .. } => {
+            failed.contains(me)
+        }
+        // A participant's value, or a decision, naming this rank.
+        Message::AgreeUp(up) => {
+            up.value.failed.contains(me) || up.decided.is_some_and(|d| d.failed.contains(me))
+        }
+        Message::AgreeDown(down) => down.decision.failed.contains(me),
+        _ => false,
+    };
+    if names_me {
+        Trust::NamesMe
+    } else {
+        Trust::Believed
     }
 }
 

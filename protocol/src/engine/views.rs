@@ -1,14 +1,20 @@
 //! Views and agreements: the agreement state machine (`crate::agreement`)
-//! wired into the Engine.
+//! run for view changes and user agreements.
 //!
-//! Owns: the view-change instances (one agreement per view id), the user
-//! agreements (`Input::Agree`), the agreement messages (kinds 12 `AgreeUp`
-//! and 13 `AgreeDown`), the batching window before this rank starts a view
-//! change, what a decision raises (`Failed` for ranks learned from it, then
-//! `ViewChange` or `Agreed`), and the end of pending agreements when this
-//! rank leaves or is excluded. Must not: decide who failed (a decision only
-//! names ranks some participant knew gone; they are learned here with
-//! cause `notice`), or keep more than a few instances per class.
+//! Owns: [`Views`], which decides by itself: the view-change instances
+//! (one agreement per view id), the user agreements (`Input::Agree`), the
+//! agreement messages (kinds 12 `AgreeUp` and 13 `AgreeDown`) kept or
+//! dropped, the batching window before this rank starts a view change,
+//! when a decision is raised (`hold`), and the end of pending agreements
+//! when this rank leaves or is excluded. Its methods take `now` and what
+//! they read of the rest ([`ViewsCtx`]: this rank, N, the failed and left
+//! sets, the timeout, the batch window and its timer) and return acts
+//! ([`ViewsAct`]: send, set the batch timer, raise a decision). The
+//! Engine's glue, in `membership` beside the sets a decision grows,
+//! encodes and sends, learns a decision's ranks (`Failed` with cause
+//! `notice`) and raises `ViewChange` or `Agreed`. Must not: decide who
+//! failed (a decision only names ranks some participant knew gone), or
+//! keep more than a few instances per class.
 //!
 //! # Views
 //! View 0 names nobody. A rank whose gone set (failed ∪ left) holds ranks
@@ -49,14 +55,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{
-    AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, Participation, Timer,
-    View,
-};
-use crate::agreement::{AgreementMessage, Instance, Out, Value};
+use crate::agreement::{Instance, Out, Value};
 use crate::config::{Rank, Time};
 use crate::ranks::RankSet;
-use crate::wire::{AgreeDown, AgreeUp, AgreementId, Kind};
+use crate::wire::{AgreeDown, AgreeUp, AgreementId};
 
 /// Decided instances kept per class (see the module docs: two would do).
 pub(super) const KEEP_DECIDED: u64 = 3;
@@ -153,117 +155,156 @@ pub(super) struct Views {
     ended: bool,
 }
 
-impl Engine {
+/// What [`Views`] reads of the rest of the Engine.
+pub(super) struct ViewsCtx<'a> {
+    pub(super) me: Rank,
+    pub(super) n: u32,
+    pub(super) failed: &'a RankSet,
+    pub(super) left: &'a RankSet,
+    /// How long a decision waits for the ranks it names (a timeout).
+    pub(super) timeout: Duration,
+    /// How long this rank gathers failures before it starts a view
+    /// change (half a period).
+    pub(super) view_batch: Duration,
+    /// The `ViewBatch` timer's deadline (`Time::NEVER`: not set).
+    pub(super) batch_at: Time,
+}
+
+impl ViewsCtx<'_> {
+    fn gone(&self) -> usize {
+        self.failed.len() + self.left.len()
+    }
+}
+
+/// What [`Views`] asks of the Engine, in order.
+#[derive(Debug)]
+pub(super) enum ViewsAct {
+    /// Send instance `id`'s messages, `hops` long.
+    Send(AgreementId, u16, Out),
+    /// Set the `ViewBatch` timer to this.
+    Batch(Time),
+    /// Learn the ranks `decision` names (from `root`, `hops` long) and,
+    /// unless it names this rank, raise it as view `id`
+    /// ([`Views::raised_view`]).
+    RaiseView {
+        id: u64,
+        decision: Value,
+        root: Rank,
+        hops: u16,
+    },
+    /// The same for user agreement `seq` ([`Views::raised_agreed`]).
+    RaiseAgreed {
+        seq: u64,
+        decision: Value,
+        root: Rank,
+        hops: u16,
+    },
+}
+
+impl Views {
     /// The id of the newest view this rank raised (0: none yet).
-    pub fn view_id(&self) -> u64 {
-        self.views.as_ref().map_or(0, |v| v.view)
+    pub(super) fn view_id(&self) -> u64 {
+        self.view
     }
 
-    /// User agreements asked of this rank so far: the sequence number of
-    /// the latest `Input::Agree`.
-    pub fn agreements_called(&self) -> u64 {
-        self.views.as_ref().map_or(0, |v| v.called)
+    /// `Input::Agree` calls accepted so far.
+    pub(super) fn called(&self) -> u64 {
+        self.called
     }
 
-    /// Nothing in progress: every `Input::Agree` has its result, and the
-    /// newest view names every rank this rank knows gone.
-    pub fn agreements_settled(&self) -> bool {
-        let gone = self.failed.len() + self.left.len();
-        self.views
-            .as_ref()
-            .is_none_or(|v| v.raised == v.called && (v.ended || v.view_len == gone))
+    /// Nothing in progress, with `gone` ranks known gone: every call has
+    /// its result, and the newest view names every one of them.
+    pub(super) fn settled(&self, gone: usize) -> bool {
+        self.raised == self.called && (self.ended || self.view_len == gone)
     }
 
-    /// How long this rank gathers failures before it starts a view change.
-    fn view_batch(&self) -> Duration {
-        self.config.period / 2
+    /// The next view's id, and whether this rank knows more ranks gone
+    /// (`gone`) than its current view names.
+    pub(super) fn next_view(&self, gone: usize) -> (u64, bool) {
+        (self.view + 1, self.view_len < gone)
     }
 
-    fn views_mut(&mut self) -> &mut Views {
-        self.views.get_or_insert_with(Default::default)
+    /// An `Input::Agree` with `flags`: queued until the previous call's
+    /// result is raised.
+    pub(super) fn call(&mut self, flags: u64) {
+        self.called += 1;
+        self.queued.push_back(flags);
     }
 
-    pub(super) fn on_agree(&mut self, now: Time, flags: u64) -> Result<(), HandleError> {
-        if self.participation != Participation::Active {
-            return Err(HandleError::NotActive);
+    /// Starts a sweep; false if one is running (re-entry through a
+    /// decision's ranks learned) or agreements ended.
+    pub(super) fn begin_sweep(&mut self) -> bool {
+        if self.sweeping || self.ended {
+            return false;
         }
-        let v = self.views_mut();
-        v.called += 1;
-        v.queued.push_back(flags);
-        self.agreement_sweep(now);
-        Ok(())
+        self.sweeping = true;
+        true
     }
 
-    /// The failed or left set grew (`membership::after_gone_changed`).
-    pub(super) fn views_on_gone(&mut self, now: Time) {
-        if self.participation != Participation::Active {
-            return;
-        }
-        self.views_mut();
-        self.agreement_sweep(now);
+    /// Ends a sweep: forgets instances older than the last
+    /// [`KEEP_DECIDED`] decided ones.
+    pub(super) fn end_sweep(&mut self) {
+        self.sweeping = false;
+        let keep_views = self.view.saturating_sub(KEEP_DECIDED);
+        let keep_users = self.raised.saturating_sub(KEEP_DECIDED);
+        self.views.retain(|k| k > keep_views);
+        self.users.retain(|s| s > keep_users);
     }
 
-    /// The batching window is over: join the next view change.
-    pub(super) fn on_view_batch(&mut self, now: Time) {
-        if self.participation != Participation::Active {
-            return;
-        }
-        let gone = self.failed.len() + self.left.len();
-        let v = self.views_mut();
-        let (next, behind) = (v.view + 1, v.view_len < gone);
-        #[cfg(feature = "model-bugs")]
-        if behind && crate::model_bugs::on(crate::model_bugs::Bug::ViewBeforeDecision) {
-            let mut set: Vec<Rank> = self.failed.as_slice().to_vec();
-            set.extend_from_slice(self.left.as_slice());
-            set.sort_unstable();
-            let own = Value::new(u64::MAX, &set).with_view(next - 1);
-            self.raise_view(now, next, own, self.me, 0);
-            self.agreement_sweep(now);
-            return;
-        }
+    /// The batching window is over: joins the next view change if this
+    /// rank knows more ranks gone than its view names.
+    pub(super) fn on_batch(&mut self, ctx: &ViewsCtx<'_>, acts: &mut Vec<ViewsAct>) {
+        let (next, behind) = self.next_view(ctx.gone());
         if behind {
-            self.contribute(AgreementId::View(next), u64::MAX);
+            self.contribute(ctx, AgreementId::View(next), u64::MAX, acts);
         }
-        self.agreement_sweep(now);
     }
 
-    pub(super) fn on_agree_up(&mut self, now: Time, sender: Rank, up: AgreeUp<'_>) {
-        if !self.agreement_slot(up.id) {
-            self.stats.views.agreement_messages_dropped += 1;
-            return;
+    /// An `AgreeUp` from `sender`; false if it is not kept (an instance
+    /// too old or too far ahead).
+    pub(super) fn on_up(
+        &mut self,
+        ctx: &ViewsCtx<'_>,
+        sender: Rank,
+        up: AgreeUp<'_>,
+        acts: &mut Vec<ViewsAct>,
+    ) -> bool {
+        if !self.slot_for(ctx, up.id) {
+            return false;
         }
         let value = up.value.to_value();
         let decided = up.decided.map(|d| d.to_value());
-        self.with_slot(up.id, up.hops, |slot, set, out| {
+        self.with_slot(ctx, up.id, up.hops, acts, |slot, set, out| {
             slot.inst
                 .on_up(sender, up.root, &value, decided.as_ref(), set, out);
         });
-        self.agreement_sweep(now);
+        true
     }
 
-    pub(super) fn on_agree_down(&mut self, now: Time, sender: Rank, down: AgreeDown<'_>) {
-        if !self.agreement_slot(down.id) {
-            self.stats.views.agreement_messages_dropped += 1;
-            return;
+    /// An `AgreeDown` from `sender`; false if it is not kept.
+    pub(super) fn on_down(
+        &mut self,
+        ctx: &ViewsCtx<'_>,
+        sender: Rank,
+        down: AgreeDown<'_>,
+        acts: &mut Vec<ViewsAct>,
+    ) -> bool {
+        if !self.slot_for(ctx, down.id) {
+            return false;
         }
         let decision = down.decision.to_value();
-        self.with_slot(down.id, down.hops, |slot, set, out| {
+        self.with_slot(ctx, down.id, down.hops, acts, |slot, set, out| {
             slot.inst.on_down(sender, down.root, &decision, set, out);
         });
-        self.agreement_sweep(now);
+        true
     }
 
     /// Makes sure instance `id` exists if a message for it is to be kept:
     /// one this rank keeps, or one at most [`AHEAD`] beyond its own.
-    fn agreement_slot(&mut self, id: AgreementId) -> bool {
-        if self.participation != Participation::Active {
-            return false;
-        }
-        let (me, n) = (self.me, self.ring.len());
-        let v: &mut Views = self.views.get_or_insert_with(Default::default);
+    fn slot_for(&mut self, ctx: &ViewsCtx<'_>, id: AgreementId) -> bool {
         let (map, key, floor, limit) = match id {
-            AgreementId::View(k) => (&mut v.views, k, v.view, v.view + AHEAD),
-            AgreementId::User(s) => (&mut v.users, s, v.raised, v.started + AHEAD),
+            AgreementId::View(k) => (&mut self.views, k, self.view, self.view + AHEAD),
+            AgreementId::User(s) => (&mut self.users, s, self.raised, self.started + AHEAD),
         };
         if map.contains_key(&key) {
             return true;
@@ -271,31 +312,27 @@ impl Engine {
         if key <= floor || key > limit {
             return false;
         }
-        let set = v.gone.as_ref().unwrap_or(&self.failed);
-        let inst = Instance::new(me, n, set);
+        let set = self.gone.as_ref().unwrap_or(ctx.failed);
+        let inst = Instance::new(ctx.me, ctx.n, set);
         map.insert(key, Slot { inst, hops: 0 });
         true
     }
 
-    /// Runs `f` on instance `id` (which exists) with the gone set, after
-    /// noting a message of `hops`; sends what it asks for.
+    /// Runs `f` on instance `id` (if it exists) with the gone set, after
+    /// noting a message of `hops`; asks to send what it produced.
     fn with_slot(
         &mut self,
+        ctx: &ViewsCtx<'_>,
         id: AgreementId,
         hops: u16,
+        acts: &mut Vec<ViewsAct>,
         f: impl FnOnce(&mut Slot, &RankSet, &mut Out),
     ) {
         let mut out = Out::new();
-        let Some(v) = self.views.as_deref_mut() else {
-            return;
-        };
-        let Views {
-            gone, views, users, ..
-        } = v;
-        let set = gone.as_ref().unwrap_or(&self.failed);
+        let set = self.gone.as_ref().unwrap_or(ctx.failed);
         let (map, key) = match id {
-            AgreementId::View(k) => (views, k),
-            AgreementId::User(s) => (users, s),
+            AgreementId::View(k) => (&mut self.views, k),
+            AgreementId::User(s) => (&mut self.users, s),
         };
         let Some(slot) = map.get_mut(&key) else {
             return;
@@ -303,137 +340,105 @@ impl Engine {
         slot.hops = slot.hops.max(hops);
         f(slot, set, &mut out);
         let hops = slot.hops.saturating_add(1);
-        self.send_agreement(id, hops, out);
+        acts.push(ViewsAct::Send(id, hops, out));
     }
 
     /// This rank's contribution to `id` (made if missing): `flags`, its
     /// gone set and its current view id. A second one is ignored.
-    fn contribute(&mut self, id: AgreementId, flags: u64) {
-        let (me, n) = (self.me, self.ring.len());
-        let v: &mut Views = self.views.get_or_insert_with(Default::default);
-        let set = v.gone.as_ref().unwrap_or(&self.failed);
-        let value = Value::new(flags, set.as_slice()).with_view(v.view);
+    fn contribute(
+        &mut self,
+        ctx: &ViewsCtx<'_>,
+        id: AgreementId,
+        flags: u64,
+        acts: &mut Vec<ViewsAct>,
+    ) {
+        let set = self.gone.as_ref().unwrap_or(ctx.failed);
+        let value = Value::new(flags, set.as_slice()).with_view(self.view);
         let (map, key) = match id {
-            AgreementId::View(k) => (&mut v.views, k),
-            AgreementId::User(s) => (&mut v.users, s),
+            AgreementId::View(k) => (&mut self.views, k),
+            AgreementId::User(s) => (&mut self.users, s),
         };
         if !map.contains_key(&key) {
-            let inst = Instance::new(me, n, set);
+            let inst = Instance::new(ctx.me, ctx.n, set);
             map.insert(key, Slot { inst, hops: 0 });
         }
-        self.with_slot(id, 0, |slot, set, out| {
+        self.with_slot(ctx, id, 0, acts, |slot, set, out| {
             slot.inst.contribute(&value, set, out);
         });
     }
 
-    fn send_agreement(&mut self, id: AgreementId, hops: u16, out: Out) {
-        for (to, msg) in out {
-            let (kind, bytes) = match msg {
-                AgreementMessage::Up {
-                    root,
-                    value,
-                    decided,
-                } => (
-                    Kind::AgreeUp,
-                    self.encoder
-                        .agree_up(id, hops, root, &value, decided.as_ref()),
-                ),
-                AgreementMessage::Down { root, decision } => (
-                    Kind::AgreeDown,
-                    self.encoder.agree_down(id, hops, root, &decision),
-                ),
-            };
-            self.send(to, kind, bytes);
-        }
-    }
-
-    /// Brings every instance up to date and acts on what follows, until
-    /// nothing changes: tells the instances of new failures, raises the
-    /// next view and the next user result once decided (learning the ranks
-    /// they name, which may tell the instances again), starts the next
-    /// queued user agreement, joins or schedules the next view change, and
-    /// forgets old instances. Re-entry (a decision's ranks learned through
-    /// `membership`) returns at once: the loop sees the change.
-    fn agreement_sweep(&mut self, now: Time) {
-        match self.views.as_deref_mut() {
-            Some(v) if !v.sweeping && !v.ended => v.sweeping = true,
-            _ => return,
-        }
-        while self.participation == Participation::Active && self.agreement_step(now) {}
-        if let Some(v) = self.views.as_deref_mut() {
-            v.sweeping = false;
-            let keep_views = v.view.saturating_sub(KEEP_DECIDED);
-            let keep_users = v.raised.saturating_sub(KEEP_DECIDED);
-            v.views.retain(|k| k > keep_views);
-            v.users.retain(|s| s > keep_users);
-        }
-    }
-
-    /// One step of [`Self::agreement_sweep`]; false when there was nothing to do.
-    fn agreement_step(&mut self, now: Time) -> bool {
-        let gone = self.failed.len() + self.left.len();
-        let Some(v) = self.views.as_deref_mut() else {
-            return false;
-        };
-        if v.ended {
+    /// One step of a sweep, bringing every instance up to date and acting
+    /// on what follows: tells the instances of new failures, raises the
+    /// next view and the next user result once decided, starts the next
+    /// queued user agreement, joins or schedules the next view change.
+    /// False when there was nothing to do. The Engine carries out `acts`
+    /// (a raise learns the ranks the decision names) before the next step.
+    pub(super) fn step(&mut self, now: Time, ctx: &ViewsCtx<'_>, acts: &mut Vec<ViewsAct>) -> bool {
+        if self.ended {
             return false;
         }
-        if v.told != gone {
-            v.told = gone;
-            self.refresh_gone();
-            self.tell_failures();
+        let gone = ctx.gone();
+        if self.told != gone {
+            self.told = gone;
+            self.refresh_gone(ctx);
+            self.tell_failures(ctx, acts);
             return true;
         }
-        let v = self.views.as_deref_mut().expect("checked above");
-        let next_view = v.view + 1;
-        if let Some(d) = v.views.get(&next_view).and_then(|s| s.decided()) {
-            if !self.hold(now, &d.0.failed, false) {
-                let (d, root, hops) = d;
-                self.raise_view(now, next_view, d, root, hops);
+        let mut batch_at = ctx.batch_at;
+        let next_view = self.view + 1;
+        if let Some((decision, root, hops)) = self.views.get(&next_view).and_then(|s| s.decided()) {
+            if !self.hold(now, ctx, &decision.failed, false, &mut batch_at, acts) {
+                acts.push(ViewsAct::RaiseView {
+                    id: next_view,
+                    decision,
+                    root,
+                    hops,
+                });
                 return true;
             }
         }
-        let v = self.views.as_deref_mut().expect("checked above");
-        if v.raised < v.started {
-            let seq = v.raised + 1;
-            if let Some(d) = v.users.get(&seq).and_then(|s| s.decided()) {
-                if !self.hold(now, &d.0.failed, true) {
-                    let (d, root, hops) = d;
-                    self.raise_agreed(now, seq, d, root, hops);
+        if self.raised < self.started {
+            let seq = self.raised + 1;
+            if let Some((decision, root, hops)) = self.users.get(&seq).and_then(|s| s.decided()) {
+                if !self.hold(now, ctx, &decision.failed, true, &mut batch_at, acts) {
+                    acts.push(ViewsAct::RaiseAgreed {
+                        seq,
+                        decision,
+                        root,
+                        hops,
+                    });
                     return true;
                 }
             }
-        } else if let Some(flags) = v.queued.pop_front() {
-            v.started += 1;
-            let seq = v.started;
-            self.contribute(AgreementId::User(seq), flags);
+        } else if let Some(flags) = self.queued.pop_front() {
+            self.started += 1;
+            let seq = self.started;
+            self.contribute(ctx, AgreementId::User(seq), flags, acts);
             return true;
         }
-        let v = self.views.as_deref_mut().expect("checked above");
-        let joined = v
+        let joined = self
             .views
             .get(&next_view)
             .is_some_and(|s| s.inst.has_contributed());
         if !joined {
-            if v.views.contains_key(&next_view) {
+            if self.views.contains_key(&next_view) {
                 // A message of the next view change came: join at once.
-                self.contribute(AgreementId::View(next_view), u64::MAX);
+                self.contribute(ctx, AgreementId::View(next_view), u64::MAX, acts);
                 return true;
             }
-            if v.view_len < gone && self.timers.get(Timer::ViewBatch) == Time::NEVER {
-                let at = now + self.view_batch();
-                self.timers.set(Timer::ViewBatch, at);
+            if self.view_len < gone && batch_at == Time::NEVER {
+                acts.push(ViewsAct::Batch(now + ctx.view_batch));
             }
         }
         false
     }
 
     /// Rebuilds failed ∪ left while some rank left.
-    fn refresh_gone(&mut self) {
-        let gone = if self.left.is_empty() {
+    fn refresh_gone(&mut self, ctx: &ViewsCtx<'_>) {
+        self.gone = if ctx.left.is_empty() {
             None
         } else {
-            let (a, b) = (self.failed.as_slice(), self.left.as_slice());
+            let (a, b) = (ctx.failed.as_slice(), ctx.left.as_slice());
             let mut merged = Vec::with_capacity(a.len() + b.len());
             let (mut i, mut j) = (0, 0);
             while i < a.len() || j < b.len() {
@@ -449,25 +454,21 @@ impl Engine {
             set.insert_sorted(&merged);
             Some(set)
         };
-        if let Some(v) = self.views.as_deref_mut() {
-            v.gone = gone;
-        }
     }
 
     /// Every instance kept, decided ones too (they pass a re-rooted
     /// decision on), re-forms its tree around the grown gone set.
-    fn tell_failures(&mut self) {
-        let Some(v) = self.views.as_deref() else {
-            return;
-        };
-        let ids: Vec<AgreementId> = v
+    fn tell_failures(&mut self, ctx: &ViewsCtx<'_>, acts: &mut Vec<ViewsAct>) {
+        let ids: Vec<AgreementId> = self
             .views
             .keys()
             .map(AgreementId::View)
-            .chain(v.users.keys().map(AgreementId::User))
+            .chain(self.users.keys().map(AgreementId::User))
             .collect();
         for id in ids {
-            self.with_slot(id, 0, |slot, set, out| slot.inst.on_failures(set, out));
+            self.with_slot(ctx, id, 0, acts, |slot, set, out| {
+                slot.inst.on_failures(set, out)
+            });
         }
     }
 
@@ -477,112 +478,66 @@ impl Engine {
     /// gone, failed or left, and their notices are on their way here: a
     /// departure learned from the decision itself would be misreported as
     /// a failure. After the timeout the rest are learned as failed
-    /// (`learn_decided`). `user`: the next user result, else the next view.
-    fn hold(&mut self, now: Time, failed: &[Rank], user: bool) -> bool {
-        let known = |r: &Rank| *r == self.me || self.failed.contains(*r) || self.left.contains(*r);
-        let waiting = !failed.iter().all(known) && failed.binary_search(&self.me).is_err();
-        let deadline = self.config.timeout;
-        let Some(v) = self.views.as_deref_mut() else {
-            return false;
+    /// (`learn_decided`). `user`: the next user result, else the next
+    /// view. Moves the `ViewBatch` timer (`batch_at`) to the end of the
+    /// wait if it is later.
+    fn hold(
+        &mut self,
+        now: Time,
+        ctx: &ViewsCtx<'_>,
+        failed: &[Rank],
+        user: bool,
+        batch_at: &mut Time,
+        acts: &mut Vec<ViewsAct>,
+    ) -> bool {
+        let known = |r: &Rank| *r == ctx.me || ctx.failed.contains(*r) || ctx.left.contains(*r);
+        let waiting = !failed.iter().all(known) && failed.binary_search(&ctx.me).is_err();
+        let since = if user {
+            &mut self.held.1
+        } else {
+            &mut self.held.0
         };
-        let since = if user { &mut v.held.1 } else { &mut v.held.0 };
         if !waiting {
             *since = None;
             return false;
         }
-        let until = *since.get_or_insert(now) + deadline;
+        let until = *since.get_or_insert(now) + ctx.timeout;
         if now >= until {
             *since = None;
             return false;
         }
-        if self.timers.get(Timer::ViewBatch) > until {
-            self.timers.set(Timer::ViewBatch, until);
+        if *batch_at > until {
+            *batch_at = until;
+            acts.push(ViewsAct::Batch(until));
         }
         true
     }
 
-    /// Learns the ranks of a decision this rank did not know gone (as
-    /// failed, cause `notice`, from the deciding tree's root); false if the
-    /// decision names this rank, which is then excluded.
-    fn learn_decided(&mut self, now: Time, failed: &[Rank], root: Rank, hops: u16) -> bool {
-        if failed.binary_search(&self.me).is_ok() {
-            self.self_exclude(root, Exclusion::Named);
-            return false;
-        }
-        let new: Vec<Rank> = failed
-            .iter()
-            .copied()
-            .filter(|&r| !self.failed.contains(r) && !self.left.contains(r))
-            .collect();
-        if new.is_empty() {
-            return true;
-        }
-        self.failed.insert_sorted(&new);
-        for &rank in &new {
-            self.stats.notices.detections[Cause::Notice as usize] += 1;
-            self.push_event(Event::Failed {
-                rank,
-                detector: root,
-                cause: Cause::Notice,
-                hops,
-                detail: FailureDetail::Learned,
-            });
-        }
-        self.after_gone_changed(now);
-        true
+    /// View `id` naming `len` ranks was raised.
+    pub(super) fn raised_view(&mut self, id: u64, len: usize) {
+        self.view = id;
+        self.view_len = len;
     }
 
-    fn raise_view(&mut self, now: Time, id: u64, decision: Value, root: Rank, hops: u16) {
-        if !self.learn_decided(now, &decision.failed, root, hops) {
-            return;
-        }
-        let v = self.views_mut();
-        v.view = id;
-        v.view_len = decision.failed.len();
-        self.stats.views.views_raised += 1;
-        self.push_event(Event::ViewChange {
-            id,
-            failed: decision.failed,
-            hops,
-        });
+    /// User agreement `seq`'s result was raised.
+    pub(super) fn raised_agreed(&mut self, seq: u64) {
+        self.raised = seq;
     }
 
-    fn raise_agreed(&mut self, now: Time, seq: u64, decision: Value, root: Rank, hops: u16) {
-        if !self.learn_decided(now, &decision.failed, root, hops) {
-            return;
+    /// This rank leaves or is excluded: no agreement goes on here. The
+    /// user agreements left without a result (`None` if agreements had
+    /// ended already).
+    pub(super) fn end(&mut self) -> Option<std::ops::RangeInclusive<u64>> {
+        if self.ended {
+            return None;
         }
-        self.views_mut().raised = seq;
-        self.stats.views.agreements_decided += 1;
-        self.push_event(Event::Agreed {
-            seq,
-            flags: decision.flags,
-            view: View {
-                id: decision.view,
-                failed: decision.failed,
-            },
-            hops,
-        });
-    }
-
-    /// This rank leaves or is excluded: each of its user agreements without
-    /// a result ends with `reason`; no agreement goes on here.
-    pub(super) fn abort_agreements(&mut self, reason: AgreeAbort) {
-        let Some(v) = self.views.as_deref_mut() else {
-            return;
-        };
-        if v.ended {
-            return;
-        }
-        v.ended = true;
-        let pending = v.raised + 1..=v.called;
-        v.raised = v.called;
-        v.queued.clear();
-        v.views.clear();
-        v.users.clear();
-        v.gone = None;
-        self.timers.stop(Timer::ViewBatch);
-        for seq in pending {
-            self.push_event(Event::AgreeAborted { seq, reason });
-        }
+        self.ended = true;
+        let pending = self.raised + 1..=self.called;
+        self.raised = self.called;
+        self.queued.clear();
+        self.views.clear();
+        self.users.clear();
+        self.gone = None;
+        Some(pending)
     }
 }
