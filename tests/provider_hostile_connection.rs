@@ -35,6 +35,8 @@
 //! to the ignored `rank_role` test), so that a crash in libfabric ends the
 //! child and not the test. The child is killed and reaped on every path.
 
+mod hostile;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::ExitStatusExt;
@@ -47,6 +49,7 @@ use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
 use ffd::fabric::{runtime_version, version_text};
 use ffd::runtime::{Detector, Event};
+use hostile::{ACK_STREAM, CONN_ID_STREAM, listening_ports, unhex};
 
 const CHILD_ENV: &str = "FFD_HOSTILE_RANKS";
 const TAG: &str = "FFD-HOSTILE";
@@ -61,26 +64,6 @@ const READ_WITHIN: Duration = Duration::from_secs(10);
 /// The document that describes the libfabric bugs and carries their fix.
 const FIX_DOCUMENT: &str = "docs/upstream/libfabric-rxm-conn-id.md";
 
-/// A `tcp` connection request (`ofi_ctrl_hdr` version 3, 24 bytes of rxm
-/// connect data: protocol versions, a port, eager limit, rx size and the
-/// client's `conn_id`), then one tcp message (base header, op msg, 84
-/// bytes) carrying an rxm eager packet whose `conn_id` is 0xda0003 and a
-/// 4-byte payload.
-const CONN_ID_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
-004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
-da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
-000000000000000000000046464457";
-
-/// A connection request like the one above but from another claimed
-/// peer (port and `conn_id` one higher: a second peer at the same address
-/// would be refused as a duplicate before its message is read), then a
-/// bare tcp base header: version 3, op msg, `op_data` 2 (an
-/// acknowledgement), header and message size 16.
-const ACK_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
-0040000000100000000000005366000003000000020010001000000000000000";
-
 /// The providers the two bugs are in: rxm over tcp for the `conn_id`, the
 /// tcp message protocol (under rxm, and the RDM endpoints of `net` and of
 /// the newer native `tcp`) for the acknowledgement.
@@ -92,14 +75,6 @@ const AFFECTED_PROVIDERS: &[&str] = &["tcp;ofi_rxm", "tcp", "net"];
 /// report. No release carries the fix yet. A crash on a version outside
 /// this range fails the test.
 const KNOWN_VULNERABLE: ((u32, u32), (u32, u32)) = ((1, 13), (2, 6));
-
-fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
-        .collect()
-}
 
 fn fi_version(major: u32, minor: u32) -> u32 {
     (major << 16) | minor
@@ -115,46 +90,6 @@ fn expected_to_crash(loaded: u32, provider: &str) -> bool {
 fn known_vulnerable(loaded: u32) -> bool {
     let ((lo_major, lo_minor), (hi_major, hi_minor)) = KNOWN_VULNERABLE;
     (fi_version(lo_major, lo_minor)..=fi_version(hi_major, hi_minor)).contains(&loaded)
-}
-
-/// The TCP ports `pid` listens on: the sockets in state LISTEN of
-/// `/proc/<pid>/net/tcp{,6}` whose inode is one of the process's open files.
-fn listening_ports(pid: &str) -> Vec<u16> {
-    let mut inodes = Vec::new();
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-            continue;
-        };
-        for row in text.lines().skip(1) {
-            let cols: Vec<&str> = row.split_whitespace().collect();
-            if cols.len() > 9 && cols[3] == "0A" {
-                let port = cols[1].rsplit(':').next().expect("address:port");
-                let port = u16::from_str_radix(port, 16).expect("hex port");
-                inodes.push((cols[9].to_owned(), port));
-            }
-        }
-    }
-    let mut ports = Vec::new();
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's fds");
-    for fd in fds.flatten() {
-        let Ok(target) = std::fs::read_link(fd.path()) else {
-            continue;
-        };
-        let target = target.to_string_lossy();
-        let Some(inode) = target
-            .strip_prefix("socket:[")
-            .and_then(|t| t.strip_suffix(']'))
-        else {
-            continue;
-        };
-        for (listening, port) in &inodes {
-            if listening == inode && !ports.contains(port) {
-                ports.push(*port);
-            }
-        }
-    }
-    ports.sort_unstable();
-    ports
 }
 
 /// The receive queue of the rank's end of a connection, from

@@ -19,8 +19,10 @@
 //! A child that cannot start its ranks fails the test; nothing is
 //! skipped.
 
+mod hostile;
+
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -30,6 +32,7 @@ use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode, SourceFilterMode};
 use ffd::fabric::{connect_within, filters_at_port};
 use ffd::runtime::{Detector, Event};
+use hostile::{ACK_STREAM, CONN_ID_STREAM, STRANGER, noise, unhex};
 
 const CHILD_ENV: &str = "FFD_STRANGERS_RANKS";
 const FILTER_ENV: &str = "FFD_STRANGERS_FILTER";
@@ -44,62 +47,9 @@ const DROPPED_WITHIN: Duration = Duration::from_millis(2500);
 /// For an admitted handshake on loopback.
 const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
 
-/// The address outside the job.
-const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-
-/// The streams of `tests/provider_hostile_connection.rs` (see there): a
-/// connection request then an rxm packet naming a `conn_id` that does not
-/// exist, and a connection request then a bare tcp acknowledgement.
-const CONN_ID_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
-004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
-da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
-000000000000000000000046464457";
-const ACK_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
-0040000000100000000000005366000003000000020010001000000000000000";
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
-        .collect()
-}
-
-/// 4 KiB of bytes from a fixed xorshift: random to a parser, the same on
-/// every run.
-fn noise() -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..4096)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// The TCP ports this process listens on.
 fn listening_ports() -> Vec<u16> {
-    let mut ports = Vec::new();
-    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for row in text.lines().skip(1) {
-            let cols: Vec<&str> = row.split_whitespace().collect();
-            if cols.len() > 3 && cols[3] == "0A" {
-                let port = cols[1].rsplit(':').next().expect("address:port");
-                ports.push(u16::from_str_radix(port, 16).expect("hex port"));
-            }
-        }
-    }
-    // Only this process's: a socket at that port is among its fds.
-    ports.retain(|&p| filters_at_port(p).iter().any(|&(listening, _)| listening));
-    ports.sort_unstable();
-    ports.dedup();
-    ports
+    hostile::listening_ports("self")
 }
 
 /// The ranks: three detectors of one job in this process on `lo`, every

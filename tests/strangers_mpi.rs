@@ -10,10 +10,11 @@
 //! fail them.
 
 mod capi_support;
+mod hostile;
 
 use capi_support::prereq;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -22,29 +23,13 @@ use capi_support::detect::{JOB_BOUND, ffd_settings, system_libfabric};
 use capi_support::mpi::{Expect, RANKS, VICTIM, check_job};
 use capi_support::{Child, ScratchDir, clean_command, compile_c};
 use ffd::fabric::connect_within;
+use hostile::{ACK_STREAM, CONN_ID_STREAM, STRANGER, unhex};
 
-const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 /// A dropped SYN is sent again after 1 s: no handshake within this means
 /// it was dropped twice.
 const DROPPED_WITHIN: Duration = Duration::from_millis(2500);
 /// For the ranks to listen (start-up takes about a second here).
 const LISTEN_WITHIN: Duration = Duration::from_secs(30);
-
-const CONN_ID_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
-004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
-da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
-000000000000000000000046464457";
-const ACK_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
-0040000000100000000000005366000003000000020010001000000000000000";
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
-        .collect()
-}
 
 /// The children of `pid` (every thread's).
 fn children(pid: u32) -> Vec<u32> {
@@ -81,36 +66,6 @@ fn descendants_named(name: &str) -> Vec<u32> {
         todo.extend(children(pid));
     }
     found
-}
-
-/// The TCP ports `pid` listens on.
-fn listening_ports(pid: u32) -> Vec<u16> {
-    let mut inodes = Vec::new();
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-            continue;
-        };
-        for row in text.lines().skip(1) {
-            let cols: Vec<&str> = row.split_whitespace().collect();
-            if cols.len() > 9 && cols[3] == "0A" {
-                let port = cols[1].rsplit(':').next().expect("address:port");
-                inodes.push((
-                    format!("socket:[{}]", cols[9]),
-                    u16::from_str_radix(port, 16).expect("hex port"),
-                ));
-            }
-        }
-    }
-    let mut ports = Vec::new();
-    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                let target = target.to_string_lossy().into_owned();
-                ports.extend(inodes.iter().filter(|(i, _)| *i == target).map(|(_, p)| *p));
-            }
-        }
-    }
-    ports
 }
 
 fn example() -> PathBuf {
@@ -158,7 +113,10 @@ fn a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks() {
     let deadline = Instant::now() + LISTEN_WITHIN;
     let ports: Vec<u16> = loop {
         let ranks = descendants_named("mpi_detect_stra");
-        let ports: Vec<Vec<u16>> = ranks.iter().map(|&p| listening_ports(p)).collect();
+        let ports: Vec<Vec<u16>> = ranks
+            .iter()
+            .map(|&p| hostile::listening_ports(&p.to_string()))
+            .collect();
         if ranks.len() == RANKS as usize && ports.iter().all(|p| !p.is_empty()) {
             break ports.concat();
         }

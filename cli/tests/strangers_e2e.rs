@@ -10,6 +10,8 @@
 //! `--shared-network` the same user's connection completes: the attack
 //! path is real.
 
+#[path = "../../tests/hostile/mod.rs"]
+mod hostile;
 #[path = "../../tests/prereq/mod.rs"]
 mod prereq;
 
@@ -17,19 +19,12 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use hostile::{ACK_STREAM, CONN_ID_STREAM};
+
 /// For the agents to listen (start-up is well under a second here).
 const LISTEN_WITHIN: Duration = Duration::from_secs(20);
 /// The job's length: long enough for the attack and a check.
 const RUN_FOR: &str = "6s";
-
-const CONN_ID_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b78f0200\
-004000000010000000000000536500000300000000001000540000000000000004000000000000000300\
-da000000000000000000000000000000000000000000020000000000000004000000000000000000000000\
-000000000000000000000046464457";
-const ACK_STREAM: &str = "\
-030000180000000000000000000000000000000000000000010000000000000001020403b88f0200\
-0040000000100000000000005366000003000000020010001000000000000000";
 
 fn prerequisites(test: &str) -> bool {
     prereq::available(
@@ -71,37 +66,6 @@ fn children(parent: u32) -> Vec<u32> {
     out
 }
 
-/// The TCP ports `pid` listens on (in its own network namespace).
-fn listening_ports(pid: u32) -> Vec<u16> {
-    let mut inodes = Vec::new();
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-            continue;
-        };
-        for row in text.lines().skip(1) {
-            let cols: Vec<&str> = row.split_whitespace().collect();
-            if cols.len() > 9 && cols[3] == "0A" {
-                let port = cols[1].rsplit(':').next().expect("address:port");
-                inodes.push((
-                    format!("socket:[{}]", cols[9]),
-                    u16::from_str_radix(port, 16).expect("hex port"),
-                ));
-            }
-        }
-    }
-    let mut ports = Vec::new();
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return ports;
-    };
-    for fd in fds.flatten() {
-        if let Ok(target) = std::fs::read_link(fd.path()) {
-            let target = target.to_string_lossy().into_owned();
-            ports.extend(inodes.iter().filter(|(i, _)| *i == target).map(|(_, p)| *p));
-        }
-    }
-    ports
-}
-
 /// Starts `ffd run -n 4` with `extra` options; returns it and every
 /// agent's listening ports once all four listen. The caller reaps it.
 #[allow(clippy::zombie_processes)] // returned to the caller, which waits
@@ -117,7 +81,10 @@ fn start_job(extra: &[&str]) -> (Child, Vec<u16>) {
     let deadline = Instant::now() + LISTEN_WITHIN;
     loop {
         let agents = children(child.id());
-        let ports: Vec<Vec<u16>> = agents.iter().map(|&a| listening_ports(a)).collect();
+        let ports: Vec<Vec<u16>> = agents
+            .iter()
+            .map(|&a| hostile::listening_ports(&a.to_string()))
+            .collect();
         if agents.len() == 4 && ports.iter().all(|p| !p.is_empty()) {
             return (child, ports.concat());
         }
