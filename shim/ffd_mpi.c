@@ -77,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -477,9 +478,36 @@ static void report(const deferred *f) {
         shim.shmem ? "shmem_init" : "MPI_Init", on_failure_names[shim.mode], then);
 }
 
+/* How long the report may wait for the launcher to read it before the job
+ * is ended (see report_read). */
+#define SHIM_REPORT_READ_NS 200000000LL
+
+/* Waits until the launcher has read what this process wrote to stderr,
+ * when stderr is a pipe (mpiexec's and mpirun's output forwarding), at most
+ * SHIM_REPORT_READ_NS: an abort tears the job down at once, and a report
+ * still in the pipe was lost with it (seen under MPICH's hydra on a loaded
+ * machine: the job ended, no report). FIONREAD on either end of a pipe
+ * counts the bytes not read yet; on anything else it fails or says 0, and
+ * there is nothing to wait for. */
+static void report_read(void) {
+    int64_t until = monotonic_ns() + SHIM_REPORT_READ_NS;
+    for (;;) {
+        int unread = 0;
+        if (ioctl(STDERR_FILENO, FIONREAD, &unread) != 0 || unread <= 0)
+            return;
+        if (monotonic_ns() >= until) {
+            say(LOG_DEBUG, "stderr still holds %d unread bytes; ending the job", unread);
+            return;
+        }
+        struct timespec pause = {0, 1000000}; /* 1 ms */
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* Ends the whole job, nonzero: PMPI_Abort, or in an OpenSHMEM program
- * shmem_global_exit. */
+ * shmem_global_exit, once the report has been read (report_read). */
 static void end_the_job(void) {
+    report_read();
 #if defined(FFD_MPI_SHMEM)
     if (shim.shmem) {
         pshmem_global_exit(SHIM_ABORT_CODE);

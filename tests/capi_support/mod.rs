@@ -99,15 +99,27 @@ impl Child {
 
     /// Waits for the exit and the output, all within `bound` (or the test
     /// fails, and the drop ends the child).
-    pub fn finish(mut self, bound: Duration) -> Output {
+    pub fn finish(self, bound: Duration) -> Output {
+        let what = self.what.clone();
+        match self.finish_within(bound) {
+            Ok(out) => out,
+            Err(Unfinished { stdout, stderr }) => panic!(
+                "{what} did not exit within {bound:?}; its output until SIGTERM:\n\
+                 --- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
+            ),
+        }
+    }
+
+    /// Waits for the exit and the output, all within `bound`; past it, ends
+    /// the child (mpirun forwards SIGTERM to its ranks; the drop follows
+    /// with SIGKILL) and returns what it printed until then.
+    pub fn finish_within(mut self, bound: Duration) -> Result<Output, Unfinished> {
         let deadline = Instant::now() + bound;
         let left = || deadline.saturating_duration_since(Instant::now());
         let status = match self.exited.recv_timeout(left()) {
             Ok(status) => status.unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what)),
             Err(_) => {
-                // End it (mpirun forwards SIGTERM to its ranks; the drop
-                // follows with SIGKILL) so that what it printed so far can
-                // be shown: the streams close once the job is gone.
+                // The streams close once the job is gone.
                 let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGTERM);
                 if self.exited.recv_timeout(Duration::from_secs(10)).is_ok() {
                     self.done = true;
@@ -115,23 +127,25 @@ impl Child {
                 let grace = Duration::from_secs(5);
                 let stdout = self.stdout.recv_timeout(grace).unwrap_or_default();
                 let stderr = self.stderr.recv_timeout(grace).unwrap_or_default();
-                panic!(
-                    "{} did not exit within {bound:?}; its output until SIGTERM:\n\
-                     --- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-                    self.what
-                )
+                return Err(Unfinished { stdout, stderr });
             }
         };
         self.done = true;
         // The streams close at exit, unless a grandchild holds them.
         let stdout = self.stdout.recv_timeout(left()).unwrap_or_default();
         let stderr = self.stderr.recv_timeout(left()).unwrap_or_default();
-        Output {
+        Ok(Output {
             status,
             stdout,
             stderr,
-        }
+        })
     }
+}
+
+/// What a child that did not exit in time printed until it was ended.
+pub struct Unfinished {
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Drop for Child {
