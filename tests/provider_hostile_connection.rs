@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
 use ffd::fabric::{runtime_version, version_text};
-use ffd::runtime::{Detector, Event};
-use hostile::{ACK_STREAM, CONN_ID_STREAM, listening_ports, unhex};
+use ffd::runtime::Detector;
+use hostile::{ACK_STREAM, CONN_ID_STREAM, listening_ports, ranks_work, unhex};
 
 const CHILD_ENV: &str = "FFD_HOSTILE_RANKS";
 const TAG: &str = "FFD-HOSTILE";
@@ -197,69 +197,9 @@ fn rank_role() {
     }
 }
 
-/// Whether both ranks still run and work: no failure, leave or exclusion
-/// raised, an agreement of both decided with nobody failed, heartbeats
-/// completed since `beats_before`.
+/// Whether both ranks still run and work (`hostile::ranks_work`).
 fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String> {
-    for d in detectors {
-        while let Some(e) = d.try_next_event() {
-            let trouble = matches!(
-                e.event,
-                Event::Stopped(_)
-                    | Event::Failed { .. }
-                    | Event::HostFailed { .. }
-                    | Event::Left { .. }
-                    | Event::SelfExcluded { .. }
-            );
-            if trouble {
-                return Err(format!("rank {} raised {:?}", d.rank(), e.event));
-            }
-        }
-        if !d.is_running() || d.is_excluded() || !d.failed_ranks().is_empty() {
-            return Err(format!(
-                "rank {}: running {}, excluded {}, failed {:?}",
-                d.rank(),
-                d.is_running(),
-                d.is_excluded(),
-                d.failed_ranks()
-            ));
-        }
-    }
-    let requests: Vec<_> = detectors
-        .iter()
-        .map(|d| {
-            d.iagree(u64::MAX)
-                .map_err(|e| format!("rank {}: {e}", d.rank()))
-        })
-        .collect::<Result<_, _>>()?;
-    let mut decided = Vec::new();
-    for (d, request) in detectors.iter().zip(&requests) {
-        match request.wait_timeout(STEP_WITHIN) {
-            Some(Ok(a)) if a.view.failed.is_empty() && a.flags == u64::MAX => decided.push(a.seq),
-            Some(Ok(a)) => return Err(format!("rank {} agreed on {a:?}", d.rank())),
-            Some(Err(e)) => return Err(format!("rank {}: agreement failed: {e}", d.rank())),
-            None => {
-                return Err(format!(
-                    "rank {}: no agreement within {STEP_WITHIN:?}",
-                    d.rank()
-                ));
-            }
-        }
-    }
-    let mut beats = Vec::new();
-    for (d, before) in detectors.iter().zip(beats_before) {
-        let now = d.stats().runtime.heartbeats.completed;
-        if now <= *before {
-            return Err(format!(
-                "rank {}: no heartbeat completed since the attack began ({before})",
-                d.rank()
-            ));
-        }
-        beats.push(now - before);
-    }
-    Ok(format!(
-        "agreements {decided:?}, heartbeats completed since the attack began {beats:?}"
-    ))
+    ranks_work(detectors, beats_before, STEP_WITHIN)
 }
 
 /// Kills and reaps the child on every path.

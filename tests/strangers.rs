@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode, SourceFilterMode};
 use ffd::fabric::{connect_within, filters_at_port};
-use ffd::runtime::{Detector, Event};
-use hostile::{ACK_STREAM, CONN_ID_STREAM, STRANGER, noise, unhex};
+use ffd::runtime::Detector;
+use hostile::{ACK_STREAM, CONN_ID_STREAM, STRANGER, noise, ranks_work, unhex};
 
 const CHILD_ENV: &str = "FFD_STRANGERS_RANKS";
 const FILTER_ENV: &str = "FFD_STRANGERS_FILTER";
@@ -134,8 +134,8 @@ fn rank_role() {
     }
 }
 
-/// Whether every rank still runs and works (as in
-/// `provider_hostile_connection.rs`), and every socket at a listening port
+/// Whether every rank still runs and works (`hostile::ranks_work`), and
+/// every socket at a listening port
 /// carries a filter.
 fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String> {
     let ports = listening_ports();
@@ -150,58 +150,9 @@ fn check(detectors: &[Detector], beats_before: &[u64]) -> Result<String, String>
             sockets += 1;
         }
     }
-    for d in detectors {
-        while let Some(e) = d.try_next_event() {
-            let trouble = matches!(
-                e.event,
-                Event::Stopped(_)
-                    | Event::Failed { .. }
-                    | Event::HostFailed { .. }
-                    | Event::Left { .. }
-                    | Event::SelfExcluded { .. }
-            );
-            if trouble {
-                return Err(format!("rank {} raised {:?}", d.rank(), e.event));
-            }
-        }
-        if !d.is_running() || d.is_excluded() || !d.failed_ranks().is_empty() {
-            return Err(format!(
-                "rank {}: running {}, excluded {}, failed {:?}",
-                d.rank(),
-                d.is_running(),
-                d.is_excluded(),
-                d.failed_ranks()
-            ));
-        }
-    }
-    let requests: Vec<_> = detectors
-        .iter()
-        .map(|d| {
-            d.iagree(u64::MAX)
-                .map_err(|e| format!("rank {}: {e}", d.rank()))
-        })
-        .collect::<Result<_, _>>()?;
-    for (d, request) in detectors.iter().zip(&requests) {
-        match request.wait_timeout(STEP_WITHIN) {
-            Some(Ok(a)) if a.view.failed.is_empty() && a.flags == u64::MAX => {}
-            Some(Ok(a)) => return Err(format!("rank {} agreed on {a:?}", d.rank())),
-            Some(Err(e)) => return Err(format!("rank {}: agreement failed: {e}", d.rank())),
-            None => {
-                return Err(format!(
-                    "rank {}: no agreement within {STEP_WITHIN:?}",
-                    d.rank()
-                ));
-            }
-        }
-    }
-    for (d, before) in detectors.iter().zip(beats_before) {
-        if d.stats().runtime.heartbeats.completed <= *before {
-            return Err(format!("rank {}: no heartbeat completed since", d.rank()));
-        }
-    }
+    let work = ranks_work(detectors, beats_before, STEP_WITHIN)?;
     Ok(format!(
-        "{} ranks agreed, {sockets} sockets at listening ports {ports:?} filtered",
-        detectors.len()
+        "{work}; {sockets} sockets at listening ports {ports:?} filtered"
     ))
 }
 

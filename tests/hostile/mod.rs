@@ -9,6 +9,9 @@
 #![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use ffd::runtime::{Detector, Event};
 
 /// An address on this machine outside a job bound to 127.0.0.1.
 pub const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
@@ -90,4 +93,70 @@ pub fn listening_ports(pid: &str) -> Vec<u16> {
     ports.sort_unstable();
     ports.dedup();
     ports
+}
+
+/// Whether every rank still runs and works after an attack: no failure,
+/// leave or exclusion raised, an agreement of all decided within `within`
+/// with nobody failed, heartbeats completed since `beats_before`.
+pub fn ranks_work(
+    detectors: &[Detector],
+    beats_before: &[u64],
+    within: Duration,
+) -> Result<String, String> {
+    for d in detectors {
+        while let Some(e) = d.try_next_event() {
+            let trouble = matches!(
+                e.event,
+                Event::Stopped(_)
+                    | Event::Failed { .. }
+                    | Event::HostFailed { .. }
+                    | Event::Left { .. }
+                    | Event::SelfExcluded { .. }
+            );
+            if trouble {
+                return Err(format!("rank {} raised {:?}", d.rank(), e.event));
+            }
+        }
+        if !d.is_running() || d.is_excluded() || !d.failed_ranks().is_empty() {
+            return Err(format!(
+                "rank {}: running {}, excluded {}, failed {:?}",
+                d.rank(),
+                d.is_running(),
+                d.is_excluded(),
+                d.failed_ranks()
+            ));
+        }
+    }
+    let requests: Vec<_> = detectors
+        .iter()
+        .map(|d| {
+            d.iagree(u64::MAX)
+                .map_err(|e| format!("rank {}: {e}", d.rank()))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut decided = Vec::new();
+    for (d, request) in detectors.iter().zip(&requests) {
+        match request.wait_timeout(within) {
+            Some(Ok(a)) if a.view.failed.is_empty() && a.flags == u64::MAX => decided.push(a.seq),
+            Some(Ok(a)) => return Err(format!("rank {} agreed on {a:?}", d.rank())),
+            Some(Err(e)) => return Err(format!("rank {}: agreement failed: {e}", d.rank())),
+            None => {
+                return Err(format!("rank {}: no agreement within {within:?}", d.rank()));
+            }
+        }
+    }
+    let mut beats = Vec::new();
+    for (d, before) in detectors.iter().zip(beats_before) {
+        let now = d.stats().runtime.heartbeats.completed;
+        if now <= *before {
+            return Err(format!(
+                "rank {}: no heartbeat completed since the attack began ({before})",
+                d.rank()
+            ));
+        }
+        beats.push(now - before);
+    }
+    Ok(format!(
+        "agreements {decided:?}, heartbeats completed since the attack began {beats:?}"
+    ))
 }
