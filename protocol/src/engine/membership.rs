@@ -519,24 +519,24 @@ impl Engine {
     }
 
     pub(super) fn on_agree_up(&mut self, now: Time, sender: Rank, up: AgreeUp<'_>) {
-        let mut acts = Vec::new();
-        let kept = self.participation == Participation::Active && {
-            let (v, ctx) = self.views_and_ctx();
-            v.on_up(&ctx, sender, up, &mut acts)
-        };
-        if !kept {
-            self.stats.views.agreement_messages_dropped += 1;
-            return;
-        }
-        self.carry_out_views(now, acts);
-        self.agreement_sweep(now);
+        self.on_agreement_message(now, |v, ctx, acts| v.on_up(ctx, sender, up, acts));
     }
 
     pub(super) fn on_agree_down(&mut self, now: Time, sender: Rank, down: AgreeDown<'_>) {
+        self.on_agreement_message(now, |v, ctx, acts| v.on_down(ctx, sender, down, acts));
+    }
+
+    /// An agreement message, which `take` hands to `Views` (false: not
+    /// kept, counted as dropped); only while this rank takes part.
+    fn on_agreement_message(
+        &mut self,
+        now: Time,
+        take: impl FnOnce(&mut Views, &ViewsCtx<'_>, &mut Vec<ViewsAct>) -> bool,
+    ) {
         let mut acts = Vec::new();
         let kept = self.participation == Participation::Active && {
             let (v, ctx) = self.views_and_ctx();
-            v.on_down(&ctx, sender, down, &mut acts)
+            take(v, &ctx, &mut acts)
         };
         if !kept {
             self.stats.views.agreement_messages_dropped += 1;
