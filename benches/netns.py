@@ -62,6 +62,9 @@ class Net:
     def root_addr(self):
         return f"10.214.{self.subnet}.1"
 
+    def host_addr(self, h):
+        return f"10.214.{self.subnet}.{10 + h}"
+
     def create(self):
         br = self.bridge()
         ip("link", "add", br, "type", "bridge")
@@ -76,7 +79,7 @@ class Net:
             self.made.append(("link", outer))
             ip("link", "set", inner, "netns", ns)
             ip("link", "set", outer, "master", br, "up")
-            ip("netns", "exec", ns, "ip", "addr", "add", f"10.214.{self.subnet}.{10 + h}/24", "dev", inner)
+            ip("netns", "exec", ns, "ip", "addr", "add", f"{self.host_addr(h)}/24", "dev", inner)
             ip("netns", "exec", ns, "ip", "link", "set", inner, "up")
             ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
         return self

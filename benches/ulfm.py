@@ -44,24 +44,30 @@ def _reader(stream, lines):
 
 
 def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first_ms=1000, poll_us=200,
-            memory_mib=0):
+            memory_mib=0, prefix=(), mpirun_args=(), env_extra=None):
     """One job of `ranks` ranks; `victims` are faulted (`fault`: "kill" or
     "stop") one at a time, the i-th at first_ms + i * spacing_ms after every
-    rank printed its ready line. Returns one sample per victim:
+    rank printed its ready line. A victim is a rank, or a tuple of ranks
+    faulted together (a whole host). Returns one sample per rank faulted:
     {"rank", "injected_ns", "learned": {survivor: ns}, "survivors": [...]}.
-    Survivors are the ranks never faulted in the job."""
+    Survivors are the ranks never faulted in the job. `prefix` goes before
+    mpirun (e.g. entering a network namespace), `mpirun_args` after its
+    own options, `env_extra` into its environment."""
     sig = signal.SIGKILL if fault == "kill" else signal.SIGSTOP
+    groups = [tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in victims]
+    victims = [r for g in groups for r in g]
     with tempfile.TemporaryDirectory(prefix="ffd-bench-ulfm-") as tmp:
         wait_ms = first_ms + spacing_ms * len(victims) + 10 * timeout_ms + 10000
-        cmd = [os.path.join(VENV, "bin", "mpirun"), "--allow-run-as-root", "--oversubscribe",
+        cmd = [*prefix, os.path.join(VENV, "bin", "mpirun"), "--allow-run-as-root", "--oversubscribe",
                "--bind-to", "none", "--with-ft", "ulfm",
                "--prtemca", "prte_tmpdir_base", tmp,
                "--mca", "mpi_ft_detector", "true",
                "--mca", "mpi_ft_detector_period", f"{period_ms / 1000:g}",
                "--mca", "mpi_ft_detector_timeout", f"{timeout_ms / 1000:g}",
-               "-np", str(ranks), EXE, "--victims", ",".join(map(str, victims)),
+               *mpirun_args, "-np", str(ranks), EXE, "--victims", ",".join(map(str, victims)),
                "--poll-us", str(poll_us), "--wait-ms", str(wait_ms), "--memory-mib", str(memory_mib)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PRTE_", "PMIX_"))}
+        env.update(env_extra or {})
         proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         lines = queue.Queue()
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
@@ -95,16 +101,18 @@ def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first
                 raise RuntimeError(f"ULFM job of {ranks}: only {len(pids)} ranks ready: {other[-20:]}")
             ready = time.monotonic()
             injected = {}
-            for i, v in enumerate(victims):
+            for i, group in enumerate(groups):
                 target = ready + (first_ms + i * spacing_ms) / 1000
                 # Read (and so timestamp nothing: the ranks do) while waiting.
                 take(target, lambda: False)
                 sleep_until(target)
-                injected[v] = time.time_ns()
-                if not kill_pid_if(pids[v], sig, "ulfm_detect"):
-                    raise RuntimeError(f"ULFM rank {v} (pid {pids[v]}) was gone before its fault")
-                if fault == "stop":
-                    stopped.append(pids[v])
+                at = time.time_ns()
+                for v in group:
+                    injected[v] = at
+                    if not kill_pid_if(pids[v], sig, "ulfm_detect"):
+                        raise RuntimeError(f"ULFM rank {v} (pid {pids[v]}) was gone before its fault")
+                    if fault == "stop":
+                        stopped.append(pids[v])
             survivors = [r for r in range(ranks) if r not in victims]
             take(time.monotonic() + (10 * timeout_ms + 10000) / 1000,
                  lambda: all(r in finished for r in survivors))
