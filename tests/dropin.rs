@@ -521,6 +521,11 @@ fn under_openshmem_a_hung_pe_ends_the_job_with_one_report() {
             "-fvisibility=hidden",
             "-ldl",
             "-DFFD_MPI_SHMEM",
+            concat!(
+                "-Wl,--version-script=",
+                env!("CARGO_MANIFEST_DIR"),
+                "/shim/ffd_shmem.map"
+            ),
         ]
         .map(String::from),
     );

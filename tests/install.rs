@@ -349,3 +349,88 @@ fn the_mpi_drop_in_is_built_with_the_mpicc_on_path_and_starts_ffd_in_mpi_init() 
         );
     }
 }
+
+/// With Debian's `oshcc` on PATH, plain `ci/install PREFIX` also builds the
+/// OpenSHMEM drop-in: `lib/libffd_shmem.so` exports the MPI and OpenSHMEM
+/// entry points it intercepts and nothing else, and under `LD_PRELOAD`
+/// starts ffd inside a plain OpenSHMEM program's `shmem_init`.
+#[test]
+fn the_openshmem_drop_in_is_built_with_the_oshcc_on_path_and_starts_ffd_in_shmem_init() {
+    if !prereq::available(
+        "the_openshmem_drop_in_is_built_with_the_oshcc_on_path_and_starts_ffd_in_shmem_init",
+        &[
+            prereq::c_toolchain(),
+            prereq::command("nm"),
+            prereq::oshrun(),
+        ],
+    ) {
+        return;
+    }
+    let shim = prefix().join("lib").join("libffd_shmem.so");
+    assert!(shim.is_file(), "ci/install built no lib/libffd_shmem.so");
+    // Not `_end` (shim/ffd_shmem.map): preloaded, the shim's own would
+    // stand for the program's in liboshmem and crash every PE.
+    assert_eq!(
+        exported_symbols(&shim),
+        [
+            "MPI_Finalize",
+            "MPI_Init",
+            "MPI_Init_thread",
+            "shmem_finalize",
+            "shmem_init",
+            "shmem_init_thread",
+            "start_pes"
+        ]
+    );
+    let exe = compile_c_with(
+        "oshcc",
+        "tests/c/dropin_shmem_hello.c",
+        &[],
+        "dropin_shmem_hello",
+    );
+    let session = capi_support::ScratchDir::new("install-dropin-shmem");
+    let mut cmd = clean_command("oshrun");
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
+        .args(["--mca", "orte_tmpdir_base"])
+        .arg(&session.0)
+        .args([
+            "--mca",
+            "btl",
+            "self,vader",
+            "--mca",
+            "osc",
+            "^rdma",
+            "--mca",
+            "oob_tcp_if_include",
+            "lo",
+        ])
+        .args(["-x", "UCX_TLS=self,sm"])
+        .args(["-x", &format!("LD_PRELOAD={}", shim.display())])
+        .args([
+            "-x",
+            "FFD_DOMAIN=lo",
+            "-x",
+            "FFD_CORE=none",
+            "-x",
+            "FFD_LOG=info",
+        ])
+        .args(["-np", "2"])
+        .arg(&exe);
+    let out = run(cmd, "oshrun dropin_shmem_hello", Duration::from_secs(120));
+    assert!(out.status.success(), "{}", out.text());
+    for pe in 0..2 {
+        let up = format!("libffd_mpi[{pe}] info: ffd up, 2 ranks;");
+        assert!(out.stderr.contains(&up), "want `{up}`\n{}", out.text());
+        assert!(
+            out.stdout.contains(&format!("PE {pe}: finalized")),
+            "{}",
+            out.text()
+        );
+    }
+}
