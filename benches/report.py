@@ -195,9 +195,10 @@ BLOCK_END = "<!-- end of ulfm-comparison -->"
 def comparison():
     """The README's table beside Open MPI 5 ULFM, from the committed runs
     that measured both in one run: crash and hang notification
-    (local_kill, same host: every survivor knows) and agreement
-    (agreement: `ffd run` jobs beside MPIX_Comm_agree in a job of the same
-    size and, when it measured them, both in one job)."""
+    (local_kill, same host: every survivor knows) and agreement (both in
+    one MPI job, alternating). Only rows that compare the same work: not
+    `ffd run` agents' event-driven agreements beside MPIX_Comm_agree in a
+    job of its own (docs/benchmarks.md keeps those)."""
     by_name = dict(results())
     rows, sources = [], []
 
@@ -227,13 +228,6 @@ def comparison():
         sources.append(("local_kill", kill["provenance"]))
     agree = by_name.get("agreement")
     if agree:
-        for e in agree.get("real", {}).get("results", []):
-            f, u = e["ffd"], e["ulfm"]
-            if u.get("p50_us") is None:
-                continue
-            up50, up99 = u["p50_us"] / 1e3, u["p99_us"] / 1e3
-            rows.append([f"agreement, `ffd run` agents (iagree, result by event) vs MPIX_Comm_agree in its own job, N = {e['ranks']}", ms(f["p50_ms"]),
-                         ms(up50), ratio(f["p50_ms"], up50), ms(f["p99_ms"]), ms(up99), ratio(f["p99_ms"], up99)])
         for e in agree.get("one_job", {}).get("results", []):
             f50, f99, u50, u99 = (e[k] / 1e3 for k in ("ffd_p50_us", "ffd_p99_us", "ulfm_p50_us", "ulfm_p99_us"))
             rows.append([f"agreement in one MPI job (ffd_agree vs MPIX_Comm_agree, alternating), N = {e['ranks']}", ms(f50),
