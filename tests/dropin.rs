@@ -198,11 +198,12 @@ fn under_ulfm_survivors_get_proc_failed_for_a_kill_and_a_stop_shrink_and_finaliz
     cmd.args(["-np", "6"])
         .arg(&exe)
         .args(["--kill", "3", "--stop", "4"]);
-    // A known defect, not yet understood (issue 35 stays open for it):
-    // under load, Open MPI 5.0.11's finalize fence sometimes never
-    // completes after the fenced rank is gone (every survivor in `usleep`
-    // under `ompi_mpi_finalize`, prterun idle, both dead ranks' PMIx
-    // connections closed; seen 2 times in 3 loaded runs). Such a run must
+    // A known defect, not yet understood (issue 35 stays open for it;
+    // docs/embedding.md, "Known defect"): under load, Open MPI 5.0.11's
+    // finalize sometimes never completes after two failures handed over
+    // by the shim (every survivor in `ompi_mpi_finalize`'s fence, prterun
+    // idle, both dead ranks' PMIx connections closed; also with two plain
+    // kills, not without the shim). Such a run must
     // have done everything else: every other check below holds on what it
     // printed, and it says so as an EXPECTED FAILURE rather than passing
     // in silence. Any other way of not exiting fails.
