@@ -2,6 +2,9 @@
 //! fabric ports live on a loopback of their own, which no process outside
 //! the job can reach, whatever its user.
 //!
+//! Also the namespaces of `ffd run --netns`: one network and UTS namespace
+//! per emulated host ([`Namespaces`]), joined by the launcher.
+//!
 //! Owns: `unshare(2)` of the network namespace (with a user namespace that
 //! maps only the caller's own uid and gid when it is not root) and bringing
 //! the new namespace's `lo` up. Must not: be called once the process has
@@ -78,4 +81,112 @@ fn loopback_up() -> io::Result<()> {
         return Err(err);
     }
     Ok(())
+}
+
+/// The namespaces of an emulated host of `ffd run --netns` (or of the
+/// job's switch, which holds the bridge): a network namespace and a UTS
+/// namespace with a hostname of its own, both anonymous and held open by
+/// this value. Nothing names them in the file system, so nothing outlives
+/// the job: each is freed by the kernel once this value is dropped and the
+/// last process inside has exited, whatever way the launcher ended (the
+/// veth pairs and a bridge inside go with them).
+#[derive(Debug)]
+pub struct Namespaces {
+    net: std::fs::File,
+    uts: std::fs::File,
+}
+
+impl Namespaces {
+    /// A new network namespace whose `lo` is up and a new UTS namespace
+    /// whose hostname is `hostname`. Made on a thread of its own (network
+    /// and UTS namespaces belong to a thread), so this may be called
+    /// however many threads the process has.
+    pub fn create(hostname: &str) -> io::Result<Namespaces> {
+        let name = std::ffi::CString::new(hostname)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the hostname"))?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: unshare only moves this thread (it ends below) into
+                // new namespaces; the process's other threads stay where they are.
+                if unsafe { libc::unshare(libc::CLONE_NEWNET | libc::CLONE_NEWUTS) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let bytes = name.as_bytes();
+                // SAFETY: `bytes` is valid for its length; sethostname copies it.
+                if unsafe { libc::sethostname(bytes.as_ptr().cast(), bytes.len()) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                loopback_up()?;
+                Ok(Namespaces {
+                    net: std::fs::File::open("/proc/thread-self/ns/net")?,
+                    uts: std::fs::File::open("/proc/thread-self/ns/uts")?,
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+        })
+    }
+
+    /// Makes `command` start inside these namespaces (it joins them
+    /// between fork and exec). Spawn it while `self` lives.
+    pub fn spawn_inside(&self, command: &mut std::process::Command) {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let (net, uts) = (self.net.as_raw_fd(), self.uts.as_raw_fd());
+        // SAFETY: the closure runs in the forked child before exec; it
+        // makes two setns(2) calls on descriptors the child inherited (the
+        // parent holds them open while it spawns) and allocates nothing
+        // (an Os error holds only the errno).
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setns(net, libc::CLONE_NEWNET) != 0
+                    || libc::setns(uts, libc::CLONE_NEWUTS) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Runs `f` on a thread inside these namespaces: a socket it makes
+    /// lives in this network namespace (and stays there afterwards).
+    pub fn run_inside<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        use std::os::fd::AsRawFd;
+        let (net, uts) = (self.net.as_raw_fd(), self.uts.as_raw_fd());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: setns moves only this thread (it ends after `f`)
+                // into the namespaces `self` holds open.
+                if unsafe { libc::setns(net, libc::CLONE_NEWNET) } != 0
+                    || unsafe { libc::setns(uts, libc::CLONE_NEWUTS) } != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(f())
+            })
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+        })
+    }
+
+    /// A path that opens the network namespace while `self` lives (for
+    /// `ip link ... netns PATH`): `/proc/<pid>/fd/<fd>`.
+    pub fn net_path(&self) -> std::path::PathBuf {
+        use std::os::fd::AsRawFd;
+        format!("/proc/{}/fd/{}", std::process::id(), self.net.as_raw_fd()).into()
+    }
+
+    /// The network namespace's identity as `/proc/PID/ns/net` reads:
+    /// `net:[INODE]`.
+    pub fn net_id(&self) -> io::Result<String> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(format!("net:[{}]", self.net.metadata()?.ino()))
+    }
+
+    /// The UTS namespace's identity: `uts:[INODE]`.
+    pub fn uts_id(&self) -> io::Result<String> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(format!("uts:[{}]", self.uts.metadata()?.ino()))
+    }
 }

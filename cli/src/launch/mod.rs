@@ -22,6 +22,7 @@
 
 pub mod agent_line;
 pub mod cli;
+pub mod cluster;
 pub mod fault;
 mod launcher;
 mod process;
