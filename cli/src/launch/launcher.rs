@@ -571,6 +571,8 @@ impl Launcher {
         let faults = self.plan.schedule.faults();
         // Hosts whose link is down now.
         let mut cut = vec![false; cluster.map_or(0, |c| c.len() as usize)];
+        // When each host's link last changed: the time of each of its ranks' fault.
+        let mut link_changed = vec![0.0; cut.len()];
         let agree = &self.plan.agree;
         let end = self.plan.end();
         let (mut next, mut next_agree) = (0, 0);
@@ -603,7 +605,9 @@ impl Launcher {
                             (Some(c), Some(h)) if cut[h as usize] != down => {
                                 match c.set_link(h, !down) {
                                     Ok(()) => {
+                                        // Down (or up) once the command returned.
                                         cut[h as usize] = down;
+                                        link_changed[h as usize] = job.now_ms();
                                         None
                                     }
                                     Err(e) => Some(e.to_string()),
@@ -612,9 +616,13 @@ impl Launcher {
                             (Some(_), Some(_)) => None,
                             _ => Some("no emulated host (--netns) to cut".to_owned()),
                         };
-                        let facts = match fact {
-                            None => job.timeline.fault(t, fault.rank, fault.kind),
-                            Some(e) => vec![job.timeline.note(t, e)],
+                        let facts = match (fact, host) {
+                            (None, Some(h)) => {
+                                let t = link_changed[h as usize];
+                                job.timeline.fault(t, fault.rank, fault.kind)
+                            }
+                            (None, None) => Vec::new(),
+                            (Some(e), _) => vec![job.timeline.note(t, e)],
                         };
                         job.print(&facts);
                         continue;
