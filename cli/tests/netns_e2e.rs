@@ -25,6 +25,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+// Its one-job lock and report checks; the launcher is driven here (for
+// its lines while it runs), not through its run_job.
+#[allow(dead_code)]
 mod support;
 use support::{ONE_JOB_AT_A_TIME, assert_all_learned, assert_no_false_reports, failure_of};
 
