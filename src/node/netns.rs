@@ -6,10 +6,13 @@
 //! per emulated host ([`Namespaces`]), joined by the launcher.
 //!
 //! Owns: `unshare(2)` of the network namespace (with a user namespace that
-//! maps only the caller's own uid and gid when it is not root) and bringing
-//! the new namespace's `lo` up. Must not: be called once the process has
-//! threads (a user namespace refuses a threaded caller, and the other
-//! threads would stay outside).
+//! maps only the caller's own uid and gid when it is not root), bringing
+//! the new namespace's `lo` up, and for [`Namespaces`] the `unshare`,
+//! `sethostname` and `setns(2)` calls, each on a thread of its own or in a
+//! child between fork and exec. Must not: enter the private network once
+//! the process has threads (a user namespace refuses a threaded caller,
+//! and the other threads would stay outside), or name a namespace in the
+//! file system (nothing must outlive the job).
 
 use std::io;
 
