@@ -60,7 +60,21 @@ struct Launcher {
 
 impl Launcher {
     fn start(args: &[&str]) -> Launcher {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ffd"))
+        Launcher::start_as(None, args)
+    }
+
+    /// `ffd run ARGS`, as `user` (through `setpriv`) if given.
+    fn start_as(user: Option<&str>, args: &[&str]) -> Launcher {
+        let ffd = env!("CARGO_BIN_EXE_ffd");
+        let mut command = match user {
+            Some(user) => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid", user, "--regid", "nogroup", "--clear-groups", ffd]);
+                c
+            }
+            None => Command::new(ffd),
+        };
+        let mut child = command
             .arg("run")
             .args(["--period", "10ms", "--timeout", "100ms", "-v"])
             .args(args)
@@ -393,4 +407,61 @@ fn a_failed_start_leaves_nothing_behind() {
     assert_eq!(status.code(), Some(1), "{}", job.text());
     assert!(job.text().contains("before it was ready"), "{}", job.text());
     assert_nothing_left(&job, 2);
+}
+
+/// Without root: `ffd run` makes a user namespace for itself, the hosts'
+/// namespaces inside it, and `ip` keeps `CAP_NET_ADMIN` there; the job
+/// runs as it does for root, and leaves nothing.
+#[test]
+fn a_user_without_root_gets_the_same_hosts_through_user_namespaces() {
+    if !can_run()
+        || !prereq::available(
+            &prereq::this_test(),
+            &[prereq::command("setpriv"), unprivileged_user_namespaces()],
+        )
+    {
+        return;
+    }
+    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut job = Launcher::start_as(
+        Some("nobody"),
+        &[
+            "-n",
+            "4",
+            "--netns",
+            "2",
+            "--kill",
+            "1@1s",
+            "--duration",
+            "2s",
+        ],
+    );
+    let status = job.finish();
+    assert!(status.success(), "{status}:\n{}", job.text());
+    let text = job.text();
+    assert!(
+        text.contains("hosts (namespaces): node0: ranks 0, 2; node1: ranks 1, 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("view 1: rank 1 out (raised by 3 ranks, identical)"),
+        "{text}"
+    );
+    assert!(text.contains("false reports: none"), "{text}");
+    assert_nothing_left(&job, 2);
+}
+
+/// `nobody` may make a user namespace here (`unshare --user` as nobody).
+fn unprivileged_user_namespaces() -> Result<(), String> {
+    let ok = Command::new("setpriv")
+        .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
+        .args(["unshare", "--user", "--net", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(())
+    } else {
+        Err("an unprivileged user cannot make a user namespace here".into())
+    }
 }

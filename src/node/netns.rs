@@ -152,6 +152,27 @@ impl Namespaces {
         }
     }
 
+    /// [`spawn_inside`](Self::spawn_inside) for a tool that configures the
+    /// namespace (`ip`, `tc`): when this process is not root, it keeps
+    /// `CAP_NET_ADMIN` across exec as an ambient capability. In the user
+    /// namespace `ffd run` made for itself the process holds every
+    /// capability, but only its own uid is mapped, so a program it execs
+    /// would otherwise start with none, and the kernel would refuse its
+    /// changes to the namespace's links.
+    pub fn spawn_admin_inside(&self, command: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        self.spawn_inside(command);
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            return;
+        }
+        // SAFETY: the closure runs in the forked child before exec and
+        // makes only the capget/capset/prctl system calls on stack data.
+        unsafe {
+            command.pre_exec(keep_net_admin_across_exec);
+        }
+    }
+
     /// Runs `f` on a thread inside these namespaces: a socket it makes
     /// lives in this network namespace (and stays there afterwards).
     pub fn run_inside<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
@@ -173,11 +194,24 @@ impl Namespaces {
         })
     }
 
-    /// A path that opens the network namespace while `self` lives (for
-    /// `ip link ... netns PATH`): `/proc/<pid>/fd/<fd>`.
-    pub fn net_path(&self) -> std::path::PathBuf {
+    /// Makes `command` start with this network namespace open as its
+    /// descriptor `fd` (so that it can name it as `/proc/self/fd/<fd>`,
+    /// e.g. `ip link ... netns /proc/self/fd/3`). `fd` must be above 2.
+    pub fn pass_net_as(&self, command: &mut std::process::Command, fd: std::os::fd::RawFd) {
         use std::os::fd::AsRawFd;
-        format!("/proc/{}/fd/{}", std::process::id(), self.net.as_raw_fd()).into()
+        use std::os::unix::process::CommandExt;
+        let net = self.net.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec (after
+        // its stdio is in place) and makes one dup2(2) call, whose copy
+        // is not close-on-exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::dup2(net, fd) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
 
     /// The network namespace's identity as `/proc/PID/ns/net` reads:
@@ -192,4 +226,66 @@ impl Namespaces {
         use std::os::unix::fs::MetadataExt;
         Ok(format!("uts:[{}]", self.uts.metadata()?.ino()))
     }
+}
+
+/// `CAP_NET_ADMIN` (linux/capability.h).
+const CAP_NET_ADMIN: u32 = 12;
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// `PR_CAP_AMBIENT`, `PR_CAP_AMBIENT_RAISE` (linux/prctl.h).
+const PR_CAP_AMBIENT: libc::c_int = 47;
+const PR_CAP_AMBIENT_RAISE: libc::c_ulong = 2;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Adds `CAP_NET_ADMIN` to the calling thread's inheritable and ambient
+/// sets (it must be permitted), so that a program it execs keeps it.
+/// Allocates nothing: safe between fork and exec.
+fn keep_net_admin_across_exec() -> io::Result<()> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and two data words are valid, writable, and of the
+    // layout version 3 asks for; capget writes only them.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    data[0].inheritable |= 1 << CAP_NET_ADMIN;
+    // SAFETY: as above; capset reads them.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let cap = libc::c_ulong::from(CAP_NET_ADMIN);
+    // SAFETY: prctl with integer arguments only.
+    if unsafe {
+        libc::prctl(
+            PR_CAP_AMBIENT,
+            PR_CAP_AMBIENT_RAISE,
+            cap,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

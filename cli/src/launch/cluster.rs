@@ -135,6 +135,7 @@ impl Cluster {
         let switch = make("ffd-switch")?;
         run_batch(
             &switch,
+            None,
             "ip",
             "the bridge",
             &[
@@ -151,13 +152,13 @@ impl Cluster {
             let host = make(&format!("node{h}"))?;
             run_batch(
                 &host,
+                Some(&cluster.switch),
                 "ip",
                 &format!("host node{h}"),
                 &[
                     format!(
-                        "link add {HOST_IFACE} type veth peer name {} netns {}",
+                        "link add {HOST_IFACE} type veth peer name {} netns /proc/self/fd/{PASSED_FD}",
                         port(h),
-                        cluster.switch.net_path().display()
                     ),
                     format!("addr add {}/24 dev {HOST_IFACE}", host_addr(h)),
                     format!("link set {HOST_IFACE} up"),
@@ -168,18 +169,22 @@ impl Cluster {
         let ports: Vec<String> = (0..plan.hosts)
             .map(|h| format!("link set {} master {BRIDGE} up", port(h)))
             .collect();
-        run_batch(&cluster.switch, "ip", "the bridge's ports", &ports)?;
+        run_batch(&cluster.switch, None, "ip", "the bridge's ports", &ports)?;
         if plan.link.is_shaped() {
             let netem = plan.link.netem();
             let qdiscs: Vec<String> = (0..plan.hosts)
                 .map(|h| format!("qdisc add dev {} root {netem}", port(h)))
                 .collect();
-            run_batch(&cluster.switch, "tc", "the links' shape", &qdiscs).map_err(|e| match e {
-                ClusterError::Failed { detail, .. } if detail.contains("qdisc kind is unknown") => {
-                    ClusterError::NoNetem(detail)
-                }
-                e => e,
-            })?;
+            run_batch(&cluster.switch, None, "tc", "the links' shape", &qdiscs).map_err(
+                |e| match e {
+                    ClusterError::Failed { detail, .. }
+                        if detail.contains("qdisc kind is unknown") =>
+                    {
+                        ClusterError::NoNetem(detail)
+                    }
+                    e => e,
+                },
+            )?;
         }
         Ok(cluster)
     }
@@ -209,6 +214,7 @@ impl Cluster {
         let state = if up { "up" } else { "down" };
         run_batch(
             &self.switch,
+            None,
             "ip",
             &format!("link {state} of host node{host}"),
             &[format!("link set {} {state}", port(host))],
@@ -243,9 +249,14 @@ impl Cluster {
     }
 }
 
-/// Runs `program -batch -` with `lines` inside `ns`; what failed if it did.
+/// The descriptor a batch gets another namespace as (`/proc/self/fd/3`).
+const PASSED_FD: i32 = 3;
+
+/// Runs `program -batch -` with `lines` inside `ns`, with `pass` open as
+/// [`PASSED_FD`]; what failed if it did.
 fn run_batch(
     ns: &Namespaces,
+    pass: Option<&Namespaces>,
     program: &'static str,
     what: &str,
     lines: &[String],
@@ -256,7 +267,10 @@ fn run_batch(
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    ns.spawn_inside(&mut command);
+    ns.spawn_admin_inside(&mut command);
+    if let Some(other) = pass {
+        other.pass_net_as(&mut command, PASSED_FD);
+    }
     let mut child = command
         .spawn()
         .map_err(|source| ClusterError::Tool { program, source })?;
