@@ -1,8 +1,8 @@
 //! `ffd run --netns H` end to end: each emulated host a network and UTS
 //! namespace with hostname `node<h>`, its ranks (r mod H = h) inside it
 //! and talking over its link; and nothing of the job left once `ffd run`
-//! has ended, whether the run completed, was interrupted by SIGINT, or
-//! never started.
+//! has ended, whether the run completed, was interrupted by SIGINT, never
+//! started, or the launcher was killed outright.
 //!
 //! "Nothing left": `ffd run -v` names each namespace it made as
 //! `/proc/PID/ns/*` reads (`net:[INODE]`); after the launcher has exited no
@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -463,5 +464,34 @@ fn unprivileged_user_namespaces() -> Result<(), String> {
         Ok(())
     } else {
         Err("an unprivileged user cannot make a user namespace here".into())
+    }
+}
+
+/// Even SIGKILL, which no clean-up survives: the agents leave on the end
+/// of their stdin, and with the last process gone the kernel frees the
+/// anonymous namespaces.
+#[test]
+fn a_killed_launcher_leaves_nothing_once_its_agents_have_left() {
+    if !can_run() {
+        return;
+    }
+    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut job = Launcher::start(&["-n", "4", "--netns", "2", "--duration", "60s"]);
+    job.wait_for("all 4 ranks ready");
+    let ids: Vec<String> = job.namespaces().values().flatten().cloned().collect();
+    assert_eq!(ids.len(), 5, "{}", job.text());
+    kill(job.pid(), Signal::SIGKILL).unwrap();
+    let status = job.finish();
+    assert_eq!(status.signal(), Some(9));
+    // The agents' exit is theirs to make: poll for it, within a bound
+    // far above their shutdown (a leave and an exit).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !holders(&ids).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "still held 30 s after the launcher died: {:?}",
+            holders(&ids)
+        );
+        thread::sleep(Duration::from_millis(100));
     }
 }
