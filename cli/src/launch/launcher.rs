@@ -367,10 +367,13 @@ impl Launcher {
             ),
         );
         job.print(&[fact]);
-        if let Some(plan) = &self.plan.netns {
-            let fact = job
-                .timeline
-                .note(0.0, hosts_line(plan.hosts, n, "namespaces"));
+        let hosts = match (&self.plan.netns, self.plan.hosts) {
+            (Some(plan), _) => Some((plan.hosts, "namespaces")),
+            (None, Some(h)) => Some((h, "FFD_HOSTNAME only")),
+            (None, None) => None,
+        };
+        if let Some((h, how)) = hosts {
+            let fact = job.timeline.note(0.0, hosts_line(h, n, how));
             job.print(&[fact]);
         }
         job.replay_early_lines();
@@ -964,4 +967,21 @@ fn hosts_line(hosts: u32, ranks: u32, how: &str) -> String {
         let _ = write!(line, "{sep}node{h}: {}", format_ranks(&on));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_line_names_each_hosts_ranks() {
+        assert_eq!(
+            hosts_line(2, 5, "namespaces"),
+            "hosts (namespaces): node0: ranks 0, 2, 4; node1: ranks 1, 3"
+        );
+        assert_eq!(
+            hosts_line(4, 3, "FFD_HOSTNAME only"),
+            "hosts (FFD_HOSTNAME only): node0: rank 0; node1: rank 1; node2: rank 2"
+        );
+    }
 }
