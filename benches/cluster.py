@@ -13,7 +13,9 @@ last live rank to learn it, by the agents' own stamps) less its
 `injected_at_ms` (the launcher, just before the signal or once the link is
 down); a host is known when the last of its ranks is. Every job counts its
 false reports (a rank reported that was never faulted) and missed
-notifications. Per case and fault, the jobs are repeated until --trials
+notifications, and keeps each job with a false report or a rank that
+excluded itself without being faulted ("troubled jobs": its options, the
+reports, the load then). Per case and fault, the jobs are repeated until --trials
 faults were measured; a job faults at most a quarter of its ranks (rank
 faults) or of its hosts (host faults), 1 s apart from 1 s after start, so
 the primary side always holds a majority.
@@ -91,6 +93,8 @@ class Case:
         self.missed = 0
         self.jobs = 0
         self.seconds = 0.0
+        # Jobs with false reports or unexpected self-exclusions.
+        self.troubled = []
 
     def common(self):
         a = self.args
@@ -103,7 +107,15 @@ class Case:
         report, took = run_job(self.common() + extra, env=ENV, timeout=900)
         self.jobs += 1
         self.seconds += took
-        self.false_reports += sum(len(f["reported_by"]) for f in report["false_reports"])
+        false = sum(len(f["reported_by"]) for f in report["false_reports"])
+        self.false_reports += false
+        faulted = {f["rank"] for f in report["failures"]}
+        excluded = [r for r in report["self_excluded"] if r not in faulted]
+        if false or excluded:
+            # Kept whole enough to look into: which job, who, whom.
+            self.troubled.append({"args": extra, "false_reports": report["false_reports"],
+                                  "self_excluded_unfaulted": excluded,
+                                  "load": os.getloadavg()[0]})
         return report
 
     def rank_faults(self, trials):
@@ -175,7 +187,7 @@ class Case:
             s = self.samples[label]
             cells.append(f"{fmt(median(s))} / {fmt(max(s) if s else None)}")
         cells += [fmt(percentile(self.agree, 50), 2), fmt(percentile(self.agree, 99), 2)]
-        cells += [self.false_reports, self.missed]
+        cells += [self.false_reports, self.missed, len(self.troubled)]
         return cells
 
     def result(self):
@@ -187,6 +199,7 @@ class Case:
             "seconds": round(self.seconds, 1),
             "false_reports": self.false_reports,
             "missed": self.missed,
+            "troubled_jobs": self.troubled,
             **{
                 label.replace(" ", "_"): {
                     "samples_ms": s,
@@ -309,7 +322,8 @@ def main():
                 results.append(case.result())
         print()
         table(["H", "N", "link delay", "kill p50 / max ms", "SIGSTOP p50 / max ms", "host kill p50 / max ms",
-               "host cut p50 / max ms", "agree p50 ms", "agree p99 ms", "false reports", "missed"], rows)
+               "host cut p50 / max ms", "agree p50 ms", "agree p99 ms", "false reports", "missed",
+               "troubled jobs"], rows)
         for s in skipped:
             print(f"skipped: H = {s['hosts']}, delay {int(s['delay_us'])} µs: {s['why']}")
 
