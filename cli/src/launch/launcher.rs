@@ -608,9 +608,13 @@ impl Launcher {
                             (Some(c), Some(h)) if cut[h as usize] != down => {
                                 match c.set_link(h, !down) {
                                     Ok(()) => {
-                                        // Down (or up) once the command returned.
+                                        // From just before the command, as a
+                                        // signal's from just before kill(2):
+                                        // the link changed during it, and on a
+                                        // loaded machine `ip` can take longer
+                                        // to be reaped than the detection.
                                         cut[h as usize] = down;
-                                        link_changed[h as usize] = job.now_ms();
+                                        link_changed[h as usize] = t;
                                         None
                                     }
                                     Err(e) => Some(e.to_string()),
