@@ -269,7 +269,7 @@ fn assert_nothing_left(launcher: &Launcher, hosts: usize) {
 
 #[test]
 fn hosts_are_namespaces_with_their_hostname_and_nothing_outlives_the_job() {
-    if !can_run() {
+    if !can_run() || !prereq::available(&prereq::this_test(), &[prereq::pidfd()]) {
         return;
     }
     let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -333,9 +333,12 @@ fn hosts_are_namespaces_with_their_hostname_and_nothing_outlives_the_job() {
         assert_eq!(failure_of(&report, rank)["fault"], "kill");
         assert_all_learned(&report, rank, &[0, 2, 3, 5]);
     }
-    // The ranks talked over their host's link, not loopback.
+    // The ranks talked over their host's link, not loopback, and each
+    // watched its one host-mate (same hostname), nobody of another host.
     for rank in ["0", "2", "3", "5"] {
-        assert_eq!(report["stats"][rank]["domain"], "ffd0", "{report:#}");
+        let stats = &report["stats"][rank];
+        assert_eq!(stats["domain"], "ffd0", "{report:#}");
+        assert_eq!(stats["runtime"]["local"]["pidfds"], 1, "{stats:#}");
     }
 }
 
