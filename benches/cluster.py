@@ -324,8 +324,10 @@ def main():
         table(["H", "N", "link delay", "kill p50 / max ms", "SIGSTOP p50 / max ms", "host kill p50 / max ms",
                "host cut p50 / max ms", "agree p50 ms", "agree p99 ms", "false reports", "missed",
                "troubled jobs"], rows)
-        for s in skipped:
-            print(f"skipped: H = {s['hosts']}, delay {int(s['delay_us'])} µs: {s['why']}")
+        if skipped:
+            print()
+            table(["skipped: H", "link delay", "why"],
+                  [[s["hosts"], f"{int(s['delay_us'])} µs", s["why"]] for s in skipped])
 
     bar = None
     if "bar" not in skip:
