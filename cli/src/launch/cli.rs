@@ -178,6 +178,7 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
                 delay: args.link_delay,
                 loss_percent: args.link_loss,
             },
+            pin_hostname: env.get(var::HOSTNAME).is_some(),
         }),
         None => {
             let needs = [
@@ -596,6 +597,15 @@ mod tests {
         assert!(!env.iter().any(|(k, _)| k == "FFD_HOSTNAME"), "{env:?}");
         let given = plan_of(&["-n", "2", "--netns", "2", "--domain", "eth9"], &[]).unwrap();
         assert_eq!(var_of(&given, "FFD_DOMAIN"), Some("eth9"));
+        // An inherited FFD_HOSTNAME would make one host of all: overridden.
+        let pinned = plan_of(&["-n", "3", "--netns", "2"], &[("FFD_HOSTNAME", "login1")]).unwrap();
+        let env = pinned.env_of(2, "x", Path::new("s"));
+        let names: Vec<&str> = env
+            .iter()
+            .filter(|(k, _)| k == "FFD_HOSTNAME")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(names, ["node0"]);
     }
 
     #[test]

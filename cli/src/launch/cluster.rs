@@ -73,6 +73,9 @@ impl LinkShape {
 pub struct NetnsPlan {
     pub hosts: u32,
     pub link: LinkShape,
+    /// The launcher's environment sets `FFD_HOSTNAME`, which would put
+    /// every rank on one host: the agents get their host's name in it.
+    pub pin_hostname: bool,
 }
 
 /// Host h's address on the bridge.

@@ -105,8 +105,11 @@ impl Plan {
             var::SECRET_FILE.into(),
             secret_file.to_string_lossy().into_owned(),
         ));
-        if let Some(hosts) = self.hosts.filter(|&h| h > 0) {
-            env.push((var::HOSTNAME.into(), format!("node{}", rank % hosts)));
+        let pinned = self.netns.is_some_and(|n| n.pin_hostname);
+        if self.hosts.is_some() || pinned {
+            if let Some(host) = self.host_of(rank) {
+                env.push((var::HOSTNAME.into(), format!("node{host}")));
+            }
         }
         env
     }
