@@ -39,7 +39,7 @@ IMG = os.path.join(ROOT, "docs", "img")
 
 # The order of the page; a result not named here follows, by name.
 ORDER = [
-    "local_kill", "ulfm_local", "agreement", "accuracy_ulfm", "accuracy_ulfm_nonroot", "accuracy_ulfm_mixed", "noise_mpi", "cpu", "detection", "noise",
+    "local_kill", "ulfm_local", "cluster", "agreement", "accuracy_ulfm", "accuracy_ulfm_nonroot", "accuracy_ulfm_mixed", "noise_mpi", "cpu", "detection", "noise",
     "accuracy", "victim_memory", "kill_trace", "sim_scale", "sim_cost", "engine_hot_path",
 ]
 

@@ -19,7 +19,8 @@ enum Command {
     /// with FFD_BOOTSTRAP=host:port, FFD_RANK, FFD_SIZE, FFD_SECRET_FILE).
     Rendezvous(ffd_cli::rendezvous::RendezvousArgs),
     /// Run a local job of N agents, inject faults (--kill/--stop/--cont
-    /// RANK@TIME), print the timeline and a summary.
+    /// RANK@TIME), print the timeline and a summary; with --netns H, over
+    /// H emulated hosts (network namespaces on a bridge).
     Run(ffd_cli::launch::cli::RunArgs),
     /// Run one rank configured by FFD_* (FFD_BOOTSTRAP, FFD_RANK, FFD_SIZE,
     /// ...), printing its events as JSON lines until stopped or excluded.

@@ -100,6 +100,17 @@ fn bad_usage_exits_2_with_a_message_naming_the_option() {
             "ffd run: the agents would reject their settings: FFD_RING=`circle`",
         ),
         (&["--kill", "1@1s"], &[], "--ranks <RANKS>"),
+        (
+            &["-n", "4", "--cut-host", "1@1s"],
+            &[],
+            "ffd run: --cut-host 1@1s needs --netns H (hosts with links of their own)\n",
+        ),
+        (
+            &["-n", "2", "--netns", "3"],
+            &[],
+            "ffd run: --netns 3: more hosts than ranks (-n 2); a host needs at least one rank\n",
+        ),
+        (&["-n", "2", "--netns", "0"], &[], "'--netns <H>'"),
     ];
     for (args, env, want) in cases {
         let (code, out, err) = ffd_run(args, env);
@@ -120,6 +131,12 @@ fn help_lists_the_fault_options() {
         "--cont <RANK@TIME>",
         "--json <FILE>",
         "--hosts <H>",
+        "--netns <H>",
+        "--link-delay <D>",
+        "--link-loss <P>",
+        "--kill-host <HOST@TIME>",
+        "--cut-host <HOST@TIME>",
+        "--heal-host <HOST@TIME>",
     ] {
         assert!(out.contains(option), "{option} in:\n{out}");
     }

@@ -63,6 +63,7 @@ fn plan(ranks: u32, faults: &[(FaultKind, u32, u64)], duration_ms: u64) -> Plan 
         duration,
         env: vec![("FFD_DOMAIN".into(), "lo".into())],
         hosts: Some(2),
+        netns: None,
         verbose: false,
     }
 }

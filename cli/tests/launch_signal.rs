@@ -52,6 +52,7 @@ fn sigterm_shuts_the_job_down_and_reaps_every_agent() {
         duration: Some(Duration::from_secs(600)),
         env: vec![("SCRATCH".into(), scratch.display().to_string())],
         hosts: None,
+        netns: None,
         verbose: false,
     };
     let agent = AgentCommand {

@@ -36,7 +36,7 @@ pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
 };
 pub use fork::Owner;
-pub use netns::{PrivateNetwork, enter_private_network};
+pub use netns::{Namespaces, PrivateNetwork, enter_private_network};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
 pub use segment::{

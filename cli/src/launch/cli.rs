@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::cluster::{HOST_IFACE, LinkShape, MAX_HOSTS, NetnsPlan};
 use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
 use super::launcher::{Ending, LaunchError, Launcher, Outcome, Plan};
 use super::process::AgentCommand;
@@ -25,7 +26,7 @@ use ffd::config::{
 use ffd::protocol::{BcastKind, RingKind};
 
 /// Options of `ffd run`.
-#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+#[derive(Clone, Debug, PartialEq, clap::Args)]
 pub struct RunArgs {
     /// Number of ranks (agent processes) to start.
     #[arg(short = 'n', long = "ranks", value_parser = clap::value_parser!(u32).range(1..))]
@@ -51,10 +52,18 @@ pub struct RunArgs {
     /// SIGCONT a stopped rank at TIME after job start (repeatable).
     #[arg(long, value_name = "RANK@TIME")]
     pub cont: Vec<RankAt>,
-    /// SIGKILL every rank of emulated host HOST (with `--hosts H`: the
-    /// ranks r with r mod H = HOST) at TIME after job start (repeatable).
+    /// SIGKILL every rank of emulated host HOST (with `--hosts H` or
+    /// `--netns H`: the ranks r with r mod H = HOST) at TIME after job
+    /// start (repeatable).
     #[arg(long = "kill-host", value_name = "HOST@TIME")]
     pub kill_host: Vec<RankAt>,
+    /// With `--netns H`: take host HOST's link down at TIME after job
+    /// start (repeatable): its packets vanish, no connection is reset.
+    #[arg(long = "cut-host", value_name = "HOST@TIME")]
+    pub cut_host: Vec<RankAt>,
+    /// With `--netns H`: bring a cut host's link back up at TIME (repeatable).
+    #[arg(long = "heal-host", value_name = "HOST@TIME")]
+    pub heal_host: Vec<RankAt>,
     /// Every running agent starts an agreement at TIME after job start
     /// (repeatable): the timeline shows the decisions, the JSON report's
     /// `agreements` their latency.
@@ -75,6 +84,20 @@ pub struct RunArgs {
     /// Fake H hosts: FFD_HOSTNAME=node<rank mod H>.
     #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..))]
     pub hosts: Option<u32>,
+    /// Emulate H hosts (at most 250): each a network and UTS namespace
+    /// with hostname node<h>, joined by a bridge over veth pairs; rank r
+    /// runs on host r mod H and talks over its link. Needs root, or
+    /// unprivileged user namespaces; iproute2 (`ip`, `tc`).
+    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=MAX_HOSTS as i64))]
+    pub netns: Option<u32>,
+    /// With `--netns`: delay every packet into a host by D (tc netem; so
+    /// D each way between two hosts), e.g. `50us`.
+    #[arg(long = "link-delay", value_name = "D", value_parser = parse_time)]
+    pub link_delay: Option<Duration>,
+    /// With `--netns`: lose every packet into a host with probability P
+    /// percent (tc netem), e.g. `0.1`.
+    #[arg(long = "link-loss", value_name = "P", value_parser = parse_percent)]
+    pub link_loss: Option<f64>,
     /// Print every agent line, not only first detections and all-notified lines.
     #[arg(short, long)]
     pub verbose: bool,
@@ -90,6 +113,15 @@ pub struct RunArgs {
 
 fn parse_time(text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|e| format!("`{text}` {e}; accepted: {DURATION_FORM}"))
+}
+
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!(
+            "`{text}` is not a percentage; accepted: a number from 0 to 100, e.g. `0.5`"
+        )),
+    }
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -109,10 +141,22 @@ pub enum UsageError {
     Schedule(#[from] ScheduleError),
     #[error("the agents would reject their settings: {0}")]
     Config(#[from] ConfigError),
-    #[error("--kill-host {0} needs --hosts H (the emulated hosts to kill one of)")]
+    #[error("--kill-host {0} needs --hosts H or --netns H (the emulated hosts to kill one of)")]
     KillHostWithoutHosts(RankAt),
-    #[error("--kill-host {at}: host {} is not in the job (hosts 0 to {})", .at.rank, .hosts - 1)]
-    HostOutOfRange { at: RankAt, hosts: u32 },
+    #[error("{option} {at}: host {} is not in the job (hosts 0 to {})", .at.rank, .hosts - 1)]
+    HostOutOfRange {
+        option: &'static str,
+        at: RankAt,
+        hosts: u32,
+    },
+    #[error("{0} needs --netns H (hosts with links of their own)")]
+    NeedsNetns(String),
+    #[error(
+        "--netns and --hosts both set the hosts; give one (--netns emulates them, --hosts fakes them)"
+    )]
+    NetnsAndHosts,
+    #[error("--netns {hosts}: more hosts than ranks (-n {ranks}); a host needs at least one rank")]
+    MoreHostsThanRanks { hosts: u32, ranks: u32 },
     #[error("--agree {}: not before the end of the run (--duration {})", format_duration(*.at), format_duration(*.duration))]
     AgreeAfterEnd { at: Duration, duration: Duration },
 }
@@ -120,26 +164,66 @@ pub enum UsageError {
 /// The job the options describe, with `env` the launcher's `FFD_*`
 /// variables (which the agents inherit); also the settings' warnings.
 pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), UsageError> {
-    // A host kill is a kill of each of its ranks at the same time.
-    let mut kills = args.kill.clone();
-    for &at in &args.kill_host {
-        let hosts = args.hosts.ok_or(UsageError::KillHostWithoutHosts(at))?;
-        if at.rank >= hosts.min(args.ranks) {
-            return Err(UsageError::HostOutOfRange {
-                at,
-                hosts: hosts.min(args.ranks),
+    let netns = match args.netns {
+        Some(_) if args.hosts.is_some() => return Err(UsageError::NetnsAndHosts),
+        Some(hosts) if hosts > args.ranks => {
+            return Err(UsageError::MoreHostsThanRanks {
+                hosts,
+                ranks: args.ranks,
             });
         }
-        kills.extend(
-            (at.rank..args.ranks)
-                .step_by(hosts as usize)
-                .map(|rank| RankAt { rank, at: at.at }),
-        );
-    }
+        Some(hosts) => Some(NetnsPlan {
+            hosts,
+            link: LinkShape {
+                delay: args.link_delay,
+                loss_percent: args.link_loss,
+            },
+            pin_hostname: env.get(var::HOSTNAME).is_some(),
+        }),
+        None => {
+            let needs = [
+                ("--link-delay", args.link_delay.map(format_duration)),
+                ("--link-loss", args.link_loss.map(|p| p.to_string())),
+                ("--cut-host", args.cut_host.first().map(|a| a.to_string())),
+                ("--heal-host", args.heal_host.first().map(|a| a.to_string())),
+            ];
+            if let Some((option, Some(value))) = needs.into_iter().find(|(_, v)| v.is_some()) {
+                return Err(UsageError::NeedsNetns(format!("{option} {value}")));
+            }
+            None
+        }
+    };
+    let hosts = args.hosts.or(args.netns);
+    // A host fault is the same fault of each of its ranks at the same time.
+    let per_host = |option: &'static str, list: &[RankAt]| {
+        let mut out = Vec::new();
+        for &at in list {
+            let hosts = hosts.ok_or(UsageError::KillHostWithoutHosts(at))?;
+            if at.rank >= hosts.min(args.ranks) {
+                return Err(UsageError::HostOutOfRange {
+                    option,
+                    at,
+                    hosts: hosts.min(args.ranks),
+                });
+            }
+            out.extend(
+                (at.rank..args.ranks)
+                    .step_by(hosts as usize)
+                    .map(|rank| RankAt { rank, at: at.at }),
+            );
+        }
+        Ok(out)
+    };
+    let mut kills = args.kill.clone();
+    kills.extend(per_host("--kill-host", &args.kill_host)?);
+    let cuts = per_host("--cut-host", &args.cut_host)?;
+    let heals = per_host("--heal-host", &args.heal_host)?;
     let faults = [
         (FaultKind::Kill, &kills),
         (FaultKind::Stop, &args.stop),
         (FaultKind::Cont, &args.cont),
+        (FaultKind::Cut, &cuts),
+        (FaultKind::Heal, &heals),
     ]
     .into_iter()
     .flat_map(|(kind, list)| {
@@ -180,7 +264,11 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
     let config = ConfigBuilder::default().build_with_env(&merged, EnvPolicy::Override)?;
     let transport = config.provider().split(';').next().unwrap_or_default();
     let loopback_provider = matches!(transport.to_ascii_lowercase().as_str(), "tcp" | "sockets");
-    if loopback_provider && args.domain.is_none() && env.get(var::DOMAIN).is_none() {
+    if netns.is_some() && args.domain.is_none() {
+        // Each host's ranks talk over its link (and publish its address),
+        // whatever domain the environment names.
+        set.push((var::DOMAIN.to_owned(), HOST_IFACE.to_owned()));
+    } else if loopback_provider && args.domain.is_none() && env.get(var::DOMAIN).is_none() {
         // A local job: keep the detector's traffic on loopback.
         set.push((var::DOMAIN.to_owned(), "lo".to_owned()));
     }
@@ -197,6 +285,7 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
         duration: args.duration,
         env: set,
         hosts: args.hosts,
+        netns,
         verbose: args.verbose,
     };
     Ok((plan, config.warnings().to_vec()))
@@ -463,12 +552,170 @@ mod tests {
         assert_eq!(kills, vec![(1, two), (4, two)]);
         assert_eq!(
             plan_of(&["-n", "4", "--kill-host", "1@2s"], &[]).unwrap_err(),
-            "--kill-host 1@2s needs --hosts H (the emulated hosts to kill one of)"
+            "--kill-host 1@2s needs --hosts H or --netns H (the emulated hosts to kill one of)"
         );
         assert_eq!(
             plan_of(&["-n", "4", "--hosts", "2", "--kill-host", "2@2s"], &[]).unwrap_err(),
             "--kill-host 2@2s: host 2 is not in the job (hosts 0 to 1)"
         );
+    }
+
+    #[test]
+    fn netns_hosts_run_rank_mod_h_over_their_link_with_real_hostnames() {
+        let plan = plan_of(
+            &[
+                "-n",
+                "6",
+                "--netns",
+                "4",
+                "--link-delay",
+                "50us",
+                "--link-loss",
+                "0.5",
+            ],
+            &[("FFD_DOMAIN", "lo")],
+        )
+        .unwrap();
+        let netns = plan.netns.unwrap();
+        assert_eq!(netns.hosts, 4);
+        assert_eq!(netns.link.delay, Some(Duration::from_micros(50)));
+        assert_eq!(netns.link.loss_percent, Some(0.5));
+        assert_eq!(
+            plan.hosts, None,
+            "no faked FFD_HOSTNAME: the UTS name is real"
+        );
+        assert_eq!(
+            var_of(&plan, "FFD_DOMAIN"),
+            Some("ffd0"),
+            "over the link, not lo"
+        );
+        assert_eq!(
+            (0..6).map(|r| plan.host_of(r)).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 0, 1].map(Some)
+        );
+        let env = plan.env_of(5, "10.38.0.254:4000", Path::new("s"));
+        assert!(!env.iter().any(|(k, _)| k == "FFD_HOSTNAME"), "{env:?}");
+        let given = plan_of(&["-n", "2", "--netns", "2", "--domain", "eth9"], &[]).unwrap();
+        assert_eq!(var_of(&given, "FFD_DOMAIN"), Some("eth9"));
+        // An inherited FFD_HOSTNAME would make one host of all: overridden.
+        let pinned = plan_of(&["-n", "3", "--netns", "2"], &[("FFD_HOSTNAME", "login1")]).unwrap();
+        let env = pinned.env_of(2, "x", Path::new("s"));
+        let names: Vec<&str> = env
+            .iter()
+            .filter(|(k, _)| k == "FFD_HOSTNAME")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(names, ["node0"]);
+    }
+
+    #[test]
+    fn host_faults_expand_to_every_rank_of_the_host() {
+        let plan = plan_of(
+            &[
+                "-n",
+                "8",
+                "--netns",
+                "4",
+                "--kill-host",
+                "3@1s",
+                "--cut-host",
+                "1@2s",
+                "--heal-host",
+                "1@3s",
+            ],
+            &[],
+        )
+        .unwrap();
+        let faults: Vec<(FaultKind, u32, u64)> = plan
+            .schedule
+            .faults()
+            .iter()
+            .map(|f| (f.kind, f.rank, f.at.as_secs()))
+            .collect();
+        use FaultKind::{Cut, Heal, Kill};
+        assert_eq!(
+            faults,
+            [
+                (Kill, 3, 1),
+                (Kill, 7, 1),
+                (Cut, 1, 2),
+                (Cut, 5, 2),
+                (Heal, 1, 3),
+                (Heal, 5, 3)
+            ]
+        );
+        assert_eq!(plan.end(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn netns_combinations_that_make_no_job_are_usage_errors() {
+        let cases: [(&[&str], &str); 9] = [
+            (
+                &["-n", "4", "--cut-host", "1@1s"],
+                "--cut-host 1@1s needs --netns H (hosts with links of their own)",
+            ),
+            (
+                &["-n", "4", "--hosts", "2", "--heal-host", "1@1s"],
+                "--heal-host 1@1s needs --netns H",
+            ),
+            (
+                &["-n", "4", "--link-delay", "50us"],
+                "--link-delay 50us needs --netns H",
+            ),
+            (
+                &["-n", "4", "--link-loss", "1"],
+                "--link-loss 1 needs --netns H",
+            ),
+            (
+                &["-n", "4", "--netns", "2", "--hosts", "2"],
+                "--netns and --hosts both set the hosts; give one",
+            ),
+            (
+                &["-n", "4", "--netns", "5"],
+                "--netns 5: more hosts than ranks (-n 4); a host needs at least one rank",
+            ),
+            (
+                &["-n", "4", "--netns", "2", "--cut-host", "2@1s"],
+                "--cut-host 2@1s: host 2 is not in the job (hosts 0 to 1)",
+            ),
+            (
+                &["-n", "4", "--netns", "2", "--heal-host", "1@1s"],
+                "rank 1 is not cut off then; a heal needs an earlier --cut-host of its host",
+            ),
+            (
+                &[
+                    "-n",
+                    "4",
+                    "--netns",
+                    "2",
+                    "--cut-host",
+                    "1@1s",
+                    "--stop",
+                    "1@2s",
+                ],
+                "--stop 1@2s: rank 1 is already stopped by --cut 1@1s",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = plan_of(args, &[]).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+        let cases: [(&[&str], &str); 4] = [
+            (&["-n", "4", "--netns", "0"], "'--netns <H>'"),
+            (&["-n", "400", "--netns", "251"], "'--netns <H>'"),
+            (
+                &["-n", "4", "--netns", "2", "--link-loss", "120"],
+                "`120` is not a percentage; accepted: a number from 0 to 100",
+            ),
+            (
+                &["-n", "4", "--netns", "2", "--link-delay", "50"],
+                "`50` has no unit",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
     }
 
     #[test]

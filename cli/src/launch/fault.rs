@@ -1,8 +1,10 @@
-//! Faults that `ffd run` injects: `--kill R@T`, `--stop R@T`, `--cont R@T`.
+//! Faults that `ffd run` injects: `--kill R@T`, `--stop R@T`, `--cont R@T`,
+//! and with `--netns` a host's link cut and healed (`--cut-host`,
+//! `--heal-host`, one fault per rank of the host).
 //!
 //! Owns: the `RANK@TIME` syntax and the validation of a whole schedule
-//! against the job (rank in range, a `--cont` only after a `--stop`, nothing
-//! after a kill, nothing after the end). Must not: send signals (the
+//! against the job (rank in range, a `--cont` only after a `--stop`, a heal
+//! only after a cut, nothing after a kill, nothing after the end). Must not: send signals (the
 //! launcher does) or read a clock; times are offsets from job start.
 
 use std::fmt;
@@ -21,6 +23,10 @@ pub enum FaultKind {
     Stop,
     /// SIGCONT: the end of a hang.
     Cont,
+    /// The rank's host link taken down (`--cut-host`): a partition.
+    Cut,
+    /// The rank's host link back up (`--heal-host`).
+    Heal,
 }
 
 impl FaultKind {
@@ -30,6 +36,8 @@ impl FaultKind {
             FaultKind::Kill => "--kill",
             FaultKind::Stop => "--stop",
             FaultKind::Cont => "--cont",
+            FaultKind::Cut => "--cut",
+            FaultKind::Heal => "--heal",
         }
     }
 
@@ -39,15 +47,35 @@ impl FaultKind {
             FaultKind::Kill => "kill",
             FaultKind::Stop => "stop",
             FaultKind::Cont => "cont",
+            FaultKind::Cut => "cut",
+            FaultKind::Heal => "heal",
         }
     }
 
-    /// How the timeline shows it, as the shell command: `kill -9`.
+    /// How the timeline shows it, as the shell command (`kill -9`) or, for
+    /// a host link, the event (`link cut`).
     pub fn command(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill -9",
             FaultKind::Stop => "kill -STOP",
             FaultKind::Cont => "kill -CONT",
+            FaultKind::Cut => "link cut",
+            FaultKind::Heal => "link healed",
+        }
+    }
+
+    /// A fault that makes the rank a failure (kill, stop, cut), not the
+    /// end of one (cont, heal).
+    pub fn is_failure(self) -> bool {
+        matches!(self, FaultKind::Kill | FaultKind::Stop | FaultKind::Cut)
+    }
+
+    /// The fault this one ends: a cont ends a stop, a heal a cut.
+    pub fn ends(self) -> Option<FaultKind> {
+        match self {
+            FaultKind::Cont => Some(FaultKind::Stop),
+            FaultKind::Heal => Some(FaultKind::Cut),
+            _ => None,
         }
     }
 }
@@ -121,6 +149,8 @@ pub enum ScheduleError {
     ContWithoutStop { fault: Fault },
     #[error("{fault}: rank {} is already stopped by {earlier}", .fault.rank)]
     AlreadyStopped { fault: Fault, earlier: Fault },
+    #[error("{fault}: rank {} is not cut off then; a heal needs an earlier --cut-host of its host", .fault.rank)]
+    HealWithoutCut { fault: Fault },
     #[error("{fault}: rank {} is already killed by {earlier}", .fault.rank)]
     AfterKill { fault: Fault, earlier: Fault },
     #[error("{fault} and {other} act on rank {} at the same time; give them different times", .fault.rank)]
@@ -157,7 +187,7 @@ impl Schedule {
                 }
             }
         }
-        // Per rank, the faults must read: (stop cont)* [stop] [kill].
+        // Per rank, the faults must read: (stop cont | cut heal)* [stop | cut] [kill].
         for (i, &fault) in faults.iter().enumerate() {
             let earlier: Vec<Fault> = faults[..i]
                 .iter()
@@ -175,11 +205,19 @@ impl Schedule {
             }
             let stopped_by = earlier
                 .last()
-                .filter(|f| f.kind == FaultKind::Stop)
+                .filter(|f| matches!(f.kind, FaultKind::Stop | FaultKind::Cut))
                 .copied();
             match (fault.kind, stopped_by) {
-                (FaultKind::Cont, None) => return Err(ScheduleError::ContWithoutStop { fault }),
-                (FaultKind::Stop, Some(earlier)) => {
+                (FaultKind::Cont | FaultKind::Heal, open)
+                    if open.map(|f| f.kind) != fault.kind.ends() =>
+                {
+                    return Err(if fault.kind == FaultKind::Cont {
+                        ScheduleError::ContWithoutStop { fault }
+                    } else {
+                        ScheduleError::HealWithoutCut { fault }
+                    });
+                }
+                (FaultKind::Stop | FaultKind::Cut, Some(earlier)) => {
                     return Err(ScheduleError::AlreadyStopped { fault, earlier });
                 }
                 _ => {}

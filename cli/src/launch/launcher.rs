@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::Signal;
 
 use super::agent_line::{AgentEvent, AgentLine, Stamp};
+use super::cluster::{Cluster, ClusterError, NetnsPlan, switch_addr};
 use super::fault::{FaultKind, Schedule};
 use super::process::{Agent, AgentCommand, ToLauncher, agent_exit};
 use super::secret_dir::SecretDir;
@@ -64,11 +65,23 @@ pub struct Plan {
     pub env: Vec<(String, String)>,
     /// Fake this many hosts: `FFD_HOSTNAME=node<rank % hosts>`.
     pub hosts: Option<u32>,
+    /// Emulate hosts with namespaces (`--netns`): rank r runs in host
+    /// r mod H, whose hostname is `node<h>`.
+    pub netns: Option<NetnsPlan>,
     /// Print every agent line, not only the first detection and the all-notified line.
     pub verbose: bool,
 }
 
 impl Plan {
+    /// The host of rank `rank` (rank mod H) when the job has hosts, faked
+    /// (`--hosts`) or emulated (`--netns`).
+    pub fn host_of(&self, rank: Rank) -> Option<u32> {
+        self.hosts
+            .or(self.netns.map(|n| n.hosts))
+            .filter(|&h| h > 0)
+            .map(|h| rank % h)
+    }
+
     /// When the launcher starts the shutdown, from job start.
     pub fn end(&self) -> Duration {
         self.duration.unwrap_or_else(|| {
@@ -92,8 +105,11 @@ impl Plan {
             var::SECRET_FILE.into(),
             secret_file.to_string_lossy().into_owned(),
         ));
-        if let Some(hosts) = self.hosts.filter(|&h| h > 0) {
-            env.push((var::HOSTNAME.into(), format!("node{}", rank % hosts)));
+        let pinned = self.netns.is_some_and(|n| n.pin_hostname);
+        if self.hosts.is_some() || pinned {
+            if let Some(host) = self.host_of(rank) {
+                env.push((var::HOSTNAME.into(), format!("node{host}")));
+            }
         }
         env
     }
@@ -136,8 +152,13 @@ pub struct Outcome {
 /// Why a job did not start (every agent has been reaped by then).
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("cannot serve the rendezvous on 127.0.0.1: {0}")]
-    Rendezvous(io::Error),
+    #[error("cannot serve the rendezvous on {addr}: {source}")]
+    Rendezvous {
+        addr: std::net::IpAddr,
+        source: io::Error,
+    },
+    #[error("{0}")]
+    Cluster(#[from] ClusterError),
     #[error("cannot make the job secret: {0}")]
     Secret(String),
     #[error("cannot start rank {rank} ({program}): {source}")]
@@ -259,11 +280,30 @@ impl Launcher {
         let secret = JobSecret::random().map_err(|e| LaunchError::Secret(e.to_string()))?;
         let secret_dir = SecretDir::create(&secret, "ffd-run")
             .map_err(|e| LaunchError::Secret(e.to_string()))?;
-        let rendezvous = RendezvousGuard(Some(
-            Rendezvous::bind("127.0.0.1:0", n, &secret)
+        // The emulated hosts (`--netns`): declared before the rendezvous
+        // and the agents, so dropped after them.
+        let cluster = match &self.plan.netns {
+            Some(plan) => Some(Cluster::create(plan)?),
+            None => None,
+        };
+        let listen = match &cluster {
+            // Reachable from every host, over its link.
+            Some(_) => std::net::IpAddr::from(switch_addr()),
+            None => std::net::IpAddr::from([127, 0, 0, 1]),
+        };
+        let bind = || {
+            Rendezvous::bind((listen, 0), n, &secret)
                 .and_then(|r| r.timeout(self.ready_timeout).spawn())
-                .map_err(LaunchError::Rendezvous)?,
-        ));
+        };
+        let rendezvous = match &cluster {
+            Some(cluster) => cluster.in_switch(bind).and_then(|r| r),
+            None => bind(),
+        }
+        .map_err(|source| LaunchError::Rendezvous {
+            addr: listen,
+            source,
+        })?;
+        let rendezvous = RendezvousGuard(Some(rendezvous));
         let bootstrap = rendezvous.addr().to_string();
         if self.plan.verbose {
             let _ = writeln!(
@@ -271,6 +311,11 @@ impl Launcher {
                 "ffd run: starting {n} agents, rendezvous on {bootstrap}, secret in {}",
                 secret_dir.file().display()
             );
+            if let (Some(cluster), Some(plan)) = (&cluster, &self.plan.netns) {
+                for line in cluster.describe(&plan.link) {
+                    let _ = writeln!(log, "ffd run: {line}");
+                }
+            }
         }
         // Declared after the rendezvous: on any way out, the agents are
         // killed and reaped before the rendezvous is stopped.
@@ -292,10 +337,15 @@ impl Launcher {
         };
         let spawned = Instant::now();
         for rank in 0..n {
+            let host = cluster
+                .as_ref()
+                .zip(self.plan.host_of(rank))
+                .map(|(c, h)| c.host(h));
             let agent = Agent::spawn(
                 rank,
                 &self.command,
                 &self.plan.env_of(rank, &bootstrap, secret_dir.file()),
+                host,
                 &self.tx,
             )
             .map_err(|source| LaunchError::Spawn {
@@ -320,10 +370,19 @@ impl Launcher {
             ),
         );
         job.print(&[fact]);
+        let hosts = match (&self.plan.netns, self.plan.hosts) {
+            (Some(plan), _) => Some((plan.hosts, "namespaces")),
+            (None, Some(h)) => Some((h, "FFD_HOSTNAME only")),
+            (None, None) => None,
+        };
+        if let Some((h, how)) = hosts {
+            let fact = job.timeline.note(0.0, hosts_line(h, n, how));
+            job.print(&[fact]);
+        }
         job.replay_early_lines();
 
-        let ending = self.run_faults(&mut job);
-        self.shut_down(&mut job, ending);
+        let ending = self.run_faults(&mut job, cluster.as_ref());
+        self.shut_down(&mut job, ending, cluster.as_ref());
         let ran_for = job.start.elapsed();
         let rendezvous_dropped = rendezvous.dropped();
         drop(rendezvous);
@@ -514,8 +573,12 @@ impl Launcher {
 
     /// Injects the faults (and `--agree` requests) on time until the end;
     /// why it ended.
-    fn run_faults(&self, job: &mut Job) -> Ending {
+    fn run_faults(&self, job: &mut Job, cluster: Option<&Cluster>) -> Ending {
         let faults = self.plan.schedule.faults();
+        // Hosts whose link is down now.
+        let mut cut = vec![false; cluster.map_or(0, |c| c.len() as usize)];
+        // When each host's link last changed: the time of each of its ranks' fault.
+        let mut link_changed = vec![0.0; cut.len()];
         let agree = &self.plan.agree;
         let end = self.plan.end();
         let (mut next, mut next_agree) = (0, 0);
@@ -540,6 +603,40 @@ impl Launcher {
                     FaultKind::Kill => Signal::SIGKILL,
                     FaultKind::Stop => Signal::SIGSTOP,
                     FaultKind::Cont => Signal::SIGCONT,
+                    FaultKind::Cut | FaultKind::Heal => {
+                        // One fault per rank of the host: the first acts on the link.
+                        let host = self.plan.host_of(fault.rank);
+                        let down = fault.kind == FaultKind::Cut;
+                        let fact = match (cluster, host) {
+                            (Some(c), Some(h)) if cut[h as usize] != down => {
+                                match c.set_link(h, !down) {
+                                    Ok(()) => {
+                                        // From just before the command, as a
+                                        // signal's from just before kill(2):
+                                        // the link changed during it, and on a
+                                        // loaded machine `ip` can take longer
+                                        // to be reaped than the detection.
+                                        cut[h as usize] = down;
+                                        link_changed[h as usize] = t;
+                                        None
+                                    }
+                                    Err(e) => Some(e.to_string()),
+                                }
+                            }
+                            (Some(_), Some(_)) => None,
+                            _ => Some("no emulated host (--netns) to cut".to_owned()),
+                        };
+                        let facts = match (fact, host) {
+                            (None, Some(h)) => {
+                                let t = link_changed[h as usize];
+                                job.timeline.fault(t, fault.rank, fault.kind)
+                            }
+                            (None, None) => Vec::new(),
+                            (Some(e), _) => vec![job.timeline.note(t, e)],
+                        };
+                        job.print(&facts);
+                        continue;
+                    }
                 };
                 match job.agents[fault.rank as usize].signal(signal) {
                     Ok(()) => {
@@ -584,7 +681,7 @@ impl Launcher {
     /// Asks every agent to leave (continuing stopped ones first), waits for
     /// them within the bound, then kills what is left; reads what remains
     /// in their pipes.
-    fn shut_down(&self, job: &mut Job, ending: Ending) {
+    fn shut_down(&self, job: &mut Job, ending: Ending, cluster: Option<&Cluster>) {
         let t = job.now_ms();
         job.timeline.shutdown_started(t);
         for i in 0..job.agents.len() {
@@ -608,6 +705,24 @@ impl Launcher {
             let rank = job.agents[i].rank;
             if job.timeline.is_hung(rank) && job.agents[i].signal(Signal::SIGCONT).is_ok() {
                 let facts = job.timeline.fault(job.now_ms(), rank, FaultKind::Cont);
+                job.print(&facts);
+            }
+        }
+        // Links still cut come back up, so that the ranks behind them can leave.
+        let mut healed = Vec::new();
+        for &i in &running {
+            let rank = job.agents[i].rank;
+            let host = self.plan.host_of(rank);
+            if let (true, Some(c), Some(h)) = (job.timeline.is_cut(rank), cluster, host) {
+                if !healed.contains(&h) {
+                    healed.push(h);
+                    if let Err(e) = c.set_link(h, true) {
+                        let fact = job.timeline.note(job.now_ms(), e.to_string());
+                        job.print(&[fact]);
+                        continue;
+                    }
+                }
+                let facts = job.timeline.fault(job.now_ms(), rank, FaultKind::Heal);
                 job.print(&facts);
             }
         }
@@ -847,4 +962,33 @@ fn unix_ms_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// The timeline's line naming each host's ranks: `hosts (namespaces):
+/// node0: ranks 0, 2; node1: ranks 1, 3`.
+fn hosts_line(hosts: u32, ranks: u32, how: &str) -> String {
+    let mut line = format!("hosts ({how}):");
+    for h in 0..hosts.min(ranks) {
+        let on: Vec<Rank> = (h..ranks).step_by(hosts as usize).collect();
+        let sep = if h == 0 { " " } else { "; " };
+        let _ = write!(line, "{sep}node{h}: {}", format_ranks(&on));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_line_names_each_hosts_ranks() {
+        assert_eq!(
+            hosts_line(2, 5, "namespaces"),
+            "hosts (namespaces): node0: ranks 0, 2, 4; node1: ranks 1, 3"
+        );
+        assert_eq!(
+            hosts_line(4, 3, "FFD_HOSTNAME only"),
+            "hosts (FFD_HOSTNAME only): node0: rank 0; node1: rank 1; node2: rank 2"
+        );
+    }
 }

@@ -14,6 +14,9 @@
 //!   `FFD_RANK`, `FFD_SIZE`, `FFD_SECRET_FILE`, waits for every `ready`,
 //!   injects the [`fault::Schedule`], shuts down, reaps, and removes the
 //!   secret.
+//! - [`cluster`]: with `--netns H`, the emulated hosts (network and UTS
+//!   namespaces on a bridge) the agents are spawned into, and their links
+//!   (shaped, cut, healed).
 //! - [`Timeline`]: what the lines and the faults mean.
 //! - [`startup`]: the CPU budget warning before a run, the start-up's
 //!   progress while it happens, the agents' libfabric settings.
@@ -22,6 +25,7 @@
 
 pub mod agent_line;
 pub mod cli;
+pub mod cluster;
 pub mod fault;
 mod launcher;
 mod process;

@@ -74,14 +74,20 @@ pub(crate) struct Agent {
 
 impl Agent {
     /// Spawns rank `rank` with `env` added to the inherited environment,
-    /// and starts its watcher threads.
+    /// inside the namespaces of `host` if given (`ffd run --netns`), and
+    /// starts its watcher threads.
     pub fn spawn(
         rank: Rank,
         command: &AgentCommand,
         env: &[(String, String)],
+        host: Option<&ffd::node::Namespaces>,
         tx: &Sender<ToLauncher>,
     ) -> io::Result<Agent> {
-        let mut child = Command::new(&command.program)
+        let mut cmd = Command::new(&command.program);
+        if let Some(host) = host {
+            host.spawn_inside(&mut cmd);
+        }
+        let mut child = cmd
             .args(&command.args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())

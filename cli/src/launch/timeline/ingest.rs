@@ -239,9 +239,14 @@ impl Timeline {
                 s.hung = true;
             }
             FaultKind::Cont => s.hung = false,
+            FaultKind::Cut => {
+                s.stopped = true;
+                s.cut = true;
+            }
+            FaultKind::Heal => s.cut = false,
         }
         facts.push(Fact::of(t_ms, &Happening::Fault { rank, kind }));
-        if kind != FaultKind::Cont && self.failure_of(rank).is_none() {
+        if kind.is_failure() && self.failure_of(rank).is_none() {
             self.failures.push(Failure {
                 rank,
                 fault: kind,
@@ -257,6 +262,11 @@ impl Timeline {
     /// Whether rank `rank` is stopped now (for the launcher's clean-up).
     pub fn is_hung(&self, rank: Rank) -> bool {
         self.ranks.get(rank as usize).is_some_and(|s| s.hung)
+    }
+
+    /// Whether rank `rank`'s host link is cut now (for the launcher's clean-up).
+    pub fn is_cut(&self, rank: Rank) -> bool {
+        self.ranks.get(rank as usize).is_some_and(|s| s.cut)
     }
 
     /// The launcher reaped rank `rank`'s process.
@@ -313,6 +323,37 @@ mod tests {
     use super::super::test_input::*;
     use super::*;
     use ffd::protocol::Cause;
+
+    #[test]
+    fn a_cut_host_is_a_failure_of_its_ranks_not_a_false_report() {
+        let mut tl = Timeline::new(info(4), false);
+        let mut facts = tl.fault(100.0, 1, FaultKind::Cut);
+        facts.extend(tl.fault(100.0, 3, FaultKind::Cut));
+        assert!(tl.is_cut(1) && tl.is_cut(3) && !tl.is_hung(1));
+        for failed_rank in [1, 3] {
+            facts.extend(tl.agent_line(210.0, 0, &failed(failed_rank, Cause::Timeout, 0)));
+            facts.extend(tl.agent_line(212.0, 2, &failed(failed_rank, Cause::Notice, 0)));
+        }
+        facts.extend(tl.fault(400.0, 1, FaultKind::Heal));
+        assert!(!tl.is_cut(1) && tl.is_cut(3));
+        let texts = texts(&facts);
+        assert_eq!(texts[0], "link cut of rank 1's host");
+        assert!(
+            texts.contains(&"rank 0 detected rank 1 (timeout, 110.0 ms after link cut)".to_owned()),
+            "{texts:?}"
+        );
+        assert!(
+            texts.contains(
+                &"all 2 live ranks know rank 3 failed (2.0 ms after first detection)".to_owned()
+            ),
+            "{texts:?}"
+        );
+        assert_eq!(texts.last().unwrap(), "link healed of rank 1's host");
+        let report = tl.report();
+        assert!(report.false_reports.is_empty());
+        let faults: Vec<&str> = report.failures.iter().map(|f| f.fault.as_str()).collect();
+        assert_eq!(faults, ["cut", "cut"]);
+    }
 
     #[test]
     fn a_stop_then_cont_and_self_exclusion_is_a_stop_failure_not_a_false_report() {

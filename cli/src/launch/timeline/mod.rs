@@ -16,8 +16,9 @@
 //! - [`agreements`]: views and agreements, all three of the above for them.
 //!
 //! Definitions used throughout:
-//! - A *failure* is an injected `--kill` or `--stop` of a rank (the first
-//!   one on that rank); `--cont` ends a hang but not the failure.
+//! - A *failure* is an injected `--kill` or `--stop` of a rank, or the cut
+//!   of its host's link (the first one on that rank); `--cont` ends a hang
+//!   and `--heal-host` a cut, but not the failure.
 //! - A *self-declaration* is a `failed` line whose `detector` is the rank
 //!   that printed it (or with no detector and a cause other than `notice`).
 //!   The *first detection* is the earliest self-declaration (the earliest
@@ -256,6 +257,8 @@ struct AgentState {
     stopped: bool,
     /// Currently stopped (a `--stop` without its `--cont` yet).
     hung: bool,
+    /// Its host link is down now (a `--cut-host` without its `--heal-host` yet).
+    cut: bool,
     self_excluded_at: Option<f64>,
     /// It excluded itself for want of a quorum (its side of a partition).
     no_quorum: bool,

@@ -12,6 +12,7 @@ use ffd::protocol::ranks::format_ranks;
 use ffd::protocol::{Cause, Rank};
 
 use super::{AgentExit, AgentState, Fact, FailureReport, Happening, Report, Timeline};
+use crate::launch::fault::FaultKind;
 
 /// The words a person reads for a cause (`in-band`, `timeout`, `notice`);
 /// the JSON keeps the protocol's word (`inband`).
@@ -146,6 +147,10 @@ fn words(what: &Happening<'_>) -> String {
         Happening::OutsideJob { rank, kind, about } => {
             format!("rank {rank} printed a `{kind}` line about rank {about}, outside the job")
         }
+        Happening::Fault {
+            rank,
+            kind: kind @ (FaultKind::Cut | FaultKind::Heal),
+        } => format!("{} of rank {rank}'s host", kind.command()),
         Happening::Fault { rank, kind } => format!("{} rank {rank}", kind.command()),
         Happening::Exited {
             rank,
@@ -350,7 +355,6 @@ mod tests {
     use super::super::test_input::*;
     use super::*;
     use crate::launch::agent_line::AgentEvent;
-    use crate::launch::fault::FaultKind;
 
     #[test]
     fn a_kill_detected_in_band_then_notified_reads_as_three_lines() {
