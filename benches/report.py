@@ -195,8 +195,9 @@ BLOCK_END = "<!-- end of ulfm-comparison -->"
 def comparison():
     """The README's table beside Open MPI 5 ULFM, from the committed runs
     that measured both in one run: crash and hang notification
-    (local_kill, same host: every survivor knows) and agreement (both in
-    one MPI job, alternating). Only rows that compare the same work: not
+    (local_kill, same host: every survivor knows), agreement (both in
+    one MPI job, alternating) and, from `cluster`, the same faults and
+    agreements over the same network namespaces. Only rows that compare the same work: not
     `ffd run` agents' event-driven agreements beside MPIX_Comm_agree in a
     job of its own (docs/benchmarks.md keeps those)."""
     by_name = dict(results())
@@ -233,6 +234,25 @@ def comparison():
             rows.append([f"agreement in one MPI job (ffd_agree vs MPIX_Comm_agree, alternating), N = {e['ranks']}", ms(f50),
                          ms(u50), ratio(f50, u50), ms(f99), ms(u99), ratio(f99, u99)])
         sources.append(("agreement", agree["provenance"]))
+    cluster = by_name.get("cluster")
+    if cluster:
+        labels = {"kill": "kill -9 → every survivor knows", "stop": "SIGSTOP → every survivor knows",
+                  "host_kill": "a host's ranks killed → every survivor knows"}
+        for r in cluster.get("results", []):
+            u = r.get("ulfm")
+            if not u or r.get("delay_us"):
+                continue
+            where = f"N = {r['ranks']} over {r['hosts']} namespaces"
+            for key, what in labels.items():
+                f50, u50 = r[key]["p50_ms"], u[key]["p50_ms"]
+                f99, u99 = r[key]["max_ms"], u[key]["max_ms"]
+                rows.append([f"{what}, {where} (p99: max)", ms(f50), ms(u50), ratio(f50, u50), ms(f99), ms(u99),
+                             ratio(f99, u99)])
+            fa, ua = r["agreement"], u["agreement"]
+            rows.append([f"agreement, last call → every rank decided, {where}", ms(fa["p50_ms"]), ms(ua["p50_ms"]),
+                         ratio(fa["p50_ms"], ua["p50_ms"]), ms(fa["p99_ms"]), ms(ua["p99_ms"]),
+                         ratio(fa["p99_ms"], ua["p99_ms"])])
+        sources.append(("cluster", cluster["provenance"]))
     if not rows:
         return ("No side-by-side run is committed yet: run `benches/local_kill.py` and "
                 "`benches/agreement.py`, then `benches/report.py --adopt`.")
