@@ -460,3 +460,62 @@ fn a_one_host_agreement_waits_for_a_stopped_rank_to_be_declared_then_names_it() 
     assert_eq!(agreements[0]["failed"], serde_json::json!([4]), "{text}");
     assert!(delay_of(&report, 4) <= TIMEOUT_MS * 3.0 + 500.0, "{text}");
 }
+
+/// Over emulated hosts, agreements travel as messages on the tree over
+/// hosts (`Shape::Hosts`): 8 ranks on 2 hosts take 2·(1 + 1) = 4 hops,
+/// where the binomial tree over ranks took 2·3 = 6. The root (rank 0, host
+/// 0's leader and the head of the tree) killed as the second agreement is
+/// asked: every survivor decides the same, naming at most the victim; the
+/// third, asked after, names it, re-rooted at rank 1 (host 1's head; host
+/// 0's ranks, their head gone, hang under it).
+#[test]
+fn agreements_over_hosts_take_the_tree_over_hosts_and_survive_the_roots_death() {
+    let (report, out) = run_job(
+        "auto",
+        &[
+            "-n",
+            "8",
+            "--hosts",
+            "2",
+            "--agree",
+            "400ms",
+            "--kill",
+            "0@600ms",
+            "--agree",
+            "600ms",
+            "--agree",
+            "900ms",
+            "--duration",
+            "1500ms",
+        ],
+    );
+    let text = output_text(&out);
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 3, "{text}");
+    let first = &agreements[0];
+    assert_eq!(
+        first["decided_by"],
+        serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7]),
+        "{text}"
+    );
+    assert_eq!(first["distinct_decisions"], 1, "{text}");
+    assert_eq!(first["hops"], 4, "the tree over hosts: {text}");
+    let survivors: Vec<Value> = (1..8).map(Value::from).collect();
+    let during = &agreements[1];
+    assert_eq!(during["distinct_decisions"], 1, "{text}");
+    let deciders = during["decided_by"].as_array().unwrap();
+    assert!(
+        survivors.iter().all(|r| deciders.contains(r)),
+        "every survivor decided: {text}"
+    );
+    let failed = during["failed"].as_array().unwrap();
+    assert!(
+        failed.is_empty() || failed == &[Value::from(0)],
+        "only the victim can be named: {text}"
+    );
+    let after = &agreements[2];
+    assert_eq!(after["decided_by"], Value::from(survivors), "{text}");
+    assert_eq!(after["distinct_decisions"], 1, "{text}");
+    assert_eq!(after["failed"], serde_json::json!([0]), "{text}");
+    assert_no_false_reports(&report);
+}

@@ -468,10 +468,11 @@ impl Instance {
             return;
         };
         let under = self.decided_under;
-        for c in self
+        let mut children = self
             .shape
-            .effective_children(self.me, self.root, self.n, failed)
-        {
+            .effective_children(self.me, self.root, self.n, failed);
+        self.shape.send_order(self.me, self.root, &mut children);
+        for c in children {
             if self.told.insert((c, under)) {
                 out.push((
                     c,
@@ -583,6 +584,22 @@ impl Shape {
                 .map(|c| abs(c, hr, count))
                 .map(|ch| hosts.members(ch)[0]),
         );
+    }
+
+    /// Puts `children` (of `me`, ascending) in the order the decision
+    /// goes to them: over hosts, the other hosts' heads first, the farthest
+    /// (the largest subtree) first, then this host's ranks, so that a host's
+    /// ranks wake after the messages that go on to other hosts have left.
+    /// Over ranks, ascending (unchanged).
+    fn send_order(&self, me: Rank, root: Rank, children: &mut [Rank]) {
+        let Shape::Hosts(hosts) = self else {
+            return;
+        };
+        let (mine, hr, count) = (hosts.host_of(me), hosts.host_of(root), hosts.count());
+        children.sort_by_key(|&c| {
+            let h = hosts.host_of(c);
+            (h == mine, std::cmp::Reverse(rel(h, hr, count)), c)
+        });
     }
 
     /// `me`'s nearest ancestor not known failed, in the tree rooted at `root`.
@@ -754,6 +771,11 @@ mod tests {
             Vec::<Rank>::new()
         );
         assert_eq!(shape.effective_parent(7, 0, 16, &none), Some(3));
+        // The decision leaves for the farthest host first, the host's own
+        // ranks last.
+        let mut order = shape.effective_children(0, 0, 16, &none);
+        shape.send_order(0, 0, &mut order);
+        assert_eq!(order, vec![2, 1, 4, 8, 12]);
         assert_eq!((0..16).map(|r| depth(&shape, r, 0, 16)).max(), Some(3));
         // Rooted at 5 (0..4 failed): 5 heads host 1; the other hosts'
         // heads (their lowest ranks) failed, so their ranks, and host 0
