@@ -41,10 +41,6 @@ use super::segment::HostSegment;
 /// the notice board's bell.
 const WATCH_PER_THREAD: usize = libc::FUTEX_WAITV_MAX as usize - 2;
 
-/// Words the first thread waits on: two fewer, for the agreement area's
-/// bell and this process's word that says whether to watch it.
-const WATCH_FIRST_THREAD: usize = WATCH_PER_THREAD - 2;
-
 /// The kernel walks at most this many robust-list entries per thread
 /// (`ROBUST_LIST_LIMIT`): watchers beyond it rely on their pidfds.
 pub const MAX_HELD: usize = 2048;
@@ -153,10 +149,6 @@ struct Shared {
     /// The notice board's bell moved (or the first thread began reading
     /// the board): the progress thread should read the board.
     board: AtomicBool,
-    /// Non-zero: the first thread also waits on the agreement area's bell
-    /// and rings the progress thread when it moves (a private futex word
-    /// the first thread waits on, woken on each change).
-    agree: AtomicU32,
     /// Lifts the progress thread before it is rung (`FFD_SCHED=boost|fifo`).
     boost: Option<Arc<Boost>>,
 }
@@ -170,12 +162,9 @@ impl Shared {
     }
 
     /// Hands `events` to the progress thread and rings it, also when only
-    /// the board moved, or the agreement area's bell (`agree`).
-    fn ring(&self, events: &mut Vec<(u64, WordEvent)>, board: bool, agree: bool) {
+    /// the board moved.
+    fn ring(&self, events: &mut Vec<(u64, WordEvent)>, board: bool) {
         if events.is_empty() && !board {
-            if agree {
-                self.bell();
-            }
             return;
         }
         if board {
@@ -237,7 +226,6 @@ impl ExitWords {
             peers: peers.into_boxed_slice(),
             died,
             board: AtomicBool::new(false),
-            agree: AtomicU32::new(0),
             boost,
         });
         let mut words = ExitWords {
@@ -246,17 +234,15 @@ impl ExitWords {
             me,
             threads: Vec::new(),
         };
-        // Each thread watches a range of `peers`, by index; the first a
-        // shorter one (it also waits on the bells).
+        // Each thread watches a range of `peers`, by index.
         let watched = words.shared.peers.len();
-        let first = WATCH_FIRST_THREAD.min(watched);
-        let chunks: Vec<std::ops::Range<usize>> = std::iter::once(0..first)
-            .chain(
-                (first..watched)
-                    .step_by(WATCH_PER_THREAD)
-                    .map(|start| start..(start + WATCH_PER_THREAD).min(watched)),
-            )
+        let mut chunks: Vec<std::ops::Range<usize>> = (0..watched)
+            .step_by(WATCH_PER_THREAD)
+            .map(|start| start..(start + WATCH_PER_THREAD).min(watched))
             .collect();
+        if chunks.is_empty() {
+            chunks.push(0..0);
+        }
         for (i, chunk) in chunks.into_iter().enumerate() {
             let holder = i == 0;
             let (ready_tx, ready_rx) = mpsc::channel();
@@ -332,19 +318,6 @@ impl ExitWords {
     /// first thread waits on its bell): read it then.
     pub fn take_board(&self) -> bool {
         self.shared.board.swap(false, Ordering::AcqRel)
-    }
-
-    /// Whether the first thread should also wait on the agreement area's
-    /// bell (a one-host agreement no caller drives is open here) and ring
-    /// the progress thread when it moves; it rings it once when this turns
-    /// on (the bell may have moved before it looked). Returns whether it
-    /// does: the segment has an agreement area and no watch loop ended.
-    pub fn watch_agreement(&self, on: bool) -> bool {
-        let want = u32::from(on);
-        if self.shared.agree.swap(want, Ordering::AcqRel) != want {
-            wake(&self.shared.agree, true);
-        }
-        self.segment.agree_bell().is_some() && self.broken().is_none()
     }
 
     /// Why a watch loop ended (an unexpected `futex_waitv` error), if one
@@ -565,12 +538,6 @@ fn watch(
     let bell = flag.map(|_| segment.board_bell());
     let mut bell_seen = bell.map(|b| b.load(Ordering::Acquire));
     let mut board_moved = bell.is_some();
-    // The agreement area's bell, watched while `shared.agree` says so
-    // (first thread only): (its value seen, whether it was watched).
-    let agree_bell = board
-        .then(|| segment.agree_bell().zip(segment.agree_sleepers()))
-        .flatten();
-    let mut agree_seen: Option<u32> = None;
     // (index in `shared.peers`, owner, token, seen held)
     let mut live: Vec<(usize, u32, u64, bool)> = peers
         .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t, false)))
@@ -621,30 +588,8 @@ fn watch(
             }
             waits.push(waiter(b, v, false));
         }
-        let mut agree_moved = false;
-        let mut sleepers = None;
-        if let Some((b, asleep)) = agree_bell {
-            let on = shared.agree.load(Ordering::Acquire);
-            if on != 0 {
-                let v = b.load(Ordering::Acquire);
-                // Newly watched, or moved: the progress thread looks.
-                agree_moved = agree_seen != Some(v);
-                agree_seen = Some(v);
-                waits.push(waiter(b, v, false));
-                sleepers = Some(asleep);
-            } else {
-                agree_seen = None;
-            }
-            waits.push(waiter(&shared.agree, on, true));
-        }
-        shared.ring(&mut events, std::mem::take(&mut board_moved), agree_moved);
+        shared.ring(&mut events, std::mem::take(&mut board_moved));
         waits.push(waiter(&shared.stop, 0, true));
-        // Counted among the bell's sleepers before the wait (SeqCst, with
-        // the ringer's bump then load, `bell::ring`): either the ringer
-        // wakes this thread or the wait sees the bell moved.
-        if let Some(asleep) = sleepers {
-            asleep.fetch_add(1, Ordering::SeqCst);
-        }
         // SAFETY: `waits` holds at most FUTEX_WAITV_MAX valid entries whose
         // words (the segment's, which outlives this thread, and `stop`)
         // stay mapped during the call; no timeout.
@@ -658,9 +603,6 @@ fn watch(
                 libc::CLOCK_MONOTONIC,
             )
         };
-        if let Some(asleep) = sleepers {
-            asleep.fetch_sub(1, Ordering::AcqRel);
-        }
         if ret < 0 {
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
@@ -807,65 +749,6 @@ mod tests {
         watcher.take(&mut seen);
         watcher.scan(&mut seen);
         assert_eq!(seen, vec![(90, WordEvent::Died)]);
-    }
-
-    /// Waits (bounded only against a hang) until `words` rings, then
-    /// empties its eventfd.
-    fn rung(words: &ExitWords) -> bool {
-        use std::os::fd::AsRawFd;
-        let mut pfd = libc::pollfd {
-            fd: words.bell().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; a bounded wait.
-        let ready = unsafe { libc::poll(&mut pfd, 1, 20_000) } == 1;
-        words.take(&mut Vec::new());
-        ready
-    }
-
-    /// While asked to, the first thread rings the progress thread when the
-    /// agreement area's bell moves (once at once: it may have moved
-    /// before the thread looked), so an `iagree` needs no polling.
-    #[test]
-    fn the_agreement_bell_rings_the_progress_thread_while_watched() {
-        if no_futex_waitv() {
-            return;
-        }
-        let name = format!("/ffd-test-{}-exitwords-agree", std::process::id());
-        let a = Arc::new(HostSegment::create(&name, 2, 2).unwrap());
-        let b = HostSegment::open(&name, 2, 2).unwrap();
-        let words = ExitWords::start(Arc::clone(&a), 0, vec![(1, 7)], "t-a", None).unwrap();
-        // The first thread rings once when it starts reading the board.
-        assert!(rung(&words));
-        assert!(words.watch_agreement(true));
-        assert!(rung(&words), "rung once when the watch begins");
-        let sleepers = a.agree_sleepers().unwrap();
-        // Another rank contributes: the bell moves.
-        for _ in 0..3 {
-            while sleepers.load(Ordering::Acquire) == 0 {
-                std::thread::yield_now();
-            }
-            super::super::bell::ring(&b);
-            assert!(rung(&words), "a ring of the bell wakes the progress thread");
-        }
-        // Unwatched: the thread leaves the bell's sleepers.
-        assert!(words.watch_agreement(false));
-        while sleepers.load(Ordering::Acquire) != 0 {
-            std::thread::yield_now();
-        }
-        super::super::bell::ring(&b);
-        let mut pfd = libc::pollfd {
-            fd: words.bell().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; a bounded wait (nothing may come).
-        assert_eq!(
-            unsafe { libc::poll(&mut pfd, 1, 200) },
-            0,
-            "no ring unwatched"
-        );
     }
 
     /// `watchers_of` names the ranks waiting on a row's words: those whose

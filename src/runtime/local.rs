@@ -465,13 +465,6 @@ impl LocalWatching {
         }
     }
 
-    /// Whether the exit-word thread should ring the progress thread when
-    /// the agreement area's bell moves ([`ExitWords::watch_agreement`]);
-    /// returns whether it does (false without exit words).
-    pub(super) fn watch_agreement(&self, on: bool) -> bool {
-        self.words.as_ref().is_some_and(|w| w.watch_agreement(on))
-    }
-
     /// Local ranks watched through exit words, and the exits seen so.
     pub(super) fn exit_words(&self) -> (usize, u64) {
         (

@@ -209,9 +209,6 @@ struct Core<'d> {
     /// Since when an agreement or view change has been under way here
     /// (`None`: none is); see [`AGREEMENT_POLL`].
     agreeing_since: Option<Instant>,
-    /// The exit-word thread rings this thread when the host's agreement
-    /// bell moves, while a one-host round no caller drives is open.
-    agreement_rung: bool,
     timeout: Duration,
     /// [`agreement_poll_every`] for this host.
     agreement_poll_every: Duration,
@@ -394,7 +391,6 @@ impl<'d> Progress<'d> {
                 connect_grace: parts.connect_grace,
                 linger: super::linger(parts.period, parts.timeout),
                 agreeing_since: None,
-                agreement_rung: false,
                 timeout: parts.timeout,
                 agreement_poll_every,
                 logger: parts.logger,
@@ -444,16 +440,13 @@ impl<'d> Progress<'d> {
             let started = core.started;
             core.diagnosis.begin_turn(|| elapsed(started));
             core.take_commands();
+            core.drive_host_agreement();
             core.refresh_board_readers();
             // Exits first: proof, and what the queue's messages may be
             // notices of.
             if woken {
                 core.take_exits();
             }
-            // After the exits' eventfd was read: a ring of the agreement
-            // bell before it is seen by this step, one after it wakes the
-            // next wait.
-            core.drive_host_agreement();
             core.exits_unscanned = true;
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
@@ -575,13 +568,6 @@ impl Core<'_> {
         if host.is_unattended() {
             self.shared.drive_host_agreement(false);
         }
-        // While one is open, the exit-word thread rings this thread when
-        // the area's bell moves (a contribution, a decision): no polling.
-        let unattended = host.is_unattended();
-        self.agreement_rung = self
-            .local
-            .as_ref()
-            .is_some_and(|l| l.watch_agreement(unattended));
         let news = host.take_news();
         for learn in news.learn {
             let now = self.now();
@@ -788,14 +774,11 @@ impl Core<'_> {
         if self.sends.is_waiting() {
             sleep = sleep.min(RETRY_EVERY);
         }
-        // A one-host round no caller drives needs polling only when no
-        // exit-word thread rings this thread on the area's bell.
-        let unattended = !self.agreement_rung
-            && self
-                .shared
-                .host_agreement
-                .as_ref()
-                .is_some_and(|h| h.is_unattended());
+        let unattended = self
+            .shared
+            .host_agreement
+            .as_ref()
+            .is_some_and(|h| h.is_unattended());
         if self.engine.agreements_settled() && !unattended {
             self.agreeing_since = None;
         } else {
