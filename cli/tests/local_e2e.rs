@@ -519,3 +519,54 @@ fn agreements_over_hosts_take_the_tree_over_hosts_and_survive_the_roots_death() 
     assert_eq!(after["failed"], serde_json::json!([0]), "{text}");
     assert_no_false_reports(&report);
 }
+
+/// A whole host killed as an agreement over hosts is asked (its head and
+/// every rank under it): every survivor decides the same, naming none or
+/// some of the host's ranks (those that did not contribute before they
+/// died); the next agreement names the whole host.
+#[test]
+fn an_agreement_over_hosts_survives_a_whole_host_killed_during_it() {
+    let (report, out) = run_job(
+        "auto",
+        &[
+            "-n",
+            "12",
+            "--hosts",
+            "3",
+            "--agree",
+            "400ms",
+            "--kill-host",
+            "1@600ms",
+            "--agree",
+            "600ms",
+            "--agree",
+            "1000ms",
+            "--duration",
+            "1600ms",
+        ],
+    );
+    let text = output_text(&out);
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 3, "{text}");
+    // One hop to a head, one to the root's host (3 hosts: depth 1).
+    assert_eq!(agreements[0]["hops"], 4, "the tree over hosts: {text}");
+    let host: Vec<Value> = [1, 4, 7, 10].into_iter().map(Value::from).collect();
+    let survivors: Vec<Value> = (0..12).filter(|r| r % 3 != 1).map(Value::from).collect();
+    let during = &agreements[1];
+    assert_eq!(during["distinct_decisions"], 1, "{text}");
+    let deciders = during["decided_by"].as_array().unwrap();
+    assert!(
+        survivors.iter().all(|r| deciders.contains(r)),
+        "every survivor decided: {text}"
+    );
+    let failed = during["failed"].as_array().unwrap();
+    assert!(
+        failed.iter().all(|r| host.contains(r)),
+        "only the host's ranks can be named: {text}"
+    );
+    let after = &agreements[2];
+    assert_eq!(after["decided_by"], Value::from(survivors), "{text}");
+    assert_eq!(after["distinct_decisions"], 1, "{text}");
+    assert_eq!(after["failed"], Value::from(host), "{text}");
+    assert_no_false_reports(&report);
+}
