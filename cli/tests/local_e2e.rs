@@ -460,3 +460,113 @@ fn a_one_host_agreement_waits_for_a_stopped_rank_to_be_declared_then_names_it() 
     assert_eq!(agreements[0]["failed"], serde_json::json!([4]), "{text}");
     assert!(delay_of(&report, 4) <= TIMEOUT_MS * 3.0 + 500.0, "{text}");
 }
+
+/// Over emulated hosts, agreements travel as messages on the tree over
+/// hosts (`Shape::Hosts`): 8 ranks on 2 hosts take 2·(1 + 1) = 4 hops,
+/// where the binomial tree over ranks took 2·3 = 6. The root (rank 0, host
+/// 0's leader and the head of the tree) killed as the second agreement is
+/// asked: every survivor decides the same, naming at most the victim; the
+/// third, asked after, names it, re-rooted at rank 1 (host 1's head; host
+/// 0's ranks, their head gone, hang under it).
+#[test]
+fn agreements_over_hosts_take_the_tree_over_hosts_and_survive_the_roots_death() {
+    let (report, out) = run_job(
+        "auto",
+        &[
+            "-n",
+            "8",
+            "--hosts",
+            "2",
+            "--agree",
+            "400ms",
+            "--kill",
+            "0@600ms",
+            "--agree",
+            "600ms",
+            "--agree",
+            "900ms",
+            "--duration",
+            "1500ms",
+        ],
+    );
+    let text = output_text(&out);
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 3, "{text}");
+    let first = &agreements[0];
+    assert_eq!(
+        first["decided_by"],
+        serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7]),
+        "{text}"
+    );
+    assert_eq!(first["distinct_decisions"], 1, "{text}");
+    assert_eq!(first["hops"], 4, "the tree over hosts: {text}");
+    let survivors: Vec<Value> = (1..8).map(Value::from).collect();
+    let during = &agreements[1];
+    assert_eq!(during["distinct_decisions"], 1, "{text}");
+    let deciders = during["decided_by"].as_array().unwrap();
+    assert!(
+        survivors.iter().all(|r| deciders.contains(r)),
+        "every survivor decided: {text}"
+    );
+    let failed = during["failed"].as_array().unwrap();
+    assert!(
+        failed.is_empty() || failed == &[Value::from(0)],
+        "only the victim can be named: {text}"
+    );
+    let after = &agreements[2];
+    assert_eq!(after["decided_by"], Value::from(survivors), "{text}");
+    assert_eq!(after["distinct_decisions"], 1, "{text}");
+    assert_eq!(after["failed"], serde_json::json!([0]), "{text}");
+    assert_no_false_reports(&report);
+}
+
+/// A whole host killed as an agreement over hosts is asked (its head and
+/// every rank under it): every survivor decides the same, naming none or
+/// some of the host's ranks (those that did not contribute before they
+/// died); the next agreement names the whole host.
+#[test]
+fn an_agreement_over_hosts_survives_a_whole_host_killed_during_it() {
+    let (report, out) = run_job(
+        "auto",
+        &[
+            "-n",
+            "12",
+            "--hosts",
+            "3",
+            "--agree",
+            "400ms",
+            "--kill-host",
+            "1@600ms",
+            "--agree",
+            "600ms",
+            "--agree",
+            "1000ms",
+            "--duration",
+            "1600ms",
+        ],
+    );
+    let text = output_text(&out);
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 3, "{text}");
+    // One hop to a head, one to the root's host (3 hosts: depth 1).
+    assert_eq!(agreements[0]["hops"], 4, "the tree over hosts: {text}");
+    let host: Vec<Value> = [1, 4, 7, 10].into_iter().map(Value::from).collect();
+    let survivors: Vec<Value> = (0..12).filter(|r| r % 3 != 1).map(Value::from).collect();
+    let during = &agreements[1];
+    assert_eq!(during["distinct_decisions"], 1, "{text}");
+    let deciders = during["decided_by"].as_array().unwrap();
+    assert!(
+        survivors.iter().all(|r| deciders.contains(r)),
+        "every survivor decided: {text}"
+    );
+    let failed = during["failed"].as_array().unwrap();
+    assert!(
+        failed.iter().all(|r| host.contains(r)),
+        "only the host's ranks can be named: {text}"
+    );
+    let after = &agreements[2];
+    assert_eq!(after["decided_by"], Value::from(survivors), "{text}");
+    assert_eq!(after["distinct_decisions"], 1, "{text}");
+    assert_eq!(after["failed"], Value::from(host), "{text}");
+    assert_no_false_reports(&report);
+}

@@ -16,9 +16,20 @@
 //! twice, or by two paths, changes nothing).
 //!
 //! # The tree
-//! The binomial tree over ranks rooted at the lowest rank not known failed:
-//! with `rel = (rank − root) mod N`, the parent of `rel` clears its highest
-//! set bit, and its children are `rel + 2^k` for every `2^k > rel`. A rank's
+//! Rooted at the lowest rank not known failed, of one of two shapes
+//! ([`Shape`]), a function of the root alone:
+//! - **Ranks**: the binomial tree over ranks: with `rel = (rank − root) mod
+//!   N`, the parent of `rel` clears its highest set bit, and its children
+//!   are `rel + 2^k` for every `2^k > rel`.
+//! - **Hosts**: the binomial tree over hosts (host indices relative to the
+//!   root's host), each host represented by its *head* (the root on the
+//!   root's host, the host's lowest rank elsewhere), and every other rank of
+//!   a host a child of its head (flat; a host of more than [`FLAT_MAX`]
+//!   ranks is a binomial tree over its ranks in order from the head
+//!   instead). Without failures a message crosses between hosts only on
+//!   the tree over heads: 2·(1 + ⌈log2 H⌉) hops for H hosts.
+//!
+//! A rank's
 //! *effective* parent is its nearest ancestor not known failed; its
 //! effective children are its nearest descendants not known failed (a
 //! failed child's children are adopted). Ranks learn failures at different
@@ -55,11 +66,34 @@
 //! every live participant, as `MPIX_Comm_agree` does), and a failed one is
 //! eventually known failed everywhere and adopted around.
 //!
-//! Cost: N − 1 `Up`s and N − 1 `Down`s without failures; 2·⌈log2 N⌉ hops.
+//! Nothing of the protocol depends on the tree's shape but that it is a
+//! tree over every rank, rooted at the root and the same at every rank for
+//! the same root: an effective parent and its effective children then
+//! agree whenever their failed sets do, and a rank covers its whole
+//! structural subtree but the ranks it knows failed.
+//!
+//! Cost: N − 1 `Up`s and N − 1 `Down`s without failures; 2·⌈log2 N⌉ hops
+//! over ranks.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use crate::Rank;
+use crate::{Hosts, Rank};
+
+/// A host of at most this many ranks is flat under its head (one hop);
+/// a larger one is a binomial tree over its ranks, so that no rank
+/// receives or sends more than about this many messages for its host.
+pub const FLAT_MAX: usize = 16;
+
+/// The shape of an instance's tree (module docs, "The tree").
+#[derive(Clone, Debug, Default)]
+pub enum Shape {
+    /// The binomial tree over ranks.
+    #[default]
+    Ranks,
+    /// A binomial tree over hosts, each host's ranks under its head.
+    Hosts(Arc<Hosts>),
+}
 
 /// A contribution, a subtree's aggregate, or a decision: the AND of the
 /// participants' flags, the union of their failed sets and the newest of
@@ -191,6 +225,7 @@ pub struct InstanceStats {
 pub struct Instance {
     me: Rank,
     n: u32,
+    shape: Shape,
     contributed: bool,
     /// Own contribution merged with every `Up` received so far.
     acc: Value,
@@ -215,10 +250,22 @@ pub struct Instance {
 impl Instance {
     /// An instance at rank `me` of a job of `n` ranks, not yet contributed.
     pub fn new(me: Rank, n: u32, failed: &impl FailedSet) -> Instance {
+        Instance::with_shape(me, n, Shape::Ranks, failed)
+    }
+
+    /// An instance whose tree has `shape` (every rank of the instance must
+    /// be given the same). A `Shape::Hosts` of another job size is
+    /// ignored: the tree is then over ranks.
+    pub fn with_shape(me: Rank, n: u32, shape: Shape, failed: &impl FailedSet) -> Instance {
         assert!(me < n, "rank {me} outside a job of {n}");
+        let shape = match shape {
+            Shape::Hosts(h) if h.ranks() == n => Shape::Hosts(h),
+            _ => Shape::Ranks,
+        };
         Instance {
             me,
             n,
+            shape,
             contributed: false,
             acc: Value::neutral(),
             carried: None,
@@ -350,7 +397,9 @@ impl Instance {
         if !self.contributed || self.decided.is_some() {
             return;
         }
-        let children = effective_children(self.me, self.root, self.n, failed);
+        let children = self
+            .shape
+            .effective_children(self.me, self.root, self.n, failed);
         let complete = children
             .iter()
             .all(|c| self.ups.get(c).is_some_and(|&r| r >= self.root));
@@ -390,7 +439,10 @@ impl Instance {
     /// An `Up` for the current root to the effective parent, once per
     /// (parent, root); a decided rank's carries its decision.
     fn send_up(&mut self, failed: &impl FailedSet, out: &mut Out) {
-        let Some(parent) = effective_parent(self.me, self.root, self.n, failed) else {
+        let Some(parent) = self
+            .shape
+            .effective_parent(self.me, self.root, self.n, failed)
+        else {
             return;
         };
         if self.sent_up == Some((parent, self.root)) {
@@ -416,7 +468,11 @@ impl Instance {
             return;
         };
         let under = self.decided_under;
-        for c in effective_children(self.me, self.root, self.n, failed) {
+        let mut children = self
+            .shape
+            .effective_children(self.me, self.root, self.n, failed);
+        self.shape.send_order(self.me, self.root, &mut children);
+        for c in children {
             if self.told.insert((c, under)) {
                 out.push((
                     c,
@@ -469,6 +525,123 @@ fn children_rel(rel: u32, n: u32) -> impl Iterator<Item = u32> {
         .map(move |k| u64::from(rel) + (1u64 << k))
         .take_while(move |&c| c < u64::from(n))
         .map(|c| c as u32)
+}
+
+impl Shape {
+    /// `me`'s structural parent in the tree rooted at `root`.
+    fn parent(&self, me: Rank, root: Rank, n: u32) -> Option<Rank> {
+        let hosts = match self {
+            Shape::Ranks => return parent_rel(rel(me, root, n)).map(|p| abs(p, root, n)),
+            Shape::Hosts(hosts) => hosts,
+        };
+        let (h, hr, count) = (hosts.host_of(me), hosts.host_of(root), hosts.count());
+        let members = hosts.members(h);
+        let head = if h == hr { root } else { members[0] };
+        if me != head {
+            if members.len() <= FLAT_MAX {
+                return Some(head);
+            }
+            let at = |r: Rank| members.binary_search(&r).expect("a member") as u32;
+            let len = members.len() as u32;
+            let p = parent_rel(rel(at(me), at(head), len)).expect("not the head");
+            return Some(members[abs(p, at(head), len) as usize]);
+        }
+        let p = parent_rel(rel(h, hr, count))?;
+        let ph = abs(p, hr, count);
+        Some(if ph == hr { root } else { hosts.members(ph)[0] })
+    }
+
+    /// `me`'s structural children in the tree rooted at `root`, into `out`.
+    fn children(&self, me: Rank, root: Rank, n: u32, out: &mut Vec<Rank>) {
+        let hosts = match self {
+            Shape::Ranks => {
+                out.extend(children_rel(rel(me, root, n), n).map(|c| abs(c, root, n)));
+                return;
+            }
+            Shape::Hosts(hosts) => hosts,
+        };
+        let (h, hr, count) = (hosts.host_of(me), hosts.host_of(root), hosts.count());
+        let members = hosts.members(h);
+        let head = if h == hr { root } else { members[0] };
+        if members.len() <= FLAT_MAX {
+            if me != head {
+                return;
+            }
+            out.extend(members.iter().copied().filter(|&r| r != head));
+        } else {
+            let at = |r: Rank| members.binary_search(&r).expect("a member") as u32;
+            let len = members.len() as u32;
+            out.extend(
+                children_rel(rel(at(me), at(head), len), len)
+                    .map(|c| members[abs(c, at(head), len) as usize]),
+            );
+            if me != head {
+                return;
+            }
+        }
+        out.extend(
+            children_rel(rel(h, hr, count), count)
+                .map(|c| abs(c, hr, count))
+                .map(|ch| hosts.members(ch)[0]),
+        );
+    }
+
+    /// Puts `children` (of `me`, ascending) in the order the decision
+    /// goes to them: over hosts, the other hosts' heads first, the farthest
+    /// (the largest subtree) first, then this host's ranks, so that a host's
+    /// ranks wake after the messages that go on to other hosts have left.
+    /// Over ranks, ascending (unchanged).
+    fn send_order(&self, me: Rank, root: Rank, children: &mut [Rank]) {
+        let Shape::Hosts(hosts) = self else {
+            return;
+        };
+        let (mine, hr, count) = (hosts.host_of(me), hosts.host_of(root), hosts.count());
+        children.sort_by_key(|&c| {
+            let h = hosts.host_of(c);
+            (h == mine, std::cmp::Reverse(rel(h, hr, count)), c)
+        });
+    }
+
+    /// `me`'s nearest ancestor not known failed, in the tree rooted at `root`.
+    pub fn effective_parent(
+        &self,
+        me: Rank,
+        root: Rank,
+        n: u32,
+        failed: &impl FailedSet,
+    ) -> Option<Rank> {
+        let mut at = me;
+        while let Some(p) = self.parent(at, root, n) {
+            if !failed.is_failed(p) {
+                return Some(p);
+            }
+            at = p;
+        }
+        None
+    }
+
+    /// `me`'s nearest descendants not known failed, in the tree rooted at
+    /// `root`, ascending.
+    pub fn effective_children(
+        &self,
+        me: Rank,
+        root: Rank,
+        n: u32,
+        failed: &impl FailedSet,
+    ) -> Vec<Rank> {
+        let mut out = Vec::new();
+        let mut stack = Vec::new();
+        self.children(me, root, n, &mut stack);
+        while let Some(c) = stack.pop() {
+            if failed.is_failed(c) {
+                self.children(c, root, n, &mut stack);
+            } else {
+                out.push(c);
+            }
+        }
+        out.sort_unstable();
+        out
+    }
 }
 
 /// `me`'s nearest ancestor not known failed, in the tree rooted at `root`.
@@ -530,6 +703,105 @@ mod tests {
                 assert_eq!(effective_parent(root, root, n, &none), None);
             }
         }
+    }
+
+    /// Hosts of `ranks` ranks, rank r on host `place(r)`.
+    fn hosts(ranks: u32, place: impl Fn(u32) -> u32) -> Shape {
+        let ids: Vec<u32> = (0..ranks).map(place).collect();
+        Shape::Hosts(Arc::new(Hosts::new(crate::RingKind::Rank, &ids, 0)))
+    }
+
+    /// The depth of `r` below `root` (without failures).
+    fn depth(shape: &Shape, r: Rank, root: Rank, n: u32) -> u32 {
+        let none = set(&[]);
+        let mut d = 0;
+        let mut at = r;
+        while let Some(p) = shape.effective_parent(at, root, n, &none) {
+            d += 1;
+            at = p;
+        }
+        d
+    }
+
+    #[test]
+    fn the_tree_over_hosts_covers_every_rank_once() {
+        for (n, h) in [
+            (1u32, 1u32),
+            (2, 2),
+            (16, 4),
+            (13, 3),
+            (40, 2),
+            (64, 1),
+            (7, 7),
+        ] {
+            for place in [0, 1] {
+                let shape = hosts(n, |r| if place == 0 { r % h } else { r * h / n });
+                for root in [0, n / 2, n - 1] {
+                    let none = set(&[]);
+                    let mut seen = vec![0u32; n as usize];
+                    for r in 0..n {
+                        for c in shape.effective_children(r, root, n, &none) {
+                            seen[c as usize] += 1;
+                            assert_eq!(shape.effective_parent(c, root, n, &none), Some(r));
+                        }
+                    }
+                    seen[root as usize] += 1;
+                    assert!(
+                        seen.iter().all(|&s| s == 1),
+                        "n={n} h={h} root={root} {seen:?}"
+                    );
+                    assert_eq!(shape.effective_parent(root, root, n, &none), None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_tree_over_hosts_crosses_hosts_only_between_heads() {
+        // 16 ranks on 4 hosts, r on host r mod 4: 1 + 2 levels deep.
+        let shape = hosts(16, |r| r % 4);
+        let none = set(&[]);
+        assert_eq!(
+            shape.effective_children(0, 0, 16, &none),
+            vec![1, 2, 4, 8, 12]
+        );
+        assert_eq!(shape.effective_children(1, 0, 16, &none), vec![3, 5, 9, 13]);
+        assert_eq!(
+            shape.effective_children(5, 0, 16, &none),
+            Vec::<Rank>::new()
+        );
+        assert_eq!(shape.effective_parent(7, 0, 16, &none), Some(3));
+        // The decision leaves for the farthest host first, the host's own
+        // ranks last.
+        let mut order = shape.effective_children(0, 0, 16, &none);
+        shape.send_order(0, 0, &mut order);
+        assert_eq!(order, vec![2, 1, 4, 8, 12]);
+        assert_eq!((0..16).map(|r| depth(&shape, r, 0, 16)).max(), Some(3));
+        // Rooted at 5 (0..4 failed): 5 heads host 1; the other hosts'
+        // heads (their lowest ranks) failed, so their ranks, and host 0
+        // below host 2, are adopted by 5.
+        let failed = set(&[0, 1, 2, 3, 4]);
+        assert_eq!(lowest_live(16, &failed), Some(5));
+        assert_eq!(
+            shape.effective_children(5, 5, 16, &failed),
+            (6..16).collect::<Vec<Rank>>()
+        );
+        assert_eq!(shape.effective_parent(7, 5, 16, &failed), Some(5));
+        assert_eq!(shape.effective_parent(9, 5, 16, &set(&[0])), Some(5));
+        // One rank per host, in rank order: the binomial tree over ranks.
+        let singles = hosts(13, |r| r);
+        for root in [0, 5] {
+            for r in 0..13 {
+                assert_eq!(
+                    singles.effective_children(r, root, 13, &none),
+                    effective_children(r, root, 13, &none)
+                );
+            }
+        }
+        // A host larger than FLAT_MAX is a binomial tree over its ranks.
+        let big = hosts(40, |_| 0);
+        assert_eq!(big.effective_children(0, 0, 40, &none).len(), 6);
+        assert_eq!((0..40).map(|r| depth(&big, r, 0, 40)).max(), Some(5));
     }
 
     #[test]

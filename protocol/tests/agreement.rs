@@ -5,6 +5,10 @@
 //! holds every survivor, and the decided failed set holds no survivor and
 //! every rank that crashed before it contributed.
 //!
+//! Each seed runs twice: on the binomial tree over ranks and on the tree
+//! over hosts (`Shape::Hosts`, a random placement of the ranks on 1 to N
+//! hosts, drawn from the seed; hosts larger than `FLAT_MAX` sometimes).
+//!
 //! 3000 random runs by default (about 3 s in a debug build);
 //! `AGREEMENT_SEEDS=60000 cargo test --release -p ffd-protocol --test
 //! agreement` runs more. Each of these mutations of the state machine makes
@@ -15,8 +19,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use ffd_protocol::RankSet;
-use ffd_protocol::agreement::{AgreementMessage, Instance, Out, Value};
+use std::sync::Arc;
+
+use ffd_protocol::agreement::{AgreementMessage, Instance, Out, Shape, Value};
+use ffd_protocol::{Hosts, RankSet, RingKind};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
@@ -79,9 +85,33 @@ impl Run {
     }
 }
 
-fn check_one(seed: u64) {
+/// A random placement of `n` ranks on hosts, from its own generator (so
+/// that the run's draws are those of the same seed over ranks).
+fn random_hosts(seed: u64, n: u32) -> (Shape, String) {
+    let mut rng = Pcg64::seed_from_u64(seed ^ 0x4057);
+    let h = rng.random_range(1..=n);
+    let ids: Vec<u32> = match rng.random_range(0..3) {
+        // r mod H, as `ffd run --hosts`.
+        0 => (0..n).map(|r| r % h).collect(),
+        // Blocks, as the simulator.
+        1 => (0..n).map(|r| r * h / n).collect(),
+        _ => (0..n).map(|_| rng.random_range(0..h)).collect(),
+    };
+    let what = format!("hosts {ids:?}");
+    (
+        Shape::Hosts(Arc::new(Hosts::new(RingKind::Rank, &ids, 0))),
+        what,
+    )
+}
+
+fn check_one(seed: u64, hosts: bool) {
     let mut rng = Pcg64::seed_from_u64(seed);
     let n: u32 = rng.random_range(1..48);
+    let (shape, layout) = if hosts {
+        random_hosts(seed, n)
+    } else {
+        (Shape::Ranks, "ranks".to_string())
+    };
     let crashes: u32 = rng.random_range(0..n.max(1));
     let mut run = Run {
         now: 0,
@@ -95,7 +125,7 @@ fn check_one(seed: u64) {
     let empty = RankSet::new();
     let mut nodes: Vec<Node> = (0..n)
         .map(|r| Node {
-            inst: Instance::new(r, n, &empty),
+            inst: Instance::with_shape(r, n, shape.clone(), &empty),
             dies_deciding: rng.random_bool(0.15),
             failed: RankSet::new(),
             alive: true,
@@ -213,7 +243,7 @@ fn check_one(seed: u64) {
     }
 
     let survivors: Vec<u32> = (0..n).filter(|&r| nodes[r as usize].alive).collect();
-    let ctx = format!("seed {seed}: n={n} crashes={crashes} survivors={survivors:?}");
+    let ctx = format!("seed {seed} ({layout}): n={n} crashes={crashes} survivors={survivors:?}");
     let decisions: Vec<&Value> = survivors
         .iter()
         .map(|&r| {
@@ -268,6 +298,7 @@ fn every_survivor_decides_the_same_value_under_random_crashes() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3000);
     for seed in 0..seeds {
-        check_one(seed);
+        check_one(seed, false);
+        check_one(seed, true);
     }
 }

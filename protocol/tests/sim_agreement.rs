@@ -3,7 +3,9 @@
 //! same value however the root and interior ranks of the agreement's tree
 //! crash during it, at N = 64 and 4096; every live rank raises the same
 //! views after random crashes; an agreement without failures takes at
-//! most 2·⌈log2 N⌉ hops; the report always has its sections.
+//! most 2·⌈log2 N⌉ hops; with same-host watching, the tree over hosts
+//! (fewer hops; heads, a whole host and the root crashing during it);
+//! the report always has its sections.
 //!
 //! (`cargo test -p ffd-protocol --features sim`; the 4096-rank cases take
 //! a few seconds each in a debug build.)
@@ -201,4 +203,59 @@ fn every_report_has_its_sections() {
         );
     }
     assert_eq!(json["agreements"], serde_json::json!([]));
+}
+
+/// With same-host watching (`--local`: hosts of 8 ranks, in blocks) the
+/// agreement takes the tree over hosts: without failures at most
+/// 2·(1 + ⌈log2 H⌉) hops; heads (each host's lowest rank: 0, 8, 16, …),
+/// the root's host's other ranks and a whole host crashing during it,
+/// every survivor still decides one value naming only crashed ranks.
+#[test]
+fn agreements_over_hosts_take_the_tree_over_hosts_and_survive_crashes() {
+    let n = 64u32;
+    let local = |faults: &[String], seed: u64| {
+        let mut cfg = config(n, faults, seed);
+        cfg.local = true;
+        simulate(cfg)
+    };
+    let r = local(&["agree@300ms".to_owned()], 1);
+    let a = assert_agreed(&r, "no failure");
+    let bound = 2 * (1 + overlay::levels(n / 8) as u16);
+    assert!(a.hops.unwrap() <= bound, "{:?} > {bound}\n{r}", a.hops);
+    assert!(
+        a.hops.unwrap() < 2 * overlay::levels(n) as u16,
+        "fewer hops than over ranks: {:?}\n{r}",
+        a.hops
+    );
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["crash:0@300000us".to_owned()], "the root"),
+        (
+            vec![
+                "crash:8@300002us".to_owned(),
+                "crash:32@300004us".to_owned(),
+            ],
+            "two heads",
+        ),
+        (
+            vec!["crash:3@300001us".to_owned()],
+            "a rank of the root's host",
+        ),
+        (vec!["host:2@300003us".to_owned()], "a whole host"),
+        (
+            vec!["crash:0@300006us".to_owned(), "host:1@300002us".to_owned()],
+            "the root and the next host",
+        ),
+    ];
+    for (seed, (crashes, what)) in cases.into_iter().enumerate() {
+        let mut faults = vec!["agree@300ms".to_owned()];
+        faults.extend(crashes);
+        let r = local(&faults, seed as u64 + 2);
+        let a = assert_agreed(&r, what);
+        assert_eq!(
+            a.live,
+            u64::from(n) - r.failures.len() as u64,
+            "{what}\n{r}"
+        );
+        assert_views(&r, what);
+    }
 }

@@ -458,6 +458,7 @@ impl Engine {
         let ctx = ViewsCtx {
             me: self.me,
             n: self.ring.len(),
+            hosts: self.same_host.hosts.as_ref(),
             failed: &self.failed,
             left: &self.left,
             timeout: self.config.timeout,

@@ -50,12 +50,16 @@
 //! Every agreement message carries the longest chain of agreement messages
 //! behind it (the sender's longest incoming chain for that instance, plus
 //! one); a decision's `hops` is that count at the deciding rank:
-//! 2·⌈log2 N⌉ without failures.
+//! 2·⌈log2 N⌉ without failures on the tree over ranks, 2·(1 + ⌈log2 H⌉)
+//! on the tree over H hosts (when the Engine has `Hosts`: the instances'
+//! [`Shape`]).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agreement::{Instance, Out, Value};
+use crate::Hosts;
+use crate::agreement::{Instance, Out, Shape, Value};
 use crate::config::{Rank, Time};
 use crate::ranks::RankSet;
 use crate::wire::{AgreeDown, AgreeUp, AgreementId};
@@ -159,6 +163,9 @@ pub(super) struct Views {
 pub(super) struct ViewsCtx<'a> {
     pub(super) me: Rank,
     pub(super) n: u32,
+    /// The job's hosts, when ranks are grouped by host: the instances'
+    /// trees are then over hosts (`Shape::Hosts`).
+    pub(super) hosts: Option<&'a Arc<Hosts>>,
     pub(super) failed: &'a RankSet,
     pub(super) left: &'a RankSet,
     /// How long a decision waits for the ranks it names (a timeout).
@@ -173,6 +180,14 @@ pub(super) struct ViewsCtx<'a> {
 impl ViewsCtx<'_> {
     fn gone(&self) -> usize {
         self.failed.len() + self.left.len()
+    }
+
+    /// A new instance at this rank, its tree over hosts when there are.
+    fn instance(&self, set: &RankSet) -> Instance {
+        let shape = self
+            .hosts
+            .map_or(Shape::Ranks, |h| Shape::Hosts(Arc::clone(h)));
+        Instance::with_shape(self.me, self.n, shape, set)
     }
 }
 
@@ -313,7 +328,7 @@ impl Views {
             return false;
         }
         let set = self.gone.as_ref().unwrap_or(ctx.failed);
-        let inst = Instance::new(ctx.me, ctx.n, set);
+        let inst = ctx.instance(set);
         map.insert(key, Slot { inst, hops: 0 });
         true
     }
@@ -359,7 +374,7 @@ impl Views {
             AgreementId::User(s) => (&mut self.users, s),
         };
         if !map.contains_key(&key) {
-            let inst = Instance::new(ctx.me, ctx.n, set);
+            let inst = ctx.instance(set);
             map.insert(key, Slot { inst, hops: 0 });
         }
         self.with_slot(ctx, id, 0, acts, |slot, set, out| {
