@@ -122,6 +122,7 @@ pub fn describe_said(said: &FabricSaid) -> Option<String> {
         FabricSaid::Post { err } => Some(format!("post failed {}", fi_name(err))),
         FabricSaid::Refused { run } => Some(format!("refused for {} ms", run.as_millis())),
         FabricSaid::DeadProcess => Some("error from a dead process".to_owned()),
+        FabricSaid::ProbeRefused => Some("liveness probe refused (ECONNREFUSED)".to_owned()),
         FabricSaid::Nothing => None,
     }
 }
