@@ -358,7 +358,7 @@ fn exchange_rejects_what_no_honest_bootstrap_returns() {
     v9[4] = 9;
     assert_eq!(
         canned_error(vec![good(0), good(1), v9]),
-        "rank 2's bootstrap record is of record version 9, this rank reads version 3"
+        "rank 2's bootstrap record is of record version 9, this rank reads version 4"
     );
     let mut empty = Canned {
         rank: 0,

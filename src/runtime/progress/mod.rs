@@ -25,13 +25,14 @@ use std::time::{Duration, Instant};
 
 use crate::fabric::{AddressVector, Completion, Endpoint, FabricError, RemoteRegion, SlotPage};
 use crate::protocol::{
-    Engine, EngineConfig, EngineOptions, Input, JobKeys, LocalBeat, Output, Participation, Rank,
-    Readings, Ring, Time, wire,
+    Engine, EngineConfig, EngineOptions, FabricSaid, Input, JobKeys, LocalBeat, Output,
+    Participation, Rank, Readings, Ring, Time, TransportErrorKind, wire,
 };
 
 use super::AgreeError;
 use super::delivery::Delivery;
 use super::link::{self, Linked, WARM_UP};
+use super::liveness::{Answer, Liveness, LivenessParts};
 use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
 use super::state::{StopCause, StopReason};
@@ -155,6 +156,8 @@ pub(super) struct Parts {
     /// The lift of this thread for a same-host exit (`FFD_SCHED`), made
     /// on the thread once it runs under its policy.
     pub boost: Option<Arc<Boost>>,
+    /// The liveness port and the peers' (`FFD_LIVENESS`; `None`: off).
+    pub liveness: Option<LivenessParts>,
 }
 
 pub(super) struct Progress<'d> {
@@ -166,6 +169,9 @@ pub(super) struct Progress<'d> {
     /// The epoll set of same-host pidfds and `wake` (a second fd of it),
     /// readable on a command or an exit: waited on instead of `wake`.
     exits_fd: Option<OwnedFd>,
+    /// The liveness sockets' epoll set (which holds the wake fd above):
+    /// waited on instead of it.
+    live_fd: Option<OwnedFd>,
     core: Core<'d>,
 }
 
@@ -214,6 +220,9 @@ struct Core<'d> {
     agreement_poll_every: Duration,
     /// The diagnosis ring for the log (`FFD_LOG=info`).
     diagnosis: Diagnosis,
+    /// The liveness port, the watch of the emitter's, the probe.
+    liveness: Option<Liveness>,
+    answers: Vec<Answer>,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -366,6 +375,21 @@ impl<'d> Progress<'d> {
             .as_ref()
             .and_then(LocalWatching::wait_fd)
             .and_then(|fd| fd.try_clone_to_owned().ok());
+        let liveness = parts.liveness.and_then(|l| {
+            let wake = exits_fd.as_ref().map_or(parts.wake.as_fd(), AsFd::as_fd);
+            match Liveness::new(l, wake) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    parts
+                        .logger
+                        .warn(format_args!("no liveness watch (its epoll set: {e})"));
+                    None
+                }
+            }
+        });
+        let live_fd = liveness
+            .as_ref()
+            .and_then(|l| l.wait_fd().try_clone_to_owned().ok());
         let agreement_poll_every = agreement_poll_every(
             engine
                 .hosts()
@@ -377,6 +401,7 @@ impl<'d> Progress<'d> {
             _av: parts._av,
             wake: parts.wake,
             exits_fd,
+            live_fd,
             core: Core {
                 shared: parts.shared,
                 engine,
@@ -405,6 +430,8 @@ impl<'d> Progress<'d> {
                 exits_unscanned: true,
                 boost: parts.boost,
                 diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
+                liveness,
+                answers: Vec::new(),
             },
         }
     }
@@ -416,6 +443,7 @@ impl<'d> Progress<'d> {
             endpoint,
             wake,
             exits_fd,
+            live_fd,
             core,
             ..
         } = &mut self;
@@ -447,6 +475,7 @@ impl<'d> Progress<'d> {
             if woken {
                 core.take_exits();
             }
+            core.take_liveness(woken);
             core.exits_unscanned = true;
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
@@ -461,6 +490,7 @@ impl<'d> Progress<'d> {
             core.on_deadline();
             core.diagnosis.mark(1, || elapsed(started));
             core.carry_out(endpoint);
+            core.rewatch();
             core.bump();
             core.retry_pending(endpoint);
             core.publish(false);
@@ -478,8 +508,12 @@ impl<'d> Progress<'d> {
                 continue;
             }
             let timeout = core.sleep_for();
-            // With pidfds, their epoll set (which holds the wake socket too).
-            let wake_fd = exits_fd.as_ref().map_or(wake.as_fd(), AsFd::as_fd);
+            // With pidfds, their epoll set (which holds the wake socket
+            // too); with a liveness port, its set (which holds that one).
+            let wake_fd = live_fd
+                .as_ref()
+                .or(exits_fd.as_ref())
+                .map_or(wake.as_fd(), AsFd::as_fd);
             core.exits_unscanned = true;
             match endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
                 Ok(waited) => (queue, woken) = (waited.queue, waited.woken),
@@ -615,6 +649,9 @@ impl Core<'_> {
 
     fn begin_leave(&mut self) {
         if self.leaving_until.is_none() {
+            if let Some(l) = self.liveness.as_mut() {
+                l.leave();
+            }
             let now = self.now();
             let _ = self.engine.handle(now, Input::Leave);
             self.leaving_until = Some(Instant::now() + self.linger);
@@ -659,6 +696,56 @@ impl Core<'_> {
                 fallback.push_str(&format!("exit words stopped: {why}"));
             }
         }
+    }
+
+    /// The liveness sockets' events and a probe's time running out: a
+    /// refused probe is proof, to the Engine at once (`liveness.rs`).
+    fn take_liveness(&mut self, woken: bool) {
+        let Some(l) = self.liveness.as_mut() else {
+            return;
+        };
+        l.take(woken, &mut self.answers);
+        if self.answers.is_empty() {
+            return;
+        }
+        self.counters.liveness = l.counters;
+        let answers = std::mem::take(&mut self.answers);
+        for a in &answers {
+            self.logger.info(format_args!(
+                "liveness probe of rank {} after {}: {:?}",
+                a.rank, a.after, a.answer
+            ));
+            if let Some(evidence) = crate::protocol::liveness::evidence(a.answer) {
+                let now = self.now();
+                self.transport_error(
+                    now,
+                    a.rank,
+                    TransportErrorKind::LivenessProbe,
+                    evidence,
+                    FabricSaid::ProbeRefused,
+                );
+            }
+        }
+        self.answers = answers;
+        self.answers.clear();
+    }
+
+    /// The watch follows the Engine's fabric emitter (none for one of this
+    /// rank's own host: its exit is seen here at once).
+    fn rewatch(&mut self) {
+        let Some(l) = self.liveness.as_mut() else {
+            return;
+        };
+        let me = self.engine.me();
+        let emitter = self.engine.emitter().filter(|&e| {
+            e != me
+                && self
+                    .engine
+                    .hosts()
+                    .is_none_or(|h| h.host_of(e) != h.host_of(me))
+        });
+        l.watch(emitter, Instant::now, self.timeout);
+        self.counters.liveness = l.counters;
     }
 
     /// Which ranks of the host read its notice board, for the Engine's
@@ -773,6 +860,9 @@ impl Core<'_> {
         }
         if self.sends.is_waiting() {
             sleep = sleep.min(RETRY_EVERY);
+        }
+        if let Some(at) = self.liveness.as_ref().and_then(Liveness::deadline) {
+            sleep = sleep.min(at.saturating_duration_since(Instant::now()));
         }
         let unattended = self
             .shared
