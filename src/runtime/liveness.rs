@@ -253,8 +253,13 @@ impl Liveness {
             match self.listener.accept() {
                 Ok((stream, from)) => {
                     let ours = self.allowed.contains(&from.ip().to_canonical());
-                    if !ours || self.held.len() >= MAX_HELD || self.leaving {
+                    if !ours || self.held.len() >= MAX_HELD {
                         self.counters.turned_away += 1;
+                        continue;
+                    }
+                    if self.leaving {
+                        // Its end is no crash: say so, and close.
+                        let _ = (&stream).write(&[GREETING, LEAVING]);
                         continue;
                     }
                     let _ = stream.set_nonblocking(true);
@@ -411,5 +416,164 @@ fn connect_answer(e: &std::io::Error) -> ProbeAnswer {
         ProbeAnswer::Refused
     } else {
         ProbeAnswer::NoAnswer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::net::Ipv4Addr;
+    use std::os::unix::net::UnixStream;
+    use std::process::{Child, Command, Stdio};
+
+    const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    /// A process that listens on a port of loopback and never accepts:
+    /// what a stopped or starved rank's kernel shows a prober. Returns it
+    /// and its address.
+    fn listener_that_never_accepts() -> Option<(Child, SocketAddr)> {
+        let script = "import socket,sys,time\n\
+                      s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(8)\n\
+                      print(s.getsockname()[1]); sys.stdout.flush(); time.sleep(60)";
+        let mut child = Command::new("python3")
+            .args(["-c", script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take()?)
+            .read_line(&mut line)
+            .ok()?;
+        let port: u16 = line.trim().parse().ok()?;
+        Some((child, SocketAddr::new(LO, port)))
+    }
+
+    /// A `Liveness` whose rank 0 is at `peer`, and its wake socket.
+    fn liveness(peer: SocketAddr, wait: Duration) -> (Liveness, UnixStream) {
+        let (wake, other) = UnixStream::pair().unwrap();
+        let listener = TcpListener::bind((LO, 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let parts = LivenessParts {
+            listener,
+            ports: vec![Some(peer)],
+            allowed: vec![LO],
+            probe_wait: wait,
+        };
+        (Liveness::new(parts, wake.as_fd()).unwrap(), other)
+    }
+
+    /// Turns until an answer comes (each bounded by the probe's wait).
+    fn answer_of(l: &mut Liveness) -> Answer {
+        let mut out = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while out.is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+            l.take(true, &mut out);
+        }
+        out.pop().expect("an answer within the probe's wait")
+    }
+
+    #[test]
+    fn a_stopped_process_is_not_refused_and_a_dead_one_is() {
+        let Some((mut child, at)) = listener_that_never_accepts() else {
+            eprintln!("skipped: python3 is not available here");
+            return;
+        };
+        let pid = child.id().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+        assert!(stopped.is_ok_and(|s| s.success()));
+        let wait = Duration::from_millis(200);
+        let (mut l, _wake) = liveness(at, wait);
+        // Stopped: its kernel completes the handshake, nobody greets.
+        assert!(l.start_probe(0, 1, "a test").is_none());
+        let a = answer_of(&mut l);
+        assert_eq!(a.answer, ProbeAnswer::NoAnswer);
+        assert_eq!(crate::protocol::liveness::evidence(a.answer), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Dead: nobody listens, its kernel refuses.
+        let a = match l.start_probe(0, 1, "a test") {
+            Some(a) => a,
+            None => answer_of(&mut l),
+        };
+        assert_eq!(a.answer, ProbeAnswer::Refused);
+        assert_eq!(l.counters.refused, 1);
+        assert_eq!(l.counters.unanswered, 1);
+    }
+
+    #[test]
+    fn a_watch_that_ends_without_a_leave_probes_and_a_leave_does_not() {
+        // The emitter: a Liveness of its own, rank 0 of the watcher's.
+        let (wake_e, _e) = UnixStream::pair().unwrap();
+        let listener = TcpListener::bind((LO, 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let at = listener.local_addr().unwrap();
+        let mut emitter = Liveness::new(
+            LivenessParts {
+                listener,
+                ports: vec![None],
+                allowed: vec![LO],
+                probe_wait: Duration::from_millis(200),
+            },
+            wake_e.as_fd(),
+        )
+        .unwrap();
+        let (mut watcher, _w) = liveness(at, Duration::from_millis(200));
+        let mut out = Vec::new();
+        watcher.watch(Some(0), Instant::now, Duration::from_secs(1));
+        for _ in 0..100 {
+            emitter.take(true, &mut out);
+            watcher.take(true, &mut out);
+            if watcher.watch.as_ref().is_some_and(|w| w.connected) && !emitter.held.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(emitter.counters.accepted, 1);
+        // A leave: the watcher hears it and does not probe.
+        emitter.leave();
+        for _ in 0..40 {
+            watcher.take(true, &mut out);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(watcher.watch.is_none());
+        assert_eq!(watcher.counters.probes, 0);
+        assert!(out.is_empty(), "{out:?}");
+        // The emitter's process ends (its sockets close): a new watch
+        // ends without a leave, and the probe is refused.
+        let mut emitter2 = {
+            let (wake2, _x) = UnixStream::pair().unwrap();
+            let listener = TcpListener::bind((LO, 0)).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let at2 = listener.local_addr().unwrap();
+            watcher.ports[0] = Some(at2);
+            let l = Liveness::new(
+                LivenessParts {
+                    listener,
+                    ports: vec![None],
+                    allowed: vec![LO],
+                    probe_wait: Duration::from_millis(200),
+                },
+                wake2.as_fd(),
+            )
+            .unwrap();
+            (l, wake2)
+        };
+        watcher.watching = None;
+        watcher.watch(Some(0), Instant::now, Duration::from_secs(1));
+        for _ in 0..100 {
+            emitter2.0.take(true, &mut out);
+            watcher.take(true, &mut out);
+            if watcher.watch.as_ref().is_some_and(|w| w.connected) && !emitter2.0.held.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(emitter2);
+        let a = answer_of(&mut watcher);
+        assert_eq!(a.answer, ProbeAnswer::Refused, "{a:?}");
+        assert_eq!(watcher.counters.watches_ended, 1);
     }
 }
