@@ -55,7 +55,10 @@ fn a_killed_rank_alone_on_its_host_is_refused_by_its_port_within_a_fraction_of_t
     // At least the probe after the kill (at the end, a watch opened to a
     // rank that left and exited is refused too: the Engine ignores it).
     assert!(observer["refused"].as_u64().unwrap() >= 1, "{observer}");
-    assert!(observer["watches_ended"].as_u64().unwrap() >= 1, "{observer}");
+    assert!(
+        observer["watches_ended"].as_u64().unwrap() >= 1,
+        "{observer}"
+    );
     assert_all_learned(&report, 1, &[0, 2, 3]);
     assert_no_false_reports(&report);
 }
