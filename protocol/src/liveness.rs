@@ -1,6 +1,6 @@
 //! The liveness probe's rule: what an answer to a plain TCP connection to
-//! a peer's liveness port proves (`docs/design.md` §4.5 "In-band
-//! detection", §4.11 "Primary partition"). One function, shared by the
+//! a peer's liveness port proves (`docs/design.md`
+//! §4.5 "In-band detection", §4.11 "Primary partition"). One function, shared by the
 //! runtime (which makes the connections), the simulator and the model
 //! checker (which model them), so that all three judge alike.
 //!

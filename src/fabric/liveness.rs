@@ -1,5 +1,5 @@
-//! The liveness port's system edge (`docs/design.md` §4.5 "In-band
-//! detection"): a plain TCP listener at the fabric endpoint's IP, closed to
+//! The liveness port's system edge (`docs/design.md`
+//! §4.5 "In-band detection"): a plain TCP listener at the fabric endpoint's IP, closed to
 //! strangers by the same kernel source filter as the endpoint's own port
 //! ([`SourceGuard`]), non-blocking connections to a peer's, and an epoll
 //! set that joins them to the progress thread's wait.

@@ -1,5 +1,5 @@
-//! The liveness port (`FFD_LIVENESS`, `docs/design.md` §4.5 "In-band
-//! detection"): a crash on a host where no other rank of the job sees it
+//! The liveness port (`FFD_LIVENESS`, `docs/design.md`
+//! §4.5 "In-band detection"): a crash on a host where no other rank of the job sees it
 //! exit, found when the kernel closes the dead process's sockets instead
 //! of at the next heartbeat write or the timeout.
 //!

@@ -316,8 +316,8 @@ fn exchange_records(
     Ok((view, secret))
 }
 
-/// This rank's liveness port (`FFD_LIVENESS=auto`, design §4.5 "In-band
-/// detection"): a TCP listener at the fabric endpoint's IP that drops
+/// This rank's liveness port (`FFD_LIVENESS=auto`, design
+/// §4.5 "In-band detection"): a TCP listener at the fabric endpoint's IP that drops
 /// every packet until the job's hosts are known. `None` (logged) when
 /// off, when the endpoint has no IP address, or when the kernel refuses.
 fn liveness_listener(

@@ -38,8 +38,8 @@
 //!
 //! Nothing may follow the fabric address.
 //!
-//! Version 4 added the liveness port (`docs/design.md` §4.5 "In-band
-//! detection"): a refused connection to it is proof the rank's process
+//! Version 4 added the liveness port (`docs/design.md`
+//! §4.5 "In-band detection"): a refused connection to it is proof the rank's process
 //! is gone.
 //!
 //! Version 3 added the process identity (pid, pid namespace, start time)
