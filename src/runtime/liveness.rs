@@ -87,9 +87,12 @@ pub(super) struct Liveness {
     next_token: u64,
     watch: Option<Conn>,
     /// The rank the watch is for, also after it ended or failed (so that
-    /// it is not opened again to the same emitter), and when to try again.
+    /// it is not opened again to the same emitter at once), and when to
+    /// try again (`None`: it has not ended).
     watching: Option<(Rank, Option<Instant>)>,
     probe: Option<(Conn, Instant, u8, &'static str)>,
+    /// How long after a watch ends its emitter is watched again.
+    retry: Duration,
     leaving: bool,
     events: Vec<(u64, u32)>,
     pub counters: LivenessCounters,
@@ -113,6 +116,7 @@ impl Liveness {
             watch: None,
             watching: None,
             probe: None,
+            retry: Duration::from_secs(1),
             leaving: false,
             events: Vec::new(),
             counters: LivenessCounters::default(),
@@ -148,7 +152,8 @@ impl Liveness {
         let Some(e) = emitter else {
             return;
         };
-        self.watching = Some((e, Some(now() + retry)));
+        self.watching = Some((e, None));
+        self.retry = retry;
         let Some(addr) = self.ports.get(e as usize).copied().flatten() else {
             return;
         };
@@ -168,9 +173,16 @@ impl Liveness {
         }
     }
 
+    /// Closes the watch; the same emitter is watched again only after the
+    /// retry interval (a live one's port answered, or failed to).
     fn close_watch(&mut self) {
         if let Some(w) = self.watch.take() {
             self.set.remove(w.stream.as_fd());
+            if let Some((r, again)) = self.watching.as_mut() {
+                if *r == w.rank {
+                    *again = Some(Instant::now() + self.retry);
+                }
+            }
         }
     }
 
