@@ -76,18 +76,26 @@ fn tcp_socket(a: SocketAddr) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A non-blocking listener at `ip` (port chosen by the kernel) that drops
-/// every packet until the guard's [`SourceGuard::allow`] admits the job's
-/// hosts: the filter is attached before `listen`, so no stranger's
-/// handshake completes in between. Returns the listener and its guard.
-pub fn liveness_listener(ip: std::net::IpAddr) -> Result<(TcpListener, SourceGuard), GuardError> {
+/// A non-blocking listener at `ip` (port chosen by the kernel). With
+/// `filter`, it drops every packet until the guard's
+/// [`SourceGuard::allow`] admits the job's hosts: the filter is attached
+/// before `listen`, so no stranger's handshake completes in between (an
+/// error if the kernel refuses it). Returns the listener and its guard.
+pub fn liveness_listener(
+    ip: std::net::IpAddr,
+    filter: bool,
+) -> Result<(TcpListener, Option<SourceGuard>), GuardError> {
     let sys = |what: &str| {
         let what = what.to_owned();
         move |source| GuardError::Sys { what, source }
     };
     let at = SocketAddr::new(ip, 0);
     let sock = tcp_socket(at).map_err(sys("socket for the liveness listener"))?;
-    let guard = SourceGuard::deny_all_on(sock.as_fd(), at)?;
+    let guard = if filter {
+        Some(SourceGuard::deny_all_on(sock.as_fd(), at)?)
+    } else {
+        None
+    };
     let (addr, len) = sockaddr_of(at);
     // SAFETY: addr is a valid address of len bytes; the fd is ours.
     if unsafe { libc::bind(sock.as_raw_fd(), (&raw const addr).cast(), len) } != 0 {
@@ -105,7 +113,7 @@ pub fn liveness_listener(ip: std::net::IpAddr) -> Result<(TcpListener, SourceGua
     let bound = listener
         .local_addr()
         .map_err(sys("getsockname of the liveness listener"))?;
-    Ok((listener, guard.at(bound)))
+    Ok((listener, guard.map(|g| g.at(bound))))
 }
 
 /// Starts a non-blocking connection to `to`; it completes (or fails) when
@@ -220,7 +228,8 @@ mod tests {
 
     #[test]
     fn a_listener_drops_everyone_until_the_job_is_admitted_and_a_closed_port_refuses() {
-        let (listener, guard) = liveness_listener(LO).unwrap();
+        let (listener, guard) = liveness_listener(LO, true).unwrap();
+        let guard = guard.unwrap();
         let at = listener.local_addr().unwrap();
         // Deny-all: the SYN is dropped, the handshake does not complete.
         let c = connect_started(at).unwrap();

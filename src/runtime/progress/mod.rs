@@ -222,6 +222,9 @@ struct Core<'d> {
     diagnosis: Diagnosis,
     /// The liveness port, the watch of the emitter's, the probe.
     liveness: Option<Liveness>,
+    /// The liveness listener, kept open when its epoll set could not be
+    /// made: its port was published.
+    _kept_listener: Option<std::net::TcpListener>,
     answers: Vec<Answer>,
 }
 
@@ -375,11 +378,16 @@ impl<'d> Progress<'d> {
             .as_ref()
             .and_then(LocalWatching::wait_fd)
             .and_then(|fd| fd.try_clone_to_owned().ok());
+        let mut kept_listener = None;
         let liveness = parts.liveness.and_then(|l| {
             let wake = exits_fd.as_ref().map_or(parts.wake.as_fd(), AsFd::as_fd);
+            let listener = l.listener.try_clone();
             match Liveness::new(l, wake) {
                 Ok(l) => Some(l),
                 Err(e) => {
+                    // The port is published: it stays open while this rank
+                    // runs (a closed one would be refused, proof of death).
+                    kept_listener = listener.ok();
                     parts
                         .logger
                         .warn(format_args!("no liveness watch (its epoll set: {e})"));
@@ -431,6 +439,7 @@ impl<'d> Progress<'d> {
                 boost: parts.boost,
                 diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
                 liveness,
+                _kept_listener: kept_listener,
                 answers: Vec::new(),
             },
         }

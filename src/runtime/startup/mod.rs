@@ -43,7 +43,9 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
-use crate::config::{Config, CoreChoice, Env, LivenessMode, LocalMode, ProgressMode, SchedPolicy};
+use crate::config::{
+    Config, CoreChoice, Env, LivenessMode, LocalMode, ProgressMode, SchedPolicy, SourceFilterMode,
+};
 use crate::fabric::{
     AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
     SourceGuard, socket_address,
@@ -324,7 +326,7 @@ fn liveness_listener(
     config: &Config,
     fabric: &OwnFabric,
     logger: &Logger,
-) -> Option<(std::net::TcpListener, SourceGuard)> {
+) -> Option<(std::net::TcpListener, Option<SourceGuard>)> {
     if config.liveness() == LivenessMode::Off {
         return None;
     }
@@ -337,10 +339,27 @@ fn liveness_listener(
         ));
         return None;
     };
-    match crate::fabric::liveness_listener(ip) {
+    // Filtered as the fabric port is (`FFD_SOURCE_FILTER`): `auto` goes
+    // on without a filter where the kernel refuses one (the listener
+    // still closes at once what comes from outside the job's hosts).
+    let mode = config.source_filter();
+    let filtered = crate::fabric::liveness_listener(ip, mode != SourceFilterMode::Off);
+    match filtered {
         Ok(l) => Some(l),
+        Err(e) if mode == SourceFilterMode::Auto => {
+            match crate::fabric::liveness_listener(ip, false) {
+                Ok(l) => {
+                    logger.info(format_args!("liveness port without a source filter: {e}"));
+                    Some(l)
+                }
+                Err(e) => {
+                    logger.info(format_args!("no liveness port: {e}"));
+                    None
+                }
+            }
+        }
         Err(e) => {
-            logger.info(format_args!("no liveness port: {e}"));
+            logger.warn(format_args!("no liveness port: {e}"));
             None
         }
     }
@@ -349,7 +368,7 @@ fn liveness_listener(
 /// After the exchange: the listener admits the job's hosts (locked), and
 /// every rank's liveness address is known.
 fn admit_liveness(
-    live: Option<(std::net::TcpListener, SourceGuard)>,
+    live: Option<(std::net::TcpListener, Option<SourceGuard>)>,
     view: &JobView,
     timeout: std::time::Duration,
     logger: &Logger,
@@ -369,9 +388,13 @@ fn admit_liveness(
             allowed.push(ip);
         }
     }
-    if let Err(e) = guard.allow(&allowed) {
-        logger.info(format_args!("no liveness port: {e}"));
-        return None;
+    if let Some(Err(e)) = guard.map(|g| g.allow(&allowed)) {
+        // The port is published: it must stay open while this rank lives
+        // (a closed one is refused, proof of death). Deny-all, it answers
+        // nobody, which is no verdict.
+        logger.warn(format_args!(
+            "the liveness port stays closed to everyone (admitting the job's hosts failed: {e})"
+        ));
     }
     Some(LivenessParts {
         listener,
