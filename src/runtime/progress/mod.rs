@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use crate::fabric::{AddressVector, Completion, Endpoint, FabricError, RemoteRegion, SlotPage};
 use crate::protocol::{
-    Engine, EngineConfig, EngineOptions, FabricSaid, Input, JobKeys, LocalBeat, Output,
-    Participation, Rank, Readings, Ring, Time, TransportErrorKind, wire,
+    Engine, EngineConfig, EngineOptions, Input, JobKeys, LocalBeat, Output, Participation, Rank,
+    Readings, Ring, Time, wire,
 };
 
 use super::AgreeError;
@@ -43,6 +43,7 @@ use crate::node::{Boost, monotonic_ns};
 pub(super) use super::link::Link;
 
 mod diagnosis;
+mod live;
 mod sends;
 
 use diagnosis::Diagnosis;
@@ -705,56 +706,6 @@ impl Core<'_> {
                 fallback.push_str(&format!("exit words stopped: {why}"));
             }
         }
-    }
-
-    /// The liveness sockets' events and a probe's time running out: a
-    /// refused probe is proof, to the Engine at once (`liveness.rs`).
-    fn take_liveness(&mut self, woken: bool) {
-        let Some(l) = self.liveness.as_mut() else {
-            return;
-        };
-        l.take(woken, &mut self.answers);
-        if self.answers.is_empty() {
-            return;
-        }
-        self.counters.liveness = l.counters;
-        let answers = std::mem::take(&mut self.answers);
-        for a in &answers {
-            self.logger.info(format_args!(
-                "liveness probe of rank {} after {}: {:?}",
-                a.rank, a.after, a.answer
-            ));
-            if let Some(evidence) = crate::protocol::liveness::evidence(a.answer) {
-                let now = self.now();
-                self.transport_error(
-                    now,
-                    a.rank,
-                    TransportErrorKind::LivenessProbe,
-                    evidence,
-                    FabricSaid::ProbeRefused,
-                );
-            }
-        }
-        self.answers = answers;
-        self.answers.clear();
-    }
-
-    /// The watch follows the Engine's fabric emitter (none for one of this
-    /// rank's own host: its exit is seen here at once).
-    fn rewatch(&mut self) {
-        let Some(l) = self.liveness.as_mut() else {
-            return;
-        };
-        let me = self.engine.me();
-        let emitter = self.engine.emitter().filter(|&e| {
-            e != me
-                && self
-                    .engine
-                    .hosts()
-                    .is_none_or(|h| h.host_of(e) != h.host_of(me))
-        });
-        l.watch(emitter, Instant::now, self.timeout);
-        self.counters.liveness = l.counters;
     }
 
     /// Which ranks of the host read its notice board, for the Engine's
