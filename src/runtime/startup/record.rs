@@ -608,6 +608,7 @@ mod tests {
             pid_namespace: 4_026_531_836,
             start_time: 123_456,
         };
+        r.liveness_port = 40_123;
         r
     }
 
@@ -731,7 +732,7 @@ mod tests {
             PeerRecord::decode(&bytes[..FIXED_LEN + 4])
                 .unwrap_err()
                 .to_string(),
-            "is truncated: 133 bytes, the hostname needs 3 more"
+            "is truncated: 135 bytes, the hostname needs 3 more"
         );
     }
 
