@@ -52,13 +52,21 @@ fn a_killed_rank_alone_on_its_host_is_refused_by_its_port_within_a_fraction_of_t
     );
     let observer = liveness_of(&report, 2);
     assert!(observer["watches"].as_u64().unwrap() >= 1, "{observer}");
-    // At least the probe after the kill (at the end, a watch opened to a
-    // rank that left and exited is refused too: the Engine ignores it).
-    assert!(observer["refused"].as_u64().unwrap() >= 1, "{observer}");
+    // The observer's probe after the kill was refused, unless the
+    // emitter's heartbeat write failed first (both follow the kernel's
+    // teardown) and its notice moved the observer's watch on before the
+    // watch's end was read. (At the end, a watch opened to a rank that
+    // left and exited is refused too: the Engine ignores it.)
     assert!(
-        observer["watches_ended"].as_u64().unwrap() >= 1,
-        "{observer}"
+        observer["refused"].as_u64().unwrap() >= 1 || f["detector"] == 0,
+        "{observer}; {f:#}"
     );
+    // Whenever a watch ended without a leave, its probe was refused: the
+    // process was dead, its host alive.
+    if observer["watches_ended"].as_u64().unwrap() >= 1 {
+        assert!(observer["refused"].as_u64().unwrap() >= 1, "{observer}");
+        assert_eq!(observer["greeted"], 0, "{observer}");
+    }
     assert_all_learned(&report, 1, &[0, 2, 3]);
     assert_no_false_reports(&report);
 }

@@ -94,6 +94,8 @@ pub(super) struct Liveness {
     /// How long after a watch ends its emitter is watched again.
     retry: Duration,
     leaving: bool,
+    /// When the sockets were last read.
+    read_at: Instant,
     events: Vec<(u64, u32)>,
     pub counters: LivenessCounters,
 }
@@ -118,6 +120,7 @@ impl Liveness {
             probe: None,
             retry: Duration::from_secs(1),
             leaving: false,
+            read_at: Instant::now(),
             events: Vec::new(),
             counters: LivenessCounters::default(),
         })
@@ -226,6 +229,11 @@ impl Liveness {
         }
     }
 
+    /// How long since the sockets were last read.
+    pub(super) fn read_since(&self) -> Duration {
+        self.read_at.elapsed()
+    }
+
     /// When a probe under way runs out of time (for the thread's sleep).
     pub(super) fn deadline(&self) -> Option<Instant> {
         self.probe.as_ref().map(|(_, at, ..)| *at + self.probe_wait)
@@ -235,6 +243,7 @@ impl Liveness {
     /// probe's time running out; returns the probes' answers.
     pub(super) fn take(&mut self, woken: bool, out: &mut Vec<Answer>) {
         if woken {
+            self.read_at = Instant::now();
             let mut events = std::mem::take(&mut self.events);
             events.clear();
             self.set.ready(&mut events);

@@ -13,6 +13,14 @@ use crate::protocol::{FabricSaid, TransportErrorKind};
 use super::Core;
 
 impl Core<'_> {
+    /// Whether the liveness sockets were last read a check interval ago
+    /// or more.
+    pub(super) fn liveness_overdue(&self) -> bool {
+        self.liveness
+            .as_ref()
+            .is_some_and(|l| l.read_since() >= self.timeout / 4)
+    }
+
     /// The liveness sockets' events and a probe's time running out: a
     /// refused probe is proof, to the Engine at once (`liveness.rs`).
     pub(super) fn take_liveness(&mut self, woken: bool) {

@@ -464,6 +464,8 @@ impl<'d> Progress<'d> {
         // wait that timed out on them (and read the queue just before), so
         // a plain heartbeat wake-up reads neither again.
         let mut woken = true;
+        // Whether the liveness sockets may have an event: see below.
+        let mut live = true;
         let mut queue = true;
         while !core.finished() {
             // Lifts counted before the exits are taken: a later one is
@@ -485,7 +487,7 @@ impl<'d> Progress<'d> {
             if woken {
                 core.take_exits();
             }
-            core.take_liveness(woken);
+            core.take_liveness(live);
             core.exits_unscanned = true;
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
@@ -526,7 +528,16 @@ impl<'d> Progress<'d> {
                 .map_or(wake.as_fd(), AsFd::as_fd);
             core.exits_unscanned = true;
             match endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
-                Ok(waited) => (queue, woken) = (waited.queue, waited.woken),
+                Ok(waited) => {
+                    (queue, woken) = (waited.queue, waited.woken);
+                    // A wait that returned on completions already queued
+                    // says `woken` without looking: the liveness sockets
+                    // are then read only if a check interval passed since
+                    // their last read (their fd stays readable, so a real
+                    // wait returns for them at once), which keeps a turn
+                    // per heartbeat completion free of their system call.
+                    live = waited.woken && (waited.completions == 0 || core.liveness_overdue());
+                }
                 Err(e) => {
                     core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
                     break;
