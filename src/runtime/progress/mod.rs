@@ -4,7 +4,8 @@
 //! per-peer bookkeeping of refused posts; how the thread ends (a leave, an
 //! exclusion, or a stop with its reason, a panic included). Must not: block
 //! on the embedder (callbacks are the embedder's promise), wait on anything but the
-//! completion queue and the wake socket, allocate per heartbeat, or end
+//! completion queue and the wake socket (or an epoll set holding it: the
+//! exits', the liveness sockets'), allocate per heartbeat, or end
 //! without publishing why (a panic anywhere on the thread is caught and
 //! becomes [`StopCause::Panic`]).
 //!
