@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use ffd::config::setting;
 use ffd::config::{
-    Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LocalMode,
-    LogLevel, ProgressMode, SchedPolicy, Source, SourceFilterMode, VARIABLES,
+    Config, ConfigBuilder, ConfigError, ConfigWarning, CoreChoice, Env, EnvPolicy, LivenessMode,
+    LocalMode, LogLevel, ProgressMode, SchedPolicy, Source, SourceFilterMode, VARIABLES,
 };
 use ffd::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
 
@@ -501,6 +501,7 @@ fn code_settings_are_taken_and_marked_as_code() {
         .sched(SchedPolicy::Fifo)
         .local(LocalMode::Off)
         .source_filter(SourceFilterMode::On)
+        .liveness(LivenessMode::Off)
         .log(LogLevel::Debug)
         .event_queue(16)
         .deliver_own(false)

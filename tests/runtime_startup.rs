@@ -351,14 +351,14 @@ fn exchange_rejects_what_no_honest_bootstrap_returns() {
         "the bootstrap returned 2 contributions for a job of 3 ranks"
     );
     assert_eq!(
-        canned_error(vec![good(0), b"FFDR\x03\x00".to_vec(), good(2)]),
+        canned_error(vec![good(0), b"FFDR\x04\x00".to_vec(), good(2)]),
         "rank 1's bootstrap record is truncated: 6 bytes, the fixed header needs 2 more"
     );
     let mut v9 = good(2);
     v9[4] = 9;
     assert_eq!(
         canned_error(vec![good(0), good(1), v9]),
-        "rank 2's bootstrap record is of record version 9, this rank reads version 3"
+        "rank 2's bootstrap record is of record version 9, this rank reads version 4"
     );
     let mut empty = Canned {
         rank: 0,

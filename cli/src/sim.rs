@@ -82,6 +82,11 @@ pub struct SimArgs {
     /// How long a write or send to a dead process takes to error, or `off`.
     #[arg(long, value_name = "D|off", default_value = "3ms", value_parser = parse_inband_latency)]
     pub inband_latency: InbandLatency,
+    /// Model the runtime's liveness port (FFD_LIVENESS): a crashed rank
+    /// whose host lives is refused by its port, its observer declaring it
+    /// on that proof `--inband-latency` after the crash; a hung one never is.
+    #[arg(long)]
+    pub liveness: bool,
     /// Connection set-up on a link's first use, as on tcp;ofi_rxm under
     /// load (ring and overlay links are up from the start); with it, the
     /// start-up grace is the runtime's [default: links are up at once].
@@ -158,6 +163,7 @@ impl SimArgs {
             inband_latency: self.inband_latency.0,
             send_cost: self.send_cost,
             connect: self.connect,
+            liveness: self.liveness,
         };
         cfg.faults = self.fail.clone();
         cfg.local = self.local;

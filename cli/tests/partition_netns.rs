@@ -568,3 +568,68 @@ fn an_agreement_during_a_minority_cut_is_decided_once_by_the_primary_side_and_ne
         assert!(primary.contains(rank), "cut-off rank {rank} decided: {d:?}");
     }
 }
+
+/// Kills (`signal` `KILL`) or stops (`STOP`) rank 1, alone on node 1 of
+/// four single-rank nodes, and reads the lines until every survivor
+/// reports it: (time since the signal of each survivor's report, the
+/// detector's own cause and detail). Any report of another rank fails.
+fn single_rank_nodes_after(test: u32, signal: &str) -> (Vec<Duration>, String, String) {
+    let job = Job::start(test, &[1, 1, 1, 1]);
+    let pid = job.agents[1].0.id().to_string();
+    let at = Instant::now();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status();
+    assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} {pid}");
+    let bound = TIMEOUT * 4 + SLACK + Duration::from_secs(2);
+    let mut seen: BTreeMap<u32, Duration> = BTreeMap::new();
+    let (mut cause, mut detail) = (String::new(), String::new());
+    while seen.len() < 3 {
+        let left = (at + bound).saturating_duration_since(Instant::now());
+        let Ok((rank, line)) = job.lines.recv_timeout(left) else {
+            panic!("after {bound:?} only {seen:?} reported rank 1");
+        };
+        if line["event"] == "failed" {
+            assert_eq!(line["rank"], 1, "rank {rank}: {line}");
+            seen.entry(rank).or_insert(at.elapsed());
+            if line["detector"].as_u64() == Some(u64::from(rank)) {
+                cause = line["cause"].as_str().unwrap_or("?").to_owned();
+                detail = line["detail"].as_str().unwrap_or("?").to_owned();
+            }
+        }
+    }
+    println!("kill -{signal}: {seen:?}, {cause}: {detail}");
+    (seen.into_values().collect(), cause, detail)
+}
+
+#[test]
+fn a_killed_rank_alone_in_its_namespace_is_refused_by_its_port_across_the_bridge() {
+    if !prereq::available(
+        "a_killed_rank_alone_in_its_namespace_is_refused_by_its_port_across_the_bridge",
+        &[prereq::netns()],
+    ) {
+        return;
+    }
+    let (times, cause, detail) = single_rank_nodes_after(5, "KILL");
+    assert_eq!(cause, "inband", "{detail}");
+    // Within half a timeout of the kill for every survivor (the kernel's
+    // teardown, a round trip over the bridge, the notice's hops), where
+    // the timeout would take a whole one; generous on a loaded machine.
+    let last = times.iter().max().unwrap();
+    assert!(*last < TIMEOUT / 2 + SLACK, "{times:?}: {detail}");
+}
+
+#[test]
+fn a_stopped_rank_alone_in_its_namespace_is_declared_by_the_timeout_not_its_port() {
+    if !prereq::available(
+        "a_stopped_rank_alone_in_its_namespace_is_declared_by_the_timeout_not_its_port",
+        &[prereq::netns()],
+    ) {
+        return;
+    }
+    let (times, cause, detail) = single_rank_nodes_after(6, "STOP");
+    assert_eq!(cause, "timeout", "{detail}");
+    assert!(!detail.contains("liveness"), "{detail}");
+    let first = times.iter().min().unwrap();
+    assert!(*first >= TIMEOUT * 9 / 10, "{times:?}: {detail}");
+}

@@ -15,6 +15,7 @@ mod config;
 pub mod duration;
 mod engine;
 mod hosts;
+pub mod liveness;
 pub mod overlay;
 pub mod ranks;
 mod ring;

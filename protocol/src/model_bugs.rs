@@ -1,5 +1,6 @@
 //! Test-only (feature `model-bugs`, never in the library): switches that
-//! put known, fixed bugs back into the Engine, so that a test can show
+//! put known, fixed bugs back into the Engine (or into a rule the
+//! drivers share with it, `liveness::evidence`), so that a test can show
 //! the model checker (`examples/model`) finds each one.
 //!
 //! Owns: the switches, one process-wide set (the checker explores on
@@ -29,14 +30,20 @@ pub enum Bug {
     /// under a second flood parent, and its subtree is counted twice (test
     /// `a_delayed_flood_does_not_count_a_side_twice`).
     ForgottenBallots,
+    /// The liveness probe's rule (`liveness::evidence`) takes a probe that
+    /// got no answer (a cut link, or a stopped process whose kernel
+    /// completed the handshake without it) for a refusal: proof of death
+    /// about a rank that may be alive.
+    SilentProbeAsProof,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 5] = [
         Bug::UncappedVotes,
         Bug::OriginOnlyForwards,
         Bug::ViewBeforeDecision,
         Bug::ForgottenBallots,
+        Bug::SilentProbeAsProof,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -45,6 +52,7 @@ impl Bug {
             Bug::OriginOnlyForwards => "origin-only-forwards",
             Bug::ViewBeforeDecision => "view-before-decision",
             Bug::ForgottenBallots => "forgotten-ballots",
+            Bug::SilentProbeAsProof => "silent-probe-as-proof",
         }
     }
 

@@ -41,6 +41,15 @@ fn short_runs() -> Vec<Bounds> {
             b.agreements = 1;
         }),
         bounds(3, 6, |b| b.partitions = 1),
+        // A liveness probe (refused by a crashed emitter, unanswered by a
+        // stopped one or across a cut, greeted by a running one) beside a
+        // crash, a stall and a partition.
+        bounds(3, 5, |b| {
+            b.faults = 1;
+            b.stalls = 1;
+            b.partitions = 1;
+            b.probes = 1;
+        }),
         bounds(3, 5, |b| {
             b.stalls = 1;
             b.losses = 1;
@@ -134,6 +143,25 @@ fn the_model_checker_finds_nothing_in_todays_engine_and_each_known_bug_put_back(
     // the voter join it again under a second flood parent, which counts
     // it while the first one still does.
     finds(&[Bug::ForgottenBallots], late_copy(), Prop::Ballots, true);
+    // A liveness probe that got no answer taken for a refusal: a live
+    // emitter that is stopped (its kernel completes the handshake, nobody
+    // greets) is declared on proof, in one step.
+    finds(
+        &[Bug::SilentProbeAsProof],
+        bounds(3, 3, |b| b.probes = 1),
+        Prop::Proof,
+        true,
+    );
+    // The same across a cut: the emitter's host does not answer at all.
+    finds(
+        &[Bug::SilentProbeAsProof],
+        bounds(3, 3, |b| {
+            b.partitions = 1;
+            b.probes = 1;
+        }),
+        Prop::Proof,
+        true,
+    );
 }
 
 /// N = 4, 16 steps, every path opening with 10 steps that no bug changes:

@@ -657,3 +657,44 @@ fn sixty_five_thousand_ranks_thirty_two_random_crashes() {
     assert_complete(&r, "65536 x 32");
     assert_bounds(&r, n, "65536 x 32");
 }
+
+/// The runtime's liveness port, modelled (`NetModel::liveness`): one rank
+/// per host, so no same-host witness. A crashed rank's observer is refused
+/// by its port `inband_latency` after the crash and declares it on that
+/// proof, whatever the next heartbeat write (a period of 50 ms here); a
+/// hung rank keeps its port and is declared by the timeout only.
+#[test]
+fn the_liveness_port_refuses_a_crash_and_never_a_hang() {
+    let inband = Duration::from_millis(3);
+    for n in [8u32, 64] {
+        for seed in 1..=3 {
+            let victim = n / 2;
+            let setup = |fault: String| {
+                let mut cfg = sim_config(n, &[fault], seed);
+                cfg.hosts = n;
+                cfg.local = true;
+                cfg.engine.period = Duration::from_millis(50);
+                cfg.engine.timeout = Duration::from_millis(500);
+                cfg.net.inband_latency = Some(inband);
+                cfg.net.liveness = true;
+                cfg
+            };
+            let what = format!("n={n} seed={seed}");
+            let r = simulate(setup(format!("crash:{victim}@1017ms")));
+            assert_complete(&r, &what);
+            let f = &r.failures[0];
+            assert_eq!(f.cause, Some(Cause::InBand), "{what}");
+            let delay = f.detected_at_ms.unwrap() - f.injected_at_ms;
+            assert!(
+                delay <= inband.as_secs_f64() * 1e3 + 0.5,
+                "{what}: declared {delay} ms after the crash\n{r}"
+            );
+            let r = simulate(setup(format!("hang:{victim}@1017ms")));
+            assert_complete(&r, &what);
+            let f = &r.failures[0];
+            assert_eq!(f.cause, Some(Cause::Timeout), "{what}\n{r}");
+            let delay = f.detected_at_ms.unwrap() - f.injected_at_ms;
+            assert!(delay >= 500.0, "{what}: declared {delay} ms after the hang");
+        }
+    }
+}

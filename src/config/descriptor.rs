@@ -197,6 +197,7 @@ by_copy!(
     super::SchedPolicy,
     super::LocalMode,
     super::SourceFilterMode,
+    super::LivenessMode,
     super::LogLevel
 );
 

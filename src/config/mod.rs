@@ -55,8 +55,8 @@ pub use error::{ConfigError, ConfigWarning, SAFE_TIMEOUT_PERIODS};
 pub use table::{MAX_EVENT_QUEUE, MAX_TIMEOUT, MIN_PERIOD, VARIABLES, setting, var, variable};
 pub(crate) use values::parse_integer;
 pub use values::{
-    CoreChoice, DURATION_FORM, DurationError, EagainLimit, LocalMode, LogLevel, ProgressMode,
-    SchedPolicy, SourceFilterMode, format_duration, parse_duration,
+    CoreChoice, DURATION_FORM, DurationError, EagainLimit, LivenessMode, LocalMode, LogLevel,
+    ProgressMode, SchedPolicy, SourceFilterMode, format_duration, parse_duration,
 };
 
 use crate::protocol::EngineConfig;

@@ -16,9 +16,9 @@ use std::time::Duration;
 use super::builder::Resolver;
 use super::descriptor::{Setting, Sourced, Variable, View, settings_table};
 use super::values::{
-    CoreChoice, DURATION_FORM, EagainLimit, LocalMode, LogLevel, ProgressMode, SchedPolicy,
-    SourceFilterMode, any, check_provider, check_token, duration, flag, format_duration,
-    normalise_domain, parse_integer, positive, word, yes_no,
+    CoreChoice, DURATION_FORM, EagainLimit, LivenessMode, LocalMode, LogLevel, ProgressMode,
+    SchedPolicy, SourceFilterMode, any, check_provider, check_token, duration, flag,
+    format_duration, normalise_domain, parse_integer, positive, word, yes_no,
 };
 use super::{Config, ConfigBuilder, ConfigError, SettingInfo, Source};
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, QuorumMode, RingKind};
@@ -213,6 +213,20 @@ settings_table! {
             check: any,
             show: ToString::to_string,
             set(source_filter: SourceFilterMode) => source_filter,
+        }
+        liveness: LivenessMode => LivenessMode {
+            var: LIVENESS = "FFD_LIVENESS",
+            accepted: "auto|off",
+            help: "Each rank listens on a small TCP port at its fabric address's IP (filtered \
+                   like the fabric port) that its observer keeps a connection to; when that \
+                   connection ends, the observer connects again, and a refusal from the \
+                   peer's kernel is proof that the process is gone (a stopped or slow process \
+                   is never refused); auto: where the endpoint has an IP address; off: none",
+            default: LivenessMode::Auto,
+            parse: word,
+            check: any,
+            show: ToString::to_string,
+            set(liveness: LivenessMode) => liveness,
         }
         log: LogLevel => LogLevel {
             var: LOG = "FFD_LOG",

@@ -158,6 +158,23 @@ pub enum SourceFilterMode {
 
 worded!(SourceFilterMode { Auto => "auto", On => "on", Off => "off" });
 
+/// Whether each rank opens a liveness port that its observer watches and
+/// probes (`FFD_LIVENESS`; design §4.5 "In-band detection"): a refused
+/// connection to it is proof that the rank's process is gone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LivenessMode {
+    /// Where the fabric endpoint has an IP address (`tcp`, `sockets`, and
+    /// `verbs` over IPoIB) and the kernel lets this process filter the
+    /// port's sources; elsewhere none, and the log says why.
+    #[default]
+    Auto,
+    /// No liveness port: a crash with no witness on its host is found by
+    /// the fabric's own errors or the timeout.
+    Off,
+}
+
+worded!(LivenessMode { Auto => "auto", Off => "off" });
+
 /// Log level (`FFD_LOG`), ordered from quietest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {

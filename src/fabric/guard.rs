@@ -145,6 +145,32 @@ impl SourceGuard {
         Ok(guard)
     }
 
+    /// A guard over one socket this process made itself (the liveness
+    /// listener, `fabric::liveness`), at `addr`: drops every packet from
+    /// now on, until [`allow`](Self::allow).
+    pub fn deny_all_on(
+        socket: BorrowedFd<'_>,
+        addr: SocketAddr,
+    ) -> Result<SourceGuard, GuardError> {
+        let dup = socket
+            .try_clone_to_owned()
+            .map_err(|source| GuardError::Sys {
+                what: format!("duplicating the socket at {addr}"),
+                source,
+            })?;
+        let guard = SourceGuard {
+            addr,
+            sockets: vec![dup],
+        };
+        guard.attach(&program(&[])?, false)?;
+        Ok(guard)
+    }
+
+    /// The same guard, naming `addr` (a port the kernel chose since).
+    pub fn at(self, addr: SocketAddr) -> SourceGuard {
+        SourceGuard { addr, ..self }
+    }
+
     /// The endpoint address the guard filters at.
     pub fn addr(&self) -> SocketAddr {
         self.addr

@@ -62,6 +62,7 @@ mod endpoint;
 mod error;
 mod guard;
 mod info;
+mod liveness;
 mod mr;
 mod resources;
 
@@ -78,6 +79,7 @@ pub use info::{
     FabricVersions, Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings,
     provider_hint, runtime_version, version_text,
 };
+pub use liveness::{HANG_UP, READABLE, SocketSet, WRITABLE, connect_started, liveness_listener};
 pub use mr::{
     Access, ForeignMemory, MemoryRegion, RegionMemory, RemoteRegion, SlotPage, page_size,
 };

@@ -21,6 +21,13 @@
 //! | `sockets` | peer killed, later posts | `-FI_ENOENT` run | silence |
 //! | `tcp;ofi_rxm` | link cut, no reset | nothing for ~22 s, then a `-FI_EAGAIN` run (send queue full) | silence |
 //! | `sockets` | link cut, no reset | nothing (≥ 25 s) | silence |
+//! | liveness port (TCP) | peer killed, host up | the watch ends, the probe is refused (`ECONNREFUSED`) | proof |
+//! | liveness port | peer stopped or starved | handshake from the kernel's backlog, no greeting | no verdict |
+//! | liveness port | link cut, host lost | no answer | no verdict |
+//!
+//! The liveness port's answers are judged by `ffd_protocol::liveness`
+//! (`src/runtime/liveness.rs` makes the connections): only a refusal is
+//! proof, and a stopped process's kernel never refuses.
 //!
 //! A connection refused or reset by the peer's kernel (`ECONNREFUSED`,
 //! `ECONNRESET`, `EPIPE`, `ENOTCONN`, as the error or, under
@@ -122,6 +129,7 @@ pub fn describe_said(said: &FabricSaid) -> Option<String> {
         FabricSaid::Post { err } => Some(format!("post failed {}", fi_name(err))),
         FabricSaid::Refused { run } => Some(format!("refused for {} ms", run.as_millis())),
         FabricSaid::DeadProcess => Some("error from a dead process".to_owned()),
+        FabricSaid::ProbeRefused => Some("liveness probe refused (ECONNREFUSED)".to_owned()),
         FabricSaid::Nothing => None,
     }
 }

@@ -37,6 +37,7 @@ pub mod evidence;
 pub mod failed_bits;
 mod host_agree;
 mod link;
+mod liveness;
 mod local;
 mod log;
 pub mod placement;

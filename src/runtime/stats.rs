@@ -81,6 +81,29 @@ pub struct RuntimeCounters {
     pub lateness: LatenessHistogram,
     /// Same-host watching (`FFD_LOCAL`): pidfds, exit words, lifts.
     pub local: LocalCounters,
+    /// The liveness port (`FFD_LIVENESS`).
+    pub liveness: LivenessCounters,
+}
+
+/// The liveness port (`FFD_LIVENESS`, design §4.5 "In-band detection"):
+/// the watch of the emitter's, its probes and their answers, and the
+/// connections this rank's listener held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LivenessCounters {
+    /// Watches opened to an emitter's port.
+    pub watches: u64,
+    /// Watches that ended without a leave (each starts a probe).
+    pub watches_ended: u64,
+    /// Probes made (retries included).
+    pub probes: u64,
+    pub refused: u64,
+    pub greeted: u64,
+    pub unanswered: u64,
+    /// Connections accepted and held by this rank's listener.
+    pub accepted: u64,
+    /// Connections closed at once: from outside the job, or over the cap.
+    pub turned_away: u64,
 }
 
 /// Heartbeat RDMA writes.

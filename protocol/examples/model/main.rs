@@ -35,6 +35,9 @@ const USAGE: &str = "usage: model --ranks N [--depth D] [--faults F] [options]
   --broadcasts B   payloads broadcast per path (default 1)
   --agreements A   user agreements each rank calls (default 1)
   --leaves L       ranks that leave per path (default 0)
+  --probes P       liveness probes of an emitter per path: refused by a crashed
+                   one, unanswered across a cut or by a stopped one, greeted
+                   by a running one (default 0)
   --skew K         a rank's clock runs at most K timeouts ahead of the slowest
                    running rank's (default: unbounded)
   --threads T      checker threads (default 1: exact breadth-first order)
@@ -44,7 +47,7 @@ const USAGE: &str = "usage: model --ranks N [--depth D] [--faults F] [options]
   --time-limit T   stop after T seconds (a bounded run, not an exhaustive one)
   --bug NAME       test only: put a known, fixed bug back (uncapped-votes,
                    origin-only-forwards, view-before-decision,
-                   forgotten-ballots); repeatable";
+                   forgotten-ballots, silent-probe-as-proof); repeatable";
 
 /// The default depth at `ranks` ranks.
 fn default_depth(ranks: u32) -> u32 {
@@ -89,6 +92,7 @@ fn parse() -> Result<(Bounds, Vec<Bug>), String> {
             "--broadcasts" => b.broadcasts = small("--broadcasts", args.next())?,
             "--agreements" => b.agreements = small("--agreements", args.next())?,
             "--leaves" => b.leaves = small("--leaves", args.next())?,
+            "--probes" => b.probes = small("--probes", args.next())?,
             "--skew" => b.skew = Some(small("--skew", args.next())?),
             "--threads" => {
                 b.threads = small("--threads", args.next())? as usize;

@@ -144,6 +144,9 @@ pub enum TransportErrorKind {
     /// The runtime's verdict that the peer cannot be reached (e.g. posts
     /// returned EAGAIN for longer than its bound).
     Unreachable,
+    /// The runtime's liveness probe: a plain TCP connection to the peer's
+    /// liveness port (`crate::liveness`).
+    LivenessProbe,
 }
 
 /// What a transport error shows about the peer (`docs/design.md` §4.11 "Primary partition").
@@ -183,6 +186,9 @@ pub enum FabricSaid {
     Refused { run: Duration },
     /// The simulator: an operation towards a process that is dead.
     DeadProcess,
+    /// A liveness probe of the peer's port was refused by its kernel
+    /// (`ECONNREFUSED`: nobody listens there; `crate::liveness`).
+    ProbeRefused,
     /// Nothing more (a slot that stood still, a probe, a test).
     Nothing,
 }

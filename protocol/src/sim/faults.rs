@@ -151,6 +151,20 @@ impl Simulator {
         Ok(out)
     }
 
+    /// The live ranks that watch `r`'s liveness port: those whose fabric
+    /// emitter it is, on another host (a rank's own host sees its exit).
+    fn liveness_watchers(&self, r: Rank) -> Vec<Rank> {
+        let host = |x: Rank| self.engines[x as usize].hosts().map(|h| h.host_of(x));
+        (0..self.n)
+            .filter(|&w| {
+                w != r
+                    && self.state[w as usize].status == Status::Up
+                    && self.engines[w as usize].emitter() == Some(r)
+                    && (host(w).is_none() || host(w) != host(r))
+            })
+            .collect()
+    }
+
     pub(super) fn crash(&mut self, r: Rank, label: &'static str) {
         if !matches!(self.state[r as usize].status, Status::Up | Status::Hung) {
             return;
@@ -170,6 +184,30 @@ impl Simulator {
         let silent = self.cfg.local && label == "host";
         if silent {
             self.state[r as usize].flags |= super::LOST;
+        }
+        if let (Some(d), false, true) = (self.cfg.net.inband_latency, silent, self.cfg.net.liveness)
+        {
+            // Its port closes with it: the observers whose watch was on it
+            // probe and are refused (`crate::liveness`). Only a dead
+            // process's port refuses: a hung one (`Action::Hang`) keeps it.
+            let answer = match self.state[r as usize].status {
+                Status::Crashed | Status::Closed => crate::liveness::ProbeAnswer::Refused,
+                Status::Up => crate::liveness::ProbeAnswer::Greeted,
+                Status::Hung => crate::liveness::ProbeAnswer::NoAnswer,
+            };
+            if let Some(evidence) = crate::liveness::evidence(answer) {
+                for watcher in self.liveness_watchers(r) {
+                    self.queue.push(
+                        now + d,
+                        What::Error {
+                            to: watcher,
+                            peer: r,
+                            kind: TransportErrorKind::LivenessProbe,
+                            evidence,
+                        },
+                    );
+                }
+            }
         }
         if let (Some(d), false) = (self.cfg.net.inband_latency, silent) {
             for (_, writer) in self.slots.writers_into(r) {

@@ -48,6 +48,15 @@ pub struct NetModel {
     pub connect: Option<Duration>,
     /// Time between two copies leaving one rank (module docs).
     pub send_cost: Duration,
+    /// The runtime's liveness port (`FFD_LIVENESS`, `crate::liveness`):
+    /// when a rank's process dies on a host that lives, its observer's
+    /// watch of the port ends and its probe is refused, `inband_latency`
+    /// after the crash (the kernel's teardown and a round trip), whatever
+    /// the next heartbeat write. A hung rank keeps its port (its kernel
+    /// answers, nobody greets: no verdict), a lost host or a cut answers
+    /// nothing. Off by default, so that the simulator's figures stay those
+    /// of the fabric's own errors.
+    pub liveness: bool,
 }
 
 impl NetModel {
@@ -62,6 +71,7 @@ impl Default for NetModel {
             latency: Duration::from_micros(2),
             jitter: Duration::from_nanos(500),
             inband_latency: Some(Duration::from_millis(3)),
+            liveness: false,
             send_cost: Self::DEFAULT_SEND_COST,
             connect: None,
         }

@@ -4,7 +4,8 @@
 //! per-peer bookkeeping of refused posts; how the thread ends (a leave, an
 //! exclusion, or a stop with its reason, a panic included). Must not: block
 //! on the embedder (callbacks are the embedder's promise), wait on anything but the
-//! completion queue and the wake socket, allocate per heartbeat, or end
+//! completion queue and the wake socket (or an epoll set holding it: the
+//! exits', the liveness sockets'), allocate per heartbeat, or end
 //! without publishing why (a panic anywhere on the thread is caught and
 //! becomes [`StopCause::Panic`]).
 //!
@@ -32,6 +33,7 @@ use crate::protocol::{
 use super::AgreeError;
 use super::delivery::Delivery;
 use super::link::{self, Linked, WARM_UP};
+use super::liveness::{Answer, Liveness, LivenessParts};
 use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
 use super::state::{StopCause, StopReason};
@@ -42,6 +44,7 @@ use crate::node::{Boost, monotonic_ns};
 pub(super) use super::link::Link;
 
 mod diagnosis;
+mod live;
 mod sends;
 
 use diagnosis::Diagnosis;
@@ -155,6 +158,8 @@ pub(super) struct Parts {
     /// The lift of this thread for a same-host exit (`FFD_SCHED`), made
     /// on the thread once it runs under its policy.
     pub boost: Option<Arc<Boost>>,
+    /// The liveness port and the peers' (`FFD_LIVENESS`; `None`: off).
+    pub liveness: Option<LivenessParts>,
 }
 
 pub(super) struct Progress<'d> {
@@ -166,6 +171,9 @@ pub(super) struct Progress<'d> {
     /// The epoll set of same-host pidfds and `wake` (a second fd of it),
     /// readable on a command or an exit: waited on instead of `wake`.
     exits_fd: Option<OwnedFd>,
+    /// The liveness sockets' epoll set (which holds the wake fd above):
+    /// waited on instead of it.
+    live_fd: Option<OwnedFd>,
     core: Core<'d>,
 }
 
@@ -214,6 +222,12 @@ struct Core<'d> {
     agreement_poll_every: Duration,
     /// The diagnosis ring for the log (`FFD_LOG=info`).
     diagnosis: Diagnosis,
+    /// The liveness port, the watch of the emitter's, the probe.
+    liveness: Option<Liveness>,
+    /// The liveness listener, kept open when its epoll set could not be
+    /// made: its port was published.
+    _kept_listener: Option<std::net::TcpListener>,
+    answers: Vec<Answer>,
 }
 
 /// The Engine's ingredients; it is built when the linking phase ends, so
@@ -366,6 +380,26 @@ impl<'d> Progress<'d> {
             .as_ref()
             .and_then(LocalWatching::wait_fd)
             .and_then(|fd| fd.try_clone_to_owned().ok());
+        let mut kept_listener = None;
+        let liveness = parts.liveness.and_then(|l| {
+            let wake = exits_fd.as_ref().map_or(parts.wake.as_fd(), AsFd::as_fd);
+            let listener = l.listener.try_clone();
+            match Liveness::new(l, wake) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    // The port is published: it stays open while this rank
+                    // runs (a closed one would be refused, proof of death).
+                    kept_listener = listener.ok();
+                    parts
+                        .logger
+                        .warn(format_args!("no liveness watch (its epoll set: {e})"));
+                    None
+                }
+            }
+        });
+        let live_fd = liveness
+            .as_ref()
+            .and_then(|l| l.wait_fd().try_clone_to_owned().ok());
         let agreement_poll_every = agreement_poll_every(
             engine
                 .hosts()
@@ -377,6 +411,7 @@ impl<'d> Progress<'d> {
             _av: parts._av,
             wake: parts.wake,
             exits_fd,
+            live_fd,
             core: Core {
                 shared: parts.shared,
                 engine,
@@ -405,6 +440,9 @@ impl<'d> Progress<'d> {
                 exits_unscanned: true,
                 boost: parts.boost,
                 diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
+                liveness,
+                _kept_listener: kept_listener,
+                answers: Vec::new(),
             },
         }
     }
@@ -416,6 +454,7 @@ impl<'d> Progress<'d> {
             endpoint,
             wake,
             exits_fd,
+            live_fd,
             core,
             ..
         } = &mut self;
@@ -426,6 +465,8 @@ impl<'d> Progress<'d> {
         // wait that timed out on them (and read the queue just before), so
         // a plain heartbeat wake-up reads neither again.
         let mut woken = true;
+        // Whether the liveness sockets may have an event: see below.
+        let mut live = true;
         let mut queue = true;
         while !core.finished() {
             // Lifts counted before the exits are taken: a later one is
@@ -447,6 +488,7 @@ impl<'d> Progress<'d> {
             if woken {
                 core.take_exits();
             }
+            core.take_liveness(live);
             core.exits_unscanned = true;
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
@@ -461,6 +503,7 @@ impl<'d> Progress<'d> {
             core.on_deadline();
             core.diagnosis.mark(1, || elapsed(started));
             core.carry_out(endpoint);
+            core.rewatch();
             core.bump();
             core.retry_pending(endpoint);
             core.publish(false);
@@ -478,11 +521,24 @@ impl<'d> Progress<'d> {
                 continue;
             }
             let timeout = core.sleep_for();
-            // With pidfds, their epoll set (which holds the wake socket too).
-            let wake_fd = exits_fd.as_ref().map_or(wake.as_fd(), AsFd::as_fd);
+            // With pidfds, their epoll set (which holds the wake socket
+            // too); with a liveness port, its set (which holds that one).
+            let wake_fd = live_fd
+                .as_ref()
+                .or(exits_fd.as_ref())
+                .map_or(wake.as_fd(), AsFd::as_fd);
             core.exits_unscanned = true;
             match endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
-                Ok(waited) => (queue, woken) = (waited.queue, waited.woken),
+                Ok(waited) => {
+                    (queue, woken) = (waited.queue, waited.woken);
+                    // A wait that returned on completions already queued
+                    // says `woken` without looking: the liveness sockets
+                    // are then read only if a check interval passed since
+                    // their last read (their fd stays readable, so a real
+                    // wait returns for them at once), which keeps a turn
+                    // per heartbeat completion free of their system call.
+                    live = waited.woken && (waited.completions == 0 || core.liveness_overdue());
+                }
                 Err(e) => {
                     core.failed = Some(StopReason::new(StopCause::Wait, e.to_string()));
                     break;
@@ -615,6 +671,9 @@ impl Core<'_> {
 
     fn begin_leave(&mut self) {
         if self.leaving_until.is_none() {
+            if let Some(l) = self.liveness.as_mut() {
+                l.leave();
+            }
             let now = self.now();
             let _ = self.engine.handle(now, Input::Leave);
             self.leaving_until = Some(Instant::now() + self.linger);
@@ -773,6 +832,9 @@ impl Core<'_> {
         }
         if self.sends.is_waiting() {
             sleep = sleep.min(RETRY_EVERY);
+        }
+        if let Some(at) = self.liveness.as_ref().and_then(Liveness::deadline) {
+            sleep = sleep.min(at.saturating_duration_since(Instant::now()));
         }
         let unattended = self
             .shared

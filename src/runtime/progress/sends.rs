@@ -98,7 +98,7 @@ impl Core<'_> {
         }
     }
 
-    fn transport_error(
+    pub(super) fn transport_error(
         &mut self,
         now: Time,
         peer: Rank,

@@ -43,15 +43,19 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
-use crate::config::{Config, CoreChoice, Env, LocalMode, ProgressMode, SchedPolicy};
+use crate::config::{
+    Config, CoreChoice, Env, LivenessMode, LocalMode, ProgressMode, SchedPolicy, SourceFilterMode,
+};
 use crate::fabric::{
     AddressVector, Domain, Endpoint, EndpointConfig, FabricVersions, Info, RemoteRegion, SlotPage,
+    SourceGuard, socket_address,
 };
 use crate::node;
 use crate::protocol::{self, EngineConfig, Hosts, Rank, Ring};
 
 use super::host_agree::HostAgreement;
 use super::link::LinkProgress;
+use super::liveness::LivenessParts;
 use super::local;
 use super::log::Logger;
 use super::placement::{self, Placement};
@@ -84,8 +88,13 @@ pub(super) fn start(
     let source_guard =
         guard::deny_all(config, &fabric, &logger).map_err(|e| abandon_exchange(bootstrap, e))?;
     phases.done("fabric open");
-    let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
+    let live = liveness_listener(config, &fabric, &logger);
+    let live_port = live
+        .as_ref()
+        .map_or(0, |(l, _)| l.local_addr().map_or(0, |a| a.port()));
+    let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config, live_port)?;
     phases.done("address exchange");
+    let liveness = admit_liveness(live, &view, config.timeout(), &logger);
     let source_filter = guard::admit_job(source_guard, &view)?;
     phases.done("source filter");
     if let Some(filter) = &source_filter {
@@ -163,6 +172,7 @@ pub(super) fn start(
         timeout: config.timeout(),
         logger,
         boost: None,
+        liveness,
     };
     let widen = !matches!(config.core(), CoreChoice::Cpu(_));
     let (thread, exited) = spawn_progress(parts, &placement, (config.sched(), widen), logger)?;
@@ -262,6 +272,7 @@ fn exchange_records(
     bootstrap: &mut dyn Bootstrap,
     fabric: &OwnFabric,
     engine_config: &EngineConfig,
+    liveness_port: u16,
 ) -> Result<(JobView, JobSecret), StartError> {
     let (me, size) = (bootstrap.rank(), bootstrap.size());
     let secret = keys::held_secret(bootstrap, &Env::process())
@@ -285,6 +296,7 @@ fn exchange_records(
     record.secret = claim;
     record.settings.local = config.local();
     record.process = this_process();
+    record.liveness_port = liveness_port;
     if me == 0 {
         record.job_key = random_job_key().map_err(|source| {
             abandon_exchange(
@@ -304,6 +316,92 @@ fn exchange_records(
         (None, None) => return Err(ExchangeError::NoSecret.into()),
     };
     Ok((view, secret))
+}
+
+/// This rank's liveness port (`FFD_LIVENESS=auto`, design
+/// §4.5 "In-band detection"): a TCP listener at the fabric endpoint's IP that drops
+/// every packet until the job's hosts are known. `None` (logged) when
+/// off, when the endpoint has no IP address, or when the kernel refuses.
+fn liveness_listener(
+    config: &Config,
+    fabric: &OwnFabric,
+    logger: &Logger,
+) -> Option<(std::net::TcpListener, Option<SourceGuard>)> {
+    if config.liveness() == LivenessMode::Off {
+        return None;
+    }
+    let Some(ip) = socket_address(fabric.endpoint.name())
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_unspecified())
+    else {
+        logger.info(format_args!(
+            "no liveness port: the endpoint's address is no IP address"
+        ));
+        return None;
+    };
+    // Filtered as the fabric port is (`FFD_SOURCE_FILTER`): `auto` goes
+    // on without a filter where the kernel refuses one (the listener
+    // still closes at once what comes from outside the job's hosts).
+    let mode = config.source_filter();
+    let filtered = crate::fabric::liveness_listener(ip, mode != SourceFilterMode::Off);
+    match filtered {
+        Ok(l) => Some(l),
+        Err(e) if mode == SourceFilterMode::Auto => {
+            match crate::fabric::liveness_listener(ip, false) {
+                Ok(l) => {
+                    logger.info(format_args!("liveness port without a source filter: {e}"));
+                    Some(l)
+                }
+                Err(e) => {
+                    logger.info(format_args!("no liveness port: {e}"));
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            logger.warn(format_args!("no liveness port: {e}"));
+            None
+        }
+    }
+}
+
+/// After the exchange: the listener admits the job's hosts (locked), and
+/// every rank's liveness address is known.
+fn admit_liveness(
+    live: Option<(std::net::TcpListener, Option<SourceGuard>)>,
+    view: &JobView,
+    timeout: std::time::Duration,
+    logger: &Logger,
+) -> Option<LivenessParts> {
+    let (listener, guard) = live?;
+    let ports: Vec<Option<std::net::SocketAddr>> = view
+        .records
+        .iter()
+        .map(|rec| {
+            let ip = socket_address(&rec.fabric_addr)?.ip();
+            (rec.liveness_port != 0).then(|| std::net::SocketAddr::new(ip, rec.liveness_port))
+        })
+        .collect();
+    let mut allowed: Vec<std::net::IpAddr> = Vec::new();
+    for ip in ports.iter().flatten().map(|a| a.ip().to_canonical()) {
+        if !allowed.contains(&ip) {
+            allowed.push(ip);
+        }
+    }
+    if let Some(Err(e)) = guard.map(|g| g.allow(&allowed)) {
+        // The port is published: it must stay open while this rank lives
+        // (a closed one is refused, proof of death). Deny-all, it answers
+        // nobody, which is no verdict.
+        logger.warn(format_args!(
+            "the liveness port stays closed to everyone (admitting the job's hosts failed: {e})"
+        ));
+    }
+    Some(LivenessParts {
+        listener,
+        ports,
+        allowed,
+        probe_wait: timeout / 4,
+    })
 }
 
 /// This rank cannot make its record: it still takes part in the exchange

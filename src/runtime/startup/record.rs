@@ -6,7 +6,7 @@
 //! each other (that is `exchange`'s job), or carry the bytes anywhere (the
 //! [`Bootstrap`](crate::bootstrap::Bootstrap) transport does).
 //!
-//! Format, little-endian, version [`RECORD_VERSION`] = 3:
+//! Format, little-endian, version [`RECORD_VERSION`] = 4:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -31,11 +31,16 @@
 //! | 112 | 8 | pid namespace: the inode of `/proc/self/ns/pid` (0: unknown) |
 //! | 120 | 8 | process start time, clock ticks since boot (`/proc/self/stat` field 22; 0: unknown) |
 //! | 128 | 1 | local watching (`FFD_LOCAL`): 0 auto, 1 off, 2 counters, 3 pidfd |
-//! | 129 | 1+n | hostname, UTF-8, n ≤ 255 |
+//! | 129 | 2 | liveness port at the fabric address's IP (0: none; `FFD_LIVENESS`) |
+//! | 131 | 1+n | hostname, UTF-8, n ≤ 255 |
 //! | | 1+n | provider name, UTF-8, n ≤ 255 |
 //! | | 2+n | fabric address, n ≤ 4096 |
 //!
 //! Nothing may follow the fabric address.
+//!
+//! Version 4 added the liveness port (`docs/design.md`
+//! §4.5 "In-band detection"): a refused connection to it is proof the rank's process
+//! is gone.
 //!
 //! Version 3 added the process identity (pid, pid namespace, start time)
 //! that a same-host watcher checks before it trusts a pid (a recycled pid
@@ -65,10 +70,10 @@ use crate::protocol::wire;
 use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};
 
 /// The version of the record format above.
-pub const RECORD_VERSION: u16 = 3;
+pub const RECORD_VERSION: u16 = 4;
 
 const MAGIC: [u8; 4] = *b"FFDR";
-const FIXED_LEN: usize = 129;
+const FIXED_LEN: usize = 131;
 /// Bytes of a secret's fingerprint in a record.
 pub const FINGERPRINT_LEN: usize = 8;
 const MAX_NAME: usize = 255;
@@ -225,6 +230,8 @@ pub struct PeerRecord {
     pub secret: SecretClaim,
     /// This rank's process, for its same-host watchers.
     pub process: ProcessIdentity,
+    /// This rank's liveness port, at its fabric address's IP (0: none).
+    pub liveness_port: u16,
 }
 
 impl PeerRecord {
@@ -253,6 +260,7 @@ impl PeerRecord {
             settings: AgreedSettings::of(engine),
             secret: SecretClaim::None,
             process: ProcessIdentity::default(),
+            liveness_port: 0,
         }
     }
 
@@ -298,6 +306,7 @@ impl PeerRecord {
         out.extend_from_slice(&self.process.pid_namespace.to_le_bytes());
         out.extend_from_slice(&self.process.start_time.to_le_bytes());
         out.push(local_code(self.settings.local));
+        out.extend_from_slice(&self.liveness_port.to_le_bytes());
         for text in [&self.hostname, &self.provider] {
             out.push(text.len() as u8); // checked above: ≤ 255
             out.extend_from_slice(text.as_bytes());
@@ -341,6 +350,7 @@ impl PeerRecord {
             start_time: r.u64()?,
         };
         let local = decode_code("local", r.u8()?, &LOCAL)?;
+        let liveness_port = r.u16()?;
         let hostname = r.text("hostname")?;
         let provider = r.text("provider")?;
         let addr_len = usize::from(r.u16()?);
@@ -379,6 +389,7 @@ impl PeerRecord {
             },
             secret,
             process,
+            liveness_port,
         })
     }
 }
@@ -597,6 +608,7 @@ mod tests {
             pid_namespace: 4_026_531_836,
             start_time: 123_456,
         };
+        r.liveness_port = 40_123;
         r
     }
 
@@ -681,7 +693,7 @@ mod tests {
         v1[4] = 1;
         assert_eq!(
             PeerRecord::decode(&v1).unwrap_err().to_string(),
-            "is of record version 1, this rank reads version 3"
+            "is of record version 1, this rank reads version 4"
         );
         let mut claim = bytes.clone();
         claim[75] = 3;
@@ -720,7 +732,7 @@ mod tests {
             PeerRecord::decode(&bytes[..FIXED_LEN + 4])
                 .unwrap_err()
                 .to_string(),
-            "is truncated: 133 bytes, the hostname needs 3 more"
+            "is truncated: 135 bytes, the hostname needs 3 more"
         );
     }
 

@@ -30,6 +30,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ffd_protocol::liveness::{self, ProbeAnswer};
 use ffd_protocol::wire::{self, JobKeys};
 use ffd_protocol::{
     BcastKind, Engine, EngineConfig, EngineOptions, Evidence, FabricSaid, HeartbeatMode,
@@ -127,6 +128,7 @@ pub struct Used {
     pub partitions: u32,
     pub broadcasts: u32,
     pub leaves: u32,
+    pub probes: u32,
 }
 
 /// What the properties remember of a path (ghost state).
@@ -309,6 +311,14 @@ pub enum Action {
     /// `rank`'s heartbeat write to its crashed observer fails with proof.
     WriteError {
         rank: Rank,
+    },
+    /// `rank` probes its emitter's liveness port: refused if the emitter
+    /// crashed (and no cut hides its host), unanswered across a cut, and
+    /// for a live emitter greeted (`greeted`) or not (it is stopped or
+    /// slow: its kernel completes the handshake, nobody greets).
+    Probe {
+        rank: Rank,
+        greeted: bool,
     },
     /// `rank` crashes; of its copies in flight the first `keep` had left.
     Crash {
@@ -557,6 +567,28 @@ impl Job {
             }
         }
         for rank in 0..n {
+            if s.used.probes >= b.probes || !s.active(rank) {
+                continue;
+            }
+            let Some(e) = s.nodes[rank as usize]
+                .engine
+                .emitter()
+                .filter(|&e| e != rank)
+            else {
+                continue;
+            };
+            if !s.nodes[e as usize].crashed && !s.split(rank, e) {
+                out.push(Action::Probe {
+                    rank,
+                    greeted: true,
+                });
+            }
+            out.push(Action::Probe {
+                rank,
+                greeted: false,
+            });
+        }
+        for rank in 0..n {
             if !s.active(rank) {
                 continue;
             }
@@ -651,6 +683,29 @@ impl Job {
                     let _ = e.handle(now, input);
                 });
             }
+            Action::Probe { rank, greeted } => {
+                s.used.probes += 1;
+                let Some(e) = s.nodes[rank as usize].engine.emitter() else {
+                    return s;
+                };
+                let answer = self.probe_answer(&s, rank, e, greeted);
+                log.note(|| format!("rank {rank}'s probe of rank {e}: {answer:?}"));
+                if let Some(evidence) = liveness::evidence(answer) {
+                    let said = match answer {
+                        ProbeAnswer::Refused => FabricSaid::ProbeRefused,
+                        _ => FabricSaid::Nothing,
+                    };
+                    let input = Input::TransportError {
+                        peer: e,
+                        kind: TransportErrorKind::LivenessProbe,
+                        evidence,
+                        said,
+                    };
+                    self.call(&mut s, rank, log, |eng, now| {
+                        let _ = eng.handle(now, input);
+                    });
+                }
+            }
             Action::Crash { rank, keep } => {
                 let node = &mut s.nodes[rank as usize];
                 node.crashed = true;
@@ -695,6 +750,22 @@ impl Job {
         }
         props::after_step(self, &mut s);
         s
+    }
+
+    /// What `rank`'s probe of `e` gets: a crashed emitter's kernel refuses
+    /// (unless a cut hides its host); a cut answers nothing; a live
+    /// emitter greets if it runs (`greeted`), and answers nothing if it is
+    /// stopped or slow.
+    pub fn probe_answer(&self, s: &State, rank: Rank, e: Rank, greeted: bool) -> ProbeAnswer {
+        if s.split(rank, e) {
+            ProbeAnswer::NoAnswer
+        } else if s.nodes[e as usize].crashed {
+            ProbeAnswer::Refused
+        } else if greeted {
+            ProbeAnswer::Greeted
+        } else {
+            ProbeAnswer::NoAnswer
+        }
     }
 
     /// Hands copy `p` from `from` to its receiver; to a crashed one it

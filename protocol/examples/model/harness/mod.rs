@@ -51,6 +51,10 @@ pub struct Bounds {
     pub agreements: u32,
     /// Ranks that leave.
     pub leaves: u32,
+    /// Liveness probes of an emitter (`ffd_protocol::liveness`), in all:
+    /// refused by a crashed emitter's kernel, unanswered across a cut or
+    /// by a live emitter that is stopped or slow, greeted by one that runs.
+    pub probes: u32,
     /// How many timeouts a rank's clock may run ahead of the slowest
     /// running rank's (`None`: unbounded, the asynchronous model). Copies
     /// in flight are delayed without bound either way.
@@ -86,6 +90,7 @@ impl Bounds {
             broadcasts: 1,
             agreements: 1,
             leaves: 0,
+            probes: 0,
             skew: None,
             threads: 1,
             max_states: None,
@@ -113,7 +118,7 @@ impl Bounds {
     pub fn flags(&self) -> String {
         format!(
             "--ranks {} --depth {} --faults {} --losses {} --duplicates {} --stalls {} \
-             --partitions {} --broadcasts {} --agreements {} --leaves {}{}{}",
+             --partitions {} --broadcasts {} --agreements {} --leaves {}{}{}{}",
             self.ranks,
             self.depth,
             self.faults,
@@ -124,6 +129,10 @@ impl Bounds {
             self.broadcasts,
             self.agreements,
             self.leaves,
+            match self.probes {
+                0 => String::new(),
+                p => format!(" --probes {p}"),
+            },
             self.skew
                 .map_or_else(String::new, |k| format!(" --skew {k}")),
             match self.opening.len() {

@@ -47,6 +47,11 @@ pub fn action(job: &Job, s: &State, a: Action) -> String {
             let to = s.nodes[rank as usize].stream.map_or(u32::MAX, |st| st.to);
             format!("rank {rank}'s heartbeat write to crashed rank {to} fails (proof)")
         }
+        Action::Probe { rank, greeted } => {
+            let e = s.nodes[rank as usize].engine.emitter().unwrap_or(u32::MAX);
+            let answer = job.probe_answer(s, rank, e, greeted);
+            format!("rank {rank} probes its emitter {e}'s liveness port: {answer:?}")
+        }
         Action::Crash { rank, keep } => {
             let queued = s.outbox[rank as usize].len();
             if queued == 0 {
