@@ -273,6 +273,13 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
         set.push((var::DOMAIN.to_owned(), "lo".to_owned()));
     }
 
+    if hosts.is_some() && env.get(var::CORE).is_none() {
+        // Emulated hosts share this machine's CPUs: each host's first rank
+        // would be pinned to the same CPU (every progress thread on one CPU
+        // with one rank per host), so the scheduler places them.
+        set.push((var::CORE.to_owned(), "none".to_owned()));
+    }
+
     let plan = Plan {
         info: RunInfo {
             ranks: args.ranks,
@@ -447,6 +454,23 @@ mod tests {
         Cli::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
             .map(|c| c.run)
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn emulated_hosts_leave_the_progress_threads_to_the_scheduler_unless_ffd_core_is_set() {
+        let core = |plan: &Plan| {
+            plan.env
+                .iter()
+                .find(|(k, _)| k == "FFD_CORE")
+                .map(|(_, v)| v.clone())
+        };
+        for option in ["--hosts", "--netns"] {
+            let plan = plan_of(&["-n", "4", option, "4"], &[]).unwrap();
+            assert_eq!(core(&plan).as_deref(), Some("none"), "{option}");
+            let set = plan_of(&["-n", "4", option, "4"], &[("FFD_CORE", "auto")]).unwrap();
+            assert_eq!(core(&set), None, "{option}: the inherited FFD_CORE wins");
+        }
+        assert_eq!(core(&plan_of(&["-n", "4"], &[]).unwrap()), None);
     }
 
     fn plan_of(args: &[&str], env: &[(&str, &str)]) -> Result<Plan, String> {
