@@ -65,6 +65,7 @@ fn plan(ranks: u32, faults: &[(FaultKind, u32, u64)], duration_ms: u64) -> Plan 
         hosts: Some(2),
         netns: None,
         verbose: false,
+        cores: Vec::new(),
     }
 }
 

@@ -54,6 +54,7 @@ fn sigterm_shuts_the_job_down_and_reaps_every_agent() {
         hosts: None,
         netns: None,
         verbose: false,
+        cores: Vec::new(),
     };
     let agent = AgentCommand {
         program: "/bin/sh".into(),

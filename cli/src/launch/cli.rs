@@ -273,11 +273,17 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
         set.push((var::DOMAIN.to_owned(), "lo".to_owned()));
     }
 
+    // Emulated hosts share this machine's CPUs: each host's first rank
+    // would be pinned to the same CPU (every progress thread on one CPU
+    // with one rank per host). They are spread by rank over the CPUs this
+    // process may use, as one host's ranks are; left to the scheduler
+    // when those cannot be read.
+    let mut cores = Vec::new();
     if hosts.is_some() && env.get(var::CORE).is_none() {
-        // Emulated hosts share this machine's CPUs: each host's first rank
-        // would be pinned to the same CPU (every progress thread on one CPU
-        // with one rank per host), so the scheduler places them.
-        set.push((var::CORE.to_owned(), "none".to_owned()));
+        match allowed_cpus() {
+            Some(cpus) if !cpus.is_empty() => cores = cpus,
+            _ => set.push((var::CORE.to_owned(), "none".to_owned())),
+        }
     }
 
     let plan = Plan {
@@ -294,8 +300,33 @@ pub fn plan(args: &RunArgs, env: &Env) -> Result<(Plan, Vec<ConfigWarning>), Usa
         hosts: args.hosts,
         netns,
         verbose: args.verbose,
+        cores,
     };
     Ok((plan, config.warnings().to_vec()))
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of
+/// `/proc/self/status`, e.g. `0-3,8`), ascending; `None` if unreadable.
+fn allowed_cpus() -> Option<Vec<usize>> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    parse_cpu_list(list.trim())
+}
+
+/// `0-3,8` -> [0, 1, 2, 3, 8]; `None` if malformed.
+fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
 }
 
 /// Adds [`RXM_ENV`] to the agents' variables of a job over `tcp` (with
@@ -457,20 +488,42 @@ mod tests {
     }
 
     #[test]
-    fn emulated_hosts_leave_the_progress_threads_to_the_scheduler_unless_ffd_core_is_set() {
-        let core = |plan: &Plan| {
-            plan.env
-                .iter()
-                .find(|(k, _)| k == "FFD_CORE")
-                .map(|(_, v)| v.clone())
-        };
+    fn emulated_hosts_spread_the_progress_threads_by_rank_unless_ffd_core_is_set() {
+        let cpus = allowed_cpus().expect("this process's allowed CPUs");
         for option in ["--hosts", "--netns"] {
             let plan = plan_of(&["-n", "4", option, "4"], &[]).unwrap();
-            assert_eq!(core(&plan).as_deref(), Some("none"), "{option}");
+            assert_eq!(plan.cores, cpus, "{option}");
+            let last = *cpus.last().unwrap();
+            let core_of = |rank| {
+                plan.env_of(rank, "x", std::path::Path::new("/s"))
+                    .into_iter()
+                    .find(|(k, _)| k == "FFD_CORE")
+                    .map(|(_, v)| v)
+            };
+            // Rank 0 on the top CPU, as a host's first rank, and ranks of
+            // different hosts apart where there are CPUs for them.
+            assert_eq!(core_of(0), Some(last.to_string()), "{option}");
+            if cpus.len() > 1 {
+                assert_ne!(core_of(0), core_of(1), "{option}");
+            }
             let set = plan_of(&["-n", "4", option, "4"], &[("FFD_CORE", "auto")]).unwrap();
-            assert_eq!(core(&set), None, "{option}: the inherited FFD_CORE wins");
+            assert!(
+                set.cores.is_empty(),
+                "{option}: the inherited FFD_CORE wins"
+            );
         }
-        assert_eq!(core(&plan_of(&["-n", "4"], &[]).unwrap()), None);
+        assert!(plan_of(&["-n", "4"], &[]).unwrap().cores.is_empty());
+    }
+
+    #[test]
+    fn cpu_lists_parse_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0-1"), Some(vec![0, 1]));
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpu_list("5"), Some(vec![5]));
+        assert_eq!(parse_cpu_list("0-x"), None);
     }
 
     fn plan_of(args: &[&str], env: &[(&str, &str)]) -> Result<Plan, String> {

@@ -70,6 +70,10 @@ pub struct Plan {
     pub netns: Option<NetnsPlan>,
     /// Print every agent line, not only the first detection and the all-notified line.
     pub verbose: bool,
+    /// CPUs to pin the agents' progress threads to, spread by rank as one
+    /// host's ranks are (`FFD_CORE` = the `rank % len`-th from the top);
+    /// empty: each agent's own `FFD_CORE` decides.
+    pub cores: Vec<usize>,
 }
 
 impl Plan {
@@ -105,6 +109,10 @@ impl Plan {
             var::SECRET_FILE.into(),
             secret_file.to_string_lossy().into_owned(),
         ));
+        if !self.cores.is_empty() {
+            let at = self.cores.len() - 1 - rank as usize % self.cores.len();
+            env.push((var::CORE.into(), self.cores[at].to_string()));
+        }
         let pinned = self.netns.is_some_and(|n| n.pin_hostname);
         if self.hosts.is_some() || pinned {
             if let Some(host) = self.host_of(rank) {
