@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use super::cluster::{HOST_IFACE, LinkShape, MAX_HOSTS, NetnsPlan};
 use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
-use super::launcher::{Ending, LaunchError, Launcher, Outcome, Plan};
+use super::launcher::{Ending, LaunchError, Launcher, Outcome};
+use super::plan::Plan;
 use super::process::AgentCommand;
 use super::startup::{CpuBudget, RXM_ENV};
 use super::timeline::RunInfo;

@@ -12,23 +12,23 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{self, Write};
-use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
 
 use super::agent_line::{AgentEvent, AgentLine, Stamp};
-use super::cluster::{Cluster, ClusterError, NetnsPlan, switch_addr};
-use super::fault::{FaultKind, Schedule};
+use super::cluster::{Cluster, ClusterError, switch_addr};
+use super::fault::FaultKind;
+use super::plan::Plan;
 use super::process::{Agent, AgentCommand, ToLauncher, agent_exit};
 use super::secret_dir::SecretDir;
 use super::signals::SignalCatcher;
 use super::startup::StartupProgress;
-use super::timeline::{AgentExit, Fact, RunInfo, Timeline};
+use super::timeline::{AgentExit, Fact, Timeline};
 use ffd::bootstrap::secret::JobSecret;
 use ffd::bootstrap::tcp::{AbortReason, DropCounts, Rendezvous, RendezvousError, RendezvousHandle};
-use ffd::config::{format_duration, var};
+use ffd::config::format_duration;
 use ffd::protocol::Rank;
 use ffd::protocol::ranks::format_ranks;
 
@@ -49,78 +49,6 @@ const DRAIN_BOUND: Duration = Duration::from_secs(2);
 /// agents were seen to take 30 s to start while the machine was busy.
 pub fn default_ready_timeout(ranks: u32) -> Duration {
     Duration::from_secs(60).max(Duration::from_millis(100) * ranks)
-}
-
-/// What to run: the job's settings, faults and environment.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    pub info: RunInfo,
-    pub schedule: Schedule,
-    /// When every running agent starts an agreement (`--agree`), ascending.
-    pub agree: Vec<Duration>,
-    /// Run length after start; default: [`DEFAULT_TAIL`] after the last
-    /// fault or agreement.
-    pub duration: Option<Duration>,
-    /// Variables for every agent (on top of the inherited environment).
-    pub env: Vec<(String, String)>,
-    /// Fake this many hosts: `FFD_HOSTNAME=node<rank % hosts>`.
-    pub hosts: Option<u32>,
-    /// Emulate hosts with namespaces (`--netns`): rank r runs in host
-    /// r mod H, whose hostname is `node<h>`.
-    pub netns: Option<NetnsPlan>,
-    /// Print every agent line, not only the first detection and the all-notified line.
-    pub verbose: bool,
-    /// CPUs to pin the agents' progress threads to, spread by rank as one
-    /// host's ranks are (`FFD_CORE` = the `rank % len`-th from the top);
-    /// empty: each agent's own `FFD_CORE` decides.
-    pub cores: Vec<usize>,
-}
-
-impl Plan {
-    /// The host of rank `rank` (rank mod H) when the job has hosts, faked
-    /// (`--hosts`) or emulated (`--netns`).
-    pub fn host_of(&self, rank: Rank) -> Option<u32> {
-        self.hosts
-            .or(self.netns.map(|n| n.hosts))
-            .filter(|&h| h > 0)
-            .map(|h| rank % h)
-    }
-
-    /// When the launcher starts the shutdown, from job start.
-    pub fn end(&self) -> Duration {
-        self.duration.unwrap_or_else(|| {
-            let last_agree = self.agree.last().copied();
-            if self.schedule.is_empty() && last_agree.is_none() {
-                DEFAULT_TAIL
-            } else {
-                self.schedule.last().max(last_agree.unwrap_or_default()) + DEFAULT_TAIL
-            }
-        })
-    }
-
-    /// The variables that make rank `rank` an agent of this job, whose
-    /// rendezvous is at `bootstrap` and secret in `secret_file`.
-    pub fn env_of(&self, rank: Rank, bootstrap: &str, secret_file: &Path) -> Vec<(String, String)> {
-        let mut env = self.env.clone();
-        env.push((var::BOOTSTRAP.into(), bootstrap.into()));
-        env.push((var::RANK.into(), rank.to_string()));
-        env.push((var::SIZE.into(), self.info.ranks.to_string()));
-        env.push((
-            var::SECRET_FILE.into(),
-            secret_file.to_string_lossy().into_owned(),
-        ));
-        if !self.cores.is_empty() {
-            let at = self.cores.len() - 1 - rank as usize % self.cores.len();
-            env.push((var::CORE.into(), self.cores[at].to_string()));
-        }
-        let pinned = self.netns.is_some_and(|n| n.pin_hostname);
-        if self.hosts.is_some() || pinned {
-            if let Some(host) = self.host_of(rank) {
-                env.push((var::HOSTNAME.into(), format!("node{host}")));
-            }
-        }
-        env
-    }
 }
 
 /// Why the job ended.

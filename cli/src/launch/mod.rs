@@ -9,6 +9,7 @@
 //! synthetic inputs.
 //!
 //! - [`cli`]: the options ([`cli::RunArgs`]) and [`cli::run`].
+//! - [`Plan`]: what to run, and each agent's variables ([`Plan::env_of`]).
 //! - [`Launcher`]: makes the job secret ([`SecretDir`]), serves the TCP
 //!   rendezvous on `127.0.0.1:0`, spawns the agents with `FFD_BOOTSTRAP`,
 //!   `FFD_RANK`, `FFD_SIZE`, `FFD_SECRET_FILE`, waits for every `ready`,
@@ -28,6 +29,7 @@ pub mod cli;
 pub mod cluster;
 pub mod fault;
 mod launcher;
+mod plan;
 mod process;
 pub mod secret_dir;
 mod signals;
@@ -37,8 +39,9 @@ mod timeline;
 pub use agent_line::{AgentEvent, AgentLine, LineError, Stamp};
 pub use launcher::{
     AbortHandle, AgentRecord, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TAIL, Ending, LaunchError,
-    Launcher, Outcome, Plan, default_ready_timeout,
+    Launcher, Outcome, default_ready_timeout,
 };
+pub use plan::Plan;
 pub use process::AgentCommand;
 pub use secret_dir::SecretDir;
 pub(crate) use signals::SignalCatcher;

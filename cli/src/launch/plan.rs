@@ -1,0 +1,87 @@
+//! What `ffd run` runs: a [`Plan`], the job's settings, faults and
+//! environment, and what each agent's environment is made of.
+//!
+//! Owns: the plan's fields and the variables of one agent
+//! ([`Plan::env_of`]). Must not: start anything (the launcher does).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::cluster::NetnsPlan;
+use super::fault::Schedule;
+use super::launcher::DEFAULT_TAIL;
+use super::timeline::RunInfo;
+use ffd::config::var;
+use ffd::protocol::Rank;
+
+/// What to run: the job's settings, faults and environment.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub info: RunInfo,
+    pub schedule: Schedule,
+    /// When every running agent starts an agreement (`--agree`), ascending.
+    pub agree: Vec<Duration>,
+    /// Run length after start; default: [`DEFAULT_TAIL`] after the last
+    /// fault or agreement.
+    pub duration: Option<Duration>,
+    /// Variables for every agent (on top of the inherited environment).
+    pub env: Vec<(String, String)>,
+    /// Fake this many hosts: `FFD_HOSTNAME=node<rank % hosts>`.
+    pub hosts: Option<u32>,
+    /// Emulate hosts with namespaces (`--netns`): rank r runs in host
+    /// r mod H, whose hostname is `node<h>`.
+    pub netns: Option<NetnsPlan>,
+    /// Print every agent line, not only the first detection and the all-notified line.
+    pub verbose: bool,
+    /// CPUs to pin the agents' progress threads to, spread by rank as one
+    /// host's ranks are (`FFD_CORE` = the `rank % len`-th from the top);
+    /// empty: each agent's own `FFD_CORE` decides.
+    pub cores: Vec<usize>,
+}
+
+impl Plan {
+    /// The host of rank `rank` (rank mod H) when the job has hosts, faked
+    /// (`--hosts`) or emulated (`--netns`).
+    pub fn host_of(&self, rank: Rank) -> Option<u32> {
+        self.hosts
+            .or(self.netns.map(|n| n.hosts))
+            .filter(|&h| h > 0)
+            .map(|h| rank % h)
+    }
+
+    /// When the launcher starts the shutdown, from job start.
+    pub fn end(&self) -> Duration {
+        self.duration.unwrap_or_else(|| {
+            let last_agree = self.agree.last().copied();
+            if self.schedule.is_empty() && last_agree.is_none() {
+                DEFAULT_TAIL
+            } else {
+                self.schedule.last().max(last_agree.unwrap_or_default()) + DEFAULT_TAIL
+            }
+        })
+    }
+
+    /// The variables that make rank `rank` an agent of this job, whose
+    /// rendezvous is at `bootstrap` and secret in `secret_file`.
+    pub fn env_of(&self, rank: Rank, bootstrap: &str, secret_file: &Path) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        env.push((var::BOOTSTRAP.into(), bootstrap.into()));
+        env.push((var::RANK.into(), rank.to_string()));
+        env.push((var::SIZE.into(), self.info.ranks.to_string()));
+        env.push((
+            var::SECRET_FILE.into(),
+            secret_file.to_string_lossy().into_owned(),
+        ));
+        if !self.cores.is_empty() {
+            let at = self.cores.len() - 1 - rank as usize % self.cores.len();
+            env.push((var::CORE.into(), self.cores[at].to_string()));
+        }
+        let pinned = self.netns.is_some_and(|n| n.pin_hostname);
+        if self.hosts.is_some() || pinned {
+            if let Some(host) = self.host_of(rank) {
+                env.push((var::HOSTNAME.into(), format!("node{host}")));
+            }
+        }
+        env
+    }
+}
