@@ -29,7 +29,7 @@ mod record;
 
 pub use exchange::{ExchangeError, JobView, exchange};
 pub use record::{
-    AgreedSettings, FINGERPRINT_LEN, PeerRecord, ProcessIdentity, RECORD_VERSION, RecordError,
+    FINGERPRINT_LEN, JobWideSettings, PeerRecord, ProcessIdentity, RECORD_VERSION, RecordError,
     SecretClaim, host_id, local_hostname, random_job_key, start_time_of, stat_after_command,
     this_process,
 };
@@ -84,7 +84,7 @@ pub(super) fn start(
     let source_guard =
         guard::deny_all(config, &fabric, &logger).map_err(|e| abandon_exchange(bootstrap, e))?;
     phases.done("fabric open");
-    let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config)?;
+    let (view, secret) = exchange_records(config, bootstrap, &fabric)?;
     phases.done("address exchange");
     let source_filter = guard::admit_job(source_guard, &view)?;
     phases.done("source filter");
@@ -253,7 +253,7 @@ fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
 }
 
 /// Builds this rank's [`PeerRecord`] (host name, provider, fabric address,
-/// slot region, agreed settings, its claim on the job's secret, and on rank
+/// slot region, job-wide settings, its claim on the job's secret, and on rank
 /// 0 a fresh job key) and runs the [`exchange`] through `bootstrap`: every
 /// rank's record, checked to agree with ours. Returns the view and the
 /// job's secret (this rank's own, or the one rank 0 drew).
@@ -261,7 +261,6 @@ fn exchange_records(
     config: &Config,
     bootstrap: &mut dyn Bootstrap,
     fabric: &OwnFabric,
-    engine_config: &EngineConfig,
 ) -> Result<(JobView, JobSecret), StartError> {
     let (me, size) = (bootstrap.rank(), bootstrap.size());
     let secret = keys::held_secret(bootstrap, &Env::process())
@@ -277,13 +276,12 @@ fn exchange_records(
         }
     };
     let remote = fabric.slots.remote();
-    let mut record = PeerRecord::new(me, size, hostname, engine_config);
+    let mut record = PeerRecord::new(me, size, hostname, config);
     record.provider = fabric.info.provider();
     record.fabric_addr = fabric.endpoint.name().to_vec();
     record.slot_addr = remote.addr;
     record.slot_key = remote.key;
     record.secret = claim;
-    record.settings.local = config.local();
     record.process = this_process();
     if me == 0 {
         record.job_key = random_job_key().map_err(|source| {
