@@ -201,6 +201,10 @@ pub fn run(args: &SimArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    // The process ends here: the kernel takes its memory back at once,
+    // while dropping the simulator frees every Engine's allocations one
+    // by one (2% of a 2^18-rank run, the Engines' pages read once more).
+    std::mem::forget(sim);
     ExitCode::SUCCESS
 }
 
