@@ -143,7 +143,7 @@ fn attacks_are_dropped(provider: &str) {
     let av = AddressVector::open(&domain, 3).unwrap();
     let ep = Endpoint::open(&domain, &av, &EndpointConfig::default()).unwrap();
     let slots = ep.register(SlotPage::new().unwrap()).unwrap();
-    let mut record = PeerRecord::new(me.rank(), me.size(), "node", &config.engine_config());
+    let mut record = PeerRecord::new(me.rank(), me.size(), "node", &config);
     record.provider = info.provider();
     record.fabric_addr = ep.name().to_vec();
     record.slot_addr = slots.remote().addr;

@@ -9,8 +9,8 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::InProcessBootstrap;
-use ffd::config::{Config, CoreChoice, LocalMode};
+use ffd::bootstrap::{Bootstrap, InProcessBootstrap};
+use ffd::config::{Config, ConfigBuilder, CoreChoice, Env, EnvPolicy, LocalMode};
 use ffd::runtime::{
     Callback, Detector, DetectorError, DetectorEvent, DetectorState, Event, Fault, Liveness,
     StopCause, StopReason,
@@ -24,6 +24,10 @@ fn config() -> Config {
 }
 
 fn config_with(local: LocalMode) -> Config {
+    builder_with(local).build().expect("valid config")
+}
+
+fn builder_with(local: LocalMode) -> ConfigBuilder {
     Config::builder()
         .provider("tcp")
         .domain("lo")
@@ -32,8 +36,6 @@ fn config_with(local: LocalMode) -> Config {
         .startup_grace(Duration::from_millis(200))
         .core(CoreChoice::None)
         .local(local)
-        .build()
-        .expect("valid config")
 }
 
 /// Starts `n` detectors concurrently (start is a collective).
@@ -110,6 +112,47 @@ fn with_host_groups_a_quiet_host_heartbeats_from_its_leader_only() {
         );
         assert!(stats.engine.hosts.local_checks > 0, "rank {}", d.rank());
         assert_eq!(stats.runtime.transport.errors, 0);
+    }
+}
+
+/// A job whose ranks differ in a job-wide setting fails to start on every
+/// rank, each naming the variable and both values: `FFD_QUORUM` (carried
+/// since record version 4) and `FFD_PERIOD`, set through the environment
+/// on rank 2 only.
+#[test]
+fn ranks_that_differ_in_a_job_wide_setting_fail_to_start_naming_it() {
+    for (var, odd, usual) in [
+        ("FFD_QUORUM", "off", "majority"),
+        ("FFD_PERIOD", "20ms", "10ms"),
+    ] {
+        let group = InProcessBootstrap::group(3).expect("group");
+        let handles: Vec<_> = group
+            .into_iter()
+            .map(|mut b| {
+                let pairs = if b.rank() == 2 {
+                    vec![(var, odd)]
+                } else {
+                    vec![]
+                };
+                let config = builder_with(LocalMode::Off)
+                    .build_with_env(&Env::from_pairs(pairs), EnvPolicy::Override)
+                    .expect("valid config");
+                thread::spawn(move || match Detector::start(&config, &mut b) {
+                    Ok(_) => panic!("rank {} started with {var} differing", b.rank()),
+                    Err(e) => e.to_string(),
+                })
+            })
+            .collect();
+        let errors: Vec<String> = handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect();
+        let by_rank_2 = format!("rank 2 runs with {var}={odd}, this rank with {var}={usual}");
+        let by_rank_0 = format!("rank 0 runs with {var}={usual}, this rank with {var}={odd}");
+        for (rank, e) in errors.iter().enumerate() {
+            let want = if rank == 2 { &by_rank_0 } else { &by_rank_2 };
+            assert!(e.contains(want.as_str()), "rank {rank}: {e}");
+        }
     }
 }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 use ffd::bootstrap::secret::JobSecret;
 use ffd::bootstrap::tcp::{Rendezvous, TcpBootstrap};
 use ffd::bootstrap::{Bootstrap, BootstrapError, EmbedderAllgather, InProcessBootstrap};
-use ffd::protocol::{EngineConfig, Rank, wire};
+use ffd::config::{Config, LocalMode, setting, var};
+use ffd::protocol::{QuorumMode, Rank, RingKind, wire};
 use ffd::runtime::startup::{ExchangeError, JobView, PeerRecord, SecretClaim, exchange, keys};
 
 /// Runs `f` on one thread per member and returns the results by rank.
@@ -62,7 +63,7 @@ fn host_over_local(n: u32) -> Vec<EmbedderAllgather<impl HostCollective>> {
 }
 
 fn record(rank: Rank, size: u32, host: &str) -> PeerRecord {
-    let mut r = PeerRecord::new(rank, size, host, &EngineConfig::default());
+    let mut r = PeerRecord::new(rank, size, host, &Config::default());
     r.provider = "tcp;ofi_rxm".into();
     r.fabric_addr = vec![rank as u8 + 1; 16 + rank as usize];
     r.slot_addr = 0x1000 * u64::from(rank);
@@ -154,7 +155,10 @@ fn a_provider_or_setting_mismatch_fails_every_rank() {
     );
     assert_eq!(errors[2], errors[0]);
 
-    let errors = exchange_errors(2, 1, |r| r.settings.timeout = Duration::from_millis(250));
+    let errors = exchange_errors(2, 1, |r| {
+        r.settings
+            .set(&setting::TIMEOUT, &Duration::from_millis(250));
+    });
     assert_eq!(
         errors[0],
         "rank 1 runs with FFD_TIMEOUT=250ms, this rank with FFD_TIMEOUT=100ms"
@@ -164,16 +168,66 @@ fn a_provider_or_setting_mismatch_fails_every_rank() {
         "rank 0 runs with FFD_TIMEOUT=100ms, this rank with FFD_TIMEOUT=250ms"
     );
 
-    let errors = exchange_errors(2, 0, |r| r.settings.ring = ffd::protocol::RingKind::Shuffle);
+    let errors = exchange_errors(2, 0, |r| {
+        r.settings.set(&setting::RING, &RingKind::Shuffle);
+    });
     assert_eq!(
         errors[1],
         "rank 0 runs with FFD_RING=shuffle, this rank with FFD_RING=topology"
     );
 
-    let errors = exchange_errors(2, 1, |r| r.settings.local = ffd::config::LocalMode::Off);
+    let errors = exchange_errors(2, 1, |r| {
+        r.settings.set(&setting::LOCAL, &LocalMode::Off);
+    });
     assert_eq!(
         errors[0],
         "rank 1 runs with FFD_LOCAL=off, this rank with FFD_LOCAL=auto"
+    );
+
+    let errors = exchange_errors(3, 2, |r| {
+        r.settings.set(&setting::QUORUM, &QuorumMode::Off);
+    });
+    for e in &errors[..2] {
+        assert_eq!(
+            e,
+            "rank 2 runs with FFD_QUORUM=off, this rank with FFD_QUORUM=majority"
+        );
+    }
+    assert_eq!(
+        errors[2],
+        "rank 0 runs with FFD_QUORUM=majority, this rank with FFD_QUORUM=off"
+    );
+}
+
+/// A record from a build whose table marks other settings job-wide, under
+/// the same record version, is refused by its count, not compared value by
+/// misplaced value.
+#[test]
+fn a_record_with_another_count_of_job_wide_settings_is_refused() {
+    let mut short = record(1, 2, "h");
+    let mut bytes = short.encode().unwrap();
+    // Drop the last value (FFD_LOCAL's) from rank 1's record.
+    let local = short.settings.get(var::LOCAL).unwrap().len();
+    let count_at = 111; // after the liveness port (record version 4)
+    let count = usize::from(bytes[count_at]);
+    let mut at = count_at + 1;
+    for _ in 0..count - 1 {
+        at += 1 + usize::from(bytes[at]);
+    }
+    assert_eq!(usize::from(bytes[at]), local);
+    bytes.drain(at..at + 1 + local);
+    bytes[count_at] -= 1;
+    short = PeerRecord::decode(&bytes).unwrap();
+    assert_eq!(short.settings.len(), count - 1);
+
+    let errors = exchange_errors(2, 1, |r| *r = short.clone());
+    assert_eq!(
+        errors[0],
+        format!(
+            "rank 1 carries {} job-wide settings, this rank {count}: every rank must run the \
+             same ffd build",
+            count - 1
+        )
     );
 }
 
@@ -402,7 +456,7 @@ fn the_record_exchange_runs_over_tcp() {
                 s.spawn(move || {
                     let mut b = TcpBootstrap::connect(&addr, rank, n, secret, LONG).unwrap();
                     let mut mine =
-                        PeerRecord::new(rank, n, format!("node{rank}"), &EngineConfig::default());
+                        PeerRecord::new(rank, n, format!("node{rank}"), &Config::default());
                     mine.provider = "tcp".into();
                     mine.fabric_addr = vec![rank as u8; 24];
                     mine.job_key = if rank == 0 { 77 } else { 0 };

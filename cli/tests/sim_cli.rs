@@ -119,3 +119,38 @@ fn bad_arguments_exit_2_naming_the_argument() {
         }
     }
 }
+
+/// From 2^16 ranks `ffd sim` runs itself again with glibc's huge-page
+/// tunable: the run still reports once, with or without the tunable set
+/// by the caller (`glibc.malloc.hugetlb=0` keeps it from re-executing).
+#[test]
+fn a_large_simulation_reports_once_with_or_without_huge_pages() {
+    for tunables in [None, Some("glibc.malloc.hugetlb=0")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ffd"));
+        cmd.args([
+            "sim",
+            "--ranks",
+            "65536",
+            "--duration",
+            "1ms",
+            "--seed",
+            "1",
+        ]);
+        match tunables {
+            Some(t) => cmd.env("GLIBC_TUNABLES", t),
+            None => cmd.env_remove("GLIBC_TUNABLES"),
+        };
+        let out = cmd.output().expect("ffd runs");
+        assert!(
+            out.status.success(),
+            "{tunables:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            table.matches("ranks 65536").count(),
+            1,
+            "{tunables:?}: {table}"
+        );
+    }
+}

@@ -36,9 +36,14 @@ pub struct Setting<T: 'static> {
     /// One line saying what it does.
     pub help: &'static str,
     /// Job-wide: every rank of a job must run with the same value. The
-    /// start-up record carries these settings and the exchange refuses a
-    /// job whose ranks differ in one (`runtime::startup::record`); the
-    /// settings table of docs/configuration.md has a column for it.
+    /// start-up record is derived from this flag: it carries each job-wide
+    /// setting's canonical value ([`Setting::show`], in the table's order;
+    /// [`Config::job_wide`]), and the exchange refuses a job whose ranks
+    /// differ in one, naming the variable and both values
+    /// (`runtime::startup`). The settings table of docs/configuration.md
+    /// has a column for it. Marking one more setting job-wide changes the
+    /// record's layout: bump `RECORD_VERSION` (a test names the list of
+    /// each version).
     pub job_wide: bool,
     pub(super) default: fn() -> T,
     /// Text to value; `Err` is the problem ("has no unit").
@@ -380,6 +385,17 @@ macro_rules! settings_table {
             /// Every setting's effective value and origin, in the table's order.
             pub(super) fn settings(&self, config: &Config) -> Vec<SettingInfo> {
                 vec![$(setting::$VAR.info(&self.$name, config),)+]
+            }
+
+            /// Each job-wide setting's variable and canonical value (the
+            /// value as the variable accepts it, [`Setting::show`]), in the
+            /// table's order.
+            pub(super) fn job_wide(&self) -> Vec<(&'static str, String)> {
+                let mut out = Vec::new();
+                $(if setting::$VAR.job_wide {
+                    out.push(($var, setting::$VAR.show(&self.$name.value)));
+                })+
+                out
             }
         }
 

@@ -165,6 +165,16 @@ impl Config {
         }
     }
 
+    /// The job-wide settings ([`Setting::job_wide`]): each one's variable
+    /// and canonical value, the value as the variable accepts it
+    /// (`("FFD_PERIOD", "10ms")`, `("FFD_QUORUM", "majority")`), in
+    /// [`VARIABLES`] order. What the start-up record carries and every rank
+    /// compares; two values are the same setting exactly when these texts
+    /// are equal (a duration is shown in its largest exact unit).
+    pub fn job_wide(&self) -> Vec<(&'static str, String)> {
+        self.values.job_wide()
+    }
+
     /// Every setting with its effective value and origin, in [`VARIABLES`] order.
     pub fn settings(&self) -> Vec<SettingInfo> {
         self.values.settings(self)

@@ -113,6 +113,7 @@ settings_table! {
             accepted: QuorumMode::ACCEPTED,
             help: "Whether a silent rank is declared only once a majority confirms it \
                    (majority: a side of a partition without one excludes itself)",
+            job_wide: true,
             default: QuorumMode::default(),
             parse: word,
             check: any,

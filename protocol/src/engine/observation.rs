@@ -558,7 +558,7 @@ impl Engine {
         if let Some(e) = candidate {
             // Cleared before the ObserveMe that names it leaves, so nothing
             // written there earlier is read in this generation.
-            self.out.push_back(Output::ClearSlot {
+            self.queue_output(Output::ClearSlot {
                 slot: self.watch.slot,
             });
             if self.participation == Participation::Active {

@@ -133,6 +133,13 @@ impl<T> Agenda<T> {
         }
     }
 
+    /// The next item if it is due at the time of the last pop (the
+    /// common case in a flood), without taking it; `None` otherwise, even
+    /// when later items wait.
+    pub fn peek_due(&self) -> Option<&T> {
+        self.now.front().map(|e| &e.item)
+    }
+
     pub fn pop(&mut self) -> Option<(Time, T)> {
         if self.now.is_empty() {
             let (w, bits) = self.full.iter().enumerate().find(|(_, b)| **b != 0)?;

@@ -88,12 +88,25 @@ pub enum ExchangeError {
         theirs: String,
         ours: String,
     },
+    /// A job-wide setting ([`Setting::job_wide`](crate::config::Setting::job_wide))
+    /// differs: `setting` is its variable, each value its canonical text.
     #[error("rank {rank} runs with {setting}={theirs}, this rank with {setting}={ours}")]
     SettingMismatch {
         rank: Rank,
         setting: &'static str,
         theirs: String,
         ours: String,
+    },
+    /// Another number of job-wide settings: the ranks' builds mark other
+    /// settings job-wide under one record version.
+    #[error(
+        "rank {rank} carries {theirs} job-wide settings, this rank {ours}: every rank must run \
+         the same ffd build"
+    )]
+    SettingCount {
+        rank: Rank,
+        theirs: usize,
+        ours: usize,
     },
     #[error("rank {rank} contributed an empty fabric address")]
     NoAddress { rank: Rank },
@@ -114,7 +127,7 @@ pub enum ExchangeError {
 }
 
 /// Runs the address exchange: contributes `mine`, and checks that every
-/// rank runs the same protocol version, job size, provider and agreed
+/// rank runs the same protocol version, job size, provider and job-wide
 /// settings, that no rank is claimed twice, that every rank holds the same
 /// job secret (by fingerprint) or none, and that rank 0 sent a job key and,
 /// when nobody holds a secret, the one it drew.
@@ -249,15 +262,22 @@ fn check_agreement(mine: &PeerRecord, r: &PeerRecord) -> Result<(), ExchangeErro
             ours: held_text(ours),
         });
     }
-    // The job-wide settings (`AgreedSettings::VARIABLES`, from the table).
-    let differs = r.settings.shown().into_iter().zip(mine.settings.shown());
-    for ((setting, theirs), (_, ours)) in differs {
+    // The job-wide settings, as the settings table marks them: the same
+    // number (one build's table), then each value.
+    if r.settings.len() != mine.settings.len() {
+        return Err(ExchangeError::SettingCount {
+            rank,
+            theirs: r.settings.len(),
+            ours: mine.settings.len(),
+        });
+    }
+    for ((setting, theirs), (_, ours)) in r.settings.shown().zip(mine.settings.shown()) {
         if theirs != ours {
             return Err(ExchangeError::SettingMismatch {
                 rank,
                 setting,
-                theirs,
-                ours,
+                theirs: theirs.to_owned(),
+                ours: ours.to_owned(),
             });
         }
     }

@@ -29,7 +29,7 @@ mod record;
 
 pub use exchange::{ExchangeError, JobView, exchange};
 pub use record::{
-    AgreedSettings, FINGERPRINT_LEN, PeerRecord, ProcessIdentity, RECORD_VERSION, RecordError,
+    FINGERPRINT_LEN, JobWideSettings, PeerRecord, ProcessIdentity, RECORD_VERSION, RecordError,
     SecretClaim, host_id, local_hostname, random_job_key, start_time_of, stat_after_command,
     this_process,
 };
@@ -92,7 +92,7 @@ pub(super) fn start(
     let live_port = live
         .as_ref()
         .map_or(0, |(l, _)| l.local_addr().map_or(0, |a| a.port()));
-    let (view, secret) = exchange_records(config, bootstrap, &fabric, &engine_config, live_port)?;
+    let (view, secret) = exchange_records(config, bootstrap, &fabric, live_port)?;
     phases.done("address exchange");
     let liveness = admit_liveness(live, &view, config.timeout(), &logger);
     let source_filter = guard::admit_job(source_guard, &view)?;
@@ -263,7 +263,7 @@ fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
 }
 
 /// Builds this rank's [`PeerRecord`] (host name, provider, fabric address,
-/// slot region, agreed settings, its claim on the job's secret, and on rank
+/// slot region, job-wide settings, its claim on the job's secret, and on rank
 /// 0 a fresh job key) and runs the [`exchange`] through `bootstrap`: every
 /// rank's record, checked to agree with ours. Returns the view and the
 /// job's secret (this rank's own, or the one rank 0 drew).
@@ -271,7 +271,6 @@ fn exchange_records(
     config: &Config,
     bootstrap: &mut dyn Bootstrap,
     fabric: &OwnFabric,
-    engine_config: &EngineConfig,
     liveness_port: u16,
 ) -> Result<(JobView, JobSecret), StartError> {
     let (me, size) = (bootstrap.rank(), bootstrap.size());
@@ -288,13 +287,12 @@ fn exchange_records(
         }
     };
     let remote = fabric.slots.remote();
-    let mut record = PeerRecord::new(me, size, hostname, engine_config);
+    let mut record = PeerRecord::new(me, size, hostname, config);
     record.provider = fabric.info.provider();
     record.fabric_addr = fabric.endpoint.name().to_vec();
     record.slot_addr = remote.addr;
     record.slot_key = remote.key;
     record.secret = claim;
-    record.settings.local = config.local();
     record.process = this_process();
     record.liveness_port = liveness_port;
     if me == 0 {

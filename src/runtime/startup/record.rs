@@ -20,34 +20,45 @@
 //! | 32 | 8 | slot-region key |
 //! | 40 | 8 | job key (rank 0's is the job's) |
 //! | 48 | 8 | ring seed (rank 0's is the job's) |
-//! | 56 | 8 | period, ns |
-//! | 64 | 8 | timeout, ns |
-//! | 72 | 1 | inband: 0 declare, 1 suspect, 2 off |
-//! | 73 | 1 | bcast: 0 bmg, 1 chord |
-//! | 74 | 1 | ring: 0 topology, 1 shuffle, 2 rank |
-//! | 75 | 1 | secret claim: 0 none, 1 drawn (rank 0's secret follows), 2 held (its fingerprint follows) |
-//! | 76 | 32 | the drawn secret; or the 8-byte fingerprint, then 24 zeros; or 32 zeros |
-//! | 108 | 4 | process id (as this rank's pid namespace numbers it) |
-//! | 112 | 8 | pid namespace: the inode of `/proc/self/ns/pid` (0: unknown) |
-//! | 120 | 8 | process start time, clock ticks since boot (`/proc/self/stat` field 22; 0: unknown) |
-//! | 128 | 1 | local watching (`FFD_LOCAL`): 0 auto, 1 off, 2 counters, 3 pidfd |
-//! | 129 | 2 | liveness port at the fabric address's IP (0: none; `FFD_LIVENESS`) |
-//! | 131 | 1+n | hostname, UTF-8, n ≤ 255 |
+//! | 56 | 1 | secret claim: 0 none, 1 drawn (rank 0's secret follows), 2 held (its fingerprint follows) |
+//! | 57 | 32 | the drawn secret; or the 8-byte fingerprint, then 24 zeros; or 32 zeros |
+//! | 89 | 4 | process id (as this rank's pid namespace numbers it) |
+//! | 93 | 8 | pid namespace: the inode of `/proc/self/ns/pid` (0: unknown) |
+//! | 101 | 8 | process start time, clock ticks since boot (`/proc/self/stat` field 22; 0: unknown) |
+//! | 109 | 2 | liveness port at the fabric address's IP (0: none; `FFD_LIVENESS`) |
+//! | 111 | 1 | k, the number of job-wide settings |
+//! | 112 | k × (1+n) | each job-wide setting's canonical value, UTF-8, n ≤ 255, in the settings table's order |
+//! | | 1+n | hostname, UTF-8, n ≤ 255 |
 //! | | 1+n | provider name, UTF-8, n ≤ 255 |
 //! | | 2+n | fabric address, n ≤ 4096 |
 //!
 //! Nothing may follow the fabric address.
 //!
-//! Version 4 added the liveness port (`docs/design.md`
-//! §4.5 "In-band detection"): a refused connection to it is proof the rank's process
-//! is gone.
+//! The job-wide settings are derived from the settings table: each setting
+//! it marks job-wide ([`Setting::job_wide`]) is carried as its canonical
+//! value, the text its variable accepts ([`Config::job_wide`]: `10ms`,
+//! `majority`), in the table's order; the variables are not carried, the
+//! order names them. In version 4 they are `FFD_PERIOD`, `FFD_TIMEOUT`,
+//! `FFD_INBAND`, `FFD_QUORUM`, `FFD_BCAST`, `FFD_RING` and `FFD_LOCAL`.
+//! Marking a setting job-wide, or no longer, changes the layout: the
+//! version is bumped (the test `each_record_version_names_its_job_wide_settings`
+//! fails until it is), so a rank of another build is refused naming both
+//! versions rather than compared value by misplaced value.
+//!
+//! Version 4 made the job-wide settings a list derived from the settings
+//! table (version 3 had fixed fields for period and timeout in ns and codes
+//! for inband, bcast, ring and local) and added `FFD_QUORUM` to it: a rank
+//! counting a majority beside one that declares alone would split a
+//! partition's verdicts. It also added the liveness port (`docs/design.md`
+//! §4.5 "In-band detection"): a refused connection to it is proof the
+//! rank's process is gone.
 //!
 //! Version 3 added the process identity (pid, pid namespace, start time)
 //! that a same-host watcher checks before it trusts a pid (a recycled pid
 //! or one of another namespace is refused, `docs/design.md` §4.12 "Hosts"), and the
 //! local watching setting every rank must share.
 //!
-//! Version 2 turned the reserved byte at 75 into the secret claim and added
+//! Version 2 turned a reserved byte into the secret claim and added
 //! the 32 bytes after it ([`SecretClaim`], `docs/design.md` §5.3 "The job's secret and keys"). A rank
 //! that holds the job's secret (from its bootstrap or `FFD_SECRET_FILE`)
 //! sends only a fingerprint of it, so that ranks holding different secrets
@@ -62,74 +73,88 @@
 
 #![forbid(unsafe_code)]
 
-use std::time::Duration;
-
 use crate::bootstrap::secret::{JobSecret, SECRET_LEN};
-use crate::config::{LocalMode, setting, var};
-use crate::protocol::wire;
-use crate::protocol::{BcastKind, EngineConfig, InbandMode, Rank, RingKind};
+use crate::config::{Config, Setting, VARIABLES};
+use crate::protocol::{Rank, wire};
 
 /// The version of the record format above.
 pub const RECORD_VERSION: u16 = 4;
 
 const MAGIC: [u8; 4] = *b"FFDR";
-const FIXED_LEN: usize = 131;
+const FIXED_LEN: usize = 111;
 /// Bytes of a secret's fingerprint in a record.
 pub const FINGERPRINT_LEN: usize = 8;
 const MAX_NAME: usize = 255;
 /// Longest fabric address accepted (libfabric's are tens of bytes).
 pub const MAX_FABRIC_ADDR: usize = 4096;
 
-/// The settings every rank of a job must share: those the settings table
-/// marks job-wide ([`Setting::job_wide`](crate::config::Setting::job_wide),
-/// in [`AgreedSettings::VARIABLES`]; a test holds the two lists equal).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AgreedSettings {
-    pub period: Duration,
-    pub timeout: Duration,
-    pub inband: InbandMode,
-    pub bcast: BcastKind,
-    pub ring: RingKind,
-    /// Host groups and local watching, or the per-process ring
-    /// (`FFD_LOCAL`): the ring's shape, so every rank must agree.
-    pub local: LocalMode,
+/// The settings every rank of a job must share, as one rank runs with
+/// them: the canonical value of each setting the settings table marks
+/// job-wide ([`Setting::job_wide`]), in the table's order
+/// ([`Config::job_wide`]). Nothing here lists settings: the record's
+/// layout and the exchange's checks follow the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobWideSettings {
+    values: Vec<String>,
 }
 
-impl AgreedSettings {
-    /// The job-wide settings' variables, in the record's order.
-    pub const VARIABLES: [&'static str; 6] = [
-        var::PERIOD,
-        var::TIMEOUT,
-        var::INBAND,
-        var::BCAST,
-        var::RING,
-        var::LOCAL,
-    ];
+impl Default for JobWideSettings {
+    /// The defaults' values.
+    fn default() -> Self {
+        JobWideSettings::of(&Config::default())
+    }
+}
 
-    /// Each setting as its variable shows it (`10ms`, `off`), beside the
-    /// variable, in [`Self::VARIABLES`]' order: what the exchange compares
-    /// and names in a mismatch.
-    pub fn shown(&self) -> [(&'static str, String); 6] {
-        [
-            (var::PERIOD, setting::PERIOD.show(&self.period)),
-            (var::TIMEOUT, setting::TIMEOUT.show(&self.timeout)),
-            (var::INBAND, setting::INBAND.show(&self.inband)),
-            (var::BCAST, setting::BCAST.show(&self.bcast)),
-            (var::RING, setting::RING.show(&self.ring)),
-            (var::LOCAL, setting::LOCAL.show(&self.local)),
-        ]
+impl JobWideSettings {
+    /// `config`'s job-wide settings.
+    pub fn of(config: &Config) -> Self {
+        JobWideSettings {
+            values: config.job_wide().into_iter().map(|(_, v)| v).collect(),
+        }
     }
 
-    /// The engine's settings, with local watching `auto` (the caller sets
-    /// `local` from its configuration).
-    pub fn of(engine: &EngineConfig) -> Self {
-        AgreedSettings {
-            period: engine.period,
-            timeout: engine.timeout,
-            inband: engine.inband,
-            bcast: engine.bcast,
-            ring: engine.ring,
-            local: LocalMode::default(),
+    /// The variables of the job-wide settings, in the table's (and the
+    /// record's) order.
+    pub fn variables() -> impl Iterator<Item = &'static str> {
+        VARIABLES.iter().filter(|v| v.job_wide).map(|v| v.name)
+    }
+
+    /// Each value beside its variable, in order: what the exchange compares
+    /// and names in a mismatch. (A record of a build with another list
+    /// carries another number of values; the exchange refuses it first.)
+    pub fn shown(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        Self::variables().zip(self.values.iter().map(String::as_str))
+    }
+
+    /// The number of values carried.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether no value is carried (a table with no job-wide setting).
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The canonical value of the job-wide setting `var`, e.g. `10ms`.
+    pub fn get(&self, var: &str) -> Option<&str> {
+        self.shown()
+            .find(|(v, _)| *v == var)
+            .map(|(_, value)| value)
+    }
+
+    /// Sets `setting` to `value` (its canonical text); `false`, and nothing
+    /// changed, when the setting is not job-wide.
+    pub fn set<T>(&mut self, setting: &Setting<T>, value: &T) -> bool {
+        let Some(at) = Self::variables().position(|v| v == setting.var) else {
+            return false;
+        };
+        match self.values.get_mut(at) {
+            Some(slot) => {
+                *slot = setting.show(value);
+                true
+            }
+            None => false,
         }
     }
 }
@@ -224,7 +249,8 @@ pub struct PeerRecord {
     pub job_key: u64,
     /// The ring seed this rank proposes; rank 0's is used.
     pub ring_seed: u64,
-    pub settings: AgreedSettings,
+    /// The job-wide settings this rank runs with.
+    pub settings: JobWideSettings,
     /// The job's secret as this rank knows it (never the secret itself,
     /// except rank 0's drawn one).
     pub secret: SecretClaim,
@@ -236,14 +262,10 @@ pub struct PeerRecord {
 
 impl PeerRecord {
     /// A record of this build's protocol version ([`wire::VERSION`]) with
-    /// the engine's settings and seed; the caller fills in the fabric
-    /// fields and, on rank 0, the job key ([`random_job_key`]).
-    pub fn new(
-        rank: Rank,
-        job_size: u32,
-        hostname: impl Into<String>,
-        engine: &EngineConfig,
-    ) -> Self {
+    /// `config`'s job-wide settings and ring seed (0 when unset); the caller
+    /// fills in the fabric fields and, on rank 0, the job key
+    /// ([`random_job_key`]).
+    pub fn new(rank: Rank, job_size: u32, hostname: impl Into<String>, config: &Config) -> Self {
         let hostname = hostname.into();
         PeerRecord {
             protocol_version: u16::from(wire::VERSION),
@@ -256,8 +278,8 @@ impl PeerRecord {
             slot_addr: 0,
             slot_key: 0,
             job_key: 0,
-            ring_seed: engine.ring_seed,
-            settings: AgreedSettings::of(engine),
+            ring_seed: config.ring_seed().unwrap_or(0),
+            settings: JobWideSettings::of(config),
             secret: SecretClaim::None,
             process: ProcessIdentity::default(),
             liveness_port: 0,
@@ -276,10 +298,24 @@ impl PeerRecord {
         check("hostname", self.hostname.len(), MAX_NAME)?;
         check("provider", self.provider.len(), MAX_NAME)?;
         check("fabric address", self.fabric_addr.len(), MAX_FABRIC_ADDR)?;
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        check(
+            "job-wide settings list",
+            self.settings.values.len(),
+            MAX_NAME,
+        )?;
+        for value in &self.settings.values {
+            check("job-wide setting", value.len(), MAX_NAME)?;
+        }
 
+        let settings_len: usize = self.settings.values.iter().map(|v| 1 + v.len()).sum();
         let mut out = Vec::with_capacity(
-            FIXED_LEN + 4 + self.hostname.len() + self.provider.len() + self.fabric_addr.len(),
+            FIXED_LEN
+                + 1
+                + settings_len
+                + 4
+                + self.hostname.len()
+                + self.provider.len()
+                + self.fabric_addr.len(),
         );
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&RECORD_VERSION.to_le_bytes());
@@ -292,22 +328,18 @@ impl PeerRecord {
             self.slot_key,
             self.job_key,
             self.ring_seed,
-            nanos(self.settings.period),
-            nanos(self.settings.timeout),
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        out.push(inband_code(self.settings.inband));
-        out.push(bcast_code(self.settings.bcast));
-        out.push(ring_code(self.settings.ring));
         out.push(self.secret.code());
         out.extend_from_slice(&self.secret.material());
         out.extend_from_slice(&self.process.pid.to_le_bytes());
         out.extend_from_slice(&self.process.pid_namespace.to_le_bytes());
         out.extend_from_slice(&self.process.start_time.to_le_bytes());
-        out.push(local_code(self.settings.local));
         out.extend_from_slice(&self.liveness_port.to_le_bytes());
-        for text in [&self.hostname, &self.provider] {
+        out.push(self.settings.values.len() as u8); // checked above: ≤ 255
+        let texts = self.settings.values.iter();
+        for text in texts.chain([&self.hostname, &self.provider]) {
             out.push(text.len() as u8); // checked above: ≤ 255
             out.extend_from_slice(text.as_bytes());
         }
@@ -337,11 +369,6 @@ impl PeerRecord {
         let slot_key = r.u64()?;
         let job_key = r.u64()?;
         let ring_seed = r.u64()?;
-        let period = Duration::from_nanos(r.u64()?);
-        let timeout = Duration::from_nanos(r.u64()?);
-        let inband = decode_code("inband", r.u8()?, &INBAND)?;
-        let bcast = decode_code("bcast", r.u8()?, &BCAST)?;
-        let ring = decode_code("ring", r.u8()?, &RING)?;
         let claim = r.u8()?;
         let secret = SecretClaim::decode(claim, r.array()?)?;
         let process = ProcessIdentity {
@@ -349,8 +376,11 @@ impl PeerRecord {
             pid_namespace: r.u64()?,
             start_time: r.u64()?,
         };
-        let local = decode_code("local", r.u8()?, &LOCAL)?;
         let liveness_port = r.u16()?;
+        let count = r.u8()?;
+        let values = (0..count)
+            .map(|_| r.text("job-wide setting"))
+            .collect::<Result<Vec<_>, _>>()?;
         let hostname = r.text("hostname")?;
         let provider = r.text("provider")?;
         let addr_len = usize::from(r.u16()?);
@@ -379,14 +409,7 @@ impl PeerRecord {
             slot_key,
             job_key,
             ring_seed,
-            settings: AgreedSettings {
-                period,
-                timeout,
-                inband,
-                bcast,
-                ring,
-                local,
-            },
+            settings: JobWideSettings { values },
             secret,
             process,
             liveness_port,
@@ -469,53 +492,6 @@ impl<'a> RecordReader<'a> {
     }
 }
 
-const INBAND: [InbandMode; 3] = [InbandMode::Declare, InbandMode::Suspect, InbandMode::Off];
-const BCAST: [BcastKind; 2] = [BcastKind::Bmg, BcastKind::Chord];
-const RING: [RingKind; 3] = [RingKind::Topology, RingKind::Shuffle, RingKind::Rank];
-const LOCAL: [LocalMode; 4] = [
-    LocalMode::Auto,
-    LocalMode::Off,
-    LocalMode::Counters,
-    LocalMode::Pidfd,
-];
-
-fn inband_code(v: InbandMode) -> u8 {
-    match v {
-        InbandMode::Declare => 0,
-        InbandMode::Suspect => 1,
-        InbandMode::Off => 2,
-    }
-}
-fn bcast_code(v: BcastKind) -> u8 {
-    match v {
-        BcastKind::Bmg => 0,
-        BcastKind::Chord => 1,
-    }
-}
-fn ring_code(v: RingKind) -> u8 {
-    match v {
-        RingKind::Topology => 0,
-        RingKind::Shuffle => 1,
-        RingKind::Rank => 2,
-    }
-}
-
-fn local_code(v: LocalMode) -> u8 {
-    match v {
-        LocalMode::Auto => 0,
-        LocalMode::Off => 1,
-        LocalMode::Counters => 2,
-        LocalMode::Pidfd => 3,
-    }
-}
-
-fn decode_code<T: Copy>(field: &'static str, code: u8, table: &[T]) -> Result<T, RecordError> {
-    table
-        .get(usize::from(code))
-        .copied()
-        .ok_or(RecordError::UnknownCode { field, code })
-}
-
 /// A deterministic 64-bit id of a host name (FNV-1a): every rank computes
 /// the same id for the same host.
 pub fn host_id(hostname: &str) -> u64 {
@@ -587,22 +563,32 @@ pub fn random_job_key() -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{LocalMode, LogLevel, setting, var};
+    use crate::protocol::{BcastKind, InbandMode, QuorumMode, RingKind};
+
+    /// A configuration whose job-wide settings are not all defaults.
+    fn config() -> Config {
+        Config::builder()
+            .ring(RingKind::Shuffle)
+            .inband(InbandMode::Off)
+            .bcast(BcastKind::Chord)
+            .quorum(QuorumMode::Off)
+            .local(LocalMode::Off)
+            .build()
+            .unwrap()
+    }
 
     fn sample() -> PeerRecord {
-        let mut r = PeerRecord::new(3, 8, "node17", &EngineConfig::default());
+        let mut r = PeerRecord::new(3, 8, "node17", &config());
         r.provider = "tcp;ofi_rxm".into();
         r.fabric_addr = vec![1, 2, 3, 4, 5];
         r.slot_addr = 0x7f00_0000_1000;
         r.slot_key = 42;
         r.job_key = 0xdead_beef;
         r.ring_seed = 9;
-        r.settings.ring = RingKind::Shuffle;
-        r.settings.inband = InbandMode::Off;
-        r.settings.bcast = BcastKind::Chord;
         r.secret = SecretClaim::Held {
             fingerprint: [1, 2, 3, 4, 5, 6, 7, 8],
         };
-        r.settings.local = LocalMode::Off;
         r.process = ProcessIdentity {
             pid: 4242,
             pid_namespace: 4_026_531_836,
@@ -612,21 +598,69 @@ mod tests {
         r
     }
 
-    /// The record carries exactly the settings the table marks job-wide,
-    /// in its order: a setting marked job-wide is exchanged and checked,
-    /// and one the record carries is shown as job-wide in the docs.
+    /// The sample's job-wide settings as the record carries them.
+    const SAMPLE_SETTINGS: [&str; 7] = ["10ms", "100ms", "off", "off", "chord", "shuffle", "off"];
+    /// Where the sample's hostname starts: after the count and the values.
+    const SAMPLE_HOSTNAME_AT: usize = FIXED_LEN + 1 + 7 + 4 + 5 + 3 + 3 + 5 + 7 + 3;
+
+    /// Each record version's job-wide settings, newest last. Marking a
+    /// setting job-wide (or no longer) in the settings table changes what a
+    /// record carries: bump `RECORD_VERSION` and list the new set here, so
+    /// that a rank of another build is refused by version, both named,
+    /// rather than compared value by misplaced value.
     #[test]
-    fn the_record_carries_the_job_wide_settings() {
-        let job_wide: Vec<&str> = crate::config::VARIABLES
-            .iter()
-            .filter(|v| v.job_wide)
-            .map(|v| v.name)
-            .collect();
-        assert_eq!(job_wide, AgreedSettings::VARIABLES);
-        let shown = AgreedSettings::of(&EngineConfig::default()).shown();
-        assert_eq!(shown.each_ref().map(|(v, _)| *v), AgreedSettings::VARIABLES);
-        assert_eq!(shown[1].1, "100ms");
-        assert_eq!(shown[5].1, "auto");
+    fn each_record_version_names_its_job_wide_settings() {
+        use var::*;
+        const VERSIONS: &[(u16, &[&str])] = &[
+            (3, &[PERIOD, TIMEOUT, INBAND, BCAST, RING, LOCAL]),
+            (4, &[PERIOD, TIMEOUT, INBAND, QUORUM, BCAST, RING, LOCAL]),
+        ];
+        let now: Vec<&str> = JobWideSettings::variables().collect();
+        let &(version, list) = VERSIONS.last().unwrap();
+        assert_eq!(
+            (RECORD_VERSION, now.as_slice()),
+            (version, list),
+            "the settings table's job-wide settings changed: bump RECORD_VERSION and list them"
+        );
+    }
+
+    /// The record's settings are the configuration's job-wide ones, each
+    /// its canonical text; a setting that is not job-wide leaves it alone.
+    #[test]
+    fn the_record_carries_each_job_wide_setting_of_the_config() {
+        let config = config();
+        let r = PeerRecord::new(0, 1, "h", &config);
+        let carried: Vec<(&str, &str)> = r.settings.shown().collect();
+        let job_wide = config.job_wide();
+        let want: Vec<(&str, &str)> = job_wide.iter().map(|(v, t)| (*v, t.as_str())).collect();
+        assert_eq!(carried, want);
+        assert_eq!(r.settings.get(var::QUORUM), Some("off"));
+        assert_eq!(r.settings.get(var::LOCAL), Some("off"));
+        assert_eq!(r.settings.get(var::LOG), None, "not job-wide");
+
+        let chatty = Config::builder().log(LogLevel::Debug).build().unwrap();
+        let r = PeerRecord::new(0, 1, "h", &chatty);
+        assert_eq!(r.settings, JobWideSettings::default());
+        assert_eq!(r.settings.len(), JobWideSettings::variables().count());
+
+        let mut s = JobWideSettings::default();
+        assert!(s.set(&setting::TIMEOUT, &std::time::Duration::from_millis(1500)));
+        assert_eq!(s.get(var::TIMEOUT), Some("1500ms"));
+        assert!(!s.set(&setting::LOG, &LogLevel::Debug), "not job-wide");
+        assert_eq!(s.get(var::LOG), None);
+    }
+
+    #[test]
+    fn the_job_wide_settings_follow_the_process_identity_in_the_tables_order() {
+        let bytes = sample().encode().unwrap();
+        assert_eq!(usize::from(bytes[FIXED_LEN]), SAMPLE_SETTINGS.len());
+        let mut want = Vec::new();
+        for text in SAMPLE_SETTINGS {
+            want.push(text.len() as u8);
+            want.extend_from_slice(text.as_bytes());
+        }
+        assert_eq!(bytes[FIXED_LEN + 1..SAMPLE_HOSTNAME_AT], want[..]);
+        assert_eq!(bytes[SAMPLE_HOSTNAME_AT..][..7], *b"\x06node17");
     }
 
     #[test]
@@ -634,7 +668,8 @@ mod tests {
         let r = sample();
         let bytes = r.encode().unwrap();
         assert_eq!(&bytes[..4], b"FFDR");
-        assert_eq!(bytes.len(), FIXED_LEN + 1 + 6 + 1 + 11 + 2 + 5);
+        assert_eq!(bytes[4..6], [4, 0]);
+        assert_eq!(bytes.len(), SAMPLE_HOSTNAME_AT + 1 + 6 + 1 + 11 + 2 + 5);
         assert_eq!(PeerRecord::decode(&bytes), Ok(r));
     }
 
@@ -650,12 +685,12 @@ mod tests {
             let mut r = sample();
             r.secret = claim.clone();
             let bytes = r.encode().unwrap();
-            assert_eq!(bytes.len(), FIXED_LEN + 1 + 6 + 1 + 11 + 2 + 5);
+            assert_eq!(bytes.len(), SAMPLE_HOSTNAME_AT + 1 + 6 + 1 + 11 + 2 + 5);
             assert_eq!(PeerRecord::decode(&bytes).unwrap().secret, claim);
             let held = matches!(claim, SecretClaim::Held { .. });
-            assert_eq!(bytes[76..84] == [7; 8], held, "a fingerprint travels");
+            assert_eq!(bytes[57..65] == [7; 8], held, "a fingerprint travels");
             let drawn = matches!(claim, SecretClaim::Drawn(_));
-            assert_eq!(bytes[84..108] == [9; 24], drawn, "a drawn secret travels");
+            assert_eq!(bytes[65..89] == [9; 24], drawn, "a drawn secret travels");
         }
         let drawn = SecretClaim::Drawn(JobSecret::from_bytes([9; SECRET_LEN]));
         assert!(!format!("{drawn:?}").contains('9'), "Debug hides a secret");
@@ -689,14 +724,14 @@ mod tests {
     #[test]
     fn bad_fields_are_named() {
         let bytes = sample().encode().unwrap();
-        let mut v1 = bytes.clone();
-        v1[4] = 1;
+        let mut v3 = bytes.clone();
+        v3[4] = 3;
         assert_eq!(
-            PeerRecord::decode(&v1).unwrap_err().to_string(),
-            "is of record version 1, this rank reads version 4"
+            PeerRecord::decode(&v3).unwrap_err().to_string(),
+            "is of record version 3, this rank reads version 4"
         );
         let mut claim = bytes.clone();
-        claim[75] = 3;
+        claim[56] = 3;
         assert_eq!(
             PeerRecord::decode(&claim),
             Err(RecordError::UnknownCode {
@@ -704,35 +739,28 @@ mod tests {
                 code: 3
             })
         );
-        let mut code = bytes.clone();
-        code[74] = 7;
+        let mut setting = bytes.clone();
+        setting[FIXED_LEN + 2] = 0xff;
         assert_eq!(
-            PeerRecord::decode(&code),
-            Err(RecordError::UnknownCode {
-                field: "ring",
-                code: 7
+            PeerRecord::decode(&setting),
+            Err(RecordError::NotUtf8 {
+                field: "job-wide setting"
             })
         );
         let mut utf = bytes.clone();
-        utf[FIXED_LEN + 1] = 0xff;
+        utf[SAMPLE_HOSTNAME_AT + 1] = 0xff;
         assert_eq!(
             PeerRecord::decode(&utf),
             Err(RecordError::NotUtf8 { field: "hostname" })
         );
-        let mut local = bytes.clone();
-        local[128] = 4;
         assert_eq!(
-            PeerRecord::decode(&local),
-            Err(RecordError::UnknownCode {
-                field: "local",
-                code: 4
-            })
-        );
-        assert_eq!(
-            PeerRecord::decode(&bytes[..FIXED_LEN + 4])
+            PeerRecord::decode(&bytes[..SAMPLE_HOSTNAME_AT + 4])
                 .unwrap_err()
                 .to_string(),
-            "is truncated: 135 bytes, the hostname needs 3 more"
+            format!(
+                "is truncated: {} bytes, the hostname needs 3 more",
+                SAMPLE_HOSTNAME_AT + 4
+            )
         );
     }
 
@@ -757,6 +785,16 @@ mod tests {
                 ..
             })
         ));
+        let mut r = sample();
+        r.settings.values[0] = "1".repeat(256);
+        assert!(matches!(
+            r.encode(),
+            Err(RecordError::TooLong {
+                field: "job-wide setting",
+                len: 256,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -777,10 +815,9 @@ mod tests {
     #[test]
     fn the_process_identity_is_at_its_documented_offsets() {
         let bytes = sample().encode().unwrap();
-        assert_eq!(bytes[108..112], 4242u32.to_le_bytes());
-        assert_eq!(bytes[112..120], 4_026_531_836u64.to_le_bytes());
-        assert_eq!(bytes[120..128], 123_456u64.to_le_bytes());
-        assert_eq!(bytes[128], 1, "local off");
+        assert_eq!(bytes[89..93], 4242u32.to_le_bytes());
+        assert_eq!(bytes[93..101], 4_026_531_836u64.to_le_bytes());
+        assert_eq!(bytes[101..109], 123_456u64.to_le_bytes());
     }
 
     #[test]

@@ -125,7 +125,7 @@ impl Engine {
             return false;
         }
         self.stats.hosts.board_posts += 1;
-        self.out.push_back(Output::PostOnBoard {
+        self.queue_output(Output::PostOnBoard {
             failed: failed.into(),
             detector,
         });
