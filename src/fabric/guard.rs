@@ -483,58 +483,14 @@ pub fn connect_within(
     to: SocketAddr,
     within: std::time::Duration,
 ) -> io::Result<std::net::TcpStream> {
-    let family = if to.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    // SAFETY: plain socket(2); the result is checked.
-    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh socket owned by nobody else.
-    let sock = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let raw = |a: SocketAddr| -> (libc::sockaddr_storage, libc::socklen_t) {
-        // SAFETY: plain data; all-zero is valid.
-        let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let len = match a {
-            SocketAddr::V4(a) => {
-                let sin = libc::sockaddr_in {
-                    sin_family: libc::AF_INET as libc::sa_family_t,
-                    sin_port: a.port().to_be(),
-                    sin_addr: libc::in_addr {
-                        s_addr: u32::from(*a.ip()).to_be(),
-                    },
-                    sin_zero: [0; 8],
-                };
-                // SAFETY: sockaddr_in fits in sockaddr_storage.
-                unsafe { std::ptr::write((&raw mut s).cast(), sin) };
-                std::mem::size_of::<libc::sockaddr_in>()
-            }
-            SocketAddr::V6(a) => {
-                let sin6 = libc::sockaddr_in6 {
-                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                    sin6_port: a.port().to_be(),
-                    sin6_flowinfo: 0,
-                    sin6_addr: libc::in6_addr {
-                        s6_addr: a.ip().octets(),
-                    },
-                    sin6_scope_id: 0,
-                };
-                // SAFETY: sockaddr_in6 fits in sockaddr_storage.
-                unsafe { std::ptr::write((&raw mut s).cast(), sin6) };
-                std::mem::size_of::<libc::sockaddr_in6>()
-            }
-        };
-        (s, len as libc::socklen_t)
-    };
-    let (src, src_len) = raw(SocketAddr::new(from, 0));
+    let sock = super::liveness::tcp_socket(to)?;
+    let fd = sock.as_raw_fd();
+    let (src, src_len) = super::liveness::sockaddr_of(SocketAddr::new(from, 0));
     // SAFETY: src is a valid address of src_len bytes.
     if unsafe { libc::bind(fd, (&raw const src).cast(), src_len) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let (dst, dst_len) = raw(to);
+    let (dst, dst_len) = super::liveness::sockaddr_of(to);
     // SAFETY: dst is a valid address of dst_len bytes.
     let ret = unsafe { libc::connect(fd, (&raw const dst).cast(), dst_len) };
     if ret != 0 {

@@ -18,8 +18,9 @@ use super::guard::{GuardError, SourceGuard};
 /// Connections a listener's kernel queues before its process accepts them.
 const BACKLOG: i32 = 64;
 
-/// A raw socket address for `bind`/`connect`.
-fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+/// A raw socket address for `bind`/`connect` (also the guard's test
+/// connections).
+pub(super) fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: plain data; all-zero is valid.
     let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match a {
@@ -55,7 +56,7 @@ fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 }
 
 /// A fresh non-blocking, close-on-exec TCP socket for `a`'s family.
-fn tcp_socket(a: SocketAddr) -> io::Result<OwnedFd> {
+pub(super) fn tcp_socket(a: SocketAddr) -> io::Result<OwnedFd> {
     let family = if a.is_ipv4() {
         libc::AF_INET
     } else {
