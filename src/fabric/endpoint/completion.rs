@@ -75,7 +75,7 @@ const REFUSAL_PAUSE_MAX: Duration = Duration::from_micros(200);
 /// finds nothing: without a pause every rank linked to the dead one
 /// busy-looped through that time, and on a host with fewer CPUs than ranks
 /// the ranks that had a notice to read or forward waited for a CPU
-/// (`docs/design.md` §6).
+/// (`docs/design.md` §6 "Runtime").
 pub(crate) fn refusal_pause(futile: u32) -> Duration {
     match futile {
         0 => Duration::ZERO,
