@@ -398,19 +398,38 @@ impl CompletionQueue {
     /// the queue, and the provider was not called since: the fd is still
     /// armed, and this wait skips `fi_trywait` (on `ofi_rxm` it runs the
     /// provider's progress, most of an idle wake-up's system time).
+    /// `pause`: how long to sleep on `wake` alone when `fi_trywait` finds
+    /// the queue busy (zero: return at once), for a caller whose last
+    /// reads after such a refusal found nothing (see
+    /// [`Endpoint::wait_or`](crate::fabric::Endpoint::wait_or)).
     pub fn wait_readable_or(
         &self,
         timeout: Duration,
         wake: BorrowedFd<'_>,
         armed: bool,
+        pause: Duration,
     ) -> Result<Readiness, FabricError> {
         match (self.inner.wait, self.inner.fd) {
             (WaitKind::Fd, Some(fd)) => {
                 if !armed && !self.try_wait()? {
-                    return Ok(Readiness::BOTH);
+                    if pause.is_zero() {
+                        return Ok(Readiness::REFUSED);
+                    }
+                    // The queue's fd cannot be trusted to sleep on (the
+                    // provider says it has work), and reading at once
+                    // found none: sleep a little on `wake`, then read.
+                    let woken = poll_fd(wake.as_raw_fd(), pause.min(timeout))?;
+                    return Ok(Readiness {
+                        wake: woken,
+                        ..Readiness::REFUSED
+                    });
                 }
                 let (queue, wake) = poll_fds(fd, Some(wake), timeout)?;
-                Ok(Readiness { queue, wake })
+                Ok(Readiness {
+                    queue,
+                    wake,
+                    refused: false,
+                })
             }
             _ => {
                 std::thread::sleep(timeout.min(Duration::from_millis(1)));
@@ -427,11 +446,13 @@ impl CompletionQueue {
 
 /// What a wait saw: whether the completion queue and the wake fd may have
 /// something to read. `false` is certain (the wait timed out on it), `true`
-/// may be spurious.
+/// may be spurious. `refused`: `fi_trywait` found the queue busy, so the
+/// wait did not sleep on its fd.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Readiness {
     pub queue: bool,
     pub wake: bool,
+    pub refused: bool,
 }
 
 impl Readiness {
@@ -439,6 +460,15 @@ impl Readiness {
     pub const BOTH: Self = Self {
         queue: true,
         wake: true,
+        refused: false,
+    };
+
+    /// `fi_trywait` refused: the queue must be read (the provider's
+    /// progress), and the wake fd was not looked at.
+    pub const REFUSED: Self = Self {
+        queue: true,
+        wake: true,
+        refused: true,
     };
 }
 

@@ -56,6 +56,35 @@ pub enum Completion<'a> {
     Failed(CqError),
 }
 
+/// The first pause after a futile `fi_trywait` refusal; each further one
+/// in a row doubles it, up to [`REFUSAL_PAUSE_MAX`].
+const REFUSAL_PAUSE_MIN: Duration = Duration::from_micros(25);
+
+/// The longest pause on a run of futile refusals: what a message that
+/// arrives meanwhile may wait at most before it is read.
+const REFUSAL_PAUSE_MAX: Duration = Duration::from_micros(200);
+
+/// How long [`Endpoint::wait_or`] sleeps on its wake fd alone when
+/// `fi_trywait` refuses after `futile` refusals in a row whose reads found
+/// nothing: none after a first refusal (the usual race with a completion
+/// that is about to be read), then [`REFUSAL_PAUSE_MIN`] doubling up to
+/// [`REFUSAL_PAUSE_MAX`].
+///
+/// `tcp;ofi_rxm` refuses without pause for milliseconds while a peer's
+/// connection is torn down (a killed rank's socket), and a read in between
+/// finds nothing: without a pause every rank linked to the dead one
+/// busy-looped through that time, and on a host with fewer CPUs than ranks
+/// the ranks that had a notice to read or forward waited for a CPU
+/// (`docs/design.md` §6 "Runtime").
+pub(crate) fn refusal_pause(futile: u32) -> Duration {
+    match futile {
+        0 => Duration::ZERO,
+        n => REFUSAL_PAUSE_MIN
+            .saturating_mul(1u32 << (n - 1).min(16))
+            .min(REFUSAL_PAUSE_MAX),
+    }
+}
+
 impl Endpoint {
     /// Reads and handles up to `max` completions (at least one batch),
     /// giving each to `sink`; posts consumed receive buffers again.
@@ -152,6 +181,9 @@ impl Endpoint {
         } else {
             0
         };
+        if n > 0 {
+            self.futile_refusals = 0;
+        }
         if n > 0 || timeout.is_zero() {
             return Ok(Waited {
                 completions: n,
@@ -159,13 +191,24 @@ impl Endpoint {
                 woken: true,
             });
         }
-        let seen = self.inner.cq.wait_readable_or(timeout, wake, self.armed)?;
+        let pause = refusal_pause(self.futile_refusals);
+        let seen = self
+            .inner
+            .cq
+            .wait_readable_or(timeout, wake, self.armed, pause)?;
         // A wait that timed out on the queue leaves its fd armed.
         self.armed = !seen.queue;
         // A queue the wait timed out on has nothing to read: no second
         // read (the provider's progress call is most of a wake-up's cost).
         let completions = if seen.queue {
             self.poll(usize::MAX, sink)?
+        } else {
+            0
+        };
+        // A refusal that the read after it did not explain (no
+        // completion) is futile: the next one pauses (`refusal_pause`).
+        self.futile_refusals = if seen.refused && completions == 0 {
+            self.futile_refusals.saturating_add(1)
         } else {
             0
         };
@@ -321,5 +364,26 @@ mod tests {
             (n.err, decode(n.context)),
             (libc::ECANCELED, Some(Op::Send(3)))
         );
+    }
+
+    /// A first refusal reads again at once (the usual race with a
+    /// completion about to be read); a run of futile ones pauses, longer
+    /// each time, never beyond the bound a message may wait.
+    #[test]
+    fn futile_refusals_pause_longer_up_to_a_bound() {
+        assert_eq!(refusal_pause(0), Duration::ZERO);
+        assert_eq!(refusal_pause(1), REFUSAL_PAUSE_MIN);
+        assert_eq!(refusal_pause(2), 2 * REFUSAL_PAUSE_MIN);
+        let mut last = Duration::ZERO;
+        for n in 0..100 {
+            let p = refusal_pause(n);
+            assert!(p >= last, "pause {n} ({p:?}) shorter than the one before");
+            assert!(p <= REFUSAL_PAUSE_MAX, "pause {n}: {p:?}");
+            last = p;
+        }
+        assert_eq!(refusal_pause(u32::MAX), REFUSAL_PAUSE_MAX);
+        // A message that arrives meanwhile waits a fraction of a
+        // millisecond at most.
+        assert!(REFUSAL_PAUSE_MAX <= Duration::from_millis(1) / 4);
     }
 }

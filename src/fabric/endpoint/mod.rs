@@ -133,6 +133,9 @@ pub struct Endpoint {
     /// timed out on it, and nothing was read or posted since: the next
     /// wait may sleep on the fd without `fi_trywait`.
     armed: bool,
+    /// Waits in a row that `fi_trywait` refused and whose read found
+    /// nothing (see `completion::refusal_pause`).
+    futile_refusals: u32,
     entries: Vec<CqEntry>,
     sources: Vec<FiAddr>,
 }
@@ -246,6 +249,7 @@ impl Endpoint {
             repost: Vec::with_capacity(cfg.recv_buffers),
             posted: false,
             armed: false,
+            futile_refusals: 0,
             entries: vec![CqEntry::default(); 64],
             sources: vec![FiAddr::UNSPEC; 64],
         };
