@@ -47,8 +47,8 @@ mod hostile;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -317,9 +317,8 @@ fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
         );
     }
     // A crash is expected only on a stock libfabric with the known bugs.
-    let expected_to_crash = |loaded: u32, provider: &str| {
-        patched.is_none() && expected_to_crash(loaded, provider)
-    };
+    let expected_to_crash =
+        |loaded: u32, provider: &str| patched.is_none() && expected_to_crash(loaded, provider);
     let fabric = match (&patched, &library) {
         (Some(stamp), _) => format!("patched ({})", stamp.display()),
         (None, Some(lib)) => format!("stock ({})", lib.display()),
