@@ -31,6 +31,14 @@
 //! test guards the fix from then on. On any other version, any outcome
 //! but a living, working rank fails.
 //!
+//! A libfabric that `ci/libfabric-patched PREFIX` built (1.17 with
+//! `docs/upstream/libfabric-1.17-strangers.patch`) is fixed whatever its
+//! version says: the test finds the stamp that command leaves in PREFIX
+//! (`share/ffd/libfabric-patched`) beside the `libfabric.so` this process
+//! mapped, and then any outcome but a living, working rank fails. With
+//! `FFD_TEST_PATCHED_LIBFABRIC=1` (ci/test's run against it) a libfabric
+//! without the stamp fails the test instead of being taken as stock.
+//!
 //! The ranks run in a child process (this test binary run again, filtered
 //! to the ignored `rank_role` test), so that a crash in libfabric ends the
 //! child and not the test. The child is killed and reaped on every path.
@@ -40,6 +48,7 @@ mod hostile;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -75,6 +84,33 @@ const AFFECTED_PROVIDERS: &[&str] = &["tcp;ofi_rxm", "tcp", "net"];
 /// report. No release carries the fix yet. A crash on a version outside
 /// this range fails the test.
 const KNOWN_VULNERABLE: ((u32, u32), (u32, u32)) = ((1, 13), (2, 6));
+
+/// Where `ci/libfabric-patched` stamps the prefix it installs into.
+const PATCHED_STAMP: &str = "share/ffd/libfabric-patched";
+/// Set to `1` where the test must run against a patched libfabric.
+const REQUIRE_PATCHED_ENV: &str = "FFD_TEST_PATCHED_LIBFABRIC";
+
+/// The `libfabric.so` this process mapped, from `/proc/self/maps`.
+fn mapped_libfabric() -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .map(Path::new)
+        .find(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libfabric.so"))
+        })
+        .map(Path::to_path_buf)
+}
+
+/// The stamp of `ci/libfabric-patched` in the prefix of the mapped
+/// libfabric (`PREFIX/lib/libfabric.so.1` → `PREFIX/share/ffd/...`), if
+/// that libfabric is the patched one.
+fn patched_stamp(library: &Path) -> Option<PathBuf> {
+    let stamp = library.parent()?.parent()?.join(PATCHED_STAMP);
+    stamp.is_file().then_some(stamp)
+}
 
 fn fi_version(major: u32, minor: u32) -> u32 {
     (major << 16) | minor
@@ -267,6 +303,27 @@ fn exit_status(child: &mut Child) -> Option<ExitStatus> {
 
 #[test]
 fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
+    // Loaded at start (ffd links it): the parent maps the child's library.
+    let _ = runtime_version();
+    let library = mapped_libfabric();
+    let patched = library.as_deref().and_then(patched_stamp);
+    if std::env::var(REQUIRE_PATCHED_ENV).is_ok_and(|v| v == "1") {
+        assert!(
+            patched.is_some(),
+            "{REQUIRE_PATCHED_ENV}=1 but the mapped libfabric ({library:?}) has no {PATCHED_STAMP} \
+             in its prefix: build it with ci/libfabric-patched PREFIX and run with \
+             LIBFABRIC_INCLUDE_DIR=PREFIX/include LIBFABRIC_LIB_DIR=PREFIX/lib \
+             LD_LIBRARY_PATH=PREFIX/lib"
+        );
+    }
+    // A crash is expected only on a stock libfabric with the known bugs.
+    let expected_to_crash =
+        |loaded: u32, provider: &str| patched.is_none() && expected_to_crash(loaded, provider);
+    let fabric = match (&patched, &library) {
+        (Some(stamp), _) => format!("patched ({})", stamp.display()),
+        (None, Some(lib)) => format!("stock ({})", lib.display()),
+        (None, None) => "stock".to_owned(),
+    };
     let child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--ignored",
@@ -355,7 +412,13 @@ fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
                 version_text(loaded),
                 log.join("; ")
             );
-            eprintln!("{provider}: {}; {l}", log.join("; "));
+            // Straight to stderr: a pass against the patched libfabric must show.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{provider} on libfabric {} {fabric}: every rank alive: {}; {l}",
+                version_text(loaded),
+                log.join("; ")
+            );
         }
         Said::Line(l) => panic!("{provider}: {}; then: {l}", log.join("; ")),
         Said::Closed => {
@@ -379,7 +442,7 @@ fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
                 return;
             }
             panic!(
-                "{provider} on libfabric {}: the ranks ended ({status:?}); {}",
+                "{provider} on libfabric {} {fabric}: the ranks ended ({status:?}); {}",
                 version_text(loaded),
                 log.join("; ")
             );
@@ -409,4 +472,20 @@ fn the_known_vulnerable_versions_are_those_the_fix_document_names() {
     ] {
         assert!(doc.contains(&version), "{FIX_DOCUMENT} names {version}");
     }
+}
+
+#[test]
+fn the_patched_libfabric_is_known_by_the_stamp_in_its_prefix() {
+    // This process maps the libfabric ffd links.
+    let library = mapped_libfabric().expect("a libfabric.so in /proc/self/maps");
+    assert!(library.is_absolute(), "{}", library.display());
+    let prefix = std::env::temp_dir().join(format!("ffd-patched-stamp-{}", std::process::id()));
+    let lib = prefix.join("lib/libfabric.so.1");
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    assert_eq!(patched_stamp(&lib), None, "no stamp yet");
+    let stamp = prefix.join(PATCHED_STAMP);
+    std::fs::create_dir_all(stamp.parent().unwrap()).unwrap();
+    std::fs::write(&stamp, "patch-sha256 0\n").unwrap();
+    assert_eq!(patched_stamp(&lib), Some(stamp));
+    std::fs::remove_dir_all(&prefix).unwrap();
 }
