@@ -31,7 +31,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use capi_support::mpi::venv;
+use capi_support::mpi::{debian_preloaded, venv};
 use capi_support::{
     Child, Output, ScratchDir, clean_command, compile_c_with, pkg_config_flags, prereq,
 };
@@ -367,30 +367,7 @@ fn debian_mpirun(
     session: &ScratchDir,
     settings: &[(&'static str, String)],
 ) -> Command {
-    let mut cmd = clean_command("mpirun");
-    cmd.env_remove("LD_LIBRARY_PATH")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ])
-        .args(["--mca", "orte_tmpdir_base"])
-        .arg(&session.0)
-        .args([
-            "--mca",
-            "btl",
-            "self,vader",
-            "--mca",
-            "oob_tcp_if_include",
-            "lo",
-        ])
-        .args(["-x", &format!("LD_PRELOAD={}", shim.display())]);
-    for (name, value) in settings {
-        cmd.args(["-x", &format!("{name}={value}")]);
-    }
-    cmd.args(["-np", &ranks.to_string()]).arg(exe);
-    cmd
+    debian_preloaded("mpirun", shim, exe, ranks, &session.0, settings, &[])
 }
 
 fn debian_build() -> Option<(PathBuf, PathBuf)> {
@@ -534,30 +511,15 @@ fn under_openshmem_a_hung_pe_ends_the_job_with_one_report() {
     let exe = compile_c_with(&oshcc, "tests/c/dropin_shmem.c", &[], "dropin_shmem");
     let _reaper = Reaper(vec![exe.clone()]);
     let session = ScratchDir::new("dropin-shmem");
-    let mut cmd = clean_command("oshrun");
-    cmd.env_remove("LD_LIBRARY_PATH")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ])
-        .args(["--mca", "orte_tmpdir_base"])
-        .arg(&session.0)
-        .args([
-            "--mca",
-            "btl",
-            "self,vader",
-            "--mca",
-            "oob_tcp_if_include",
-            "lo",
-        ])
-        .args(["-x", "UCX_TLS=self,sm"])
-        .args(["-x", &format!("LD_PRELOAD={}", shim.display())]);
-    for (name, value) in ffd_settings(&[]) {
-        cmd.args(["-x", &format!("{name}={value}")]);
-    }
-    cmd.args(["-np", "4"]).arg(&exe);
+    let cmd = debian_preloaded(
+        "oshrun",
+        &shim,
+        &exe,
+        4,
+        &session.0,
+        &ffd_settings(&[]),
+        &["-x", "UCX_TLS=self,sm"],
+    );
     let (out, ended) = run_job(cmd, "oshrun dropin_shmem");
     let text = out.text();
     assert!(!out.status.success(), "{text}");

@@ -19,6 +19,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use capi_support::mpi::debian_preloaded;
 use capi_support::{clean_command, compile_c_with, pkg_config_flags_in, repo, run};
 
 /// Bound on `ci/install` (a cold release build of the library and the command).
@@ -269,6 +270,18 @@ fn the_exported_symbols_are_the_committed_list() {
     assert!(exported.len() >= 20, "{exported:?}");
 }
 
+/// What every rank of a job under an installed drop-in gets: ffd on `lo`,
+/// unpinned, saying that it is up.
+fn preloaded_settings() -> Vec<(&'static str, String)> {
+    [
+        ("FFD_DOMAIN", "lo"),
+        ("FFD_CORE", "none"),
+        ("FFD_LOG", "info"),
+    ]
+    .map(|(k, v)| (k, v.to_owned()))
+    .to_vec()
+}
+
 /// With Debian's `mpicc` on PATH, plain `ci/install PREFIX` builds the MPI
 /// drop-in: `lib/libffd_mpi.so` exports the three MPI functions it
 /// intercepts and nothing else, finds the installed libffd through its
@@ -307,35 +320,15 @@ fn the_mpi_drop_in_is_built_with_the_mpicc_on_path_and_starts_ffd_in_mpi_init() 
 
     let exe = compile_c_with("mpicc", "tests/c/dropin_hello.c", &[], "dropin_hello");
     let session = capi_support::ScratchDir::new("install-dropin");
-    let mut cmd = clean_command("mpirun");
-    cmd.env_remove("LD_LIBRARY_PATH")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ])
-        .args(["--mca", "orte_tmpdir_base"])
-        .arg(&session.0)
-        .args([
-            "--mca",
-            "btl",
-            "self,vader",
-            "--mca",
-            "oob_tcp_if_include",
-            "lo",
-        ])
-        .args(["-x", &format!("LD_PRELOAD={}", shim.display())])
-        .args([
-            "-x",
-            "FFD_DOMAIN=lo",
-            "-x",
-            "FFD_CORE=none",
-            "-x",
-            "FFD_LOG=info",
-        ])
-        .args(["-np", "2"])
-        .arg(&exe);
+    let cmd = debian_preloaded(
+        "mpirun",
+        &shim,
+        &exe,
+        2,
+        &session.0,
+        &preloaded_settings(),
+        &[],
+    );
     let out = run(cmd, "mpirun dropin_hello", Duration::from_secs(120));
     assert!(out.status.success(), "{}", out.text());
     for r in 0..2 {
@@ -389,39 +382,15 @@ fn the_openshmem_drop_in_is_built_with_the_oshcc_on_path_and_starts_ffd_in_shmem
         "dropin_shmem_hello",
     );
     let session = capi_support::ScratchDir::new("install-dropin-shmem");
-    let mut cmd = clean_command("oshrun");
-    cmd.env_remove("LD_LIBRARY_PATH")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ])
-        .args(["--mca", "orte_tmpdir_base"])
-        .arg(&session.0)
-        .args([
-            "--mca",
-            "btl",
-            "self,vader",
-            "--mca",
-            "osc",
-            "^rdma",
-            "--mca",
-            "oob_tcp_if_include",
-            "lo",
-        ])
-        .args(["-x", "UCX_TLS=self,sm"])
-        .args(["-x", &format!("LD_PRELOAD={}", shim.display())])
-        .args([
-            "-x",
-            "FFD_DOMAIN=lo",
-            "-x",
-            "FFD_CORE=none",
-            "-x",
-            "FFD_LOG=info",
-        ])
-        .args(["-np", "2"])
-        .arg(&exe);
+    let cmd = debian_preloaded(
+        "oshrun",
+        &shim,
+        &exe,
+        2,
+        &session.0,
+        &preloaded_settings(),
+        &["--mca", "osc", "^rdma", "-x", "UCX_TLS=self,sm"],
+    );
     let out = run(cmd, "oshrun dropin_shmem_hello", Duration::from_secs(120));
     assert!(out.status.success(), "{}", out.text());
     for pe in 0..2 {

@@ -9,9 +9,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use super::detect::{self, Job, KillLine, Report};
-use super::{Output, repo};
+use super::{Output, clean_command, repo};
 
 pub const RANKS: u32 = 6;
 pub const VICTIM: u32 = 3;
@@ -64,4 +65,45 @@ pub fn summary(reports: &BTreeMap<u32, Report>) -> String {
         .map(|(r, rep)| format!("rank {r}: {:.1} ms ({})", rep.ms_after_kill, rep.cause))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A job of Debian's Open MPI 4.1 launcher (`mpirun`, or `oshrun` for
+/// OpenSHMEM) on this host with `shim` preloaded: shared memory between
+/// the ranks, the launcher's own traffic on `lo`, its session files in
+/// `session`, each of `settings` exported to every rank, then `extra`
+/// options (e.g. `-x UCX_TLS=self,sm` for oshmem), `ranks` ranks of `exe`.
+pub fn debian_preloaded(
+    launcher: &str,
+    shim: &Path,
+    exe: &Path,
+    ranks: u32,
+    session: &Path,
+    settings: &[(&str, String)],
+    extra: &[&str],
+) -> Command {
+    let mut cmd = clean_command(launcher);
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
+        .args(["--mca", "orte_tmpdir_base"])
+        .arg(session)
+        .args([
+            "--mca",
+            "btl",
+            "self,vader",
+            "--mca",
+            "oob_tcp_if_include",
+            "lo",
+        ])
+        .args(["-x", &format!("LD_PRELOAD={}", shim.display())]);
+    for (name, value) in settings {
+        cmd.args(["-x", &format!("{name}={value}")]);
+    }
+    cmd.args(extra);
+    cmd.args(["-np", &ranks.to_string()]).arg(exe);
+    cmd
 }
