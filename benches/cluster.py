@@ -55,6 +55,7 @@ import subprocess
 import sys
 import time
 
+import agreement
 import ulfm
 import ulfm_netns
 from common import build, fmt, median, percentile, run_job, table, write_json
@@ -228,9 +229,9 @@ class Case:
         }
 
 
-def ulfm_case(hosts, per_host, args):
+def ulfm_case(hosts, per_host, args, agree_exe):
     """ULFM across the same namespaces: {label: samples ms, "agreement":
-    samples ms, "missed": n}."""
+    samples ms (MPIX_Comm_agree, `agree_exe`), "missed": n}."""
     ranks = hosts * per_host
     period, timeout = parse_us(args.period) / 1e3, parse_us(args.timeout) / 1e3
     # As for ffd: at most a quarter of the ranks or hosts per job.
@@ -261,7 +262,7 @@ def ulfm_case(hosts, per_host, args):
         take("host kill", ulfm_netns.faults(hosts, ranks, "kill", groups, period, timeout))
         done += len(chosen)
         host_list = host_list[len(chosen):] + host_list[: len(chosen)]
-    agree = ulfm_netns.agreement(hosts, ranks, args.agreements)
+    agree = ulfm_netns.agreement(agree_exe, hosts, ranks, args.agreements)
     out["agreement"] = [x / 1000 for x in agree["last_call_us"]]
     return out
 
@@ -354,6 +355,7 @@ def main():
     no_ulfm = "--no-ulfm given" if args.no_ulfm else ulfm_netns.available()
     if no_ulfm is None:
         ulfm.build()
+        agree_exe = agreement.ulfm_build()
     else:
         print(f"ULFM beside ffd: not run ({no_ulfm})")
     results, skipped, beside = [], [], []
@@ -378,7 +380,7 @@ def main():
                 result = case.result()
                 if no_ulfm is None and not delay:
                     print(f"  ULFM, H = {h}, N = {case.ranks} ...", flush=True)
-                    u = ulfm_case(h, args.per_host, args)
+                    u = ulfm_case(h, args.per_host, args, agree_exe)
                     result["ulfm"] = {
                         **{label.replace(" ", "_"): {"samples_ms": u[label], "p50_ms": median(u[label]),
                                                      "max_ms": max(u[label]) if u[label] else None}
@@ -387,16 +389,13 @@ def main():
                                       "p99_ms": percentile(u["agreement"], 99)},
                         "missed": u["missed"],
                     }
-                    for label in ("kill", "stop", "host kill"):
-                        f, w = median(case.samples[label]), median(u[label])
-                        beside.append([h, case.ranks, label + " p50", fmt(f), fmt(w),
+                    pairs = [(label + " p50", median(case.samples[label]), median(u[label]), 1)
+                             for label in ("kill", "stop", "host kill")]
+                    pairs += [(f"agreement p{q}", percentile(case.agree, q), percentile(u["agreement"], q), 3)
+                              for q in (50, 99)]
+                    for what, f, w, digits in pairs:
+                        beside.append([h, case.ranks, what, fmt(f, digits), fmt(w, digits),
                                        "-" if f is None or not w else f"{f / w:.2f}"])
-                    f, w = percentile(case.agree, 50), percentile(u["agreement"], 50)
-                    beside.append([h, case.ranks, "agreement p50", fmt(f, 3), fmt(w, 3),
-                                   "-" if f is None or not w else f"{f / w:.2f}"])
-                    f, w = percentile(case.agree, 99), percentile(u["agreement"], 99)
-                    beside.append([h, case.ranks, "agreement p99", fmt(f, 3), fmt(w, 3),
-                                   "-" if f is None or not w else f"{f / w:.2f}"])
                 results.append(result)
         print()
         table(["H", "N", "link delay", "kill p50 / max ms", "SIGSTOP p50 / max ms", "host kill p50 / max ms",

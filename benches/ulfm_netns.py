@@ -28,9 +28,10 @@ import stat
 import subprocess
 import tempfile
 
+import agreement as agreement_bench
 import netns
 import ulfm
-from common import OUT, ROOT, fmt, median, percentile, table
+from common import fmt, median, percentile, table
 
 VENV = ulfm.VENV
 MPIRUN = os.path.join(VENV, "bin", "mpirun")
@@ -137,13 +138,11 @@ def faults(hosts, ranks, fault, victims, period_ms, timeout_ms, spacing_ms=1000)
     return out
 
 
-def agreement(hosts, ranks, rounds):
-    """MPIX_Comm_agree across `hosts` namespaces: {"latency_us": own call
-    time, max over ranks; "last_call_us": last return - last call}."""
-    exe = os.path.join(OUT, "agreement_ulfm")
-    os.makedirs(OUT, exist_ok=True)
-    subprocess.run([os.path.join(VENV, "bin", "mpicc"), os.path.join(ROOT, "benches", "agreement_ulfm.c"),
-                    "-o", exe], check=True, timeout=300)
+def agreement(exe, hosts, ranks, rounds):
+    """MPIX_Comm_agree (`exe`: benches/agreement_ulfm.c as
+    agreement.ulfm_build() builds it) across `hosts` namespaces:
+    {"latency_us": own call time, max over ranks; "last_call_us": last
+    return - last call}."""
     with Cluster(hosts) as c:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PRTE_", "PMIX_"))}
         out = subprocess.run([*c.prefix(), MPIRUN, "--allow-run-as-root", "--with-ft", "ulfm", "--bind-to", "none",
@@ -166,9 +165,10 @@ def main():
     if why:
         raise SystemExit(f"ulfm_netns: {why}")
     ulfm.build()
+    exe = agreement_bench.ulfm_build()
     kill = faults(a.hosts, a.ranks, "kill", [a.ranks - 1], 10, 100)
     host = faults(a.hosts, a.ranks, "kill", [tuple(range(1, a.ranks, a.hosts))], 10, 100)
-    agree = agreement(a.hosts, a.ranks, a.rounds)
+    agree = agreement(exe, a.hosts, a.ranks, a.rounds)
     lc = [x / 1000 for x in agree["last_call_us"]]
     table(["measure", "ms"], [
         ["kill: every survivor knows", fmt(kill[0]["all_ms"])],
