@@ -41,7 +41,11 @@
  *
  * The one report per failure comes from the lowest rank ffd knows alive
  * (each rank works it out alone); any other rank prints it and acts (in
- * abort mode) only if the job still runs half a second later.
+ * abort mode) only if the job still runs half a second later (1.5 s under
+ * OpenSHMEM) while that reporter still lives. A reporter that has ended
+ * meanwhile was ending the job (or died, which ends it too under every
+ * launcher here): then the rank waits SHIM_LAST_BACKSTOP_NS more before it
+ * acts, so a slow teardown does not print the report again.
  *
  * PMIx: the PMIx functions are resolved at run time, after PMPI_Init, with
  * dlsym(RTLD_DEFAULT): the shim must use the libpmix the MPI library
@@ -108,6 +112,10 @@
  * oshmem). */
 #define SHIM_BACKSTOP_NS 500000000LL
 #define SHIM_BACKSTOP_SHMEM_NS 1500000000LL
+/* How much longer it waits once that reporter has ended (the job is being
+ * torn down; oshrun took 2-3 s on a loaded 2-core machine) before it acts
+ * anyway: the launcher may let the job run on without the reporter. */
+#define SHIM_LAST_BACKSTOP_NS 5000000000LL
 
 /* ---- the PMIx standard's ABI, the part this shim uses ------------------ */
 
@@ -451,7 +459,9 @@ typedef struct {
     ffd_cause cause;
     uint64_t time_ns;
     int64_t due_ns; /* monotonic */
+    int reporter;   /* the rank it was left to */
     bool pending;
+    bool last;      /* that reporter has ended: this is the last backstop */
 } deferred;
 
 /* The lowest rank ffd knows alive: the one that reports. */
@@ -537,12 +547,14 @@ static void on_failed(const ffd_event_t *ev, deferred *later) {
                   .cause = ev->cause,
                   .time_ns = ev->time_ns,
                   .due_ns = monotonic_ns() + (shim.shmem ? SHIM_BACKSTOP_SHMEM_NS : SHIM_BACKSTOP_NS),
-                  .pending = true};
+                  .reporter = reporter(),
+                  .pending = true,
+                  .last = false};
     if (shim.mode == ON_FAILURE_ULFM) {
         ulfm_inject(ev->rank);
         fence(ev->rank);
     }
-    if (reporter() == shim.rank) {
+    if (f.reporter == shim.rank) {
         act_on_failure(&f);
     } else {
         say(LOG_INFO, "rank %" PRIu32 " failed: cause %s, declared by rank %" PRIu32, ev->rank,
@@ -615,6 +627,17 @@ static void *shim_thread(void *arg) {
         }
         if (later.pending) {
             int64_t left = later.due_ns - now;
+            if (left <= 0 && !later.last && ffd_is_alive(shim.ffd, (uint32_t)later.reporter) != 1) {
+                /* The reporter has ended: it was ending the job, which a
+                 * slow launcher is still tearing down. */
+                say(LOG_INFO,
+                    "rank %d, which reports rank %" PRIu32 "'s failure, has ended; the job ends (this rank acts "
+                    "if it still runs in %.0f s)",
+                    later.reporter, later.rank, (double)SHIM_LAST_BACKSTOP_NS / 1e9);
+                later.last = true;
+                later.due_ns = now + SHIM_LAST_BACKSTOP_NS;
+                continue;
+            }
             if (left <= 0) {
                 later.pending = false;
                 act_on_failure(&later); /* the reporter did not end the job */
