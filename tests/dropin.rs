@@ -59,7 +59,8 @@ fn ffd_settings(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, St
 }
 
 /// SIGKILLs, on drop, every process whose executable is one of `exes`
-/// (this test's own builds, so no process of anyone else).
+/// (this test's own builds, so no process of anyone else), also one whose
+/// file another test's build has since replaced (`PATH (deleted)`).
 struct Reaper(Vec<PathBuf>);
 
 impl Drop for Reaper {
@@ -76,7 +77,10 @@ impl Drop for Reaper {
                 continue;
             };
             if let Ok(exe) = std::fs::read_link(entry.path().join("exe"))
-                && self.0.contains(&exe)
+                && self.0.iter().any(|ours| {
+                    exe == *ours
+                        || exe.to_str().and_then(|e| e.strip_suffix(" (deleted)")) == ours.to_str()
+                })
             {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),

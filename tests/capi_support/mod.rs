@@ -24,6 +24,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -237,6 +238,16 @@ pub fn compile_c_with(
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
     std::fs::create_dir_all(&out_dir).expect("create the scratch directory");
     let exe = out_dir.join(name);
+    // Built under a name of its own, then renamed over `exe`: tests running
+    // at once may build the same program, and one of them may be starting
+    // it while another's compiler writes it (mpirun then could not execute
+    // it, seen in a full ci/test). A rename leaves a running copy intact.
+    static BUILDS: AtomicU64 = AtomicU64::new(0);
+    let partial = out_dir.join(format!(
+        ".{name}.{}.{}",
+        std::process::id(),
+        BUILDS.fetch_add(1, Ordering::Relaxed)
+    ));
     let mut cmd = Command::new(compiler);
     // cargo test's LD_LIBRARY_PATH holds the build scripts' link directories
     // (e.g. Debian's PMIx): ld searches it before a library's RUNPATH, so it
@@ -245,7 +256,7 @@ pub fn compile_c_with(
     cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-pthread"])
         .arg(repo().join(source))
         .arg("-o")
-        .arg(&exe)
+        .arg(&partial)
         .args(flags);
     let out = run(cmd, &compiler.to_string_lossy(), Duration::from_secs(300));
     assert!(
@@ -254,6 +265,8 @@ pub fn compile_c_with(
         compiler.to_string_lossy(),
         out.text()
     );
+    std::fs::rename(&partial, &exe)
+        .unwrap_or_else(|e| panic!("rename {} to {}: {e}", partial.display(), exe.display()));
     exe
 }
 
