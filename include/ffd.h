@@ -364,7 +364,8 @@ typedef struct {
      */
     uint64_t epoch;
     /**
-     * When this rank learned it, in ns since its ffd_init().
+     * When this rank learned it, in ns on the detector's clock, which
+     * starts inside ffd_init() after the address exchange (ffd_uptime()).
      */
     uint64_t time_ns;
     /**
@@ -468,7 +469,7 @@ typedef struct {
  */
 typedef struct {
     /**
-     * Time since ffd_init(), in ns.
+     * The detector's clock when they were published, in ns (ffd_uptime()).
      */
     uint64_t uptime_ns;
     /**
@@ -854,6 +855,22 @@ ffd_result ffd_rank_size(const ffd_t *h, uint32_t *rank, uint32_t *size);
  * `h` is NULL or a live handle; `out` is NULL or valid for a write.
  */
 ffd_result ffd_epoch(const ffd_t *h, uint64_t *out);
+
+/**
+ * The time on the detector's clock now, in ns: the clock that events'
+ * `time_ns` and the stats' `uptime_ns` count on. It starts inside
+ * ffd_init(), after the address exchange, so an embedder that wants an
+ * event on the wall clock reads this and `CLOCK_REALTIME` together: the
+ * event happened at `realtime - now_ns + event.time_ns`. Any thread; also
+ * after the detector has stopped.
+ *
+ * @param[out] now_ns receives the time on success.
+ * @return FFD_OK; FFD_ERR_NULL.
+ *
+ * # Safety
+ * `h` is NULL or a live handle; `now_ns` is NULL or valid for a write.
+ */
+ffd_result ffd_uptime(const ffd_t *h, uint64_t *now_ns);
 
 /**
  * The failed ranks this rank knows of, in increasing order. Writes the

@@ -209,7 +209,8 @@ static struct {
     pthread_t thread;
     bool thread_running;
     atomic_bool stopping;
-    int64_t init_realtime_ns; /* CLOCK_REALTIME just before ffd_init */
+    int64_t init_realtime_ns;  /* CLOCK_REALTIME just before ffd_init */
+    int64_t clock_realtime_ns; /* CLOCK_REALTIME when ffd's clock read 0 */
     bool any_failure;         /* written by the thread, read after join */
     bool ending;              /* the thread's: abort mode acted on a failure */
     bool shmem;               /* started by shmem_init (the OpenSHMEM build) */
@@ -474,7 +475,7 @@ static int reporter(void) {
 
 static void report(const deferred *f) {
     char when[40];
-    int64_t at = shim.init_realtime_ns + (int64_t)f->time_ns;
+    int64_t at = shim.clock_realtime_ns + (int64_t)f->time_ns;
     format_utc(at, when, sizeof when);
     const char *then = shim.mode == ON_FAILURE_ABORT    ? (shim.shmem ? "ending the job (shmem_global_exit)"
                                                                       : "ending the job (MPI_Abort)")
@@ -484,7 +485,7 @@ static void report(const deferred *f) {
     say(shim.mode == ON_FAILURE_ABORT ? LOG_ERROR : LOG_WARN,
         "rank %" PRIu32 " failed: cause %s, declared by rank %" PRIu32 ", learned here at %s (%.3f s after "
         "%s); FFD_MPI_ON_FAILURE=%s: %s",
-        f->rank, cause_name(f->cause), f->detector, when, (double)f->time_ns / 1e9,
+        f->rank, cause_name(f->cause), f->detector, when, (double)(at - shim.init_realtime_ns) / 1e9,
         shim.shmem ? "shmem_init" : "MPI_Init", on_failure_names[shim.mode], then);
 }
 
@@ -818,6 +819,13 @@ static int shim_start(void) {
         pmix_release();
         return fail_init(why);
     }
+    /* ffd's clock (events' time_ns) starts inside ffd_init, after the
+     * exchange, which a loaded machine can stretch to most of a second:
+     * place its zero on the wall clock from a reading of both. */
+    uint64_t uptime_ns = 0;
+    int64_t realtime = realtime_ns();
+    shim.clock_realtime_ns = ffd_uptime(shim.ffd, &uptime_ns) == FFD_OK ? realtime - (int64_t)uptime_ns
+                                                                        : shim.init_realtime_ns;
     rc = open_peer_pidfds();
     if (rc != MPI_SUCCESS) {
         ffd_finalize(&shim.ffd);

@@ -138,6 +138,33 @@ pub unsafe extern "C" fn ffd_epoch(h: *const ffd_t, out: *mut u64) -> ffd_result
     })
 }
 
+/// The time on the detector's clock now, in ns: the clock that events'
+/// `time_ns` and the stats' `uptime_ns` count on. It starts inside
+/// ffd_init(), after the address exchange, so an embedder that wants an
+/// event on the wall clock reads this and `CLOCK_REALTIME` together: the
+/// event happened at `realtime - now_ns + event.time_ns`. Any thread; also
+/// after the detector has stopped.
+///
+/// @param[out] now_ns receives the time on success.
+/// @return FFD_OK; FFD_ERR_NULL.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `now_ns` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ffd_uptime(h: *const ffd_t, now_ns: *mut u64) -> ffd_result {
+    boundary("ffd_uptime", || {
+        // SAFETY: NULL or a live handle (contract).
+        let h = unsafe { handle(h) }?;
+        if now_ns.is_null() {
+            return Err(Error::null("now_ns"));
+        }
+        let ns = u64::try_from(h.detector.started().elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: non-NULL and valid for a write (contract).
+        unsafe { *now_ns = ns };
+        Ok(FFD_OK)
+    })
+}
+
 /// The failed ranks this rank knows of, in increasing order. Writes the
 /// first `min(len, total)` of them to `buf` and the total count to `*n`;
 /// if `*n > len` the list was cut: call again with a larger buffer (the

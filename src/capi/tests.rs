@@ -377,6 +377,7 @@ fn calls_on_a_null_handle_fail_with_ffd_err_null() {
         assert_eq!(ffd_is_excluded(ptr::null()), FFD_ERR_NULL as c_int);
         assert_eq!(ffd_event_fd(ptr::null()), FFD_ERR_NULL as c_int);
         assert_eq!(ffd_epoch(ptr::null(), &mut epoch), FFD_ERR_NULL);
+        assert_eq!(ffd_uptime(ptr::null(), &mut epoch), FFD_ERR_NULL);
         assert_eq!(
             ffd_failed_ranks(ptr::null(), ptr::null_mut(), 0, &mut n),
             FFD_ERR_NULL
@@ -737,16 +738,26 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                     assert_eq!(unsafe { ffd_finalize(&mut h) }, FFD_ERR_NULL);
                 } else {
                     let leaver = (N - 1) as u32;
-                    wait_event(h, Duration::from_secs(10), |e| {
+                    let (left, _) = wait_event(h, Duration::from_secs(10), |e| {
                         e.kind == ffd_event_kind::FFD_EVENT_LEFT && e.rank == leaver
                     })
                     .unwrap_or_else(|| panic!("rank {rank}: no departure"));
+                    let (mut now_ns, mut later_ns) = (0, 0);
                     // SAFETY: a live handle and valid outputs.
                     unsafe {
                         assert_eq!(ffd_is_alive(h, leaver), 0);
                         assert_eq!(ffd_epoch(h, &mut epoch), FFD_OK);
+                        assert_eq!(ffd_uptime(h, &mut now_ns), FFD_OK);
+                        assert_eq!(ffd_uptime(h, ptr::null_mut()), FFD_ERR_NULL);
+                        assert_eq!(ffd_uptime(h, &mut later_ns), FFD_OK);
                     }
                     assert_eq!(epoch, 0, "a departure is no failure");
+                    // Events are stamped on the clock ffd_uptime reads.
+                    assert!(
+                        0 < left.time_ns && left.time_ns <= now_ns && now_ns <= later_ns,
+                        "departure at {} ns, then {now_ns} and {later_ns} ns",
+                        left.time_ns
+                    );
                     // The counters are published every 50 ms: poll (bounded)
                     // until they include the departure.
                     let mut st = ffd_stats_t::default();
@@ -756,10 +767,13 @@ fn threads_standing_in_for_ranks_start_broadcast_and_leave_through_the_c_abi() {
                         assert_eq!(unsafe { ffd_stats(h, &mut st) }, FFD_OK);
                         thread::sleep(Duration::from_millis(10));
                     }
+                    // SAFETY: a live handle and a valid output.
+                    assert_eq!(unsafe { ffd_uptime(h, &mut later_ns) }, FFD_OK);
                     assert!(
                         st.departures_learned == 1
                             && st.heartbeats_sent > 0
                             && st.uptime_ns > 0
+                            && st.uptime_ns <= later_ns
                             && st.epoch == 0
                             && st.pinned_cpu == -1,
                         "{st:?}"

@@ -196,7 +196,8 @@ pub struct ffd_event_t {
     pub hops: u32,
     /// Failures known to this rank once this event was applied.
     pub epoch: u64,
-    /// When this rank learned it, in ns since its ffd_init().
+    /// When this rank learned it, in ns on the detector's clock, which
+    /// starts inside ffd_init() after the address exchange (ffd_uptime()).
     pub time_ns: u64,
     /// SLOW_EMITTER: how long the emitter was silent, in ns.
     pub stalled_ns: u64,
@@ -246,7 +247,7 @@ pub struct ffd_state_t {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ffd_stats_t {
-    /// Time since ffd_init(), in ns.
+    /// The detector's clock when they were published, in ns (ffd_uptime()).
     pub uptime_ns: u64,
     /// Failures known to this rank when the counters were published (the
     /// live value is ffd_epoch()'s).
