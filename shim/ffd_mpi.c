@@ -179,6 +179,23 @@ static struct {
 /* How long the shim stays an event user after a hand-over. */
 #define SHIM_BOOST_NS 50000000LL
 
+/* Open MPI's switch for MPI_Finalize's PMIx fence: its control variable
+ * async_mpi_finalize (ompi_async_mpi_finalize, exported by libmpi; MPI_T
+ * cannot write it, its scope is read-only). Whenever ULFM's fault tolerance
+ * is on, whatever FFD_MPI_ON_FAILURE says (so on every rank alike), the
+ * shim turns that fence off just before PMPI_Finalize, because after a rank
+ * died it can wait forever: Open MPI 5.0.11's mpirun (its PMIx 5.0.11
+ * server) waits for one contribution from every process of the job on its
+ * node that it has not seen lose its PMIx connection, and when it
+ * deregisters a killed process (once it has reaped it) before its PMIx
+ * thread has read that process's closed socket, it never counts the
+ * process out. ULFM's finalize has synchronized the survivors before it
+ * reaches the fence (a shrink of MPI_COMM_WORLD, then a barrier over the
+ * survivors), so skipping the fence loses nothing. docs/embedding.md,
+ * "MPI_Finalize under ULFM", has the evidence. NULL when this MPI has no
+ * such variable. */
+static bool *finalize_fence_off;
+
 /* ---- state ------------------------------------------------------------- */
 
 enum on_failure { ON_FAILURE_ULFM, ON_FAILURE_ABORT, ON_FAILURE_REPORT };
@@ -214,6 +231,7 @@ static struct {
     bool any_failure;         /* written by the thread, read after join */
     bool ending;              /* the thread's: abort mode acted on a failure */
     bool shmem;               /* started by shmem_init (the OpenSHMEM build) */
+    bool ft_on;               /* Open MPI's ULFM fault tolerance is on in this job */
 } shim = {.comm = MPI_COMM_NULL, .stop_fd = -1, .log = LOG_WARN};
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -770,6 +788,9 @@ static int shim_start(void) {
         return fail_init(why);
     enum ulfm_state ulfm_now = ulfm_state();
     bool ulfm = !shim.shmem && ulfm_now == ULFM_ON;
+    shim.ft_on = ulfm;
+    if (ulfm)
+        finalize_fence_off = (bool *)dlsym(RTLD_DEFAULT, "ompi_async_mpi_finalize");
     if (!shim.mode_was_set)
         shim.mode = ulfm ? ON_FAILURE_ULFM : ON_FAILURE_ABORT;
     if (shim.mode == ON_FAILURE_ULFM) {
@@ -893,7 +914,16 @@ SHIM_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *prov
 }
 
 SHIM_EXPORT int MPI_Finalize(void) {
+    bool ft_on = shim.started && shim.ft_on;
     shim_end();
+    if (ft_on) {
+        if (finalize_fence_off) {
+            *finalize_fence_off = true;
+            say(LOG_INFO, "MPI_Finalize without its PMIx fence (ULFM's finalize synchronizes the survivors)");
+        } else
+            say(LOG_WARN, "this MPI has no ompi_async_mpi_finalize: MPI_Finalize's PMIx fence stays on, and may "
+                          "wait forever for a rank that died (docs/embedding.md, \"MPI_Finalize under ULFM\")");
+    }
     return PMPI_Finalize();
 }
 

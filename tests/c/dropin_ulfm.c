@@ -14,6 +14,10 @@
  *    stopped process is alive to the launcher); each shrinks again, runs an
  *    MPI_Allreduce over the survivors and calls MPI_Finalize.
  *
+ * With --kill-second the second victim raises SIGKILL instead of SIGSTOP
+ * (docs/embedding.md, "MPI_Finalize under ULFM": the same program with no
+ * shim then runs under ULFM alone, learning of both deaths from mpirun).
+ *
  * Lines (one printf each, flushed; tests/dropin.rs reads them):
  *   rank R: up, pid P, N ranks
  *   rank V: raising SIGKILL|SIGSTOP (L ms after the planned time)
@@ -85,7 +89,7 @@ static void fault(MPI_Comm comm, int me, int victim, int victim_here, int sig, i
 }
 
 int main(int argc, char **argv) {
-    int killed = 3, stopped = 4, after_ms = 1500;
+    int killed = 3, stopped = 4, after_ms = 1500, second = SIGSTOP;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--kill") == 0 && i + 1 < argc)
             killed = atoi(argv[++i]);
@@ -93,8 +97,10 @@ int main(int argc, char **argv) {
             stopped = atoi(argv[++i]);
         else if (strcmp(argv[i], "--after-ms") == 0 && i + 1 < argc)
             after_ms = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--kill-second") == 0)
+            second = SIGKILL;
         else {
-            fprintf(stderr, "usage: %s [--kill R] [--stop R] [--after-ms MS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--kill R] [--stop R] [--after-ms MS] [--kill-second]\n", argv[0]);
             return 2;
         }
     }
@@ -129,7 +135,7 @@ int main(int argc, char **argv) {
     MPI_Comm_group(once, &once_group);
     int stopped_here = MPI_UNDEFINED;
     MPI_Group_translate_ranks(world_group, 1, &stopped, once_group, &stopped_here);
-    fault(once, me, stopped, stopped_here, SIGSTOP, after_ms);
+    fault(once, me, stopped, stopped_here, second, after_ms);
 
     MPI_Comm twice;
     rc = MPIX_Comm_shrink(once, &twice);
