@@ -141,19 +141,23 @@ fn header_version(text: &str) -> Option<(u32, u32)> {
 struct MacroTypes;
 
 impl ParseCallbacks for MacroTypes {
-    fn int_macro(&self, name: &str, _value: i64) -> Option<IntKind> {
+    fn int_macro(&self, name: &str, value: i64) -> Option<IntKind> {
         if !name.starts_with("FI_") {
             return None;
         }
+        // A value beyond `int` is a 64-bit flag whatever its name says
+        // (libfabric 2.x: FI_EXACT_DIRECTED_RECV, and FI_MR_DMABUF and
+        // FI_MR_SINGLE_USE, flags of fi_mr_attr, not mr_mode bits).
+        let fits_int = i32::try_from(value).is_ok();
         // Error numbers (fi_errno.h): compared with `int` and `ssize_t` returns.
         let errno = (name.starts_with("FI_E") && name != "FI_EVENT")
             || name == "FI_SUCCESS"
             || name == "FI_ERRNO_OFFSET";
-        if errno {
+        if errno && fits_int {
             return Some(IntKind::Int);
         }
         // mr_mode bits live in an `int` field (fi_domain_attr::mr_mode).
-        if name.starts_with("FI_MR_") {
+        if name.starts_with("FI_MR_") && fits_int {
             return Some(IntKind::Int);
         }
         if name.ends_with("_VERSION") {

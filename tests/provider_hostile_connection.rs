@@ -31,19 +31,30 @@
 //! test guards the fix from then on. On any other version, any outcome
 //! but a living, working rank fails.
 //!
-//! A libfabric that `ci/libfabric-patched PREFIX` built (1.17 with
-//! `docs/upstream/libfabric-1.17-strangers.patch`) is fixed whatever its
-//! version says: the test finds the stamp that command leaves in PREFIX
-//! (`share/ffd/libfabric-patched`) beside the `libfabric.so` this process
+//! A libfabric that `ci/libfabric-patched PREFIX` built (1.17 or 2.1 with
+//! `docs/upstream/`'s patch for it) is fixed whatever its version says:
+//! the test finds the stamp that command leaves in PREFIX
+//! (`share/ffd/libfabric-patched`) beside the `libfabric.so` the ranks
 //! mapped, and then any outcome but a living, working rank fails. With
-//! `FFD_TEST_PATCHED_LIBFABRIC=1` (ci/test's run against it) a libfabric
-//! without the stamp fails the test instead of being taken as stock.
+//! `FFD_TEST_PATCHED_LIBFABRIC=1` a libfabric without the stamp fails the
+//! test instead of being taken as stock.
+//!
+//! The second test runs the same attack on the patched libfabric in
+//! `target/libfabric-patched` (`FFD_TEST_PATCHED_PREFIX` names another
+//! PREFIX), which `ci/test` builds first: the ranks' process gets
+//! `PREFIX/lib` first on `LD_LIBRARY_PATH`, so the test binary built
+//! against Debian's libfabric runs on it (2.x keeps the soname
+//! `libfabric.so.1` and the 1.x symbol versions). There every rank must
+//! live. Without that PREFIX it is skipped, and fails under
+//! `FFD_TEST_REQUIRE_ALL=1` (`tests/prereq`).
 //!
 //! The ranks run in a child process (this test binary run again, filtered
 //! to the ignored `rank_role` test), so that a crash in libfabric ends the
-//! child and not the test. The child is killed and reaped on every path.
+//! child and not the test. The child says which libfabric it mapped and
+//! its version. It is killed and reaped on every path.
 
 mod hostile;
+mod prereq;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -89,6 +100,9 @@ const KNOWN_VULNERABLE: ((u32, u32), (u32, u32)) = ((1, 13), (2, 6));
 const PATCHED_STAMP: &str = "share/ffd/libfabric-patched";
 /// Set to `1` where the test must run against a patched libfabric.
 const REQUIRE_PATCHED_ENV: &str = "FFD_TEST_PATCHED_LIBFABRIC";
+/// The prefix of the patched libfabric for the second test, when not
+/// `target/libfabric-patched` (where `ci/test` builds it).
+const PATCHED_PREFIX_ENV: &str = "FFD_TEST_PATCHED_PREFIX";
 
 /// The `libfabric.so` this process mapped, from `/proc/self/maps`.
 fn mapped_libfabric() -> Option<PathBuf> {
@@ -202,8 +216,10 @@ fn rank_role() {
     });
     let (provider, _) = detectors[0].fabric();
     let ports: Vec<String> = listening_ports("self").iter().map(u16::to_string).collect();
+    let library = mapped_libfabric().map_or_else(|| "-".to_owned(), |l| l.display().to_string());
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "{TAG} ready {provider} {}", ports.join(" "))
+    if writeln!(out, "{TAG} library {} {library}", runtime_version())
+        .and_then(|()| writeln!(out, "{TAG} ready {provider} {}", ports.join(" ")))
         .and_then(|()| out.flush())
         .is_err()
     {
@@ -303,28 +319,52 @@ fn exit_status(child: &mut Child) -> Option<ExitStatus> {
 
 #[test]
 fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
-    // Loaded at start (ffd links it): the parent maps the child's library.
-    let _ = runtime_version();
-    let library = mapped_libfabric();
-    let patched = library.as_deref().and_then(patched_stamp);
-    if std::env::var(REQUIRE_PATCHED_ENV).is_ok_and(|v| v == "1") {
-        assert!(
-            patched.is_some(),
-            "{REQUIRE_PATCHED_ENV}=1 but the mapped libfabric ({library:?}) has no {PATCHED_STAMP} \
-             in its prefix: build it with ci/libfabric-patched PREFIX and run with \
-             LIBFABRIC_INCLUDE_DIR=PREFIX/include LIBFABRIC_LIB_DIR=PREFIX/lib \
-             LD_LIBRARY_PATH=PREFIX/lib"
+    let require_patched = std::env::var(REQUIRE_PATCHED_ENV).is_ok_and(|v| v == "1");
+    attack_the_ranks(None, require_patched);
+}
+
+#[test]
+fn a_strangers_connection_does_not_kill_a_rank_on_the_patched_libfabric() {
+    let prefix = std::env::var_os(PATCHED_PREFIX_ENV).map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target/libfabric-patched"),
+        PathBuf::from,
+    );
+    let built = if prefix.join("lib/libfabric.so.1").exists()
+        && prefix.join(PATCHED_STAMP).is_file()
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "no libfabric built by ci/libfabric-patched in {} (`ci/libfabric-patched {}` builds \
+             it; {PATCHED_PREFIX_ENV} names another PREFIX)",
+            prefix.display(),
+            prefix.display()
+        ))
+    };
+    if !prereq::available(&prereq::this_test(), &[built]) {
+        return;
+    }
+    attack_the_ranks(Some(&prefix), true);
+}
+
+/// Starts the two ranks in a child process, on the libfabric the loader
+/// finds or, with `patched_prefix`, on the one in `patched_prefix/lib`;
+/// sends both streams to each of their ports and checks that the ranks
+/// live and work. `require_patched`: the ranks' libfabric must carry the
+/// stamp of `ci/libfabric-patched`.
+fn attack_the_ranks(patched_prefix: Option<&Path>, require_patched: bool) {
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    if let Some(prefix) = patched_prefix {
+        let mut paths = vec![prefix.join("lib")];
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+            paths.extend(std::env::split_paths(&old));
+        }
+        command.env(
+            "LD_LIBRARY_PATH",
+            std::env::join_paths(paths).expect("LD_LIBRARY_PATH"),
         );
     }
-    // A crash is expected only on a stock libfabric with the known bugs.
-    let expected_to_crash =
-        |loaded: u32, provider: &str| patched.is_none() && expected_to_crash(loaded, provider);
-    let fabric = match (&patched, &library) {
-        (Some(stamp), _) => format!("patched ({})", stamp.display()),
-        (None, Some(lib)) => format!("stock ({})", lib.display()),
-        (None, None) => "stock".to_owned(),
-    };
-    let child = Command::new(std::env::current_exe().expect("test binary"))
+    let child = command
         .args([
             "--ignored",
             "--exact",
@@ -360,11 +400,44 @@ fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
         let _ = tx.send(Said::Closed);
     });
 
-    let ready = match rx.recv_timeout(STEP_WITHIN) {
+    let next_line = || match rx.recv_timeout(STEP_WITHIN) {
         Ok(Said::Line(l)) => l,
         Ok(Said::Closed) => panic!("the ranks ended before starting"),
         Err(_) => panic!("the ranks did not start within {STEP_WITHIN:?}"),
     };
+    // The libfabric the ranks run on: its version and the file mapped.
+    let said = next_line();
+    let (loaded, library) = said
+        .strip_prefix("library ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(v, path)| Some((v.parse::<u32>().ok()?, path)))
+        .unwrap_or_else(|| panic!("library line: {said}"));
+    let library = (library != "-").then(|| PathBuf::from(library));
+    let patched = library.as_deref().and_then(patched_stamp);
+    if require_patched {
+        assert!(
+            patched.is_some(),
+            "the ranks' libfabric ({library:?}) has no {PATCHED_STAMP} in its prefix: build it \
+             with ci/libfabric-patched PREFIX and run with LD_LIBRARY_PATH=PREFIX/lib"
+        );
+    }
+    if let (Some(prefix), Some(lib)) = (patched_prefix, &library) {
+        assert!(
+            lib.starts_with(prefix),
+            "the ranks mapped {} and not the libfabric in {}",
+            lib.display(),
+            prefix.display()
+        );
+    }
+    // A crash is expected only on a stock libfabric with the known bugs.
+    let expected_to_crash =
+        |loaded: u32, provider: &str| patched.is_none() && expected_to_crash(loaded, provider);
+    let fabric = match (&patched, &library) {
+        (Some(stamp), _) => format!("patched ({})", stamp.display()),
+        (None, Some(lib)) => format!("stock ({})", lib.display()),
+        (None, None) => "stock".to_owned(),
+    };
+    let ready = next_line();
     let words: Vec<&str> = ready.split_whitespace().collect();
     assert_eq!(words.first(), Some(&"ready"), "ready line: {ready}");
     let provider = words.get(1).expect("provider").to_string();
@@ -403,7 +476,6 @@ fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
     drop(open);
     match said {
         Said::Line(l) if l.starts_with("alive") => {
-            let loaded = runtime_version();
             assert!(
                 !expected_to_crash(loaded, &provider),
                 "{provider} on libfabric {} survived the strangers' streams, which this \
@@ -423,7 +495,6 @@ fn a_strangers_connection_to_a_ranks_fabric_port_does_not_kill_it() {
         Said::Line(l) => panic!("{provider}: {}; then: {l}", log.join("; ")),
         Said::Closed => {
             let status = exit_status(&mut guard.0);
-            let loaded = runtime_version();
             let signal = status.and_then(|s| s.signal());
             let crashed = matches!(signal, Some(libc::SIGSEGV) | Some(libc::SIGABRT));
             if crashed && expected_to_crash(loaded, &provider) {

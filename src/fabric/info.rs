@@ -283,8 +283,12 @@ impl Info {
     /// calls into it (`FI_PROGRESS_MANUAL`): the target's thread must read
     /// its completion queue for writes to land.
     pub fn manual_progress(&self) -> bool {
-        self.attr(|i| i.domain_attr)
-            .is_some_and(|a| a.data_progress == sys::FI_PROGRESS_MANUAL)
+        self.attr(|i| i.domain_attr).is_some_and(|a| {
+            // SAFETY: `a` is a valid fi_domain_attr of the fi_info self
+            // owns; the function only reads one field of it.
+            let progress = unsafe { sys::libfabric_sys_domain_data_progress(a) };
+            progress == sys::FI_PROGRESS_MANUAL
+        })
     }
 
     /// The NIC's PCI address, when the provider reports one
@@ -610,6 +614,9 @@ mod tests {
         assert_eq!(info.domain_name(), "lo");
         assert_eq!(info.caps() & REQUIRED_CAPS, REQUIRED_CAPS);
         assert!(info.inject_size() >= 8, "{info:?}");
+        // rxm progresses data when called (1.17's data_progress, 2.x's
+        // progress: the same member of fi_domain_attr).
+        assert!(info.manual_progress(), "{info:?}");
         let all = offerings().expect("offerings");
         assert!(
             all.iter()

@@ -63,6 +63,13 @@ pub const fn fi_header_version() -> u32 {
 /// The oldest API version this crate builds against.
 pub const FI_MIN_API_VERSION: u32 = FI_VERSION(1, 17);
 
+unsafe extern "C" {
+    /// `attr->data_progress`, a field of `fi_domain_attr` in 1.x and a
+    /// member of an anonymous union in 2.x (`macros.c`): the same call
+    /// builds against either header.
+    pub fn libfabric_sys_domain_data_progress(attr: *const fi_domain_attr) -> fi_progress;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
