@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
-use ffd::fabric::{runtime_version, version_text};
+use ffd::fabric::{PATCHED_STAMP, mapped_libfabric, patched_stamp, runtime_version, version_text};
 use ffd::runtime::Detector;
 use hostile::{ACK_STREAM, CONN_ID_STREAM, listening_ports, ranks_work, unhex};
 
@@ -96,35 +96,11 @@ const AFFECTED_PROVIDERS: &[&str] = &["tcp;ofi_rxm", "tcp", "net"];
 /// this range fails the test.
 const KNOWN_VULNERABLE: ((u32, u32), (u32, u32)) = ((1, 13), (2, 6));
 
-/// Where `ci/libfabric-patched` stamps the prefix it installs into.
-const PATCHED_STAMP: &str = "share/ffd/libfabric-patched";
 /// Set to `1` where the test must run against a patched libfabric.
 const REQUIRE_PATCHED_ENV: &str = "FFD_TEST_PATCHED_LIBFABRIC";
 /// The prefix of the patched libfabric for the second test, when not
 /// `target/libfabric-patched` (where `ci/test` builds it).
 const PATCHED_PREFIX_ENV: &str = "FFD_TEST_PATCHED_PREFIX";
-
-/// The `libfabric.so` this process mapped, from `/proc/self/maps`.
-fn mapped_libfabric() -> Option<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .map(Path::new)
-        .find(|path| {
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libfabric.so"))
-        })
-        .map(Path::to_path_buf)
-}
-
-/// The stamp of `ci/libfabric-patched` in the prefix of the mapped
-/// libfabric (`PREFIX/lib/libfabric.so.1` → `PREFIX/share/ffd/...`), if
-/// that libfabric is the patched one.
-fn patched_stamp(library: &Path) -> Option<PathBuf> {
-    let stamp = library.parent()?.parent()?.join(PATCHED_STAMP);
-    stamp.is_file().then_some(stamp)
-}
 
 fn fi_version(major: u32, minor: u32) -> u32 {
     (major << 16) | minor

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use ffd::config::{Config, Env, LocalMode, SchedPolicy, SourceFilterMode, var};
@@ -106,7 +107,7 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
                     out,
                     "  {} are testing providers: {}",
                     testing.join(", "),
-                    exposed()
+                    exposed(patched_libfabric().as_deref())
                 )?;
             }
         }
@@ -151,7 +152,7 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         "  NIC PCI address: {}",
         pci.as_deref().unwrap_or("none reported")
     )?;
-    if let Some(exposure) = exposure(&info.provider()) {
+    if let Some(exposure) = exposure(&info.provider(), patched_libfabric().as_deref()) {
         writeln!(out, "  {exposure}")?;
     }
 
@@ -192,13 +193,35 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
 /// are described, with their fix.
 const FIX_DOCUMENT: &str = "docs/upstream/libfabric-rxm-conn-id.md";
 
+/// What a crafted connection does to the libfabric this process runs on:
+/// `patched` is the stamp of `ci/libfabric-patched` beside it, if any.
+fn crash_risk(patched: Option<&Path>) -> String {
+    match patched {
+        Some(stamp) => format!(
+            "this libfabric is a patched build ({}): the crafted connections of \
+             {FIX_DOCUMENT} are dropped, not a crash",
+            stamp.display()
+        ),
+        None => format!(
+            "on libfabric 1.13 to 2.6 one crafted connection kills a tcp rank (see \
+             {FIX_DOCUMENT}; ci/libfabric-patched builds one with the fix)"
+        ),
+    }
+}
+
+/// The stamp of `ci/libfabric-patched` beside the libfabric this process
+/// runs on, if it is such a build.
+fn patched_libfabric() -> Option<PathBuf> {
+    fabric::mapped_libfabric().and_then(|lib| fabric::patched_stamp(&lib))
+}
+
 /// What every testing provider shares, said once under the list.
-fn exposed() -> String {
+fn exposed(patched: Option<&Path>) -> String {
     format!(
         "they accept connections (udp: datagrams) from anyone who can reach their port, \
-         with no secret, and libfabric parses what arrives before ffd checks a tag; on \
-         libfabric 1.13 to 2.6 one crafted connection kills a tcp rank (see {FIX_DOCUMENT}); \
-         run them only where every host that can reach the port is trusted"
+         with no secret, and libfabric parses what arrives before ffd checks a tag; {}; \
+         run them only where every host that can reach the port is trusted",
+        crash_risk(patched)
     )
 }
 
@@ -214,13 +237,13 @@ fn testing_provider(provider: &str) -> Option<&'static str> {
 
 /// The chosen provider's exposure, when it is a testing provider: it
 /// listens on a port of the chosen domain and takes anyone's traffic.
-fn exposure(provider: &str) -> Option<String> {
+fn exposure(provider: &str, patched: Option<&Path>) -> Option<String> {
     let takes = testing_provider(provider)?;
     Some(format!(
         "exposure: {provider} is a testing provider: it accepts {takes} from anyone who can \
          reach its port, with no secret, and libfabric parses what arrives before ffd checks \
-         a tag; on libfabric 1.13 to 2.6 one crafted connection kills a tcp rank (see \
-         {FIX_DOCUMENT}); run it only where every host that can reach the port is trusted"
+         a tag; {}; run it only where every host that can reach the port is trusted",
+        crash_risk(patched)
     ))
 }
 
@@ -372,27 +395,36 @@ mod tests {
     #[test]
     fn testing_providers_say_they_take_anyones_traffic_and_name_the_fix() {
         for provider in ["tcp;ofi_rxm", "tcp", "sockets", "net", "udp;ofi_rxd"] {
-            let said = exposure(provider).unwrap_or_else(|| panic!("{provider}"));
+            let said = exposure(provider, None).unwrap_or_else(|| panic!("{provider}"));
             assert!(
                 said.contains("from anyone who can reach its port"),
                 "{said}"
             );
             assert!(said.contains(FIX_DOCUMENT), "{said}");
+            assert!(said.contains("kills a tcp rank"), "{said}");
+            let stamp = Path::new("/opt/lf/share/ffd/libfabric-patched");
+            let patched = exposure(provider, Some(stamp)).unwrap();
+            assert!(
+                patched.contains("a patched build (/opt/lf/share/ffd/libfabric-patched)")
+                    && patched.contains("dropped, not a crash")
+                    && !patched.contains("kills a tcp rank"),
+                "{patched}"
+            );
         }
         assert!(
-            exposure("udp;ofi_rxd")
+            exposure("udp;ofi_rxd", None)
                 .unwrap()
                 .contains("accepts datagrams")
         );
         assert!(
-            exposure("tcp;ofi_rxm")
+            exposure("tcp;ofi_rxm", None)
                 .unwrap()
                 .contains("accepts connections")
         );
         for provider in ["verbs;ofi_rxm", "shm", "efa", "cxi"] {
-            assert_eq!(exposure(provider), None, "{provider}");
+            assert_eq!(exposure(provider, None), None, "{provider}");
         }
-        assert!(exposed().contains("from anyone who can reach their port"));
+        assert!(exposed(None).contains("from anyone who can reach their port"));
         let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("..")
             .join(FIX_DOCUMENT);

@@ -9,6 +9,7 @@
 
 use std::ffi::{CStr, CString, c_char};
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::ptr;
 
 use libfabric_sys as sys;
@@ -573,6 +574,35 @@ fn loaded_library_path() -> Option<String> {
     // unloaded while ffd links it).
     let name = unsafe { CStr::from_ptr(info.dli_fname) };
     Some(name.to_string_lossy().into_owned())
+}
+
+/// Where `ci/libfabric-patched` stamps the prefix it installs into
+/// (`PREFIX/share/ffd/libfabric-patched`, naming the source and the
+/// patch): the libfabric beside it carries ffd's fix for a stranger's
+/// crafted connection (`docs/upstream/libfabric-rxm-conn-id.md`).
+pub const PATCHED_STAMP: &str = "share/ffd/libfabric-patched";
+
+/// The `libfabric.so` file this process has mapped, from `/proc/self/maps`
+/// (`None` before libfabric is loaded, or without procfs).
+pub fn mapped_libfabric() -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .map(Path::new)
+        .find(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libfabric.so"))
+        })
+        .map(Path::to_path_buf)
+}
+
+/// The stamp of `ci/libfabric-patched` in the prefix of `library`
+/// (`PREFIX/lib/libfabric.so.1` → `PREFIX/share/ffd/libfabric-patched`),
+/// if `library` is such a patched build.
+pub fn patched_stamp(library: &Path) -> Option<PathBuf> {
+    let stamp = library.parent()?.parent()?.join(PATCHED_STAMP);
+    stamp.is_file().then_some(stamp)
 }
 
 #[cfg(test)]

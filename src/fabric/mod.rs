@@ -76,8 +76,9 @@ pub use guard::{
 #[cfg(any(test, feature = "fault-injection"))]
 pub use guard::{connect_within, filters_at_port};
 pub use info::{
-    FabricVersions, Info, MrMode, OFFERED_MR_MODE, Offering, PciAddress, REQUIRED_CAPS, offerings,
-    provider_hint, runtime_version, version_text,
+    FabricVersions, Info, MrMode, OFFERED_MR_MODE, Offering, PATCHED_STAMP, PciAddress,
+    REQUIRED_CAPS, mapped_libfabric, offerings, patched_stamp, provider_hint, runtime_version,
+    version_text,
 };
 pub use liveness::{HANG_UP, READABLE, SocketSet, WRITABLE, connect_started, liveness_listener};
 pub use mr::{
