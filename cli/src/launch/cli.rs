@@ -586,21 +586,42 @@ mod tests {
     }
 
     #[test]
-    fn tcp_agents_get_a_small_rxm_receive_pool_unless_the_environment_sets_one() {
-        let with = |args: &[&str], inherited: bool| {
+    fn tcp_agents_get_small_rxm_pools_unless_the_environment_sets_them() {
+        let with = |args: &[&str], inherited: &str, name: &str| {
             let mut plan = plan_of(args, &[]).unwrap();
-            add_libfabric_defaults(&mut plan, |name| {
-                inherited && name == "FI_OFI_RXM_MSG_RX_SIZE"
-            });
-            var_of(&plan, "FI_OFI_RXM_MSG_RX_SIZE").map(str::to_owned)
+            add_libfabric_defaults(&mut plan, |n| n == inherited);
+            var_of(&plan, name).map(str::to_owned)
         };
-        assert_eq!(with(&["-n", "2"], false).as_deref(), Some("256"));
+        for (name, value) in [
+            ("FI_OFI_RXM_MSG_RX_SIZE", "256"),
+            ("FI_OFI_RXM_BUFFER_SIZE", "1024"),
+        ] {
+            assert_eq!(with(&["-n", "2"], "", name).as_deref(), Some(value));
+            assert_eq!(
+                with(&["-n", "2", "--provider", "tcp;ofi_rxm"], "", name).as_deref(),
+                Some(value)
+            );
+            assert_eq!(
+                with(&["-n", "2"], name, name),
+                None,
+                "the inherited value wins"
+            );
+            assert_eq!(
+                with(&["-n", "2", "--provider", "shm"], "", name),
+                None,
+                "not rxm over tcp"
+            );
+        }
+        // One inherited setting leaves the other default in place.
         assert_eq!(
-            with(&["-n", "2", "--provider", "tcp;ofi_rxm"], false).as_deref(),
-            Some("256")
+            with(
+                &["-n", "2"],
+                "FI_OFI_RXM_MSG_RX_SIZE",
+                "FI_OFI_RXM_BUFFER_SIZE"
+            )
+            .as_deref(),
+            Some("1024")
         );
-        assert_eq!(with(&["-n", "2"], true), None, "the inherited value wins");
-        assert_eq!(with(&["-n", "2", "--provider", "shm"], false), None);
     }
 
     #[test]
