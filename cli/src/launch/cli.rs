@@ -18,7 +18,7 @@ use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
 use super::launcher::{Ending, LaunchError, Launcher, Outcome};
 use super::plan::Plan;
 use super::process::AgentCommand;
-use super::startup::{CpuBudget, RXM_ENV};
+use super::startup::{CpuBudget, DEFAULT_UNIVERSE, RXM_ENV, UNIVERSE_ENV};
 use super::timeline::RunInfo;
 use ffd::config::{
     ConfigBuilder, ConfigError, ConfigWarning, DURATION_FORM, Env, EnvPolicy, format_duration,
@@ -330,17 +330,23 @@ fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Adds [`RXM_ENV`] to the agents' variables of a job over `tcp` (with
-/// `ofi_rxm`), each unless `inherited(name)`: the agents inherit this
-/// process's environment, whose choice wins.
+/// Adds [`RXM_ENV`] and [`UNIVERSE_ENV`] (the job's size, at most
+/// libfabric's default) to the agents' variables of a job over `tcp`
+/// (with `ofi_rxm`), each unless `inherited(name)`: the agents inherit
+/// this process's environment, whose choice wins.
 pub fn add_libfabric_defaults(plan: &mut Plan, inherited: impl Fn(&str) -> bool) {
     let transport = plan.info.provider.split(';').next().unwrap_or_default();
     if !transport.trim().eq_ignore_ascii_case("tcp") {
         return;
     }
-    for (name, value) in RXM_ENV {
+    let universe = plan.info.ranks.min(DEFAULT_UNIVERSE).to_string();
+    let defaults = RXM_ENV
+        .iter()
+        .map(|&(name, value)| (name, value.to_owned()))
+        .chain([(UNIVERSE_ENV, universe)]);
+    for (name, value) in defaults {
         if !inherited(name) && !plan.env.iter().any(|(k, _)| k == name) {
-            plan.env.push((name.to_owned(), value.to_owned()));
+            plan.env.push((name.to_owned(), value));
         }
     }
 }
@@ -621,6 +627,27 @@ mod tests {
             )
             .as_deref(),
             Some("1024")
+        );
+    }
+
+    #[test]
+    fn tcp_agents_get_the_jobs_size_as_universe_at_most_libfabrics_default() {
+        let universe = |args: &[&str], inherited: bool| {
+            let mut plan = plan_of(args, &[]).unwrap();
+            add_libfabric_defaults(&mut plan, |n| inherited && n == "FI_UNIVERSE_SIZE");
+            var_of(&plan, "FI_UNIVERSE_SIZE").map(str::to_owned)
+        };
+        assert_eq!(universe(&["-n", "8"], false).as_deref(), Some("8"));
+        assert_eq!(universe(&["-n", "64"], false).as_deref(), Some("64"));
+        assert_eq!(universe(&["-n", "300"], false).as_deref(), Some("256"));
+        assert_eq!(
+            universe(&["-n", "8"], true),
+            None,
+            "the inherited value wins"
+        );
+        assert_eq!(
+            universe(&["-n", "8", "--provider", "verbs;ofi_rxm"], false),
+            None
         );
     }
 

@@ -166,6 +166,18 @@ pub const RXM_ENV: [(&str, &str); 2] = [
     ("FI_OFI_RXM_BUFFER_SIZE", "1024"),
 ];
 
+/// libfabric's universe, the processes of the job (`FI_UNIVERSE_SIZE`),
+/// which `ffd run` sets to its rank count up to [`DEFAULT_UNIVERSE`]:
+/// ofi_rxm sizes its message completion queue by it, and at the default
+/// that queue is 12 MiB per process, zero pages its circular use touches
+/// one after another (about 4 kB/s for an agent of `ffd run -n 8`, so an
+/// agent an hour old held 12 MB more to free at its death). An agent
+/// talks to fewer peers than the job's size.
+pub const UNIVERSE_ENV: &str = "FI_UNIVERSE_SIZE";
+
+/// libfabric's default universe.
+pub const DEFAULT_UNIVERSE: u32 = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;
