@@ -18,7 +18,7 @@ use super::fault::{Fault, FaultKind, RankAt, Schedule, ScheduleError};
 use super::launcher::{Ending, LaunchError, Launcher, Outcome};
 use super::plan::Plan;
 use super::process::AgentCommand;
-use super::startup::{CpuBudget, RXM_ENV};
+use super::startup::{CpuBudget, DEFAULT_UNIVERSE, RXM_ENV, UNIVERSE_ENV};
 use super::timeline::RunInfo;
 use ffd::config::{
     ConfigBuilder, ConfigError, ConfigWarning, DURATION_FORM, Env, EnvPolicy, format_duration,
@@ -330,17 +330,23 @@ fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Adds [`RXM_ENV`] to the agents' variables of a job over `tcp` (with
-/// `ofi_rxm`), each unless `inherited(name)`: the agents inherit this
-/// process's environment, whose choice wins.
+/// Adds [`RXM_ENV`] and [`UNIVERSE_ENV`] (the job's size, at most
+/// libfabric's default) to the agents' variables of a job over `tcp`
+/// (with `ofi_rxm`), each unless `inherited(name)`: the agents inherit
+/// this process's environment, whose choice wins.
 pub fn add_libfabric_defaults(plan: &mut Plan, inherited: impl Fn(&str) -> bool) {
     let transport = plan.info.provider.split(';').next().unwrap_or_default();
     if !transport.trim().eq_ignore_ascii_case("tcp") {
         return;
     }
-    for (name, value) in RXM_ENV {
+    let universe = plan.info.ranks.min(DEFAULT_UNIVERSE).to_string();
+    let defaults = RXM_ENV
+        .iter()
+        .map(|&(name, value)| (name, value.to_owned()))
+        .chain([(UNIVERSE_ENV, universe)]);
+    for (name, value) in defaults {
         if !inherited(name) && !plan.env.iter().any(|(k, _)| k == name) {
-            plan.env.push((name.to_owned(), value.to_owned()));
+            plan.env.push((name.to_owned(), value));
         }
     }
 }
@@ -586,21 +592,63 @@ mod tests {
     }
 
     #[test]
-    fn tcp_agents_get_a_small_rxm_receive_pool_unless_the_environment_sets_one() {
-        let with = |args: &[&str], inherited: bool| {
+    fn tcp_agents_get_small_rxm_pools_unless_the_environment_sets_them() {
+        let with = |args: &[&str], inherited: &str, name: &str| {
             let mut plan = plan_of(args, &[]).unwrap();
-            add_libfabric_defaults(&mut plan, |name| {
-                inherited && name == "FI_OFI_RXM_MSG_RX_SIZE"
-            });
-            var_of(&plan, "FI_OFI_RXM_MSG_RX_SIZE").map(str::to_owned)
+            add_libfabric_defaults(&mut plan, |n| n == inherited);
+            var_of(&plan, name).map(str::to_owned)
         };
-        assert_eq!(with(&["-n", "2"], false).as_deref(), Some("256"));
+        for (name, value) in [
+            ("FI_OFI_RXM_MSG_RX_SIZE", "256"),
+            ("FI_OFI_RXM_BUFFER_SIZE", "1024"),
+        ] {
+            assert_eq!(with(&["-n", "2"], "", name).as_deref(), Some(value));
+            assert_eq!(
+                with(&["-n", "2", "--provider", "tcp;ofi_rxm"], "", name).as_deref(),
+                Some(value)
+            );
+            assert_eq!(
+                with(&["-n", "2"], name, name),
+                None,
+                "the inherited value wins"
+            );
+            assert_eq!(
+                with(&["-n", "2", "--provider", "shm"], "", name),
+                None,
+                "not rxm over tcp"
+            );
+        }
+        // One inherited setting leaves the other default in place.
         assert_eq!(
-            with(&["-n", "2", "--provider", "tcp;ofi_rxm"], false).as_deref(),
-            Some("256")
+            with(
+                &["-n", "2"],
+                "FI_OFI_RXM_MSG_RX_SIZE",
+                "FI_OFI_RXM_BUFFER_SIZE"
+            )
+            .as_deref(),
+            Some("1024")
         );
-        assert_eq!(with(&["-n", "2"], true), None, "the inherited value wins");
-        assert_eq!(with(&["-n", "2", "--provider", "shm"], false), None);
+    }
+
+    #[test]
+    fn tcp_agents_get_the_jobs_size_as_universe_at_most_libfabrics_default() {
+        let universe = |args: &[&str], inherited: bool| {
+            let mut plan = plan_of(args, &[]).unwrap();
+            add_libfabric_defaults(&mut plan, |n| inherited && n == "FI_UNIVERSE_SIZE");
+            var_of(&plan, "FI_UNIVERSE_SIZE").map(str::to_owned)
+        };
+        assert_eq!(universe(&["-n", "8"], false).as_deref(), Some("8"));
+        assert_eq!(universe(&["-n", "64"], false).as_deref(), Some("64"));
+        assert_eq!(universe(&["-n", "300"], false).as_deref(), Some("256"));
+        assert_eq!(
+            universe(&["-n", "8"], true),
+            None,
+            "the inherited value wins"
+        );
+        assert_eq!(
+            universe(&["-n", "8", "--provider", "verbs;ofi_rxm"], false),
+            None
+        );
     }
 
     #[test]

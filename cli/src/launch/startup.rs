@@ -145,12 +145,38 @@ impl StartupProgress {
     }
 }
 
-/// libfabric settings the agents get unless the environment sets them:
-/// `ofi_rxm` over `tcp` posts 4096 receive buffers of 16 KiB (64 MiB) per
-/// process on its shared receive context, and zeroing them is most of the
-/// CPU of the link phase when a hundred agents start together on two
-/// cores. 256 are plenty for the detector's traffic.
-pub const RXM_ENV: [(&str, &str); 1] = [("FI_OFI_RXM_MSG_RX_SIZE", "256")];
+/// libfabric settings the agents get unless the environment sets them
+/// (docs/configuration.md, "libfabric settings of `ffd run`'s agents"):
+/// - `FI_OFI_RXM_MSG_RX_SIZE=256`: `ofi_rxm` over `tcp` posts 4096
+///   receive buffers of 16 KiB (64 MiB) per process on its shared receive
+///   context, and zeroing them is most of the CPU of the link phase when a
+///   hundred agents start together on two cores. 256 are plenty for the
+///   detector's traffic.
+/// - `FI_OFI_RXM_BUFFER_SIZE=1024`: the size of every `ofi_rxm` bounce
+///   buffer (its eager limit). Its pools grow 1024 buffers at a time, and
+///   at the default 16 KiB two of them were 37 of an agent's 45 MB
+///   resident. A killed agent's sockets close only after the kernel has
+///   freed its memory (`exit_mm` before `exit_files`), so that memory was
+///   most of the time from `kill -9` to its peers' proof (docs/design.md
+///   §4.5 "In-band detection"). The detector's messages are tens of bytes;
+///   a larger one (a payload, a sync reply of a big job) goes in 1 KiB
+///   segments (ofi_rxm's SAR protocol), as before beyond 16 KiB.
+pub const RXM_ENV: [(&str, &str); 2] = [
+    ("FI_OFI_RXM_MSG_RX_SIZE", "256"),
+    ("FI_OFI_RXM_BUFFER_SIZE", "1024"),
+];
+
+/// libfabric's universe, the processes of the job (`FI_UNIVERSE_SIZE`),
+/// which `ffd run` sets to its rank count up to [`DEFAULT_UNIVERSE`]:
+/// ofi_rxm sizes its message completion queue by it, and at the default
+/// that queue is 12 MiB per process, zero pages its circular use touches
+/// one after another (about 4 kB/s for an agent of `ffd run -n 8`, so an
+/// agent an hour old held 12 MB more to free at its death). An agent
+/// talks to fewer peers than the job's size.
+pub const UNIVERSE_ENV: &str = "FI_UNIVERSE_SIZE";
+
+/// libfabric's default universe.
+pub const DEFAULT_UNIVERSE: u32 = 256;
 
 #[cfg(test)]
 mod tests {
