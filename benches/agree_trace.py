@@ -15,7 +15,9 @@ namespace of the machine) are merged per agreement into
 
 and the gaps between consecutive receptions (any rank) during `down`: on
 a machine with fewer cores than ranks, how fast the cores take the ranks'
-wake-ups in turn.
+wake-ups in turn; beside them, how long a rank's own thread takes from
+reading its `AgreeDown` to raising the decision (`own`, median over the
+ranks): the rest of a gap is other threads and processes.
 
     benches/agree_trace.py [--n 16] [--netns 4 | --hosts 4] [--agreements 10]
                            [--period 10ms --timeout 100ms]
@@ -49,13 +51,17 @@ def rounds(trace):
     rows = []
     seqs = sorted({int(w[1]) for lines in trace.values() for _, w in lines if w[0] == "call"})
     for seq in seqs:
-        made, taken, decided, rx = {}, {}, {}, []
+        made, taken, decided, rx, got = {}, {}, {}, [], {}
         for r, lines in trace.items():
             for t, w in lines:
                 if w[0] == "call" and int(w[1]) == seq:
                     taken[r], made[r] = t, t - int(w[3])
                 elif w[0] == "decided" and int(w[1]) == seq:
                     decided[r] = t
+            # This rank's last AgreeDown received before it decided.
+            downs = [t for t, w in lines if w[0] == "agree_down" and w[1] == "from" and t <= decided.get(r, -1)]
+            if downs and r in decided:
+                got[r] = decided[r] - downs[-1]
         if len(decided) < len(trace) or len(made) < len(trace):
             continue
         last = max(made, key=made.get)
@@ -71,6 +77,7 @@ def rounds(trace):
             "down_us": end - first_decided,
             "total_us": end - made[last],
             "down_gap_median_us": median(gaps) if gaps else None,
+            "own_median_us": median(list(got.values())) if got else None,
         })
     return rows
 
@@ -97,8 +104,8 @@ def main():
     rows = rounds(parse(proc.stderr))
     if not rows:
         raise SystemExit(f"no complete agreement in the trace: {proc.stderr[-2000:]}")
-    cols = ["wake_us", "up_us", "down_us", "total_us", "down_gap_median_us"]
-    table(["seq", "last caller", "wake", "up", "down", "total", "down gap"],
+    cols = ["wake_us", "up_us", "down_us", "total_us", "down_gap_median_us", "own_median_us"]
+    table(["seq", "last caller", "wake", "up", "down", "total", "down gap", "own"],
           [[r["seq"], r["last_caller"], *(fmt(r[c], 0) for c in cols)] for r in rows]
           + [["median", "", *(fmt(median([r[c] for r in rows if r[c] is not None]), 0) for c in cols)]])
     write_json("agree_trace", {
