@@ -427,7 +427,7 @@ impl Detector {
                 return Err(why.clone());
             }
             inner.sent.push_back(Arc::clone(&slot));
-            if self.command(Command::Agree(flags)).is_err() {
+            if self.command(Command::Agree(flags, Instant::now())).is_err() {
                 inner.sent.pop_back();
                 return Err(AgreeError::Stopped("the progress thread has ended".into()));
             }

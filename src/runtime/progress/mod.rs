@@ -46,6 +46,7 @@ pub(super) use super::link::Link;
 mod diagnosis;
 mod live;
 mod sends;
+mod trace;
 
 use diagnosis::Diagnosis;
 use sends::SendBook;
@@ -119,8 +120,8 @@ fn agreement_poll(
 pub(super) enum Command {
     Broadcast(Vec<u8>),
     /// Start this rank's next user agreement (its request waits first in
-    /// the book's `sent` list).
-    Agree(u64),
+    /// the book's `sent` list), called at that instant.
+    Agree(u64, Instant),
     /// Announce a clean leave, linger, then stop.
     Leave,
     /// Stop now (after a leave that did not finish in time).
@@ -587,10 +588,14 @@ impl Core<'_> {
                         self.logger.warn(format_args!("broadcast refused: {e}"));
                     }
                 }
-                Ok(Command::Agree(flags)) => {
+                Ok(Command::Agree(flags, called)) => {
                     let now = self.now();
                     let seq = match self.engine.handle(now, Input::Agree { flags }) {
-                        Ok(()) => Ok(self.engine.agreements_called()),
+                        Ok(()) => {
+                            let seq = self.engine.agreements_called();
+                            trace::call(&self.logger, seq, called);
+                            Ok(seq)
+                        }
                         Err(_) if self.engine.participation() == Participation::Excluded => {
                             Err(AgreeError::Excluded)
                         }
@@ -636,13 +641,14 @@ impl Core<'_> {
             );
         }
         for agreed in news.agreed {
-            self.delivery
-                .protocol_event(crate::protocol::Event::Agreed {
-                    seq: agreed.seq,
-                    flags: agreed.flags,
-                    view: agreed.view,
-                    hops: agreed.hops,
-                });
+            let event = crate::protocol::Event::Agreed {
+                seq: agreed.seq,
+                flags: agreed.flags,
+                view: agreed.view,
+                hops: agreed.hops,
+            };
+            trace::event(&self.logger, &event);
+            self.delivery.protocol_event(event);
         }
     }
 
@@ -747,6 +753,7 @@ impl Core<'_> {
             // A late neighbour's link warm-up: not for the Engine.
             Completion::Received { bytes, .. } if bytes == WARM_UP => {}
             Completion::Received { bytes, source } => {
+                trace::message(&self.logger, "from", source.map(|a| a.0), bytes);
                 self.on_message(source.and_then(|a| Rank::try_from(a.0).ok()), bytes);
             }
             Completion::Sent { token, .. } => {
@@ -790,6 +797,7 @@ impl Core<'_> {
                 Output::ClearSlot { slot } => self.slots.memory().store(usize::from(slot), 0),
                 Output::Send { to, message } => {
                     let bytes: Arc<[u8]> = message.to_vec().into();
+                    trace::message(&self.logger, "to", Some(u64::from(to)), &bytes);
                     if self.sends.waits_for(to) {
                         // Keep per-peer order behind the refused ones.
                         self.sends.queue(to, bytes);
@@ -800,6 +808,7 @@ impl Core<'_> {
                 // An agreement's result reaches its request before the
                 // embedder hears of it.
                 Output::Event(event) => {
+                    trace::event(&self.logger, &event);
                     let started = self.started;
                     self.diagnosis
                         .log(&self.logger, || elapsed(started), &event, &mut self.engine);
