@@ -226,10 +226,16 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    /// A loopback address of this test's own: the refusal at the end needs
+    /// nobody listening at the port once ours is closed, and the other
+    /// tests of this binary, running at once, listen on 127.0.0.1 at ports
+    /// the kernel chooses (one took the just-freed port in a full ci/test).
+    /// Connections to it still come from 127.0.0.1 (lo's source address).
+    const OWN: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 83, 0, 1));
 
     #[test]
     fn a_listener_drops_everyone_until_the_job_is_admitted_and_a_closed_port_refuses() {
-        let (listener, guard) = liveness_listener(LO, true).unwrap();
+        let (listener, guard) = liveness_listener(OWN, true).unwrap();
         let guard = guard.unwrap();
         let at = listener.local_addr().unwrap();
         // Deny-all: the SYN is dropped, the handshake does not complete.
