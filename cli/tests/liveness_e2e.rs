@@ -61,11 +61,19 @@ fn a_killed_rank_alone_on_its_host_is_refused_by_its_port_within_a_fraction_of_t
         observer["refused"].as_u64().unwrap() >= 1 || f["detector"] == 0,
         "{observer}; {f:#}"
     );
-    // Whenever a watch ended without a leave, its probe was refused: the
-    // process was dead, its host alive.
+    // Whenever a watch ended without a leave, no probe was greeted: the
+    // process was dead. (Not necessarily refused yet: the kernel closes the
+    // port a moment after the watch, so a first probe can meet it still
+    // listening and end unanswered, to be probed again, unless rank 0's
+    // notice moves the watch on first: design §4.5 "In-band detection", the
+    // teardown floor. Seen once the agents got small, with a full ci/test:
+    // probes 1, unanswered 1, declared in-band by rank 0.)
     if observer["watches_ended"].as_u64().unwrap() >= 1 {
-        assert!(observer["refused"].as_u64().unwrap() >= 1, "{observer}");
         assert_eq!(observer["greeted"], 0, "{observer}");
+        assert!(
+            observer["refused"].as_u64().unwrap() + observer["unanswered"].as_u64().unwrap() >= 1,
+            "{observer}"
+        );
     }
     assert_all_learned(&report, 1, &[0, 2, 3]);
     assert_no_false_reports(&report);
