@@ -470,6 +470,7 @@ impl Engine {
     /// these cache misses (a dozen lines across a 1.8 KiB Engine picked at
     /// random among a million) overlap with the current event's instead of
     /// following it (`sim::Simulator::warm`).
+    #[cfg(feature = "sim")]
     pub(crate) fn timer_lines(&self) -> impl Sized + '_ {
         (
             (

@@ -179,6 +179,7 @@ impl Quorum {
 
     /// What [`Quorum::note_wakeup`] reads and writes, read only (the
     /// simulator warms the next event's Engine with it: `Engine::timer_lines`).
+    #[cfg(feature = "sim")]
     pub(super) fn wakeup_lines(&self) -> (Option<Time>, Duration) {
         (self.late_at, self.lateness_since_accusation)
     }
