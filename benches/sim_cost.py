@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the simulator costs against a reference commit: wall time and peak
 RSS of `ffd sim --ranks N --fail crash:R@500ms --seed 1`, this tree's build
-and the reference's, run alternately (A B A B ...) on this machine, so that
+and the reference's, run alternately (A B B A A B ...) on this machine, so that
 the next change that makes the simulator slower or larger shows up.
 
 The reference (default dee99d9, the end of the first batch) is built from
@@ -100,6 +100,8 @@ def run_once(binary, ranks, fail, seed):
     return {
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
+        "user_s": usage.ru_utime,
+        "system_s": usage.ru_stime,
         # ru_maxrss is in KiB on Linux.
         "peak_rss_mib": usage.ru_maxrss / 1024,
         "events": report["totals"]["events"],
@@ -129,11 +131,18 @@ def main():
     print(f"ffd sim --ranks {ranks} --fail {fail} --seed {a.seed}, {a.pairs} pairs, alternating")
     runs = {name: [] for name, _, _ in builds}
     for i in range(a.pairs):
-        for name, _, binary in builds:
+        # A B, B A, A B, ...: each build follows each as often. A run
+        # with huge pages spends twice the kernel time faulting them in
+        # (zeroing) right after the reference's 4 KiB-page run as right
+        # after another huge-page run (2^20, simcost3 branch, 2026-12-07: system
+        # 7.9-8.5 s against 3.2-4.7 s, user time the same), so with
+        # A B A B every run of this tree paid it.
+        for name, _, binary in builds if i % 2 == 0 else builds[::-1]:
             r = run_once(binary, ranks, fail, a.seed)
             runs[name].append(r)
             print(
                 f"  pair {i + 1} {name:9s}: wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.2f} s"
+                f" (user {r['user_s']:6.2f}, system {r['system_s']:5.2f})"
                 f"  peak RSS {r['peak_rss_mib']:7.0f} MiB  events {r['events']}",
                 flush=True,
             )
@@ -143,6 +152,8 @@ def main():
             "wall_s_median": statistics.median(r["wall_s"] for r in rs),
             "wall_s_min": min(r["wall_s"] for r in rs),
             "cpu_s_median": statistics.median(r["cpu_s"] for r in rs),
+            "user_s_median": statistics.median(r["user_s"] for r in rs),
+            "system_s_median": statistics.median(r["system_s"] for r in rs),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
             "events": rs[0]["events"],
         }
@@ -151,6 +162,7 @@ def main():
     ratio = {
         "wall": new["wall_s_median"] / ref["wall_s_median"],
         "cpu": new["cpu_s_median"] / ref["cpu_s_median"],
+        "user": new["user_s_median"] / ref["user_s_median"],
         "peak_rss": new["peak_rss_mib"] / ref["peak_rss_mib"],
         "events": new["events"] / ref["events"],
     }

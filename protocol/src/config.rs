@@ -341,7 +341,16 @@ impl EngineConfig {
 
     /// Interval between idle slot checks: `timeout / checks_per_timeout`.
     pub fn check_interval(&self) -> Duration {
-        (self.timeout / self.checks_per_timeout.max(1)).max(Duration::from_nanos(1))
+        let n = self.checks_per_timeout.max(1);
+        // One division of the timeout's nanoseconds: the same floor as
+        // `timeout / n`, which divides seconds, their remainder and
+        // nanoseconds apart (three divisions by a number known only at
+        // run time, for every timer step of every Engine).
+        let interval = match u64::try_from(self.timeout.as_nanos()) {
+            Ok(ns) => Duration::from_nanos(ns / u64::from(n)),
+            Err(_) => self.timeout / n,
+        };
+        interval.max(Duration::from_nanos(1))
     }
 
     pub fn startup_grace(&self) -> Duration {
@@ -444,6 +453,36 @@ impl EngineConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The check interval's one division gives what `Duration / u32` gives,
+    /// down to the nanosecond, whatever the split of seconds and nanoseconds.
+    #[test]
+    fn check_interval_is_the_timeout_divided() {
+        let timeouts = [
+            Duration::from_nanos(1),
+            Duration::from_nanos(999_999_999),
+            Duration::from_millis(100),
+            Duration::new(1, 1),
+            Duration::new(7, 333_333_333),
+            Duration::new(12_345, 999_999_999),
+            Duration::new(u64::MAX / 1_000_000_000 - 1, 999_999_999),
+            Duration::MAX,
+        ];
+        for timeout in timeouts {
+            for n in [1, 2, 3, 4, 7, 10, 64, 1000, 999_999_937, u32::MAX] {
+                let c = EngineConfig {
+                    timeout,
+                    checks_per_timeout: n,
+                    ..EngineConfig::default()
+                };
+                assert_eq!(
+                    c.check_interval(),
+                    (timeout / n).max(Duration::from_nanos(1)),
+                    "timeout {timeout:?} / {n}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn settings_parse_their_words_and_reject_others() {

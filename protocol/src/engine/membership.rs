@@ -133,13 +133,20 @@ impl Engine {
         detector: Rank,
         hops: u16,
     ) -> (Vec<Rank>, Vec<Rank>) {
+        // Most notices at large N are copies of news already here: nothing
+        // new, and nothing to merge (the sets' merges are no-ops then).
         let new_failed = unknown_ranks(
             failed,
             self.me,
             self.failed.as_slice(),
             self.left.as_slice(),
         );
-        self.learned_failed(&new_failed, detector, hops);
+        if !new_failed.is_empty() {
+            self.learned_failed(&new_failed, detector, hops);
+        }
+        if left.is_empty() {
+            return (new_failed, Vec::new());
+        }
         let new_left = unknown_ranks(left, self.me, self.failed.as_slice(), self.left.as_slice());
         self.left.insert_sorted(&new_left);
         for &rank in &new_left {

@@ -546,9 +546,9 @@ impl Simulator {
     /// span gigabytes read at random, and each event misses on each of
     /// them. Reads only: nothing is changed.
     fn warm(&self, next: &What) {
-        let (rank, bytes) = match next {
-            What::Deliver { to, copy, .. } => (*to, copy.unsealed.first().copied()),
-            What::Timer(r) => (*r, None),
+        let (rank, bytes, timer) = match next {
+            What::Deliver { to, copy, .. } => (*to, copy.unsealed.first().copied(), false),
+            What::Timer(r) => (*r, None, true),
             _ => return,
         };
         let (Some(state), Some(engine)) = (
@@ -565,6 +565,11 @@ impl Simulator {
             engine.stats().messages.duplicate_notices,
             bytes,
         ));
+        if timer {
+            // A timer step reads lines deeper in the Engine, and the slot
+            // of its emitter.
+            std::hint::black_box((engine.timer_lines(), self.slots.warm(rank)));
+        }
     }
 
     pub(super) fn linger(&self) -> Duration {

@@ -132,6 +132,14 @@ impl SlotModel {
         }
     }
 
+    /// What [`SlotModel::read`] of `observer`'s slot 0 reads (its ring
+    /// predecessor and that one's stream), read only: the simulator warms
+    /// the next timer event with it.
+    pub(super) fn warm(&self, observer: Rank) -> Option<Time> {
+        let e = self.ring_pred.of(observer)?;
+        self.streams.get(e as usize).map(|s| s.since)
+    }
+
     /// Current target of `e`'s heartbeats.
     pub fn target(&self, e: Rank) -> Option<(Rank, u16)> {
         let s = &self.streams[e as usize];

@@ -177,6 +177,13 @@ impl Quorum {
         self.lateness_since_accusation = self.lateness_since_accusation.max(lateness);
     }
 
+    /// What [`Quorum::note_wakeup`] reads and writes, read only (the
+    /// simulator warms the next event's Engine with it: `Engine::timer_lines`).
+    #[cfg(feature = "sim")]
+    pub(super) fn wakeup_lines(&self) -> (Option<Time>, Duration) {
+        (self.late_at, self.lateness_since_accusation)
+    }
+
     /// The diagnostics of the latest accusation confirmed, once.
     pub(super) fn take_note(&mut self) -> Option<AccusationNote> {
         self.note.take()
