@@ -85,6 +85,7 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         "\nproviders offered by libfabric {} (RDM endpoints with RMA and messages):",
         libfabric_version()
     )?;
+    let patched = patched_libfabric();
     match fabric::offerings() {
         Ok(offers) => {
             let mut by_provider: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -107,7 +108,7 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
                     out,
                     "  {} are testing providers: {}",
                     testing.join(", "),
-                    exposed(patched_libfabric().as_deref())
+                    exposed(patched.as_deref())
                 )?;
             }
         }
@@ -152,7 +153,7 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         "  NIC PCI address: {}",
         pci.as_deref().unwrap_or("none reported")
     )?;
-    if let Some(exposure) = exposure(&info.provider(), patched_libfabric().as_deref()) {
+    if let Some(exposure) = exposure(&info.provider(), patched.as_deref()) {
         writeln!(out, "  {exposure}")?;
     }
 
