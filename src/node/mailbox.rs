@@ -24,7 +24,7 @@
 //! scan. Must not: judge the bytes (the Engine checks their tag, and the
 //! record's writer index stands for the transport's source), or block.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use super::exit_word::wake;
 use super::segment::{HostSegment, mail_capacity, mail_slots};

@@ -45,6 +45,7 @@ pub(super) use super::link::Link;
 
 mod diagnosis;
 mod live;
+mod mail;
 mod sends;
 mod trace;
 
@@ -185,6 +186,8 @@ struct Core<'d> {
     engine: Engine,
     /// Same-host watching (`FFD_LOCAL`): the counters and the pidfds.
     local: Option<LocalWatching>,
+    /// This host's mailboxes: same-host messages (`mail.rs`).
+    mail: Option<super::mail::Mail>,
     /// This rank's slot page: the Engine reads one slot, and clears one
     /// when it reassigns it (`Output::ClearSlot`).
     slots: SlotRegion,
@@ -416,6 +419,7 @@ impl<'d> Progress<'d> {
             core: Core {
                 shared: parts.shared,
                 engine,
+                mail: local.as_ref().and_then(LocalWatching::mail),
                 local,
                 slots: parts.slots,
                 peers: parts.peers,
@@ -481,6 +485,7 @@ impl<'d> Progress<'d> {
             }
             let started = core.started;
             core.diagnosis.begin_turn(|| elapsed(started));
+            core.mail_awake();
             core.take_commands();
             core.drive_host_agreement();
             core.refresh_board_readers();
@@ -500,6 +505,7 @@ impl<'d> Progress<'d> {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
+            core.read_mail();
             core.diagnosis.mark(0, || elapsed(started));
             core.on_deadline();
             core.diagnosis.mark(1, || elapsed(started));
@@ -519,6 +525,11 @@ impl<'d> Progress<'d> {
             }
             if core.spin {
                 std::hint::spin_loop();
+                continue;
+            }
+            if core.mail_waits() {
+                // Posted since the read: no sleep, no read of the queue.
+                (queue, woken, live) = (false, false, false);
                 continue;
             }
             let timeout = core.sleep_for();

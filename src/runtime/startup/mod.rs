@@ -521,11 +521,18 @@ fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan 
         Some(_) => None,
     };
     let target = observer.map(|o| (o, peers[o as usize]));
+    // A rank of this host whose messages go through the mailboxes needs no
+    // fabric link (`runtime/mail.rs`).
+    let by_mail = |r: Rank| {
+        seed.local
+            .as_ref()
+            .is_some_and(|plan| plan.mailbox && plan.hosts.host_of(r) == plan.hosts.host_of(me))
+    };
     let warm = protocol::Overlay::new(seed.config.bcast, size)
         .neighbours(ring.position_of(me))
         .into_iter()
         .map(|pos| ring.rank_at(pos))
-        .filter(|&r| r != me)
+        .filter(|&r| r != me && !by_mail(r))
         .collect();
     LinkPlan { target, warm }
 }
