@@ -213,12 +213,10 @@ mod tests {
         let (a, b) = segment("wrap", 3);
         let mut reader = MailReader::default();
         let slots = mail_slots(3) as u64;
-        let mut seq = 0;
-        for round in 0..5 * slots {
+        for seq in 0..5 * slots {
             // Lengths that end inside a word, on one, and empty.
-            let msg: Vec<u8> = (0..(round % 19) as u8).collect();
+            let msg: Vec<u8> = (0..(seq % 19) as u8).collect();
             assert!(matches!(post(&a, 2, 1, seq, &msg), Posted::Sent { .. }));
-            seq += 1;
             assert_eq!(read_all(&mut reader, &b, 2), vec![(1, msg)]);
         }
         assert!(read_all(&mut reader, &b, 2).is_empty());
