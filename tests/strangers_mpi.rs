@@ -109,6 +109,12 @@ fn no_process_of_the_host_reaches_a_one_host_embedded_c_job() {
 /// every TCP port its ranks listen on from each of `from`, and checks
 /// that no handshake completed and the job's checks hold.
 fn attack_job(local: Option<&str>, from: &[IpAddr]) {
+    // One job at a time: the ranks are found by name among this test
+    // process's descendants, which two jobs would share.
+    static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_JOB
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let exe = example();
     let session = ScratchDir::new("strangers-mpi");
     let mut cmd = clean_command("mpirun");
