@@ -41,9 +41,9 @@ pub(super) struct LocalPlan {
     /// Watch the other same-host ranks' exit words too (`FFD_LOCAL=auto`).
     pub exit_words: bool,
     /// Same-host messages go through the segment's mailboxes: exit words
-    /// and `futex_waitv` here, so every rank of the host reads its own
-    /// (each rank of the host decides the same, from the job-wide
-    /// `FFD_LOCAL` and the host's kernel).
+    /// and `futex_waitv` here, so that every rank of this host reads its
+    /// own mailbox (each of them decides the same, from the job-wide
+    /// `FFD_LOCAL` and the kernel they share).
     pub mailbox: bool,
     /// Why the others are watched by their counters only.
     pub fallback: Vec<String>,
