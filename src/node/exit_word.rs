@@ -175,7 +175,8 @@ impl Shared {
                 seen.append(events);
             }
         }
-        if let Some(boost) = &self.boost {
+        // Mail alone is no exit or notice: the thread runs at its policy.
+        if let (Some(boost), true) = (&self.boost, board || !events.is_empty()) {
             boost.lift();
         }
         self.bell();
