@@ -43,9 +43,9 @@ fn state(phase: u64, writer: u32, len: usize) -> u64 {
 /// What became of a post.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Posted {
-    /// In the mailbox; `woke`: its owner was not awake, so the mail word
-    /// was rung (one `FUTEX_WAKE`).
-    Sent { woke: bool },
+    /// In the mailbox; `asleep`: its owner's progress thread was not
+    /// awake: wake it ([`ring`], or its doorbell).
+    Sent { asleep: bool },
     /// Every record is taken: keep the message and try again later.
     Full,
     /// Longer than a record (cannot happen for a protocol message).
@@ -57,7 +57,7 @@ pub enum Posted {
 /// Posts `bytes` from local rank `writer`, its `seq`-th message to local
 /// rank `owner` (from 0, counted by the writer over its successful posts).
 pub fn post(segment: &HostSegment, owner: u32, writer: u32, seq: u64, bytes: &[u8]) -> Posted {
-    let Some((mail, awake, posted)) = segment.mailbox_line(owner) else {
+    let Some((_, awake, posted)) = segment.mailbox_line(owner) else {
         return Posted::NoMailbox;
     };
     if bytes.len() > mail_capacity(segment.ranks()) {
@@ -86,14 +86,35 @@ pub fn post(segment: &HostSegment, owner: u32, writer: u32, seq: u64, bytes: &[u
     }
     rec[0].store(state(PUBLISHED, writer, bytes.len()), Ordering::Release);
     // SeqCst with the owner's doze: either it sees the count moved, or
-    // this sees it not awake and rings.
+    // this sees it not awake and the caller rings.
     posted.fetch_add(1, Ordering::SeqCst);
-    let woke = awake.load(Ordering::SeqCst) == 0;
-    if woke {
+    Posted::Sent {
+        asleep: awake.load(Ordering::SeqCst) == 0,
+    }
+}
+
+/// Rings local rank `owner`'s mail word: its exit-word thread wakes and
+/// rings its progress thread (one `FUTEX_WAKE`).
+pub fn ring(segment: &HostSegment, owner: u32) {
+    if let Some((mail, _, _)) = segment.mailbox_line(owner) {
         mail.fetch_add(1, Ordering::SeqCst);
         wake(mail, false);
     }
-    Posted::Sent { woke }
+}
+
+/// Whether local rank `owner`'s doorbell is bound (`doorbell.rs`): a
+/// knock on it wakes its progress thread directly.
+pub fn door_open(segment: &HostSegment, owner: u32) -> bool {
+    segment
+        .mailbox_door(owner)
+        .is_some_and(|d| d.load(Ordering::Acquire) == 1)
+}
+
+/// Says whether this rank's (`me`) doorbell is bound.
+pub fn set_door(segment: &HostSegment, me: u32, open: bool) {
+    if let Some(d) = segment.mailbox_door(me) {
+        d.store(u32::from(open), Ordering::Release);
+    }
 }
 
 /// The owner's reading of its mailbox.
@@ -264,19 +285,24 @@ mod tests {
     }
 
     #[test]
-    fn an_awake_owner_is_not_rung_and_a_dozing_one_is() {
+    fn an_awake_owner_is_not_to_be_rung_and_a_dozing_one_is() {
         let (a, b) = segment("ring", 2);
         let mut reader = MailReader::default();
         let (mail, _, _) = b.mailbox_line(1).unwrap();
         MailReader::awake(&b, 1);
         let before = mail.load(Ordering::Acquire);
-        assert_eq!(post(&a, 1, 0, 0, b"a"), Posted::Sent { woke: false });
+        assert_eq!(post(&a, 1, 0, 0, b"a"), Posted::Sent { asleep: false });
         assert_eq!(mail.load(Ordering::Acquire), before);
         assert!(reader.doze(&b, 1), "the post is seen before sleeping");
         assert_eq!(read_all(&mut reader, &b, 1).len(), 1);
         assert!(!reader.doze(&b, 1));
-        assert_eq!(post(&a, 1, 0, 1, b"b"), Posted::Sent { woke: true });
+        assert_eq!(post(&a, 1, 0, 1, b"b"), Posted::Sent { asleep: true });
+        assert_eq!(mail.load(Ordering::Acquire), before, "the caller rings");
+        ring(&a, 1);
         assert_eq!(mail.load(Ordering::Acquire), before + 1);
+        assert!(!door_open(&b, 1));
+        set_door(&b, 1, true);
+        assert!(door_open(&a, 1));
     }
 
     /// Several writers on threads, each with its own order; the owner

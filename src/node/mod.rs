@@ -24,6 +24,7 @@
 
 mod bell;
 mod board;
+mod doorbell;
 mod exit_word;
 mod fork;
 mod mailbox;
@@ -34,11 +35,12 @@ mod segment;
 
 pub use bell::{Bells, bells as agree_bells, ring as ring_agree_bell, wait as wait_agree_bells};
 pub use board::{BoardReader, post as post_on_board, readers as board_readers};
+pub use doorbell::{Doorbell, Knocker, door_name};
 pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
 };
 pub use fork::Owner;
-pub use mailbox::{MailReader, Posted, post as post_mail};
+pub use mailbox::{MailReader, Posted, door_open, post as post_mail, ring as ring_mail, set_door};
 pub use netns::{Namespaces, PrivateNetwork, enter_private_network};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};

@@ -435,6 +435,17 @@ impl HostSegment {
         Some((self.word32(at), self.word32(at + 4), self.word(at + 8)))
     }
 
+    /// Local rank `owner`'s doorbell flag (u32 at 16 of its mailbox's
+    /// line): 1 while its doorbell is bound (`doorbell.rs`).
+    pub fn mailbox_door(&self, owner: u32) -> Option<&AtomicU32> {
+        if self.count < 2 || owner >= self.count {
+            return None;
+        }
+        let at = Self::mail_at(self.count, self.ranks)
+            + owner as usize * Self::mailbox_len(self.count, self.ranks);
+        Some(self.word32(at + 16))
+    }
+
     /// Record `slot` of local rank `owner`'s mailbox: its state word, its
     /// sequence word and its [`mail_capacity`] bytes as u64 words.
     pub fn mail_record(&self, owner: u32, slot: usize) -> Option<&[AtomicU64]> {

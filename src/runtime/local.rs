@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use crate::config::LocalMode;
 use crate::node::{
-    BoardReader, Boost, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable,
-    SegmentError, WordEvent, board_readers, exit_word_probe, monotonic_ns, post_on_board,
-    segment_name, watchers_of,
+    BoardReader, Boost, Doorbell, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd,
+    PidfdUnavailable, SegmentError, WordEvent, board_readers, door_name, exit_word_probe,
+    monotonic_ns, post_on_board, segment_name, set_door, watchers_of,
 };
 use crate::protocol::ranks::fold_digest;
 use crate::protocol::{EmitterThread, Engine, Hosts, Input, LocalBeat, Rank, Time};
@@ -239,7 +239,20 @@ impl LocalWatching {
             }
             _ => None,
         };
-        let exits = if plan.pidfds.is_empty() && words.is_none() {
+        // With the mailboxes, this rank's doorbell: writers wake its
+        // progress thread through it (`node/doorbell.rs`); a name taken
+        // already leaves them the mail word.
+        let door = match &segment {
+            Some(seg) if plan.mailbox => match Doorbell::bind(&door_name(seg.name(), my_index)) {
+                Ok(door) => Some(door),
+                Err(e) => {
+                    fallback.push(format!("no doorbell ({e}): mail rings the mail word"));
+                    None
+                }
+            },
+            _ => None,
+        };
+        let exits = if plan.pidfds.is_empty() && words.is_none() && door.is_none() {
             None
         } else {
             let fds = plan
@@ -248,7 +261,15 @@ impl LocalWatching {
                 .map(|(r, fd)| (u64::from(r), fd))
                 .collect();
             let bell = words.as_ref().map(ExitWords::bell);
-            Some(ExitWatch::new(wake, fds, bell).map_err(|e| format!("epoll for pidfds: {e}"))?)
+            let mut exits =
+                ExitWatch::new(wake, fds, bell).map_err(|e| format!("epoll for pidfds: {e}"))?;
+            if let (Some(door), Some(seg)) = (door, &segment) {
+                match exits.add_door(door) {
+                    Ok(()) => set_door(seg, my_index, true),
+                    Err(e) => fallback.push(format!("no doorbell ({e}): mail rings the mail word")),
+                }
+            }
+            Some(exits)
         };
         Ok(LocalWatching {
             hosts: plan.hosts,
@@ -522,6 +543,9 @@ impl Drop for LocalWatching {
     /// its exit stays proof.
     fn drop(&mut self) {
         if let Some(seg) = &self.segment {
+            // Writers ring the mail word from here on (the doorbell closes
+            // with `exits`).
+            set_door(seg, self.my_index, false);
             seg.store_ended(self.my_index);
         }
     }

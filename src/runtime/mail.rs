@@ -15,7 +15,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::node::{HostSegment, MailReader, Posted, post_mail};
+use crate::node::{
+    HostSegment, Knocker, MailReader, Posted, door_name, door_open, post_mail, ring_mail,
+};
 use crate::protocol::Rank;
 
 /// This rank's side of the host's mailboxes.
@@ -31,12 +33,21 @@ pub(super) struct Mail {
     reader: MailReader,
     bytes: Vec<u8>,
     read: Vec<(u32, Range<usize>)>,
+    /// To knock on an asleep owner's doorbell (`None`: no socket; the
+    /// mail word then).
+    knocker: Option<Knocker>,
+    /// Each local rank's doorbell name.
+    doors: Vec<String>,
 }
 
 impl Mail {
     pub(super) fn new(segment: Arc<HostSegment>, me: u32, members: Vec<Rank>) -> Mail {
         Mail {
             seqs: vec![0; members.len()],
+            knocker: Knocker::new().ok(),
+            doors: (0..members.len() as u32)
+                .map(|i| door_name(segment.name(), i))
+                .collect(),
             segment,
             me,
             members,
@@ -55,8 +66,20 @@ impl Mail {
         }
         let seq = self.seqs.get_mut(owner)?;
         let posted = post_mail(&self.segment, owner as u32, self.me, *seq, bytes);
-        if matches!(posted, Posted::Sent { .. }) {
+        if let Posted::Sent { asleep } = posted {
             *seq += 1;
+            if asleep {
+                // Its doorbell wakes its progress thread directly; else
+                // the mail word, through its exit-word thread.
+                let knocked = door_open(&self.segment, owner as u32)
+                    && self
+                        .knocker
+                        .as_ref()
+                        .is_some_and(|k| k.knock(&self.doors[owner]));
+                if !knocked {
+                    ring_mail(&self.segment, owner as u32);
+                }
+            }
         }
         Some(posted)
     }

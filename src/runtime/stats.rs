@@ -95,8 +95,8 @@ pub struct RuntimeCounters {
 pub struct MailboxCounters {
     /// Messages posted to another local rank's mailbox.
     pub sent: u64,
-    /// Of those, posts that rang the owner's mail word (its progress
-    /// thread was asleep: one `FUTEX_WAKE`).
+    /// Of those, posts that woke the owner (its progress thread was
+    /// asleep): a knock on its doorbell, or its mail word rung.
     pub rung: u64,
     /// Messages read from this rank's mailbox.
     pub received: u64,

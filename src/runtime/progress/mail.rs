@@ -22,9 +22,9 @@ impl Core<'_> {
         let posted = self.mail.as_mut()?.post(to, bytes)?;
         let counters = &mut self.counters.mailbox;
         match posted {
-            Posted::Sent { woke } => {
+            Posted::Sent { asleep } => {
                 counters.sent += 1;
-                counters.rung += u64::from(woke);
+                counters.rung += u64::from(asleep);
                 self.sends.cleared(to);
                 // What a fabric send's completion tells the Engine.
                 let now = self.now();
