@@ -1,5 +1,5 @@
-//! Same-host messages through the host's segment (`docs/design.md` §4.12
-//! "Hosts", "Mailboxes"): one inbound mailbox per local rank, written by
+//! Same-host messages through the host's segment (`docs/design.md`
+//! §4.12 "Hosts", its mailboxes): one inbound mailbox per local rank, written by
 //! every other rank of the host, read by its owner only.
 //!
 //! A mailbox is a line (the mail word: a futex word its owner's
