@@ -25,7 +25,9 @@ impl Core<'_> {
             Posted::Sent { asleep } => {
                 counters.sent += 1;
                 counters.rung += u64::from(asleep);
-                self.sends.cleared(to);
+                // Its link works: refusal runs end, and a later one is
+                // judged by `FFD_EAGAIN_LIMIT`, not the start-up grace.
+                self.link_works(u64::from(to));
                 // What a fabric send's completion tells the Engine.
                 let now = self.now();
                 let _ = self.engine.handle(now, Input::Sent { to });

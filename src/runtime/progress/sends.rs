@@ -42,11 +42,6 @@ impl SendBook {
         self.pending.iter().any(|(p, _)| *p == to)
     }
 
-    /// A send to `to` went: its run of refusals (if any) ends.
-    pub(super) fn cleared(&mut self, to: Rank) {
-        self.refused_since.remove(&to);
-    }
-
     /// Queues a send behind the refused ones to the same peer.
     pub(super) fn queue(&mut self, to: Rank, bytes: Arc<[u8]>) {
         self.pending.push_back((to, bytes));
