@@ -18,14 +18,18 @@
 //! agreement's poll, a leave) is left alone, and nothing is extended while
 //! an agreement or view change is under way or sends wait. The completion
 //! queue and the wake socket still end any sleep at once. So a check runs
-//! at most one grid step (an eighth of the check interval: η/32 at four
-//! checks per timeout) after its deadline, and an idle rank's counter
-//! moves every check interval plus at most one step.
+//! at most one grid step (an eighth of the check interval, at most a
+//! quarter of a period: 2.5 ms at 10 ms / 100 ms) after its deadline, and
+//! an idle rank's counter moves every check interval plus at most a step.
 
 use std::time::Duration;
 
-/// The grid for a check interval: an eighth of it.
+/// The grid: an eighth of the check interval, and at most a quarter of
+/// `strain_lateness` (a wake-up later than that strains the rank: a
+/// confirmed accusation of its is held, docs/design.md §4.11 "Primary
+/// partition"), so that the grid alone never makes a wake-up look strained.
 const STEPS_PER_CHECK: u32 = 8;
+const STEPS_PER_STRAIN: u32 = 4;
 
 /// Where an idle rank's tick ends ([`Cadence::sleep`]).
 #[derive(Clone, Copy, Debug)]
@@ -35,10 +39,10 @@ pub(super) struct Cadence {
 }
 
 impl Cadence {
-    pub(super) fn new(check_interval: Duration) -> Self {
+    pub(super) fn new(check_interval: Duration, strain_lateness: Duration) -> Self {
         Cadence {
             check_interval,
-            grid: check_interval / STEPS_PER_CHECK,
+            grid: (check_interval / STEPS_PER_CHECK).min(strain_lateness / STEPS_PER_STRAIN),
         }
     }
 
@@ -76,7 +80,7 @@ mod tests {
     /// at most one step after it.
     #[test]
     fn a_tick_ends_on_the_next_grid_point_within_one_step() {
-        let c = Cadence::new(ms(24));
+        let c = Cadence::new(ms(24), ms(24));
         assert_eq!(c.grid, ms(3));
         // Already on the grid.
         assert_eq!(c.extend(MS, ms(23), true), Some(ms(23)));
@@ -95,13 +99,34 @@ mod tests {
     /// something else bounds keep their end.
     #[test]
     fn only_a_plain_sleep_of_a_check_interval_is_extended() {
-        let c = Cadence::new(ms(24));
+        let c = Cadence::new(ms(24), ms(24));
         assert!(c.extend(7, ms(21), true).is_some());
         assert_eq!(c.extend(7, ms(20), true), None);
         assert_eq!(c.extend(7, ms(10), true), None);
         assert_eq!(c.extend(7, Duration::from_micros(800), true), None);
         assert_eq!(c.extend(7, ms(24), false), None);
         // A zero interval has no grid.
-        assert_eq!(Cadence::new(Duration::ZERO).extend(7, ms(24), true), None);
+        assert_eq!(
+            Cadence::new(Duration::ZERO, ms(1)).extend(7, ms(24), true),
+            None
+        );
+    }
+
+    /// The step is an eighth of the check interval, and never more than a
+    /// quarter of the lateness that strains a rank: 2.5 ms at the
+    /// defaults (10 ms period, 100 ms timeout: 25 ms checks), 250 µs with
+    /// a 1 ms period; so a tick on the grid is never strained by it.
+    #[test]
+    fn the_step_stays_under_a_quarter_of_the_strain_lateness() {
+        assert_eq!(
+            Cadence::new(ms(25), ms(10)).grid,
+            Duration::from_micros(2_500)
+        );
+        assert_eq!(Cadence::new(ms(25), ms(1)).grid, Duration::from_micros(250));
+        assert_eq!(
+            Cadence::new(ms(250), ms(100)).grid,
+            Duration::from_micros(25_000)
+        );
+        assert_eq!(Cadence::new(ms(8), ms(8)).grid, ms(1));
     }
 }

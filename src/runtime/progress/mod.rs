@@ -411,7 +411,8 @@ impl<'d> Progress<'d> {
                 .map_or(1, |h| h.members(h.host_of(engine.me())).len()),
             std::thread::available_parallelism().map_or(1, usize::from),
         );
-        let cadence = Cadence::new(engine.config().check_interval());
+        let config = engine.config();
+        let cadence = Cadence::new(config.check_interval(), config.strain_lateness());
         Progress {
             endpoint: parts.endpoint,
             _av: parts._av,
