@@ -26,8 +26,9 @@ use std::time::Duration;
 
 /// The grid: an eighth of the check interval, and at most a quarter of
 /// `strain_lateness` (a wake-up later than that strains the rank: a
-/// confirmed accusation of its is held, docs/design.md §4.11 "Primary
-/// partition"), so that the grid alone never makes a wake-up look strained.
+/// confirmed accusation of its is held, docs/design.md
+/// §4.11 "Primary partition"), so that the grid alone never makes a
+/// wake-up look strained.
 const STEPS_PER_CHECK: u32 = 8;
 const STEPS_PER_STRAIN: u32 = 4;
 
