@@ -4,9 +4,9 @@
 //!
 //! Why (issue 35, the shim's noise at 32 ranks on 2 cores): an idle
 //! non-leader's wake-up is one `ppoll` that timed out, the Engine's tick
-//! and the counter store, no read of the completion queue; it costs its
-//! CPU some 13–21 µs, half of it the context switch into and out of the
-//! thread (`finish_task_switch` in a profile). 31 such threads waking
+//! and the counter store, no read of the completion queue; about half
+//! its CPU is the wake-up itself (a bare `ppoll` loop costs as much), the
+//! rest the loop's work on cold caches. 31 such threads waking
 //! `checks_per_timeout` times per timeout at their own phases preempted
 //! the application about 1,300 times a second, each time on its own. On
 //! the grid the same wake-ups come in a few bursts per check interval: one
