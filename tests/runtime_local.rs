@@ -115,6 +115,55 @@ fn with_host_groups_a_quiet_host_heartbeats_from_its_leader_only() {
     }
 }
 
+/// An idle rank's plain ticks end on the host's wake-up grid (an eighth
+/// of the check interval), so the host's ranks wake together; nobody is
+/// declared. (A `SlowEmitter` warning is not checked for: a loaded
+/// machine starves these threads for longer than its bound at start-up,
+/// grid or not.)
+#[test]
+fn with_host_groups_idle_ticks_end_on_the_hosts_wake_up_grid() {
+    let detectors = start_group(4, &config_with(LocalMode::Auto));
+    // Counted per tick, published at most every 50 ms: a few timeouts.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for d in &detectors {
+        while d.stats().runtime.local.grid_ticks < 3 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        let stats = d.stats();
+        assert!(
+            stats.runtime.local.grid_ticks >= 3,
+            "rank {}: no ticks on the grid; stats {stats:?}",
+            d.rank()
+        );
+    }
+    for d in &detectors {
+        assert_eq!(d.epoch(), 0, "rank {}", d.rank());
+        while let Some(e) = d.try_next_event() {
+            assert!(
+                matches!(e.event, Event::SlowEmitter { .. }),
+                "rank {} saw {e:?}",
+                d.rank()
+            );
+        }
+    }
+    // Without same-host watching every rank beats each period: no tick
+    // is idle, none goes on the grid.
+    let detectors = start_group(2, &config_with(LocalMode::Off));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for d in &detectors {
+        while d.stats().engine.observation.slot_checks < 3 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        let stats = d.stats();
+        assert!(
+            stats.engine.observation.slot_checks >= 3,
+            "rank {}",
+            d.rank()
+        );
+        assert_eq!(stats.runtime.local.grid_ticks, 0, "rank {}", d.rank());
+    }
+}
+
 /// A job whose ranks differ in a job-wide setting fails to start on every
 /// rank, each naming the variable and both values: `FFD_QUORUM` (carried
 /// since record version 4) and `FFD_PERIOD`, set through the environment

@@ -216,6 +216,9 @@ pub struct LocalCounters {
     /// same-host exit or notice (`FFD_SCHED=boost|fifo`; 0 when neither
     /// applies or the kernel refused real-time scheduling).
     pub boost_lifts: u64,
+    /// Idle ticks whose sleep was extended to the host's wake-up grid,
+    /// so that the host's ranks wake together (`progress/cadence.rs`).
+    pub grid_ticks: u64,
 }
 
 /// One consistent picture of the detector's counters ([`super::Detector::stats`]).

@@ -43,12 +43,14 @@ use crate::node::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
 
+mod cadence;
 mod diagnosis;
 mod live;
 mod mail;
 mod sends;
 mod trace;
 
+use cadence::Cadence;
 use diagnosis::Diagnosis;
 use sends::SendBook;
 
@@ -224,6 +226,8 @@ struct Core<'d> {
     timeout: Duration,
     /// [`agreement_poll_every`] for this host.
     agreement_poll_every: Duration,
+    /// Where an idle tick ends (`cadence.rs`).
+    cadence: Cadence,
     /// The diagnosis ring for the log (`FFD_LOG=info`).
     diagnosis: Diagnosis,
     /// The liveness port, the watch of the emitter's, the probe.
@@ -410,6 +414,8 @@ impl<'d> Progress<'d> {
                 .map_or(1, |h| h.members(h.host_of(engine.me())).len()),
             std::thread::available_parallelism().map_or(1, usize::from),
         );
+        let config = engine.config();
+        let cadence = Cadence::new(config.check_interval(), config.strain_lateness());
         Progress {
             endpoint: parts.endpoint,
             _av: parts._av,
@@ -433,6 +439,7 @@ impl<'d> Progress<'d> {
                 agreeing_since: None,
                 timeout: parts.timeout,
                 agreement_poll_every,
+                cadence,
                 logger: parts.logger,
                 counters: RuntimeCounters::default(),
                 sends: SendBook::default(),
@@ -847,6 +854,7 @@ impl Core<'_> {
             .next_deadline()
             .map_or(PUBLISH_EVERY, |d| d.saturating_since(now))
             .min(PUBLISH_EVERY);
+        let ticked = sleep;
         if let Some(until) = self.leaving_until {
             sleep = sleep.min(until.saturating_duration_since(Instant::now()));
         }
@@ -869,6 +877,12 @@ impl Core<'_> {
             if let Some(cap) = agreement_poll(Some(started), Instant::now(), self.timeout, every) {
                 sleep = sleep.min(cap);
             }
+        }
+        // A plain tick of an idle rank ends on the host's grid.
+        let plain = sleep == ticked && self.agreeing_since.is_none() && self.local.is_some();
+        if let Some(extended) = self.cadence.extend(monotonic_ns(), sleep, plain) {
+            self.counters.local.grid_ticks += 1;
+            sleep = extended;
         }
         sleep
     }
