@@ -530,13 +530,10 @@ impl<'d> Progress<'d> {
             if let Some(boost) = &core.boost {
                 boost.lower_unless_lifted_since(lifts_seen);
             }
-            if core.spin {
+            // Mail posted since the read: no sleep, no read of the queue.
+            if core.spin || core.mail_waits() {
                 std::hint::spin_loop();
-                continue;
-            }
-            if core.mail_waits() {
-                // Posted since the read: no sleep, no read of the queue.
-                (queue, woken, live) = (false, false, false);
+                (queue, woken, live) = (core.spin, core.spin, core.spin);
                 continue;
             }
             let timeout = core.sleep_for();
