@@ -290,12 +290,16 @@ fn protections(
             (SourceFilterMode::Off, _) => "source filter: off: anyone who reaches the port \
                                            reaches libfabric"
                 .to_owned(),
-            (_, Ok(())) if by_mail => format!(
-                "{filter}; attachable here; same-host messages go through the host's \
-                 segment, so the filter admits only other hosts' addresses, and a one-host \
-                 job's (every rank on this host, e.g. a one-node MPI job) admits none: no \
-                 process reaches libfabric through its port"
-            ),
+            (_, Ok(())) if by_mail => "source filter: the listening socket admits only \
+                                       the addresses of the job's other hosts (same-host \
+                                       messages go through the host's segment; a kernel \
+                                       filter, deny-all from open, those addresses after \
+                                       the exchange, locked), so a one-host job's (every \
+                                       rank on this host, e.g. a one-node MPI job) admits \
+                                       none: no process reaches libfabric through its \
+                                       port; still open to any process on another of the \
+                                       job's hosts; attachable here"
+                .to_owned(),
             (_, Ok(())) => format!("{filter}; attachable here"),
             (SourceFilterMode::Auto, Err(why)) => format!(
                 "source filter: refused here ({why}): auto starts without it, so anyone who \
@@ -407,6 +411,7 @@ mod tests {
             mail.iter()
                 .any(|l| l.contains("one-host job's") && l.contains("admits none"))
         );
+        assert!(!mail.iter().any(|l| l.contains("one of the job's hosts")));
         let off = protections("tcp;ofi_rxm", (SourceFilterMode::Off, true), Ok(()));
         assert!(off.iter().any(|l| l.contains("source filter: off")));
         let refused = protections(
