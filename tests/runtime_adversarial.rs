@@ -3,7 +3,10 @@
 //! ranks 0 and 1 are detectors; rank 2 is this test, a plain endpoint that
 //! took part in the address exchange, so it is on everyone's address
 //! vector, and through the exchange (the embedder's channel) it learnt the job
-//! key and rank 0's drawn secret, as any rank does. From there it sends:
+//! key and rank 0's drawn secret, as any rank does. Its record names
+//! another host than the detectors' (a rank of their own host would talk
+//! to them through the host's mailboxes, and their fabric port admits no
+//! address of their host: `docs/design.md` §5.4 "What the authentication stops"). From there it sends:
 //!
 //! - as a stale process of an earlier job on the same addresses: notices
 //!   naming ranks 0 and 1 under another job key, and under this job's key
@@ -143,7 +146,8 @@ fn attacks_are_dropped(provider: &str) {
     let av = AddressVector::open(&domain, 3).unwrap();
     let ep = Endpoint::open(&domain, &av, &EndpointConfig::default()).unwrap();
     let slots = ep.register(SlotPage::new().unwrap()).unwrap();
-    let mut record = PeerRecord::new(me.rank(), me.size(), "node", &config);
+    // Another host: the detectors' fabric port admits it.
+    let mut record = PeerRecord::new(me.rank(), me.size(), "elsewhere", &config);
     record.provider = info.provider();
     record.fabric_addr = ep.name().to_vec();
     record.slot_addr = slots.remote().addr;

@@ -305,3 +305,101 @@ fn without_the_filter_the_strangers_handshake_completes() {
         ranks.ports[0]
     );
 }
+
+/// A one-host embedded job (four detectors of one job in this process,
+/// `FFD_LOCAL=auto`: every rank on this host): its same-host messages go
+/// through the host's segment, so its source filter admits no address at
+/// all. A connection from the job's own host address (127.0.0.1) to any
+/// TCP port of this process never completes, while every rank works: a
+/// broadcast reaches all, an agreement decides, nothing went over the
+/// fabric (no send, no heartbeat) and the mailboxes carried it.
+#[test]
+fn a_one_host_job_admits_no_address_and_talks_through_its_segment() {
+    ffd::node::exit_word_probe().expect("futex_waitv (Linux 5.16 or later) for the mailboxes");
+    let config = Config::builder()
+        .domain("lo")
+        .period(Duration::from_millis(20))
+        .timeout(Duration::from_millis(1000))
+        .startup_grace(Duration::from_millis(1000))
+        .core(CoreChoice::None)
+        .local(LocalMode::Auto)
+        .source_filter(SourceFilterMode::On)
+        .build()
+        .expect("valid config");
+    let starts: Vec<_> = InProcessBootstrap::group(4)
+        .expect("group")
+        .into_iter()
+        .map(|mut b| {
+            let config = config.clone();
+            thread::spawn(move || Detector::start(&config, &mut b))
+        })
+        .collect();
+    let mut detectors: Vec<Detector> = starts
+        .into_iter()
+        .map(|h| h.join().expect("no panic").expect("detector starts"))
+        .collect();
+    detectors.sort_by_key(Detector::rank);
+    let ports = listening_ports();
+    assert!(!ports.is_empty(), "the ranks listen on no TCP port");
+    let attempts: Vec<_> = ports
+        .iter()
+        .map(|&port| {
+            thread::spawn(move || {
+                let to = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                let from = std::net::IpAddr::V4(Ipv4Addr::LOCALHOST);
+                match connect_within(from, to, DROPPED_WITHIN) {
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Ok(()),
+                    other => Err(format!("port {port} from 127.0.0.1: {other:?}")),
+                }
+            })
+        })
+        .collect();
+    for a in attempts {
+        a.join()
+            .expect("no panic")
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    detectors[1].broadcast(b"one host").expect("broadcast");
+    for d in &detectors {
+        let deadline = Instant::now() + STEP_WITHIN;
+        let payload = loop {
+            match d.try_next_event().map(|e| e.event) {
+                Some(ffd::runtime::Event::Payload { bytes, .. }) => break bytes,
+                Some(_) => {}
+                None => {
+                    assert!(Instant::now() < deadline, "rank {}: no payload", d.rank());
+                    thread::sleep(Duration::from_millis(5));
+                }
+            }
+        };
+        assert_eq!(payload.as_slice(), b"one host");
+        // The origin posted to the three others, who read it; the counters
+        // are published every 50 ms.
+        let carried = |m: &ffd::runtime::stats::MailboxCounters| {
+            if d.rank() == 1 {
+                m.sent >= 3
+            } else {
+                m.received >= 1
+            }
+        };
+        let stats = loop {
+            let stats = d.stats().runtime;
+            if carried(&stats.mailbox) || Instant::now() > deadline {
+                break stats;
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        assert!(carried(&stats.mailbox), "rank {}: {stats:?}", d.rank());
+        assert_eq!(stats.messages.sends_completed, 0, "rank {}", d.rank());
+        assert_eq!(stats.heartbeats.posted, 0, "rank {}", d.rank());
+        assert_eq!(stats.transport.errors, 0, "rank {}", d.rank());
+    }
+    let work = ranks_work(&detectors, &[0; 4], STEP_WITHIN);
+    // No heartbeat on one host: `ranks_work` says so last, after every
+    // rank ran, knew nobody failed and decided the agreement.
+    let work = work.expect_err("no heartbeat is written on one host");
+    assert!(work.contains("no heartbeat completed"), "{work}");
+    for d in detectors {
+        d.shutdown();
+    }
+}

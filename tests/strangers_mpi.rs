@@ -8,13 +8,19 @@
 //! `capi_mpi.rs`: every survivor reports rank 3, and only rank 3, within
 //! the bound; a rank killed by the streams would be a second failure and
 //! fail them.
+//!
+//! The same job as a one-host job (`FFD_LOCAL` as by default: its
+//! same-host messages go through the host's segment), attacked from the
+//! job's own host address (127.0.0.1) and from 127.0.0.2: its filter
+//! admits no address at all, so no process of the host completes a
+//! handshake either.
 
 mod capi_support;
 mod hostile;
 
 use capi_support::prereq;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -85,6 +91,30 @@ fn a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks() {
     ) {
         return;
     }
+    attack_job(Some("off"), &[STRANGER]);
+}
+
+#[test]
+fn no_process_of_the_host_reaches_a_one_host_embedded_c_job() {
+    if !prereq::available(
+        "no_process_of_the_host_reaches_a_one_host_embedded_c_job",
+        &[prereq::mpirun(), prereq::c_toolchain()],
+    ) {
+        return;
+    }
+    attack_job(None, &[IpAddr::V4(Ipv4Addr::LOCALHOST), STRANGER]);
+}
+
+/// Runs the job (`FFD_LOCAL` as `local` says, or its default), attacks
+/// every TCP port its ranks listen on from each of `from`, and checks
+/// that no handshake completed and the job's checks hold.
+fn attack_job(local: Option<&str>, from: &[IpAddr]) {
+    // One job at a time: the ranks are found by name among this test
+    // process's descendants, which two jobs would share.
+    static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_JOB
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let exe = example();
     let session = ScratchDir::new("strangers-mpi");
     let mut cmd = clean_command("mpirun");
@@ -99,7 +129,9 @@ fn a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks() {
     .args(["--mca", "btl", "self,vader"])
     .args(["--mca", "oob_tcp_if_include", "lo"]);
     let mut settings = ffd_settings();
-    settings.push(("FFD_LOCAL", "off".to_owned()));
+    if let Some(local) = local {
+        settings.push(("FFD_LOCAL", local.to_owned()));
+    }
     for (name, value) in settings {
         cmd.args(["-x", name]).env(name, value);
     }
@@ -129,10 +161,11 @@ fn a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks() {
     let attempts: Vec<_> = ports
         .iter()
         .flat_map(|&port| [CONN_ID_STREAM, ACK_STREAM, ""].map(move |s| (port, unhex(s))))
-        .map(|(port, bytes)| {
+        .flat_map(|(port, bytes)| from.iter().map(move |&ip| (ip, port, bytes.clone())))
+        .map(|(ip, port, bytes)| {
             thread::spawn(move || {
                 let to = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-                let outcome = match connect_within(STRANGER, to, DROPPED_WITHIN) {
+                let outcome = match connect_within(ip, to, DROPPED_WITHIN) {
                     // The SYN was dropped: the source filter.
                     Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Ok(true),
                     // Refused or otherwise failed (a listener of MPI's
@@ -141,9 +174,7 @@ fn a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks() {
                     Ok(mut conn) => {
                         use std::io::Write;
                         let _ = conn.write_all(&bytes);
-                        Err(format!(
-                            "port {port}: the handshake from {STRANGER} completed"
-                        ))
+                        Err(format!("port {port}: the handshake from {ip} completed"))
                     }
                 };
                 (port, outcome)
@@ -176,7 +207,7 @@ fn a_stranger_outside_an_embedded_c_job_never_reaches_its_ranks() {
     // here as reached ports without the filter.
     assert!(
         reached.is_empty(),
-        "reached from {STRANGER}: {reached:?}\n{}",
+        "reached from {from:?}: {reached:?}\n{}",
         out.stdout
     );
 }

@@ -162,7 +162,12 @@ fn report(out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<ExitCode>
         "\nclosed to strangers (FFD_SOURCE_FILTER={}):",
         config.source_filter()
     )?;
-    for line in protections(&info.provider(), config.source_filter(), filter_probe()) {
+    let by_mail = config.local() == LocalMode::Auto && exit_word_probe().is_ok();
+    for line in protections(
+        &info.provider(),
+        (config.source_filter(), by_mail),
+        filter_probe(),
+    ) {
         writeln!(out, "  {line}")?;
     }
 
@@ -266,9 +271,15 @@ fn filter_probe() -> Result<(), String> {
 const AF_INET: u16 = 2;
 
 /// What keeps a stranger (a process outside the job) from reaching
-/// libfabric below ffd's tag, for `provider` and the setting; `probe`:
-/// whether a filter could be attached here.
-fn protections(provider: &str, mode: SourceFilterMode, probe: Result<(), String>) -> Vec<String> {
+/// libfabric below ffd's tag, for `provider` and the setting; `by_mail`:
+/// same-host messages go through the host's mailboxes (`FFD_LOCAL=auto`
+/// with `futex_waitv` here); `probe`: whether a filter could be attached
+/// here.
+fn protections(
+    provider: &str,
+    (mode, by_mail): (SourceFilterMode, bool),
+    probe: Result<(), String>,
+) -> Vec<String> {
     let mut lines = vec!["messages: a keyed tag on each, checked before use (above)".to_owned()];
     if fabric::listens_on_sockets(provider) {
         let filter = "source filter: the listening socket admits only the job's host \
@@ -278,6 +289,16 @@ fn protections(provider: &str, mode: SourceFilterMode, probe: Result<(), String>
         lines.push(match (mode, probe) {
             (SourceFilterMode::Off, _) => "source filter: off: anyone who reaches the port \
                                            reaches libfabric"
+                .to_owned(),
+            (_, Ok(())) if by_mail => "source filter: the listening socket admits only \
+                                       the addresses of the job's other hosts (same-host \
+                                       messages go through the host's segment; a kernel \
+                                       filter, deny-all from open, those addresses after \
+                                       the exchange, locked), so a one-host job's (every \
+                                       rank on this host, e.g. a one-node MPI job) admits \
+                                       none: no process reaches libfabric through its \
+                                       port; still open to any process on another of the \
+                                       job's hosts; attachable here"
                 .to_owned(),
             (_, Ok(())) => format!("{filter}; attachable here"),
             (SourceFilterMode::Auto, Err(why)) => format!(
@@ -379,16 +400,27 @@ mod tests {
 
     #[test]
     fn the_protections_follow_the_provider_and_the_setting() {
-        let on = protections("tcp;ofi_rxm", SourceFilterMode::Auto, Ok(()));
+        let on = protections("tcp;ofi_rxm", (SourceFilterMode::Auto, false), Ok(()));
         assert!(
             on.iter()
                 .any(|l| l.contains("admits only the job's host addresses"))
         );
-        let off = protections("tcp;ofi_rxm", SourceFilterMode::Off, Ok(()));
+        assert!(!on.iter().any(|l| l.contains("admits none")));
+        let mail = protections("tcp;ofi_rxm", (SourceFilterMode::Auto, true), Ok(()));
+        assert!(
+            mail.iter()
+                .any(|l| l.contains("one-host job's") && l.contains("admits none"))
+        );
+        assert!(!mail.iter().any(|l| l.contains("one of the job's hosts")));
+        let off = protections("tcp;ofi_rxm", (SourceFilterMode::Off, true), Ok(()));
         assert!(off.iter().any(|l| l.contains("source filter: off")));
-        let refused = protections("sockets", SourceFilterMode::Auto, Err("EPERM".into()));
+        let refused = protections(
+            "sockets",
+            (SourceFilterMode::Auto, true),
+            Err("EPERM".into()),
+        );
         assert!(refused.iter().any(|l| l.contains("refused here (EPERM)")));
-        let shm = protections("shm", SourceFilterMode::Auto, Ok(()));
+        let shm = protections("shm", (SourceFilterMode::Auto, true), Ok(()));
         assert!(shm.iter().any(|l| l.contains("mode 0600")));
         assert!(!shm.iter().any(|l| l.contains("source filter")));
     }

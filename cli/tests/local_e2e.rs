@@ -570,3 +570,59 @@ fn an_agreement_over_hosts_survives_a_whole_host_killed_during_it() {
     assert_eq!(after["failed"], Value::from(host), "{text}");
     assert_no_false_reports(&report);
 }
+
+/// A one-host job's messages between its ranks all go through the host's
+/// mailboxes (`docs/design.md` §4.12 "Hosts", "Mailboxes"): a kill, a
+/// stop, an agreement after both, and the exclusion notice the stopped
+/// rank finds when it resumes; no rank completed a fabric send or posted
+/// a heartbeat, and the mailboxes carried what went.
+#[test]
+fn a_one_host_job_sends_nothing_over_the_fabric() {
+    if !exit_words_here() {
+        return;
+    }
+    let (report, out) = run_job(
+        "auto",
+        &[
+            "-n",
+            "6",
+            "--kill",
+            "1@500ms",
+            "--stop",
+            "4@800ms",
+            "--agree",
+            "1300ms",
+            "--cont",
+            "4@1600ms",
+            "--duration",
+            "2500ms",
+        ],
+    );
+    assert_eq!(failure_of(&report, 1)["cause"], "exited", "{report:#}");
+    assert_all_learned(&report, 1, &[0, 2, 3, 5]);
+    assert_all_learned(&report, 4, &[0, 2, 3, 5]);
+    assert_no_false_reports(&report);
+    let a = &report["agreements"][0];
+    assert_eq!(a["decided_by"], serde_json::json!([0, 2, 3, 5]), "{a:#}");
+    assert_eq!(a["distinct_decisions"], 1, "{a:#}");
+    assert_eq!(a["failed"], serde_json::json!([1, 4]), "{a:#}");
+    assert_eq!(
+        report["self_excluded"],
+        serde_json::json!([4]),
+        "{}",
+        output_text(&out)
+    );
+    let (mut sent, mut received) = (0, 0);
+    for r in ["0", "2", "3", "4", "5"] {
+        let s = &report["stats"][r]["runtime"];
+        assert_eq!(s["messages"]["sends_completed"], 0, "rank {r}: {s:#}");
+        assert_eq!(s["heartbeats"]["posted"], 0, "rank {r}: {s:#}");
+        assert_eq!(s["transport"]["errors"], 0, "rank {r}: {s:#}");
+        sent += s["mailbox"]["sent"].as_u64().unwrap();
+        received += s["mailbox"]["received"].as_u64().unwrap();
+    }
+    assert!(sent > 0 && received > 0, "{sent} sent, {received} read");
+    // Its exclusion came by mail.
+    let resumed = &report["stats"]["4"]["runtime"]["mailbox"]["received"];
+    assert!(resumed.as_u64().unwrap() > 0, "{resumed}");
+}

@@ -7,8 +7,11 @@
 //! through `setpriv`) opens a connection to every TCP port the agents
 //! listen on and sends the rxm `conn_id` stream, the tcp ack stream, noise
 //! and nothing. The run must end with every rank alive and no report. With
-//! `--shared-network` the same user's connection completes: the attack
-//! path is real.
+//! `--shared-network` and `FFD_LOCAL=off` (the ranks of one host then
+//! talk over the fabric, so their port admits the host's address) the
+//! same user's connection completes: the attack path is real. With
+//! `--shared-network` alone it does not: a one-host job's messages go
+//! through the host's segment and its port admits no address at all.
 
 #[path = "../../tests/hostile/mod.rs"]
 mod hostile;
@@ -33,6 +36,7 @@ fn prerequisites(test: &str) -> bool {
             prereq::root(),
             prereq::command("setpriv"),
             prereq::command("bash"),
+            prereq::command("timeout"),
         ],
     )
 }
@@ -66,14 +70,16 @@ fn children(parent: u32) -> Vec<u32> {
     out
 }
 
-/// Starts `ffd run -n 4` with `extra` options; returns it and every
-/// agent's listening ports once all four listen. The caller reaps it.
+/// Starts `ffd run -n 4` with `extra` options and `env`; returns it and
+/// every agent's listening ports once all four listen. The caller reaps
+/// it.
 #[allow(clippy::zombie_processes)] // returned to the caller, which waits
-fn start_job(extra: &[&str]) -> (Child, Vec<u16>) {
+fn start_job(extra: &[&str], env: &[(&str, &str)]) -> (Child, Vec<u16>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ffd"))
         .args(["run", "-n", "4", "--duration", RUN_FOR])
         .args(extra)
         .env("IPATH_NO_BACKTRACE", "1")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -98,14 +104,17 @@ fn start_job(extra: &[&str]) -> (Child, Vec<u16>) {
 }
 
 /// As `nobody`: connects to 127.0.0.1:`port` and sends `stream` (hex);
-/// whether the connection was made.
+/// whether the connection was made (within 3 s: a SYN the source filter
+/// drops is sent again after 1 s, and the connect would wait minutes).
 fn attack_as_nobody(port: u16, stream: &str) -> bool {
     let script = format!(
         "exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7; printf '{}' >&3; sleep 0.2; exit 0",
         escaped(stream)
     );
-    let status = Command::new("setpriv")
+    let status = Command::new("timeout")
         .args([
+            "3",
+            "setpriv",
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
@@ -124,7 +133,7 @@ fn another_users_streams_do_not_reach_an_ffd_run_job() {
     if !prerequisites("another_users_streams_do_not_reach_an_ffd_run_job") {
         return;
     }
-    let (child, ports) = start_job(&[]);
+    let (child, ports) = start_job(&[], &[]);
     let noise: String = (0..4096u32)
         .map(|i| format!("{:02x}", (i.wrapping_mul(2_654_435_761) >> 13) as u8))
         .collect();
@@ -156,11 +165,43 @@ fn another_users_streams_do_not_reach_an_ffd_run_job() {
 }
 
 #[test]
+fn with_a_shared_network_a_one_host_job_still_admits_nobody() {
+    if !prerequisites("with_a_shared_network_a_one_host_job_still_admits_nobody") {
+        return;
+    }
+    let (mut child, ports) = start_job(&["--shared-network"], &[]);
+    // Every port at once, each attempt bounded (3 s), well within the run.
+    let attempts: Vec<_> = ports
+        .iter()
+        .map(|&port| thread::spawn(move || (port, attack_as_nobody(port, ""))))
+        .collect();
+    let reached: Vec<u16> = attempts
+        .into_iter()
+        .map(|t| t.join().expect("no panic"))
+        .filter_map(|(port, reached)| reached.then_some(port))
+        .collect();
+    assert!(
+        child.try_wait().expect("ffd run").is_none(),
+        "the job ended before the attempts did"
+    );
+    let out = child.wait_with_output().expect("ffd run ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        reached.is_empty(),
+        "nobody reached ports {reached:?} of a one-host job\n{stdout}"
+    );
+    assert!(out.status.success(), "the run failed\n{stdout}");
+    assert!(stdout.contains("false reports: none"), "{stdout}");
+}
+
+#[test]
 fn with_a_shared_network_another_user_reaches_the_port() {
     if !prerequisites("with_a_shared_network_another_user_reaches_the_port") {
         return;
     }
-    let (mut child, ports) = start_job(&["--shared-network"]);
+    // Without the host's mailboxes its ranks talk over the fabric, and
+    // their port admits the host's address.
+    let (mut child, ports) = start_job(&["--shared-network"], &[("FFD_LOCAL", "off")]);
     // Connect and send nothing: libfabric 1.17 would die of the streams.
     let reached = attack_as_nobody(ports[0], "");
     let _ = child.kill();

@@ -37,9 +37,9 @@ use libc::{FUTEX_OWNER_DIED, FUTEX_TID_MASK, FUTEX_WAITERS};
 use super::sched::Boost;
 use super::segment::HostSegment;
 
-/// Words one thread waits on: `FUTEX_WAITV_MAX` less the stop word and
-/// the notice board's bell.
-const WATCH_PER_THREAD: usize = libc::FUTEX_WAITV_MAX as usize - 2;
+/// Words one thread waits on: `FUTEX_WAITV_MAX` less the stop word, the
+/// notice board's bell and the rank's mail word (`mailbox.rs`).
+const WATCH_PER_THREAD: usize = libc::FUTEX_WAITV_MAX as usize - 3;
 
 /// The kernel walks at most this many robust-list entries per thread
 /// (`ROBUST_LIST_LIMIT`): watchers beyond it rely on their pidfds.
@@ -162,9 +162,9 @@ impl Shared {
     }
 
     /// Hands `events` to the progress thread and rings it, also when only
-    /// the board moved.
-    fn ring(&self, events: &mut Vec<(u64, WordEvent)>, board: bool) {
-        if events.is_empty() && !board {
+    /// the board or the mail word moved.
+    fn ring(&self, events: &mut Vec<(u64, WordEvent)>, board: bool, mail: bool) {
+        if events.is_empty() && !board && !mail {
             return;
         }
         if board {
@@ -175,7 +175,8 @@ impl Shared {
                 seen.append(events);
             }
         }
-        if let Some(boost) = &self.boost {
+        // Mail alone is no exit or notice: the thread runs at its policy.
+        if let (Some(boost), true) = (&self.boost, board || !events.is_empty()) {
             boost.lift();
         }
         self.bell();
@@ -538,6 +539,13 @@ fn watch(
     let bell = flag.map(|_| segment.board_bell());
     let mut bell_seen = bell.map(|b| b.load(Ordering::Acquire));
     let mut board_moved = bell.is_some();
+    // The mail word: rung by a writer while this rank's progress thread
+    // sleeps (`mailbox.rs`); it reads its mailbox at every turn.
+    let mail = board
+        .then(|| segment.mailbox_line(me))
+        .flatten()
+        .map(|(m, _, _)| m);
+    let mut mail_seen = mail.map(|m| m.load(Ordering::Acquire));
     // (index in `shared.peers`, owner, token, seen held)
     let mut live: Vec<(usize, u32, u64, bool)> = peers
         .filter_map(|i| shared.peers.get(i).map(|&(o, t)| (i, o, t, false)))
@@ -588,7 +596,14 @@ fn watch(
             }
             waits.push(waiter(b, v, false));
         }
-        shared.ring(&mut events, std::mem::take(&mut board_moved));
+        let mut mail_moved = false;
+        if let (Some(m), Some(seen)) = (mail, mail_seen.as_mut()) {
+            let v = m.load(Ordering::Acquire);
+            mail_moved = v != *seen;
+            *seen = v;
+            waits.push(waiter(m, v, false));
+        }
+        shared.ring(&mut events, std::mem::take(&mut board_moved), mail_moved);
         waits.push(waiter(&shared.stop, 0, true));
         // SAFETY: `waits` holds at most FUTEX_WAITV_MAX valid entries whose
         // words (the segment's, which outlives this thread, and `stop`)

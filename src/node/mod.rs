@@ -8,7 +8,8 @@
 //! clock those counters carry, and the progress thread's scheduling policy
 //! (`FFD_SCHED`); and, process-wide, which process a detector belongs to
 //! (a `fork()`ed child holds only a copy of its parent's); and the
-//! agreement area's bell that blocked agreement callers sleep on.
+//! agreement area's bell that blocked agreement callers sleep on; and
+//! the mailboxes that carry same-host messages.
 //!
 //! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
 //! segment and its layout, `set_robust_list`/`futex_waitv` and the
@@ -23,8 +24,10 @@
 
 mod bell;
 mod board;
+mod doorbell;
 mod exit_word;
 mod fork;
+mod mailbox;
 mod netns;
 mod pidfd;
 mod sched;
@@ -32,15 +35,18 @@ mod segment;
 
 pub use bell::{Bells, bells as agree_bells, ring as ring_agree_bell, wait as wait_agree_bells};
 pub use board::{BoardReader, post as post_on_board, readers as board_readers};
+pub use doorbell::{Doorbell, Knocker, door_name};
 pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,
 };
 pub use fork::Owner;
+pub use mailbox::{MailReader, Posted, door_open, post as post_mail, ring as ring_mail, set_door};
 pub use netns::{Namespaces, PrivateNetwork, enter_private_network};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
 pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
 pub use segment::{
-    AGREE_RECORD_HEAD, AGREE_ROUNDS, AgreeRecord, HostSegment, SegmentError, segment_name,
+    AGREE_RECORD_HEAD, AGREE_ROUNDS, AgreeRecord, HostSegment, SegmentError, mail_capacity,
+    segment_name,
 };
 
 /// Now on `CLOCK_MONOTONIC`, in ns: the clock every process of a host

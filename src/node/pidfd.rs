@@ -97,12 +97,16 @@ pub struct ExitWatch {
     watched: Vec<(u64, PidFd)>,
     /// An exit-word eventfd is in the set.
     bell: bool,
+    /// This rank's doorbell (`doorbell.rs`), in the set: drained here.
+    door: Option<super::Doorbell>,
 }
 
 /// The token of the wake socket in the epoll set.
 const WAKE_TOKEN: u64 = u64::MAX;
 /// The token of the exit words' eventfd.
 const BELL_TOKEN: u64 = u64::MAX - 1;
+/// The token of the doorbell.
+const DOOR_TOKEN: u64 = u64::MAX - 2;
 
 impl ExitWatch {
     /// An epoll set holding `wake` (a readable socket that asks the thread
@@ -124,6 +128,7 @@ impl ExitWatch {
             epoll,
             watched: pidfds,
             bell: bell.is_some(),
+            door: None,
         };
         watch.add(wake, WAKE_TOKEN)?;
         if let Some(bell) = bell {
@@ -161,6 +166,14 @@ impl ExitWatch {
         self.watched.len()
     }
 
+    /// Adds this rank's doorbell to the set; the set drains it when it
+    /// is readable ([`Self::take_exited`]).
+    pub fn add_door(&mut self, door: super::Doorbell) -> io::Result<()> {
+        self.add(door.as_fd(), DOOR_TOKEN)?;
+        self.door = Some(door);
+        Ok(())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.watched.is_empty()
     }
@@ -170,7 +183,7 @@ impl ExitWatch {
     /// words' eventfd is readable (its owner reads it).
     pub fn take_exited(&mut self, out: &mut Vec<u64>) -> bool {
         let mut rung = false;
-        if self.watched.is_empty() && !self.bell {
+        if self.watched.is_empty() && !self.bell && self.door.is_none() {
             return rung;
         }
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
@@ -196,6 +209,13 @@ impl ExitWatch {
                 }
                 if token == BELL_TOKEN {
                     rung = true;
+                    continue;
+                }
+                if token == DOOR_TOKEN {
+                    // Only a wake-up: the mailbox is read every turn.
+                    if let Some(door) = &self.door {
+                        door.drain();
+                    }
                     continue;
                 }
                 if let Some(i) = self.watched.iter().position(|(t, _)| *t == token) {

@@ -58,6 +58,23 @@ pub enum AgreeRecord {
     Proposal,
 }
 
+/// The bytes one mailbox record carries for a job of `ranks`: at least
+/// the runtime's message buffer (`runtime/progress`'s `message_buffers`,
+/// which a test there checks against this), so every message of the
+/// protocol fits one record: a failed and a left list as bitmaps and the
+/// payload marks (16 KiB at most), or a payload of 8 KiB.
+pub fn mail_capacity(ranks: u32) -> usize {
+    (2 * (ranks as usize).div_ceil(8) + 24 * 1024).next_multiple_of(4096)
+}
+
+/// Records per mailbox for a host of `count` ranks: two per other local
+/// rank (an agreement's fan-in to the host's head, and a notice behind
+/// it), at least 32, at most 256. The mapping is sparse: only the pages
+/// of records written are ever backed.
+pub fn mail_slots(count: u32) -> usize {
+    (2 * count as usize).clamp(32, 256)
+}
+
 /// The segment's name for a job and a host (`shm_open` form, one leading
 /// slash; it appears as `/dev/shm/ffd-…`).
 pub fn segment_name(job_key: u64, host_id: u64) -> String {
@@ -143,7 +160,8 @@ impl HostSegment {
         (8 * (AGREE_RECORD_HEAD + Self::bitmap_words(ranks))).next_multiple_of(LINE)
     }
 
-    fn len_for(count: u32, ranks: u32) -> usize {
+    /// Where the areas before the mailboxes end.
+    fn areas_end(count: u32, ranks: u32) -> usize {
         let board_end = Self::board_at(count) + Self::board_len(ranks);
         if Self::has_agreement_area(count, ranks) {
             Self::agree_at(count, ranks)
@@ -151,6 +169,32 @@ impl HostSegment {
                 + Self::agree_record_len(ranks) * 2 * AGREE_ROUNDS * count as usize
         } else {
             board_end
+        }
+    }
+
+    /// Where the mailboxes start (one per local rank, `mailbox.rs`), when
+    /// the host has two ranks or more.
+    fn mail_at(count: u32, ranks: u32) -> usize {
+        Self::areas_end(count, ranks).next_multiple_of(LINE)
+    }
+
+    /// One mailbox record: its state and sequence words, then
+    /// [`mail_capacity`] bytes.
+    fn mail_record_len(ranks: u32) -> usize {
+        (16 + mail_capacity(ranks)).next_multiple_of(LINE)
+    }
+
+    /// One mailbox: its line (mail word, awake flag, posted count), then
+    /// its records.
+    fn mailbox_len(count: u32, ranks: u32) -> usize {
+        LINE + mail_slots(count) * Self::mail_record_len(ranks)
+    }
+
+    fn len_for(count: u32, ranks: u32) -> usize {
+        if count >= 2 {
+            Self::mail_at(count, ranks) + count as usize * Self::mailbox_len(count, ranks)
+        } else {
+            Self::areas_end(count, ranks)
         }
     }
 
@@ -370,6 +414,50 @@ impl HostSegment {
         let len = Self::agree_record_len(self.ranks);
         let offset = Self::agree_at(self.count, self.ranks) + LINE + index * len;
         let words = AGREE_RECORD_HEAD + Self::bitmap_words(self.ranks);
+        assert!(offset + 8 * words <= self.len);
+        // SAFETY: `offset` is line-aligned and the `words` u64s after it
+        // lie inside the live mapping (checked); shared with other
+        // processes, so only ever accessed as atomics, like `word`.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.base.add(offset) as *const AtomicU64, words)
+        })
+    }
+
+    /// The line of local rank `owner`'s mailbox: its mail word (u32 at 0,
+    /// a futex word), its awake flag (u32 at 4) and its posted count (u64
+    /// at 8). `None`: no mailboxes (a host of one), or out of range.
+    pub fn mailbox_line(&self, owner: u32) -> Option<(&AtomicU32, &AtomicU32, &AtomicU64)> {
+        if self.count < 2 || owner >= self.count {
+            return None;
+        }
+        let at = Self::mail_at(self.count, self.ranks)
+            + owner as usize * Self::mailbox_len(self.count, self.ranks);
+        Some((self.word32(at), self.word32(at + 4), self.word(at + 8)))
+    }
+
+    /// Local rank `owner`'s doorbell flag (u32 at 16 of its mailbox's
+    /// line): 1 while its doorbell is bound (`doorbell.rs`).
+    pub fn mailbox_door(&self, owner: u32) -> Option<&AtomicU32> {
+        if self.count < 2 || owner >= self.count {
+            return None;
+        }
+        let at = Self::mail_at(self.count, self.ranks)
+            + owner as usize * Self::mailbox_len(self.count, self.ranks);
+        Some(self.word32(at + 16))
+    }
+
+    /// Record `slot` of local rank `owner`'s mailbox: its state word, its
+    /// sequence word and its [`mail_capacity`] bytes as u64 words.
+    pub fn mail_record(&self, owner: u32, slot: usize) -> Option<&[AtomicU64]> {
+        if self.count < 2 || owner >= self.count || slot >= mail_slots(self.count) {
+            return None;
+        }
+        let len = Self::mail_record_len(self.ranks);
+        let offset = Self::mail_at(self.count, self.ranks)
+            + owner as usize * Self::mailbox_len(self.count, self.ranks)
+            + LINE
+            + slot * len;
+        let words = 2 + mail_capacity(self.ranks) / 8;
         assert!(offset + 8 * words <= self.len);
         // SAFETY: `offset` is line-aligned and the `words` u64s after it
         // lie inside the live mapping (checked); shared with other

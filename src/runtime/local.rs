@@ -19,12 +19,14 @@ use std::time::Duration;
 
 use crate::config::LocalMode;
 use crate::node::{
-    BoardReader, Boost, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd, PidfdUnavailable,
-    SegmentError, WordEvent, board_readers, monotonic_ns, post_on_board, segment_name, watchers_of,
+    BoardReader, Boost, Doorbell, ExitWatch, ExitWords, HostSegment, MAX_HELD, PidFd,
+    PidfdUnavailable, SegmentError, WordEvent, board_readers, door_name, exit_word_probe,
+    monotonic_ns, post_on_board, segment_name, set_door, watchers_of,
 };
 use crate::protocol::ranks::fold_digest;
 use crate::protocol::{EmitterThread, Engine, Hosts, Input, LocalBeat, Rank, Time};
 
+use super::mail::Mail;
 use super::startup::{JobView, start_time_of, stat_after_command};
 
 /// What start-up prepared for local watching.
@@ -38,6 +40,11 @@ pub(super) struct LocalPlan {
     pub pidfds: Vec<(Rank, PidFd)>,
     /// Watch the other same-host ranks' exit words too (`FFD_LOCAL=auto`).
     pub exit_words: bool,
+    /// Same-host messages go through the segment's mailboxes: exit words
+    /// and `futex_waitv` here, so that every rank of this host reads its
+    /// own mailbox (each of them decides the same, from the job-wide
+    /// `FFD_LOCAL` and the kernel they share).
+    pub mailbox: bool,
     /// Why the others are watched by their counters only.
     pub fallback: Vec<String>,
     /// The pid of each of the host's ranks (by index among them) that runs
@@ -73,6 +80,7 @@ pub(super) fn plan(
         segment: None,
         pidfds: Vec::new(),
         exit_words: false,
+        mailbox: false,
         fallback: Vec::new(),
         pids: Vec::new(),
     };
@@ -103,6 +111,7 @@ pub(super) fn plan(
         return Ok(plan);
     }
     plan.exit_words = mode == LocalMode::Auto;
+    plan.mailbox = mailbox_usable(mode);
     for &r in members.iter().filter(|&&r| r != me) {
         let theirs = &view.records[r as usize].process;
         let refused = if !in_my_namespace(r) {
@@ -139,6 +148,13 @@ pub(super) fn plan(
     Ok(plan)
 }
 
+/// Whether the host's ranks exchange their messages through the segment's
+/// mailboxes under `mode`: only with exit words (`FFD_LOCAL=auto`), whose
+/// threads wait on the mail words, where `futex_waitv` exists.
+pub(super) fn mailbox_usable(mode: LocalMode) -> bool {
+    mode == LocalMode::Auto && exit_word_probe().is_ok()
+}
+
 /// The progress thread's local watching.
 #[derive(Debug)]
 pub(super) struct LocalWatching {
@@ -172,6 +188,8 @@ pub(super) struct LocalWatching {
     broken_told: bool,
     /// The other same-host ranks' pids, by index among the host's ranks.
     pids: Vec<Option<u32>>,
+    /// Same-host messages go through the mailboxes ([`LocalPlan::mailbox`]).
+    mailbox: bool,
     /// A counter at least this old (the timeout, in ns) makes `read` look
     /// at its rank's progress thread in `/proc`.
     stale_after_ns: u64,
@@ -221,7 +239,20 @@ impl LocalWatching {
             }
             _ => None,
         };
-        let exits = if plan.pidfds.is_empty() && words.is_none() {
+        // With the mailboxes, this rank's doorbell: writers wake its
+        // progress thread through it (`node/doorbell.rs`); a name taken
+        // already leaves them the mail word.
+        let door = match &segment {
+            Some(seg) if plan.mailbox => match Doorbell::bind(&door_name(seg.name(), my_index)) {
+                Ok(door) => Some(door),
+                Err(e) => {
+                    fallback.push(format!("no doorbell ({e}): mail rings the mail word"));
+                    None
+                }
+            },
+            _ => None,
+        };
+        let exits = if plan.pidfds.is_empty() && words.is_none() && door.is_none() {
             None
         } else {
             let fds = plan
@@ -230,7 +261,15 @@ impl LocalWatching {
                 .map(|(r, fd)| (u64::from(r), fd))
                 .collect();
             let bell = words.as_ref().map(ExitWords::bell);
-            Some(ExitWatch::new(wake, fds, bell).map_err(|e| format!("epoll for pidfds: {e}"))?)
+            let mut exits =
+                ExitWatch::new(wake, fds, bell).map_err(|e| format!("epoll for pidfds: {e}"))?;
+            if let (Some(door), Some(seg)) = (door, &segment) {
+                match exits.add_door(door) {
+                    Ok(()) => set_door(seg, my_index, true),
+                    Err(e) => fallback.push(format!("no doorbell ({e}): mail rings the mail word")),
+                }
+            }
+            Some(exits)
         };
         Ok(LocalWatching {
             hosts: plan.hosts,
@@ -253,6 +292,7 @@ impl LocalWatching {
             broken: None,
             broken_told: false,
             pids: plan.pids,
+            mailbox: plan.mailbox,
             stale_after_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
         })
     }
@@ -266,6 +306,14 @@ impl LocalWatching {
     /// The host's segment, if this rank shares its host.
     pub(super) fn segment(&self) -> Option<&Arc<HostSegment>> {
         self.segment.as_ref()
+    }
+
+    /// This rank's side of the host's mailboxes, if its messages to the
+    /// host's ranks go through them.
+    pub(super) fn mail(&self) -> Option<Mail> {
+        let segment = self.segment.as_ref().filter(|_| self.mailbox)?;
+        let members = self.hosts.members(self.hosts.host_of(self.me)).to_vec();
+        Some(Mail::new(Arc::clone(segment), self.my_index, members))
     }
 
     /// This rank woke: one store into its line of the segment.
@@ -495,6 +543,9 @@ impl Drop for LocalWatching {
     /// its exit stays proof.
     fn drop(&mut self) {
         if let Some(seg) = &self.segment {
+            // Writers ring the mail word from here on (the doorbell closes
+            // with `exits`).
+            set_door(seg, self.my_index, false);
             seg.store_ended(self.my_index);
         }
     }
@@ -645,6 +696,7 @@ mod tests {
                 segment: Some(SegmentPlan::Created(segment)),
                 pidfds: vec![(1, pidfd)],
                 exit_words: false,
+                mailbox: false,
                 fallback: Vec::new(),
                 pids: vec![None, Some(child.id())],
             };

@@ -40,6 +40,7 @@ mod link;
 mod liveness;
 mod local;
 mod log;
+mod mail;
 pub mod placement;
 mod progress;
 pub mod startup;

@@ -83,6 +83,28 @@ pub struct RuntimeCounters {
     pub local: LocalCounters,
     /// The liveness port (`FFD_LIVENESS`).
     pub liveness: LivenessCounters,
+    /// Same-host messages through the host's segment (the mailboxes).
+    pub mailbox: MailboxCounters,
+}
+
+/// Same-host messages through the mailboxes of the host's segment
+/// (`docs/design.md` §4.12 "Hosts"): what went, what came, and the posts
+/// a full mailbox refused (each waits and goes again, in order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct MailboxCounters {
+    /// Messages posted to another local rank's mailbox.
+    pub sent: u64,
+    /// Of those, posts that woke the owner (its progress thread was
+    /// asleep): a knock on its doorbell, or its mail word rung.
+    pub rung: u64,
+    /// Messages read from this rank's mailbox.
+    pub received: u64,
+    /// Posts refused by a full mailbox (retried later).
+    pub full: u64,
+    /// Messages too large for a record, sent over the fabric (none
+    /// expected: a record holds the largest message).
+    pub too_large: u64,
 }
 
 /// The liveness port (`FFD_LIVENESS`, design §4.5 "In-band detection"):

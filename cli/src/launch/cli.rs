@@ -104,7 +104,9 @@ pub struct RunArgs {
     pub verbose: bool,
     /// Run the job in the host's network namespace instead of a private
     /// one: its fabric ports on 127.0.0.1 are then reachable by every
-    /// process of the host, whatever its user.
+    /// process of the host, whatever its user, unless the ranks talk
+    /// through the host's segment (FFD_LOCAL=auto with futex_waitv: their
+    /// ports then admit nobody).
     #[arg(long)]
     pub shared_network: bool,
     /// Extra arguments for every `ffd agent`.

@@ -46,6 +46,7 @@ pub(super) use super::link::Link;
 mod cadence;
 mod diagnosis;
 mod live;
+mod mail;
 mod sends;
 mod trace;
 
@@ -187,6 +188,8 @@ struct Core<'d> {
     engine: Engine,
     /// Same-host watching (`FFD_LOCAL`): the counters and the pidfds.
     local: Option<LocalWatching>,
+    /// This host's mailboxes: same-host messages (`mail.rs`).
+    mail: Option<super::mail::Mail>,
     /// This rank's slot page: the Engine reads one slot, and clears one
     /// when it reassigns it (`Output::ClearSlot`).
     slots: SlotRegion,
@@ -422,6 +425,7 @@ impl<'d> Progress<'d> {
             core: Core {
                 shared: parts.shared,
                 engine,
+                mail: local.as_ref().and_then(LocalWatching::mail),
                 local,
                 slots: parts.slots,
                 peers: parts.peers,
@@ -488,6 +492,7 @@ impl<'d> Progress<'d> {
             }
             let started = core.started;
             core.diagnosis.begin_turn(|| elapsed(started));
+            core.mail_awake();
             core.take_commands();
             core.drive_host_agreement();
             core.refresh_board_readers();
@@ -507,6 +512,7 @@ impl<'d> Progress<'d> {
                 core.failed = Some(StopReason::new(StopCause::CompletionQueue, e.to_string()));
                 break;
             }
+            core.read_mail();
             core.diagnosis.mark(0, || elapsed(started));
             core.on_deadline();
             core.diagnosis.mark(1, || elapsed(started));
@@ -524,8 +530,10 @@ impl<'d> Progress<'d> {
             if let Some(boost) = &core.boost {
                 boost.lower_unless_lifted_since(lifts_seen);
             }
-            if core.spin {
+            // Mail posted since the read: no sleep, no read of the queue.
+            if core.spin || core.mail_waits() {
                 std::hint::spin_loop();
+                (queue, woken, live) = (core.spin, core.spin, core.spin);
                 continue;
             }
             let timeout = core.sleep_for();

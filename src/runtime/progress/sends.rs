@@ -131,7 +131,7 @@ impl Core<'_> {
     /// A post to `peer` was refused (`-FI_EAGAIN`/`-FI_ENOENT`): a run of
     /// refusals longer than the bound is a verdict against the peer, and
     /// silence (a dead peer's connection and a cut one both refuse).
-    fn refused(&mut self, peer: Rank) {
+    pub(super) fn refused(&mut self, peer: Rank) {
         self.counters.transport.posts_refused += 1;
         let now = Instant::now();
         let since = *self.sends.refused_since.entry(peer).or_insert(now);
@@ -205,6 +205,10 @@ impl Core<'_> {
     /// Tries a send; a refused one waits in `pending`. Returns whether the
     /// send left (or was abandoned as an error).
     pub(super) fn send(&mut self, endpoint: &mut Endpoint, to: Rank, bytes: Arc<[u8]>) -> bool {
+        // A rank of this host: its mailbox, not the fabric (`mail.rs`).
+        if let Some(sent) = self.mail_send(to, &bytes) {
+            return sent;
+        }
         match endpoint.try_send(FiAddr(u64::from(to)), &bytes, u64::from(to)) {
             Ok(()) => {
                 self.sends.refused_since.remove(&to);

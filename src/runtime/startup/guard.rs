@@ -52,10 +52,19 @@ pub(super) fn deny_all(
     }
 }
 
-/// The job's host addresses: the IP of every rank's fabric address.
-fn job_addresses(view: &JobView) -> Result<Vec<IpAddr>, GuardError> {
+/// The job's host addresses: the IP of every rank's fabric address;
+/// `by_mail`: not those of this rank's host's ranks, whose messages go
+/// through the host's mailboxes (`runtime/mail.rs`). A rank of another
+/// host that shares an address with this one (`ffd run --hosts`: every
+/// fake host on 127.0.0.1) still admits it.
+fn job_addresses(view: &JobView, by_mail: bool) -> Result<Vec<IpAddr>, GuardError> {
     let mut ips = Vec::new();
-    for rec in &view.records {
+    let my_host = view.records[view.rank as usize].host_id;
+    for rec in view
+        .records
+        .iter()
+        .filter(|r| !by_mail || r.host_id != my_host)
+    {
         let addr = socket_address(&rec.fabric_addr).ok_or(GuardError::NotSocketAddress {
             len: rec.fabric_addr.len(),
         })?;
@@ -66,7 +75,10 @@ fn job_addresses(view: &JobView) -> Result<Vec<IpAddr>, GuardError> {
     Ok(ips)
 }
 
-/// After the exchange: admit the job's host addresses and lock the filter.
+/// After the exchange: admit the job's host addresses and lock the filter;
+/// with `by_mail` (same-host messages through the mailboxes), only those
+/// of the ranks of other hosts: a one-host job's filter stays deny-all,
+/// locked, and no process reaches libfabric through its port.
 /// Not a collective: start-up keeps the exchange and the linking barrier as
 /// its only ones. A peer connects only after its own exchange, insert,
 /// placement and the spawn of its progress thread (tens of ms here), while
@@ -76,11 +88,12 @@ fn job_addresses(view: &JobView) -> Result<Vec<IpAddr>, GuardError> {
 pub(super) fn admit_job(
     guard: Option<SourceGuard>,
     view: &JobView,
+    by_mail: bool,
 ) -> Result<Option<SourceFilter>, StartError> {
     let Some(guard) = guard else {
         return Ok(None);
     };
-    let filter = job_addresses(view)
+    let filter = job_addresses(view, by_mail)
         .and_then(|ips| guard.allow(&ips))
         .map_err(FabricError::from)?;
     Ok(Some(filter))

@@ -94,8 +94,13 @@ pub(super) fn start(
         .map_or(0, |(l, _)| l.local_addr().map_or(0, |a| a.port()));
     let (view, secret) = exchange_records(config, bootstrap, &fabric, live_port)?;
     phases.done("address exchange");
-    let liveness = admit_liveness(live, &view, config.timeout(), &logger);
-    let source_filter = guard::admit_job(source_guard, &view)?;
+    // Same-host messages go through the host's mailboxes: only other
+    // hosts' ranks need this rank's fabric port, or its liveness port
+    // (watched by fabric observers only); `local::plan` decides the same
+    // from the same setting.
+    let by_mail = local::mailbox_usable(config.local());
+    let liveness = admit_liveness(live, &view, (config.timeout(), by_mail), &logger);
+    let source_filter = guard::admit_job(source_guard, &view, by_mail)?;
     phases.done("source filter");
     if let Some(filter) = &source_filter {
         logger.info(format_args!(
@@ -363,12 +368,13 @@ fn liveness_listener(
     }
 }
 
-/// After the exchange: the listener admits the job's hosts (locked), and
-/// every rank's liveness address is known.
+/// After the exchange: the listener admits the job's hosts (locked; with
+/// `by_mail`, the other hosts' only), and every rank's liveness address
+/// is known.
 fn admit_liveness(
     live: Option<(std::net::TcpListener, Option<SourceGuard>)>,
     view: &JobView,
-    timeout: std::time::Duration,
+    (timeout, by_mail): (std::time::Duration, bool),
     logger: &Logger,
 ) -> Option<LivenessParts> {
     let (listener, guard) = live?;
@@ -380,8 +386,13 @@ fn admit_liveness(
             (rec.liveness_port != 0).then(|| std::net::SocketAddr::new(ip, rec.liveness_port))
         })
         .collect();
+    let my_host = view.records[view.rank as usize].host_id;
     let mut allowed: Vec<std::net::IpAddr> = Vec::new();
-    for ip in ports.iter().flatten().map(|a| a.ip().to_canonical()) {
+    let others = ports
+        .iter()
+        .zip(&view.records)
+        .filter(|(_, rec)| !by_mail || rec.host_id != my_host);
+    for ip in others.filter_map(|(a, _)| a.map(|a| a.ip().to_canonical())) {
         if !allowed.contains(&ip) {
             allowed.push(ip);
         }
@@ -521,11 +532,18 @@ fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan 
         Some(_) => None,
     };
     let target = observer.map(|o| (o, peers[o as usize]));
+    // A rank of this host whose messages go through the mailboxes needs no
+    // fabric link (`runtime/mail.rs`).
+    let by_mail = |r: Rank| {
+        seed.local
+            .as_ref()
+            .is_some_and(|plan| plan.mailbox && plan.hosts.host_of(r) == plan.hosts.host_of(me))
+    };
     let warm = protocol::Overlay::new(seed.config.bcast, size)
         .neighbours(ring.position_of(me))
         .into_iter()
         .map(|pos| ring.rank_at(pos))
-        .filter(|&r| r != me)
+        .filter(|&r| r != me && !by_mail(r))
         .collect();
     LinkPlan { target, warm }
 }
