@@ -20,6 +20,7 @@
 //! skipped.
 
 mod hostile;
+mod prereq;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -394,6 +395,7 @@ fn a_one_host_job_admits_no_address_and_talks_through_its_segment() {
         assert_eq!(stats.heartbeats.posted, 0, "rank {}", d.rank());
         assert_eq!(stats.transport.errors, 0, "rank {}", d.rank());
     }
+    knock_as_nobody_on_every_doorbell(&detectors);
     let work = ranks_work(&detectors, &[0; 4], STEP_WITHIN);
     // No heartbeat on one host: `ranks_work` says so last, after every
     // rank ran, knew nobody failed and decided the agreement.
@@ -401,5 +403,68 @@ fn a_one_host_job_admits_no_address_and_talks_through_its_segment() {
     assert!(work.contains("no heartbeat completed"), "{work}");
     for d in detectors {
         d.shutdown();
+    }
+}
+
+/// As root: another user (`nobody`) knocks on every doorbell of this
+/// host (abstract Unix names anyone can list in `/proc/net/unix`); each
+/// rank closes its doorbell at the knock, counts it, and its same-host
+/// messages still arrive (a broadcast from rank 2 reaches every rank, its
+/// writers now ringing the mail word). Not root: nothing to check here.
+fn knock_as_nobody_on_every_doorbell(detectors: &[Detector]) {
+    use std::os::unix::process::CommandExt;
+    if !prereq::available("a stranger's knock on the doorbells", &[prereq::root()]) {
+        return;
+    }
+    let script = "import socket\n\
+        names = [l.split()[-1] for l in open('/proc/net/unix') if l.split()[-1].startswith('@ffd-door')]\n\
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+        for n in names: s.sendto(b'x', b'\\0' + n[1:].encode())\n\
+        print(len(names))\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "the knocks as nobody: {out:?}");
+    let knocked: usize = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    assert!(knocked >= detectors.len(), "doorbells found: {out:?}");
+    detectors[2]
+        .broadcast(b"after the knock")
+        .expect("broadcast");
+    for d in detectors {
+        let deadline = Instant::now() + STEP_WITHIN;
+        loop {
+            match d.try_next_event().map(|e| e.event) {
+                Some(ffd::runtime::Event::Payload { bytes, .. }) if bytes == b"after the knock" => {
+                    break;
+                }
+                Some(_) => {}
+                None => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "rank {}: no payload after the knock",
+                        d.rank()
+                    );
+                    thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        let stats = loop {
+            let stats = d.stats().runtime;
+            if stats.mailbox.foreign_knocks >= 1 || Instant::now() > deadline {
+                break stats;
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            stats.mailbox.foreign_knocks >= 1,
+            "rank {}: {stats:?}",
+            d.rank()
+        );
     }
 }

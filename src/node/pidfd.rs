@@ -99,6 +99,9 @@ pub struct ExitWatch {
     bell: bool,
     /// This rank's doorbell (`doorbell.rs`), in the set: drained here.
     door: Option<super::Doorbell>,
+    /// Knocks from another user found by the drains; the first closes the
+    /// doorbell (`doorbell.rs`).
+    foreign_knocks: u64,
 }
 
 /// The token of the wake socket in the epoll set.
@@ -129,6 +132,7 @@ impl ExitWatch {
             watched: pidfds,
             bell: bell.is_some(),
             door: None,
+            foreign_knocks: 0,
         };
         watch.add(wake, WAKE_TOKEN)?;
         if let Some(bell) = bell {
@@ -178,6 +182,18 @@ impl ExitWatch {
         self.watched.is_empty()
     }
 
+    /// Knocks from another user on the doorbell so far; once there is
+    /// one, the doorbell is out of the set: the owner tells its writers
+    /// and then calls [`Self::close_door`].
+    pub fn foreign_knocks(&self) -> u64 {
+        self.foreign_knocks
+    }
+
+    /// Closes the doorbell's socket (its writers ring the mail word now).
+    pub fn close_door(&mut self) {
+        self.door = None;
+    }
+
     /// The tokens of the watched processes that exited since the last
     /// call, now; they are no longer watched. Returns whether the exit
     /// words' eventfd is readable (its owner reads it).
@@ -212,10 +228,27 @@ impl ExitWatch {
                     continue;
                 }
                 if token == DOOR_TOKEN {
-                    // Only a wake-up: the mailbox is read every turn.
-                    if let Some(door) = &self.door {
-                        door.drain();
+                    // Only a wake-up: the mailbox is read every turn. A
+                    // stranger's knock closes the doorbell for good.
+                    let foreign = self.door.as_ref().map_or(0, super::Doorbell::drain);
+                    if foreign > 0 && self.foreign_knocks == 0 {
+                        if let Some(door) = &self.door {
+                            // Out of the set; the socket stays bound (so
+                            // its name cannot be taken) until the owner
+                            // has told its writers ([`Self::close_door`]).
+                            // SAFETY: both fds are open; a null event is
+                            // allowed for EPOLL_CTL_DEL.
+                            unsafe {
+                                libc::epoll_ctl(
+                                    self.epoll.as_raw_fd(),
+                                    libc::EPOLL_CTL_DEL,
+                                    door.as_fd().as_raw_fd(),
+                                    std::ptr::null_mut(),
+                                );
+                            }
+                        }
                     }
+                    self.foreign_knocks += u64::from(foreign);
                     continue;
                 }
                 if let Some(i) = self.watched.iter().position(|(t, _)| *t == token) {

@@ -532,6 +532,24 @@ impl LocalWatching {
     pub(super) fn pidfds(&self) -> usize {
         self.exits.as_ref().map_or(0, ExitWatch::len)
     }
+
+    /// Knocks from another user on this rank's doorbell so far
+    /// (`node/doorbell.rs`). At the first, the doorbell closes: its writers
+    /// are told to ring the mail word before its socket goes, so that a
+    /// stranger cannot take its name while they still knock there.
+    pub(super) fn foreign_knocks(&mut self) -> u64 {
+        let Some(exits) = self.exits.as_mut() else {
+            return 0;
+        };
+        let n = exits.foreign_knocks();
+        if n > 0 {
+            if let Some(seg) = &self.segment {
+                set_door(seg, self.my_index, false);
+            }
+            exits.close_door();
+        }
+        n
+    }
 }
 
 impl Drop for LocalWatching {

@@ -105,6 +105,9 @@ pub struct MailboxCounters {
     /// Messages too large for a record, sent over the fabric (none
     /// expected: a record holds the largest message).
     pub too_large: u64,
+    /// Knocks on this rank's doorbell from another user (the first
+    /// closed it: writers ring the mail word since).
+    pub foreign_knocks: u64,
 }
 
 /// The liveness port (`FFD_LIVENESS`, design §4.5 "In-band detection"):

@@ -58,6 +58,16 @@ impl Core<'_> {
         });
         self.counters.mailbox.received += n as u64;
         self.mail = Some(mail);
+        let foreign = self.local.as_mut().map_or(0, |l| l.foreign_knocks());
+        if foreign > self.counters.mailbox.foreign_knocks {
+            if self.counters.mailbox.foreign_knocks == 0 {
+                self.logger.warn(format_args!(
+                    "another user knocked on this rank's doorbell: closed, same-host \
+                     messages now wake this rank through its mail word"
+                ));
+            }
+            self.counters.mailbox.foreign_knocks = foreign;
+        }
     }
 
     /// This turn begins: writers need not ring.
