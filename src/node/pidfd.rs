@@ -165,6 +165,20 @@ impl ExitWatch {
         Ok(())
     }
 
+    /// Takes `fd` out of the set (an fd not in it is left as it is).
+    fn remove(&self, fd: BorrowedFd<'_>) {
+        // SAFETY: both fds are open (`fd` is borrowed for the call); a
+        // null event is allowed for EPOLL_CTL_DEL.
+        unsafe {
+            libc::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd.as_raw_fd(),
+                std::ptr::null_mut(),
+            );
+        }
+    }
+
     /// How many processes are watched.
     pub fn len(&self) -> usize {
         self.watched.len()
@@ -236,16 +250,7 @@ impl ExitWatch {
                             // Out of the set; the socket stays bound (so
                             // its name cannot be taken) until the owner
                             // has told its writers ([`Self::close_door`]).
-                            // SAFETY: both fds are open; a null event is
-                            // allowed for EPOLL_CTL_DEL.
-                            unsafe {
-                                libc::epoll_ctl(
-                                    self.epoll.as_raw_fd(),
-                                    libc::EPOLL_CTL_DEL,
-                                    door.as_fd().as_raw_fd(),
-                                    std::ptr::null_mut(),
-                                );
-                            }
+                            self.remove(door.as_fd());
                         }
                     }
                     self.foreign_knocks += u64::from(foreign);
@@ -253,16 +258,7 @@ impl ExitWatch {
                 }
                 if let Some(i) = self.watched.iter().position(|(t, _)| *t == token) {
                     let (_, fd) = self.watched.swap_remove(i);
-                    // SAFETY: both fds are open; a null event is allowed
-                    // for EPOLL_CTL_DEL.
-                    unsafe {
-                        libc::epoll_ctl(
-                            self.epoll.as_raw_fd(),
-                            libc::EPOLL_CTL_DEL,
-                            fd.as_fd().as_raw_fd(),
-                            std::ptr::null_mut(),
-                        );
-                    }
+                    self.remove(fd.as_fd());
                     out.push(token);
                     any = true;
                 }
