@@ -197,15 +197,16 @@ impl ExitWatch {
     }
 
     /// Knocks from another user on the doorbell so far; once there is
-    /// one, the doorbell is out of the set: the owner tells its writers
-    /// and then calls [`Self::close_door`].
+    /// one, the doorbell is out of the set: the owner takes it
+    /// ([`Self::take_door`]), tells its writers, and closes it.
     pub fn foreign_knocks(&self) -> u64 {
         self.foreign_knocks
     }
 
-    /// Closes the doorbell's socket (its writers ring the mail word now).
-    pub fn close_door(&mut self) {
-        self.door = None;
+    /// The doorbell, out of the set (`None` once taken): dropping it
+    /// closes its socket, so tell its writers first.
+    pub fn take_door(&mut self) -> Option<super::Doorbell> {
+        self.door.take()
     }
 
     /// The tokens of the watched processes that exited since the last
@@ -249,7 +250,7 @@ impl ExitWatch {
                         if let Some(door) = &self.door {
                             // Out of the set; the socket stays bound (so
                             // its name cannot be taken) until the owner
-                            // has told its writers ([`Self::close_door`]).
+                            // has told its writers ([`Self::take_door`]).
                             self.remove(door.as_fd());
                         }
                     }

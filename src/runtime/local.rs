@@ -542,11 +542,13 @@ impl LocalWatching {
             return 0;
         };
         let n = exits.foreign_knocks();
-        if n > 0 {
+        if n > 0
+            && let Some(door) = exits.take_door()
+        {
             if let Some(seg) = &self.segment {
                 set_door(seg, self.my_index, false);
             }
-            exits.close_door();
+            drop(door);
         }
         n
     }

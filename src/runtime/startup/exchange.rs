@@ -40,6 +40,13 @@ impl JobView {
         self.records.get(rank as usize)
     }
 
+    /// Whether rank `of`'s messages reach this rank over the fabric:
+    /// always, unless `by_mail` (same-host messages through the host's
+    /// mailboxes, `runtime/mail.rs`) and `of` shares this rank's host.
+    pub fn over_fabric(&self, of: &PeerRecord, by_mail: bool) -> bool {
+        !by_mail || of.host_id != self.records[self.rank as usize].host_id
+    }
+
     /// A dense node index per rank (`0..node_count`), numbering hosts by
     /// their first rank: the same on every rank of the job.
     pub fn nodes(&self) -> Vec<u32> {

@@ -59,12 +59,7 @@ pub(super) fn deny_all(
 /// fake host on 127.0.0.1) still admits it.
 fn job_addresses(view: &JobView, by_mail: bool) -> Result<Vec<IpAddr>, GuardError> {
     let mut ips = Vec::new();
-    let my_host = view.records[view.rank as usize].host_id;
-    for rec in view
-        .records
-        .iter()
-        .filter(|r| !by_mail || r.host_id != my_host)
-    {
+    for rec in view.records.iter().filter(|r| view.over_fabric(r, by_mail)) {
         let addr = socket_address(&rec.fabric_addr).ok_or(GuardError::NotSocketAddress {
             len: rec.fabric_addr.len(),
         })?;

@@ -99,7 +99,7 @@ pub(super) fn start(
     // (watched by fabric observers only); `local::plan` decides the same
     // from the same setting.
     let by_mail = local::mailbox_usable(config.local());
-    let liveness = admit_liveness(live, &view, (config.timeout(), by_mail), &logger);
+    let liveness = admit_liveness(live, &view, config.timeout(), by_mail, &logger);
     let source_filter = guard::admit_job(source_guard, &view, by_mail)?;
     phases.done("source filter");
     if let Some(filter) = &source_filter {
@@ -374,7 +374,8 @@ fn liveness_listener(
 fn admit_liveness(
     live: Option<(std::net::TcpListener, Option<SourceGuard>)>,
     view: &JobView,
-    (timeout, by_mail): (std::time::Duration, bool),
+    timeout: std::time::Duration,
+    by_mail: bool,
     logger: &Logger,
 ) -> Option<LivenessParts> {
     let (listener, guard) = live?;
@@ -386,12 +387,11 @@ fn admit_liveness(
             (rec.liveness_port != 0).then(|| std::net::SocketAddr::new(ip, rec.liveness_port))
         })
         .collect();
-    let my_host = view.records[view.rank as usize].host_id;
     let mut allowed: Vec<std::net::IpAddr> = Vec::new();
     let others = ports
         .iter()
         .zip(&view.records)
-        .filter(|(_, rec)| !by_mail || rec.host_id != my_host);
+        .filter(|(_, rec)| view.over_fabric(rec, by_mail));
     for ip in others.filter_map(|(a, _)| a.map(|a| a.ip().to_canonical())) {
         if !allowed.contains(&ip) {
             allowed.push(ip);
