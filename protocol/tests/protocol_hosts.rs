@@ -947,6 +947,51 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
     );
 }
 
+/// A same-host emitter's wake-ups and its observer's reads come once per
+/// local check interval on the same grid points, so two readings of a
+/// timely emitter can be two intervals apart (one just before a wake-up,
+/// the next just after the following one: 105 ms at 100 ms with the
+/// grid's 2.5 ms step): no `SlowEmitter` for that; a gap of two
+/// intervals plus half a timeout (a starved emitter, which the ceiling
+/// keeps from a declaration) raises one.
+#[test]
+fn two_readings_two_local_intervals_apart_are_no_slow_emitter() {
+    let n = 4;
+    let ids = vec![0; n as usize];
+    let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
+    let ring = Arc::new(Ring::topology(&ids));
+    let mut e = JOB.engine_on_hosts(host_config(QuorumMode::Off), ring, hosts, 2);
+    assert_eq!(e.local_emitter(), Some(1));
+    assert_eq!(e.config().local_check_interval(), ms(50));
+    let t = |v: u64| Time::ZERO + Duration::from_micros(v);
+    let mut slow = Vec::new();
+    // (when this rank reads, the emitter's last wake-up then)
+    for (now, woke) in [
+        (150_000, 150_000),
+        (202_500, 150_000), // read just before its wake-up at 202.5 ms
+        (255_000, 255_000), // and just after the next: 105 ms apart
+        (307_500, 307_500),
+        (462_500, 462_500), // starved for 155 ms (two intervals + half)
+    ] {
+        let beat = LocalBeat {
+            at: t(woke),
+            digest: fold_digest(e.digest()),
+            thread: EmitterThread::Runnable,
+        };
+        e.handle_timeout(t(now), &readings(|_| 0, |_| Some(beat)));
+        for o in drain(&mut e) {
+            match o {
+                Output::Event(Event::SlowEmitter { rank, stalled_for }) => {
+                    slow.push((now, rank, stalled_for));
+                }
+                Output::Event(Event::Failed { .. }) => panic!("declared at {now} µs"),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(slow, vec![(462_500, 1, ms(155))]);
+}
+
 /// The start-up grace gives way to the first wake-up read (the emitter is
 /// up): a rank that stops inside the grace is declared a timeout after its
 /// last wake-up, not a timeout after the grace. (The baselines of a

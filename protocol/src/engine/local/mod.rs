@@ -165,7 +165,7 @@ impl Engine {
 
     /// The driver's reading of the same-host emitter's counter (`None`: never
     /// written). A newer wake-up is a beat; a gap between two that exceeds
-    /// a local check interval plus the slow-emitter threshold raises
+    /// two local check intervals plus the slow-emitter threshold raises
     /// `SlowEmitter` (the emitter bumps at every wake-up, at least every
     /// local check interval).
     pub(super) fn on_local_beat(&mut self, now: Time, reading: Option<LocalBeat>) {
