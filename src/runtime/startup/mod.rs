@@ -132,6 +132,7 @@ pub(super) fn start(
     let seed = seed_engine(engine_config, ring, local, &view, &secret)?;
     let max_payload = seed.config.max_payload;
     let links = plan_links(&seed, size, &peers);
+    logger.debug(format_args!("start: links to warm up: {:?}", links.warm));
     // A one-host job agrees through the host's segment (`host_agree.rs`):
     // every rank decides the same from the same records.
     let one_host = seed.local.as_ref().is_some_and(|plan| {
@@ -539,12 +540,26 @@ fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan 
             .as_ref()
             .is_some_and(|plan| plan.mailbox && plan.hosts.host_of(r) == plan.hosts.host_of(me))
     };
-    let warm = protocol::Overlay::new(seed.config.bcast, size)
+    let mut warm: Vec<Rank> = protocol::Overlay::new(seed.config.bcast, size)
         .neighbours(ring.position_of(me))
         .into_iter()
         .map(|pos| ring.rank_at(pos))
-        .filter(|&r| r != me && !by_mail(r))
         .collect();
+    // With host groups, agreements run on a tree over the hosts' heads
+    // (design §4.10 "Agreement and views"), rooted at rank 0 while it
+    // lives: its edges between hosts are warmed too, so that the first
+    // agreement does not set up connections. (With the ring in rank order
+    // and hosts r mod H, as `ffd run --netns`, they are broadcast
+    // neighbours already; with another ring order they need not be.)
+    if let Some(plan) = &seed.local {
+        let tree = protocol::agreement::Shape::Hosts(Arc::clone(&plan.hosts));
+        let none = protocol::RankSet::new();
+        warm.extend(tree.effective_parent(me, 0, size, &none));
+        warm.extend(tree.effective_children(me, 0, size, &none));
+    }
+    warm.retain(|&r| r != me && !by_mail(r));
+    warm.sort_unstable();
+    warm.dedup();
     LinkPlan { target, warm }
 }
 
