@@ -43,6 +43,7 @@ use crate::node::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
 
+mod agree_poll;
 mod cadence;
 mod diagnosis;
 mod live;
@@ -50,6 +51,7 @@ mod mail;
 mod sends;
 mod trace;
 
+use agree_poll::{agreement_poll, agreement_poll_every, polls_agreements};
 use cadence::Cadence;
 use diagnosis::Diagnosis;
 use sends::SendBook;
@@ -81,42 +83,6 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
 /// While sends wait for a refused peer, retry this often.
 const RETRY_EVERY: Duration = Duration::from_millis(1);
-
-/// While an agreement or a view change is under way here, the thread
-/// sleeps at most this long between reads of its queue, for at most one
-/// timeout from when it began: every hop of an agreement is a message that
-/// a rank asleep until its next deadline (tens of ms under same-host
-/// watching, where most ranks beat no fabric heartbeat) handled only when
-/// its thread next ran. Measured with `benches/agreement.py`'s jobs on 2
-/// cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
-/// The bound keeps a participant that never calls (an agreement waits
-/// for every live rank) from costing the others more than one timeout of
-/// these wake-ups; nothing changes while none is under way. The interval
-/// grows with the ranks per CPU of the host ([`agreement_poll_every`]):
-/// each read of a `tcp;ofi_rxm` queue is some twenty system calls, and 32
-/// ranks on 2 cores reading every 100 µs would ask for several cores.
-const AGREEMENT_POLL: Duration = Duration::from_micros(100);
-
-/// The poll interval for `local_ranks` ranks of this host on `cpus` CPUs:
-/// [`AGREEMENT_POLL`] for every two ranks per CPU (rounded up), so that
-/// the host's ranks together read their queues about twice per CPU every
-/// [`AGREEMENT_POLL`].
-fn agreement_poll_every(local_ranks: usize, cpus: usize) -> Duration {
-    let per_cpu = local_ranks.max(1).div_ceil(cpus.max(1) * 2);
-    AGREEMENT_POLL.saturating_mul(u32::try_from(per_cpu).unwrap_or(u32::MAX))
-}
-
-/// The sleep cap at `now` (`every` apart): `Some` while an agreement that
-/// began at `since` is under way and at most `bound` old.
-fn agreement_poll(
-    since: Option<Instant>,
-    now: Instant,
-    bound: Duration,
-    every: Duration,
-) -> Option<Duration> {
-    let since = since?;
-    (now.saturating_duration_since(since) <= bound).then_some(every)
-}
 
 /// What the embedder asks of the progress thread.
 #[derive(Debug)]
@@ -871,7 +837,13 @@ impl Core<'_> {
         } else {
             let started = *self.agreeing_since.get_or_insert_with(Instant::now);
             let every = self.agreement_poll_every;
-            if let Some(cap) = agreement_poll(Some(started), Instant::now(), self.timeout, every) {
+            let engine = &self.engine;
+            let polls = unattended
+                || polls_agreements(engine.hosts(), engine.me(), self.mail.is_some(), |r| {
+                    engine.is_gone(r)
+                });
+            let cap = agreement_poll(Some(started), Instant::now(), self.timeout, every);
+            if let Some(cap) = cap.filter(|_| polls) {
                 sleep = sleep.min(cap);
             }
         }
@@ -926,36 +898,6 @@ mod tests {
     use super::*;
     use crate::protocol::agreement::Value;
 
-    /// The agreement poll caps sleeps only while an agreement is under way
-    /// and for one timeout from its start; none under way, none after.
-    #[test]
-    fn the_agreement_poll_lasts_one_timeout_at_most() {
-        let t0 = Instant::now();
-        let timeout = Duration::from_millis(100);
-        let every = AGREEMENT_POLL;
-        assert_eq!(agreement_poll(None, t0, timeout, every), None);
-        assert_eq!(agreement_poll(Some(t0), t0, timeout, every), Some(every));
-        assert_eq!(
-            agreement_poll(Some(t0), t0 + timeout, timeout, every),
-            Some(every)
-        );
-        let after = t0 + timeout + Duration::from_micros(1);
-        assert_eq!(agreement_poll(Some(t0), after, timeout, every), None);
-        assert!(AGREEMENT_POLL < timeout);
-    }
-
-    /// Two ranks per CPU read every 100 µs; more ranks, proportionally
-    /// less often, so the host's reads stay about two per CPU per 100 µs.
-    #[test]
-    fn the_agreement_poll_slows_with_the_ranks_per_cpu() {
-        let us = |v| Duration::from_micros(v);
-        assert_eq!(agreement_poll_every(1, 2), us(100));
-        assert_eq!(agreement_poll_every(4, 2), us(100));
-        assert_eq!(agreement_poll_every(8, 2), us(200));
-        assert_eq!(agreement_poll_every(32, 2), us(800));
-        assert_eq!(agreement_poll_every(32, 16), us(100));
-        assert_eq!(agreement_poll_every(0, 0), us(100));
-    }
     use crate::protocol::wire::{AgreementId, Encoder, MAX_MARKS, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the
