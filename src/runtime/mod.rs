@@ -46,6 +46,9 @@ mod progress;
 pub mod startup;
 pub mod state;
 pub mod stats;
+mod transport;
+
+pub use transport::{NO_FABRIC_DOMAIN, NO_FABRIC_PROVIDER};
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};

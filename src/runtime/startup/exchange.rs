@@ -47,6 +47,15 @@ impl JobView {
         !by_mail || of.host_id != self.records[self.rank as usize].host_id
     }
 
+    /// Whether the job needs no fabric at all: every rank on this rank's
+    /// host, each able to use the host's mailboxes (its record says so), so
+    /// that the node segment carries every message (`runtime/mail.rs`).
+    /// Every rank decides the same from the same records.
+    pub fn one_host_by_mail(&self) -> bool {
+        let host = self.records[self.rank as usize].host_id;
+        self.records.iter().all(|r| r.host_id == host && r.mailbox)
+    }
+
     /// A dense node index per rank (`0..node_count`), numbering hosts by
     /// their first rank: the same on every rank of the job.
     pub fn nodes(&self) -> Vec<u32> {
@@ -194,7 +203,9 @@ pub fn exchange<B: Bootstrap + ?Sized>(
             });
         }
         check_agreement(mine, r)?;
-        if r.fabric_addr.is_empty() {
+        // A round without fabric addresses (start-up's first, which
+        // decides whether the job needs the fabric) carries none at all.
+        if !mine.fabric_addr.is_empty() && r.fabric_addr.is_empty() {
             return Err(ExchangeError::NoAddress { rank: r.rank });
         }
     }
