@@ -144,7 +144,7 @@ pub enum ExchangeError {
 
 /// Runs the address exchange: contributes `mine`, and checks that every
 /// rank runs the same protocol version, job size, provider and job-wide
-/// settings, that no rank is claimed twice, that every rank holds the same
+/// settings, that every rank sent a fabric address or none did, that no rank is claimed twice, that every rank holds the same
 /// job secret (by fingerprint) or none, and that rank 0 sent a job key and,
 /// when nobody holds a secret, the one it drew.
 pub fn exchange<B: Bootstrap + ?Sized>(
@@ -195,6 +195,10 @@ pub fn exchange<B: Bootstrap + ?Sized>(
         }
         claimed.insert(r.rank, position);
     }
+    // A round without fabric addresses (start-up's first, which decides
+    // whether the job needs the fabric) carries none at all; otherwise
+    // every rank's.
+    let with_addresses = records.iter().any(|r| !r.fabric_addr.is_empty());
     for (position, r) in (0..).zip(&records) {
         if r.rank != position {
             return Err(ExchangeError::Misplaced {
@@ -203,9 +207,7 @@ pub fn exchange<B: Bootstrap + ?Sized>(
             });
         }
         check_agreement(mine, r)?;
-        // A round without fabric addresses (start-up's first, which
-        // decides whether the job needs the fabric) carries none at all.
-        if !mine.fabric_addr.is_empty() && r.fabric_addr.is_empty() {
+        if with_addresses && r.fabric_addr.is_empty() {
             return Err(ExchangeError::NoAddress { rank: r.rank });
         }
     }
