@@ -42,11 +42,14 @@ pub(super) enum Transport {
         /// Sends and heartbeat writes refused: a bug if ever non-zero.
         refused: u64,
     },
-    Fabric {
-        endpoint: Endpoint,
-        /// Declared after the endpoint so it closes after it.
-        _av: AddressVector,
-    },
+    Fabric(Box<Fabric>),
+}
+
+/// The endpoint and its address vector.
+pub(super) struct Fabric {
+    pub endpoint: Endpoint,
+    /// Declared after the endpoint so it closes after it.
+    pub _av: AddressVector,
 }
 
 /// Why [`Transport::Node`] refused a send: not a fabric error, no
@@ -61,7 +64,7 @@ impl Transport {
     fn refused(&self) -> u64 {
         match self {
             Transport::Node { refused } => *refused,
-            Transport::Fabric { .. } => 0,
+            Transport::Fabric(_) => 0,
         }
     }
 
@@ -74,7 +77,7 @@ impl Transport {
         token: u64,
     ) -> Result<(), FabricError> {
         match self {
-            Transport::Fabric { endpoint, .. } => endpoint.try_send(to, bytes, token),
+            Transport::Fabric(f) => f.endpoint.try_send(to, bytes, token),
             Transport::Node { refused } => {
                 *refused += 1;
                 Err(FabricError::Invalid(NO_ENDPOINT.to_owned()))
@@ -92,9 +95,7 @@ impl Transport {
         token: u64,
     ) -> Result<(), FabricError> {
         match self {
-            Transport::Fabric { endpoint, .. } => {
-                endpoint.try_write_u64(to, region, slot, value, token)
-            }
+            Transport::Fabric(f) => f.endpoint.try_write_u64(to, region, slot, value, token),
             Transport::Node { refused } => {
                 *refused += 1;
                 Err(FabricError::Invalid(NO_ENDPOINT.to_owned()))
@@ -109,7 +110,7 @@ impl Transport {
         sink: &mut dyn FnMut(Completion<'_>),
     ) -> Result<usize, FabricError> {
         match self {
-            Transport::Fabric { endpoint, .. } => endpoint.poll(max, sink),
+            Transport::Fabric(f) => f.endpoint.poll(max, sink),
             Transport::Node { .. } => Ok(0),
         }
     }
@@ -122,7 +123,7 @@ impl Transport {
         sink: &mut dyn FnMut(Completion<'_>),
     ) -> Result<Waited, FabricError> {
         match self {
-            Transport::Fabric { endpoint, .. } => endpoint.wait_or(timeout, wake, sink),
+            Transport::Fabric(f) => f.endpoint.wait_or(timeout, wake, sink),
             Transport::Node { .. } => {
                 let woken = timeout.is_zero()
                     || crate::node::wait_readable(wake, timeout).map_err(|e| {

@@ -11,10 +11,15 @@
 //! without a bound of its own (a embedder's collective is the embedder's business).
 //!
 //! The steps, each a function below, in the order `start` runs them:
-//! `open_fabric` (then `guard::deny_all`: the source filter drops
-//! everyone), `exchange_records` (with this rank's claim on the job's
-//! secret, `keys`), `guard::admit_job` (the job's hosts only, locked),
-//! `insert_peers`, `agree_engine` (with the host groups
+//! `Info::query` (no endpoint, no socket), `own_record` (with this rank's
+//! claim on the job's secret, `keys`, and whether it reads its host's
+//! mailboxes) and the first `exchange`, without fabric fields; then, from
+//! the same records on every rank (`JobView::one_host_by_mail`), either
+//! nothing more (a one-host job: no endpoint, `runtime/transport.rs`) or
+//! `fabric_round`: `open_fabric` (then `guard::deny_all`: the source
+//! filter drops everyone), the liveness port, the second `exchange` with
+//! the fabric fields, `guard::admit_job` (the job's hosts only, locked),
+//! `insert_peers`. Then `agree_engine` (with the host groups
 //! unless `FFD_LOCAL=off`, then `local::plan`: the host's counter segment
 //! and the pidfds), `choose_placement`,
 //! `seed_engine` (the message key), `plan_links`, `publish_state`,
@@ -41,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::transport::{NO_FABRIC_DOMAIN, NO_FABRIC_PROVIDER, Slots, Transport};
+use super::transport::{Fabric, NO_FABRIC_DOMAIN, NO_FABRIC_PROVIDER, Slots, Transport};
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
 use crate::config::{
@@ -166,10 +171,10 @@ pub(super) fn start(
 
     let (transport, slots, peers) = match fabric {
         Some((fabric, peers)) => (
-            Transport::Fabric {
+            Transport::Fabric(Box::new(Fabric {
                 endpoint: fabric.endpoint,
                 _av: fabric.av,
-            },
+            })),
             Slots::Registered(fabric.slots),
             peers,
         ),
