@@ -90,6 +90,10 @@ fn rank_role() {
         .into_iter()
         .map(|h| h.join().expect("no panic").expect("detector starts"))
         .collect();
+    // `FFD_LOCAL=off` keeps the fabric between one host's ranks.
+    for d in &detectors {
+        assert_eq!(d.fabric().0, "tcp;ofi_rxm", "rank {}", d.rank());
+    }
     let beats_before: Vec<u64> = detectors
         .iter()
         .map(|d| d.stats().runtime.heartbeats.completed)
