@@ -290,14 +290,20 @@ fn protections(
         );
     }
     if fabric::listens_on_sockets(provider) {
+        // With the mailboxes only a job across hosts opens a port.
+        let label = if by_mail {
+            "source filter (a job across hosts)"
+        } else {
+            "source filter"
+        };
         let filter = "source filter: the listening socket admits only the job's host \
                       addresses (a kernel filter, deny-all from open, the job's addresses \
                       after the exchange, locked); still open to any process on one of the \
                       job's hosts";
         lines.push(match (mode, probe) {
-            (SourceFilterMode::Off, _) => "source filter: off: anyone who reaches the port \
-                                           reaches libfabric"
-                .to_owned(),
+            (SourceFilterMode::Off, _) => {
+                format!("{label}: off: anyone who reaches the port reaches libfabric")
+            }
             (_, Ok(())) if by_mail => "source filter (a job across hosts): the listening \
                                        socket admits only the addresses of the job's other \
                                        hosts (same-host messages go through the host's \
@@ -308,11 +314,11 @@ fn protections(
                 .to_owned(),
             (_, Ok(())) => format!("{filter}; attachable here"),
             (SourceFilterMode::Auto, Err(why)) => format!(
-                "source filter: refused here ({why}): auto starts without it, so anyone who \
+                "{label}: refused here ({why}): auto starts without it, so anyone who \
                  reaches the port reaches libfabric"
             ),
             (SourceFilterMode::On, Err(why)) => {
-                format!("source filter: refused here ({why}): on makes start-up fail")
+                format!("{label}: refused here ({why}): on makes start-up fail")
             }
         });
     } else if provider.split(';').next() == Some("shm") {
@@ -420,6 +426,11 @@ mod tests {
         assert!(!on.iter().any(|l| l.contains("no fabric endpoint")));
         assert!(!mail.iter().any(|l| l.contains("one of the job's hosts")));
         let off = protections("tcp;ofi_rxm", (SourceFilterMode::Off, true), Ok(()));
+        assert!(
+            off.iter()
+                .any(|l| l.contains("source filter (a job across hosts): off"))
+        );
+        let off = protections("tcp;ofi_rxm", (SourceFilterMode::Off, false), Ok(()));
         assert!(off.iter().any(|l| l.contains("source filter: off")));
         let refused = protections(
             "sockets",
