@@ -152,10 +152,11 @@ fn attack_job(local: Option<&str>, from: &[IpAddr]) {
     let job = Child::start(cmd, "mpirun mpi_detect");
 
     // Every rank listening (ffd's endpoint, and MPI's own sockets); a
-    // one-host job (`from` empty): every rank past its detector's start
-    // (its progress thread runs), listening on nothing.
+    // one-host job (`from` empty): every rank seen past its detector's
+    // start (its progress thread runs), and what each listened on then.
     let one_host = from.is_empty();
     let deadline = Instant::now() + LISTEN_WITHIN;
+    let mut started: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
     let ports: Vec<u16> = loop {
         let ranks = descendants_named("mpi_detect_stra");
         let ports: Vec<Vec<u16>> = ranks
@@ -163,16 +164,25 @@ fn attack_job(local: Option<&str>, from: &[IpAddr]) {
             .map(|&p| hostile::listening_ports(&p.to_string()))
             .collect();
         let ready = if one_host {
-            ranks.iter().all(|&p| progressing(p))
+            for (&p, listens) in ranks.iter().zip(&ports) {
+                if progressing(p) {
+                    started.entry(p).or_default().extend(listens);
+                }
+            }
+            started.len() == RANKS as usize
         } else {
-            ports.iter().all(|p| !p.is_empty())
+            ranks.len() == RANKS as usize && ports.iter().all(|p| !p.is_empty())
         };
-        if ranks.len() == RANKS as usize && ready {
+        if ready && one_host {
+            break started.values().flatten().copied().collect();
+        }
+        if ready {
             break ports.concat();
         }
         assert!(
             Instant::now() < deadline,
-            "the {RANKS} ranks did not listen within {LISTEN_WITHIN:?}: {ranks:?} {ports:?}"
+            "the {RANKS} ranks were not all ready within {LISTEN_WITHIN:?}: {ranks:?} \
+             {ports:?}, started {started:?}"
         );
         thread::sleep(Duration::from_millis(20));
     };
