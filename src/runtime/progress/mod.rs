@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use crate::fabric::{AddressVector, Completion, Endpoint, FabricError, RemoteRegion, SlotPage};
+use crate::fabric::{Completion, FabricError, RemoteRegion, SlotPage};
 use crate::protocol::{
     Engine, EngineConfig, EngineOptions, Input, JobKeys, LocalBeat, Output, Participation, Rank,
     Readings, Ring, Time, wire,
@@ -38,7 +38,8 @@ use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
 use super::state::{StopCause, StopReason};
 use super::stats::RuntimeCounters;
-use super::{Callback, PublishedState, SlotRegion};
+use super::transport::{Slots, Transport};
+use super::{Callback, PublishedState};
 use crate::node::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
@@ -105,11 +106,10 @@ pub(super) struct Parts {
     pub shared: Arc<PublishedState>,
     /// What the Engine is made of once every rank's link is up.
     pub seed: EngineSeed,
-    pub endpoint: Endpoint,
-    /// Kept open while the endpoint uses it.
-    pub _av: AddressVector,
-    pub slots: SlotRegion,
-    /// `peers[r]`: rank r's slot region.
+    /// The endpoint, or none in a one-host job (`transport.rs`).
+    pub transport: Transport,
+    pub slots: Slots,
+    /// `peers[r]`: rank r's slot region (empty with no endpoint).
     pub peers: Vec<RemoteRegion>,
     pub started: Instant,
     pub commands: Receiver<Command>,
@@ -133,9 +133,7 @@ pub(super) struct Parts {
 }
 
 pub(super) struct Progress<'d> {
-    endpoint: Endpoint,
-    /// Declared after the endpoint so it closes after it.
-    _av: AddressVector,
+    endpoint: Transport,
     /// Readable when the embedder sent a command.
     wake: UnixStream,
     /// The epoll set of same-host pidfds and `wake` (a second fd of it),
@@ -158,7 +156,7 @@ struct Core<'d> {
     mail: Option<super::mail::Mail>,
     /// This rank's slot page: the Engine reads one slot, and clears one
     /// when it reassigns it (`Output::ClearSlot`).
-    slots: SlotRegion,
+    slots: Slots,
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: Receiver<Command>,
@@ -383,8 +381,7 @@ impl<'d> Progress<'d> {
         let config = engine.config();
         let cadence = Cadence::new(config.check_interval(), config.strain_lateness());
         Progress {
-            endpoint: parts.endpoint,
-            _av: parts._av,
+            endpoint: parts.transport,
             wake: parts.wake,
             exits_fd,
             live_fd,
@@ -768,7 +765,7 @@ impl Core<'_> {
     }
 
     /// Carries out everything the Engine asked for.
-    fn carry_out(&mut self, endpoint: &mut Endpoint) {
+    fn carry_out(&mut self, endpoint: &mut Transport) {
         while let Some(output) = self.engine.poll_output() {
             match output {
                 Output::WriteHeartbeat { to, slot, value } => {
