@@ -105,6 +105,9 @@ fn only_the_slot_page_is_writable(provider: &str) {
     // talks through the mailboxes).
     let mut record = PeerRecord::new(me.rank(), me.size(), "elsewhere", &config);
     record.provider = info.provider();
+    // Start-up's first round carries no fabric fields; a job across
+    // hosts then exchanges them in a second.
+    exchange(&mut me, &record).expect("first round");
     record.fabric_addr = ep.name().to_vec();
     record.slot_addr = mine.remote().addr;
     record.slot_key = mine.remote().key;

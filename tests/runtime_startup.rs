@@ -208,7 +208,7 @@ fn a_record_with_another_count_of_job_wide_settings_is_refused() {
     let mut bytes = short.encode().unwrap();
     // Drop the last value (FFD_LOCAL's) from rank 1's record.
     let local = short.settings.get(var::LOCAL).unwrap().len();
-    let count_at = 111; // after the liveness port (record version 4)
+    let count_at = 112; // after the liveness port and the flags (record version 5)
     let count = usize::from(bytes[count_at]);
     let mut at = count_at + 1;
     for _ in 0..count - 1 {
@@ -266,6 +266,17 @@ fn rank_0_must_send_a_job_key_and_everyone_an_address() {
     assert_eq!(
         errors,
         vec!["rank 1 contributed an empty fabric address"; 2]
+    );
+    // Start-up's first round: nobody's address, no error.
+    let views = on_threads(InProcessBootstrap::group(2).unwrap(), |mut b| {
+        let mut mine = record(b.rank(), 2, "h");
+        mine.fabric_addr.clear();
+        exchange(&mut b, &mine).unwrap()
+    });
+    assert!(
+        views
+            .iter()
+            .all(|v| v.records.iter().all(|r| r.fabric_addr.is_empty()))
     );
     let errors = exchange_errors(2, 0, |r| r.secret = SecretClaim::None);
     assert_eq!(
@@ -405,14 +416,14 @@ fn exchange_rejects_what_no_honest_bootstrap_returns() {
         "the bootstrap returned 2 contributions for a job of 3 ranks"
     );
     assert_eq!(
-        canned_error(vec![good(0), b"FFDR\x04\x00".to_vec(), good(2)]),
+        canned_error(vec![good(0), b"FFDR\x05\x00".to_vec(), good(2)]),
         "rank 1's bootstrap record is truncated: 6 bytes, the fixed header needs 2 more"
     );
     let mut v9 = good(2);
     v9[4] = 9;
     assert_eq!(
         canned_error(vec![good(0), good(1), v9]),
-        "rank 2's bootstrap record is of record version 9, this rank reads version 4"
+        "rank 2's bootstrap record is of record version 9, this rank reads version 5"
     );
     let mut empty = Canned {
         rank: 0,
@@ -476,4 +487,23 @@ fn the_record_exchange_runs_over_tcp() {
     );
     assert_eq!(views[2].nodes(), [0, 1, 2]);
     assert!(h.join().is_ok());
+}
+
+/// Whether a job needs the fabric, decided alike on every rank from the
+/// first round's records: none only when every rank is on one host and
+/// every record says it reads its mailbox.
+#[test]
+fn only_a_job_on_one_host_that_reads_its_mailboxes_needs_no_fabric() {
+    let decide = |hosts: [&'static str; 3], mail: [bool; 3]| {
+        on_threads(InProcessBootstrap::group(3).unwrap(), move |mut b| {
+            let rank = b.rank();
+            let mut mine = record(rank, 3, hosts[rank as usize]);
+            mine.fabric_addr.clear();
+            mine.mailbox = mail[rank as usize];
+            exchange(&mut b, &mine).unwrap().one_host_by_mail()
+        })
+    };
+    assert_eq!(decide(["h"; 3], [true; 3]), [true; 3]);
+    assert_eq!(decide(["h"; 3], [true, false, true]), [false; 3]);
+    assert_eq!(decide(["h", "h", "g"], [true; 3]), [false; 3]);
 }

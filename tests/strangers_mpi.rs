@@ -10,10 +10,9 @@
 //! fail them.
 //!
 //! The same job as a one-host job (`FFD_LOCAL` as by default: its
-//! same-host messages go through the host's segment), attacked from the
-//! job's own host address (127.0.0.1) and from 127.0.0.2: its filter
-//! admits no address at all, so no process of the host completes a
-//! handshake either.
+//! same-host messages go through the host's segment) opens no fabric
+//! endpoint: once every rank runs its progress thread, no rank listens on
+//! any TCP port (docs/design.md §5.4 "What the authentication stops"), and the job's checks hold.
 
 mod capi_support;
 mod hostile;
@@ -62,6 +61,17 @@ fn comm(pid: u32) -> String {
 }
 
 /// Every descendant of this process named `name`.
+/// Whether `pid` runs a progress thread (`ffd-progress-<rank>`): its
+/// detector's start-up has opened whatever it opens.
+fn progressing(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("ffd-progress-"))
+    })
+}
+
 fn descendants_named(name: &str) -> Vec<u32> {
     let mut todo = children(std::process::id());
     let mut found = Vec::new();
@@ -102,7 +112,7 @@ fn no_process_of_the_host_reaches_a_one_host_embedded_c_job() {
     ) {
         return;
     }
-    attack_job(None, &[IpAddr::V4(Ipv4Addr::LOCALHOST), STRANGER]);
+    attack_job(None, &[]);
 }
 
 /// Runs the job (`FFD_LOCAL` as `local` says, or its default), attacks
@@ -141,23 +151,45 @@ fn attack_job(local: Option<&str>, from: &[IpAddr]) {
         .args(["--kill-after", "6000"]);
     let job = Child::start(cmd, "mpirun mpi_detect");
 
-    // Every rank listening (ffd's endpoint, and MPI's own sockets).
+    // Every rank listening (ffd's endpoint, and MPI's own sockets); a
+    // one-host job (`from` empty): every rank seen past its detector's
+    // start (its progress thread runs), and what each listened on then.
+    let one_host = from.is_empty();
     let deadline = Instant::now() + LISTEN_WITHIN;
+    let mut started: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
     let ports: Vec<u16> = loop {
         let ranks = descendants_named("mpi_detect_stra");
         let ports: Vec<Vec<u16>> = ranks
             .iter()
             .map(|&p| hostile::listening_ports(&p.to_string()))
             .collect();
-        if ranks.len() == RANKS as usize && ports.iter().all(|p| !p.is_empty()) {
+        let ready = if one_host {
+            for (&p, listens) in ranks.iter().zip(&ports) {
+                if progressing(p) {
+                    started.entry(p).or_default().extend(listens);
+                }
+            }
+            started.len() == RANKS as usize
+        } else {
+            ranks.len() == RANKS as usize && ports.iter().all(|p| !p.is_empty())
+        };
+        if ready && one_host {
+            break started.values().flatten().copied().collect();
+        }
+        if ready {
             break ports.concat();
         }
         assert!(
             Instant::now() < deadline,
-            "the {RANKS} ranks did not listen within {LISTEN_WITHIN:?}: {ranks:?} {ports:?}"
+            "the {RANKS} ranks were not all ready within {LISTEN_WITHIN:?}: {ranks:?} \
+             {ports:?}, started {started:?}"
         );
         thread::sleep(Duration::from_millis(20));
     };
+    assert!(
+        !one_host || ports.is_empty(),
+        "the ranks of a one-host job listen on TCP ports {ports:?}"
+    );
     let attempts: Vec<_> = ports
         .iter()
         .flat_map(|&port| [CONN_ID_STREAM, ACK_STREAM, ""].map(move |s| (port, unhex(s))))

@@ -134,6 +134,11 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     let stop = Arc::new(AtomicBool::new(false));
     let (wake_rx, wake_tx) =
         UnixStream::pair().map_err(|e| AgentError::Failed(format!("wake-up socket: {e}")))?;
+    // Emptied after every wait below: a byte left in it would keep the
+    // wait returning at once, and this thread spinning.
+    wake_rx
+        .set_nonblocking(true)
+        .map_err(|e| AgentError::Failed(format!("wake-up socket: {e}")))?;
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let registered = signal_hook::flag::register(signal, Arc::clone(&stop)).and_then(|_| {
             let pipe = wake_tx.try_clone()?;
@@ -203,6 +208,9 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
                 return Err(AgentError::Failed(format!("poll: {e}")));
             }
         }
+        // Whatever woke us is looked at on the next turn (the channel,
+        // the stop flag): the bytes themselves carry nothing.
+        drain(&wake_rx);
     }
     // Whatever arrived meanwhile.
     while let Some(event) = detector.try_next_event() {
@@ -214,6 +222,12 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
     detector.shutdown();
     drop(std::hint::black_box(ballast));
     emit(out, &last)
+}
+
+/// Reads `socket` (non-blocking) until it is empty.
+fn drain(mut socket: &UnixStream) {
+    let mut sink = [0u8; 64];
+    while matches!(io::Read::read(&mut socket, &mut sink), Ok(n) if n > 0) {}
 }
 
 /// A line of the agent's standard input (`--stdin-control`).

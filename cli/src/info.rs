@@ -281,32 +281,44 @@ fn protections(
     probe: Result<(), String>,
 ) -> Vec<String> {
     let mut lines = vec!["messages: a keyed tag on each, checked before use (above)".to_owned()];
+    if by_mail {
+        lines.push(
+            "one-host job (every rank on this host, e.g. a one-node MPI job or `ffd run`): no \
+             fabric endpoint at all; its ranks' messages go through the host's segment, and \
+             no socket of libfabric's and no liveness port listens, whoever runs the job"
+                .to_owned(),
+        );
+    }
     if fabric::listens_on_sockets(provider) {
+        // With the mailboxes only a job across hosts opens a port.
+        let label = if by_mail {
+            "source filter (a job across hosts)"
+        } else {
+            "source filter"
+        };
         let filter = "source filter: the listening socket admits only the job's host \
                       addresses (a kernel filter, deny-all from open, the job's addresses \
                       after the exchange, locked); still open to any process on one of the \
                       job's hosts";
         lines.push(match (mode, probe) {
-            (SourceFilterMode::Off, _) => "source filter: off: anyone who reaches the port \
-                                           reaches libfabric"
-                .to_owned(),
-            (_, Ok(())) if by_mail => "source filter: the listening socket admits only \
-                                       the addresses of the job's other hosts (same-host \
-                                       messages go through the host's segment; a kernel \
-                                       filter, deny-all from open, those addresses after \
-                                       the exchange, locked), so a one-host job's (every \
-                                       rank on this host, e.g. a one-node MPI job) admits \
-                                       none: no process reaches libfabric through its \
-                                       port; still open to any process on another of the \
-                                       job's hosts; attachable here"
+            (SourceFilterMode::Off, _) => {
+                format!("{label}: off: anyone who reaches the port reaches libfabric")
+            }
+            (_, Ok(())) if by_mail => "source filter (a job across hosts): the listening \
+                                       socket admits only the addresses of the job's other \
+                                       hosts (same-host messages go through the host's \
+                                       segment; a kernel filter, deny-all from open, those \
+                                       addresses after the exchange, locked); still open \
+                                       to any process on another of the job's hosts; \
+                                       attachable here"
                 .to_owned(),
             (_, Ok(())) => format!("{filter}; attachable here"),
             (SourceFilterMode::Auto, Err(why)) => format!(
-                "source filter: refused here ({why}): auto starts without it, so anyone who \
+                "{label}: refused here ({why}): auto starts without it, so anyone who \
                  reaches the port reaches libfabric"
             ),
             (SourceFilterMode::On, Err(why)) => {
-                format!("source filter: refused here ({why}): on makes start-up fail")
+                format!("{label}: refused here ({why}): on makes start-up fail")
             }
         });
     } else if provider.split(';').next() == Some("shm") {
@@ -409,10 +421,16 @@ mod tests {
         let mail = protections("tcp;ofi_rxm", (SourceFilterMode::Auto, true), Ok(()));
         assert!(
             mail.iter()
-                .any(|l| l.contains("one-host job's") && l.contains("admits none"))
+                .any(|l| l.starts_with("one-host job") && l.contains("no fabric endpoint"))
         );
+        assert!(!on.iter().any(|l| l.contains("no fabric endpoint")));
         assert!(!mail.iter().any(|l| l.contains("one of the job's hosts")));
         let off = protections("tcp;ofi_rxm", (SourceFilterMode::Off, true), Ok(()));
+        assert!(
+            off.iter()
+                .any(|l| l.contains("source filter (a job across hosts): off"))
+        );
+        let off = protections("tcp;ofi_rxm", (SourceFilterMode::Off, false), Ok(()));
         assert!(off.iter().any(|l| l.contains("source filter: off")));
         let refused = protections(
             "sockets",
@@ -420,6 +438,8 @@ mod tests {
             Err("EPERM".into()),
         );
         assert!(refused.iter().any(|l| l.contains("refused here (EPERM)")));
+        // Refused or not, a one-host job opens no endpoint.
+        assert!(refused.iter().any(|l| l.contains("no fabric endpoint")));
         let shm = protections("shm", (SourceFilterMode::Auto, true), Ok(()));
         assert!(shm.iter().any(|l| l.contains("mode 0600")));
         assert!(!shm.iter().any(|l| l.contains("source filter")));

@@ -312,3 +312,37 @@ fn view_changes_and_agreements_are_identical_at_every_survivor() {
     );
     assert_no_false_reports(&report);
 }
+
+/// An agent asked for an agreement goes back to sleep afterwards: the
+/// whole job (launcher and both agents, their CPU time as the shell's
+/// `times` counts its reaped children) uses a fraction of one core over a
+/// run of 3 s with an agreement at 300 ms. Its main loop used to leave the
+/// byte of the `agree` line in its wake-up socket, so every wait returned
+/// at once and each agent spun on a core until the end: 3.9 s of CPU for a
+/// 3.6 s run, where a sleeping job takes about 0.2 s.
+#[test]
+fn agents_sleep_after_an_agreement() {
+    let _one = support::ONE_JOB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let script = r#""$0" run -n 2 --period 10ms --timeout 100ms --agree 300ms --duration 3s >/dev/null && times"#;
+    let out = Command::new("bash")
+        .args(["-c", script, env!("CARGO_BIN_EXE_ffd")])
+        .env_remove("FFD_LOG")
+        .env("FFD_CORE", "none")
+        .output()
+        .expect("bash starts");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", support::output_text(&out));
+    // `times`: the shell's user and system time, then its children's.
+    let children = text.lines().nth(1).unwrap_or_else(|| panic!("{text}"));
+    let seconds: f64 = children
+        .split_whitespace()
+        .map(|t| {
+            let (m, s) = t.trim_end_matches('s').split_once('m').unwrap();
+            m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+        })
+        .sum();
+    // Half a core over the 3 s (a spinning agent alone takes a whole one).
+    assert!(seconds < 1.5, "the job used {seconds} s of CPU: {text}");
+}

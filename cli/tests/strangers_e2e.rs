@@ -1,17 +1,16 @@
-//! `ffd run` is closed to other users (docs/design.md §5.4 "What the authentication stops"): its job runs
-//! in a private network namespace, so another user of the host cannot reach
-//! its ranks' fabric ports at all, and the streams that kill a rank of
-//! libfabric 1.17 (`tests/provider_hostile_connection.rs`) never arrive.
+//! `ffd run` is closed to other users (docs/design.md §5.4 "What the authentication stops"): a one-host
+//! job (every rank on this host, `FFD_LOCAL=auto` with `futex_waitv`)
+//! opens no fabric endpoint, so no agent owns a listening TCP socket at
+//! all, in its private network namespace or with `--shared-network`, run
+//! by root or by another user, and the streams that kill a rank of
+//! libfabric 1.17 (`tests/provider_hostile_connection.rs`) have nowhere
+//! to go. The launcher's only listener is its rendezvous (ffd's own
+//! authenticated parser, `src/bootstrap/tcp`), during start-up.
 //!
-//! Root runs `ffd run -n 4`; while it runs, an unprivileged user (`nobody`,
-//! through `setpriv`) opens a connection to every TCP port the agents
-//! listen on and sends the rxm `conn_id` stream, the tcp ack stream, noise
-//! and nothing. The run must end with every rank alive and no report. With
-//! `--shared-network` and `FFD_LOCAL=off` (the ranks of one host then
-//! talk over the fabric, so their port admits the host's address) the
-//! same user's connection completes: the attack path is real. With
-//! `--shared-network` alone it does not: a one-host job's messages go
-//! through the host's segment and its port admits no address at all.
+//! With `--shared-network` and `FFD_LOCAL=off` (the ranks of one host then
+//! talk over the fabric, so their port admits the host's address) another
+//! user's connection completes: the attack path is real where the fabric
+//! is used.
 
 #[path = "../../tests/hostile/mod.rs"]
 mod hostile;
@@ -21,8 +20,6 @@ mod prereq;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-
-use hostile::{ACK_STREAM, CONN_ID_STREAM};
 
 /// For the agents to listen (start-up is well under a second here).
 const LISTEN_WITHIN: Duration = Duration::from_secs(20);
@@ -70,12 +67,38 @@ fn children(parent: u32) -> Vec<u32> {
     out
 }
 
-/// Starts `ffd run -n 4` with `extra` options and `env`; returns it and
-/// every agent's listening ports once all four listen. The caller reaps
-/// it.
+/// Whether `pid` runs a progress thread (`ffd-progress-<rank>`): its
+/// start-up has opened whatever it opens.
+fn progressing(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("ffd-progress-"))
+    })
+}
+
+/// Starts `ffd run -n 4` with `extra` options and `env` (as `program`,
+/// under `wrap`, e.g. `setpriv`), and returns it with its agents' pids
+/// once all four run their progress thread and, with `listening`, listen
+/// on a TCP port. The caller reaps it.
 #[allow(clippy::zombie_processes)] // returned to the caller, which waits
-fn start_job(extra: &[&str], env: &[(&str, &str)]) -> (Child, Vec<u16>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ffd"))
+fn start_job_as(
+    wrap: &[&str],
+    program: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    listening: bool,
+) -> (Child, Vec<u32>) {
+    let mut command = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(program);
+            c
+        }
+        None => Command::new(program),
+    };
+    let mut child = command
         .args(["run", "-n", "4", "--duration", RUN_FOR])
         .args(extra)
         .env("IPATH_NO_BACKTRACE", "1")
@@ -84,23 +107,64 @@ fn start_job(extra: &[&str], env: &[(&str, &str)]) -> (Child, Vec<u16>) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ffd run");
+    let launcher = child.id();
     let deadline = Instant::now() + LISTEN_WITHIN;
     loop {
-        let agents = children(child.id());
-        let ports: Vec<Vec<u16>> = agents
-            .iter()
-            .map(|&a| hostile::listening_ports(&a.to_string()))
-            .collect();
-        if agents.len() == 4 && ports.iter().all(|p| !p.is_empty()) {
-            return (child, ports.concat());
+        // Under `setpriv` the launcher is its child (it execs: the same pid).
+        let agents = children(launcher);
+        let ready = agents.len() == 4
+            && agents.iter().all(|&a| progressing(a))
+            && (!listening
+                || agents
+                    .iter()
+                    .all(|&a| !hostile::listening_ports(&a.to_string()).is_empty()));
+        if ready {
+            return (child, agents);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            let _ = child.wait();
-            panic!("the four agents did not listen within {LISTEN_WITHIN:?}: {ports:?}");
+            let out = child.wait_with_output();
+            panic!("the four agents did not start within {LISTEN_WITHIN:?}: {agents:?} {out:?}");
         }
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+fn start_job(extra: &[&str], env: &[(&str, &str)], listening: bool) -> (Child, Vec<u32>) {
+    let ffd = std::path::Path::new(env!("CARGO_BIN_EXE_ffd"));
+    start_job_as(&[], ffd, extra, env, listening)
+}
+
+/// Every TCP port the agents listen on, sampled every 20 ms until the
+/// launcher `child` ends; then its output.
+fn ports_until_the_end(child: Child, agents: &[u32]) -> (Vec<u16>, std::process::Output) {
+    let mut seen = Vec::new();
+    let mut child = child;
+    while child.try_wait().expect("ffd run").is_none() {
+        for a in agents {
+            seen.extend(hostile::listening_ports(&a.to_string()));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    seen.sort_unstable();
+    seen.dedup();
+    (seen, child.wait_with_output().expect("ffd run ends"))
+}
+
+/// The run ended well: status 0, every rank alive, no false report.
+fn ended_well(out: &std::process::Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the run failed ({:?})\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("false reports: none"), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains("exited") && !stdout.contains("failed"),
+        "a rank ended or was reported\n{stdout}\n{stderr}"
+    );
 }
 
 /// As `nobody`: connects to 127.0.0.1:`port` and sends `stream` (hex);
@@ -129,69 +193,66 @@ fn attack_as_nobody(port: u16, stream: &str) -> bool {
 }
 
 #[test]
-fn another_users_streams_do_not_reach_an_ffd_run_job() {
-    if !prerequisites("another_users_streams_do_not_reach_an_ffd_run_job") {
+fn an_ffd_run_job_listens_on_no_tcp_port() {
+    if !prerequisites("an_ffd_run_job_listens_on_no_tcp_port") {
         return;
     }
-    let (child, ports) = start_job(&[], &[]);
-    let noise: String = (0..4096u32)
-        .map(|i| format!("{:02x}", (i.wrapping_mul(2_654_435_761) >> 13) as u8))
-        .collect();
-    let mut reached = Vec::new();
-    for &port in &ports {
-        for stream in [CONN_ID_STREAM, ACK_STREAM, noise.as_str(), ""] {
-            if attack_as_nobody(port, stream) {
-                reached.push(port);
-            }
-        }
-    }
-    let out = child.wait_with_output().expect("ffd run ends");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        reached.is_empty(),
-        "nobody reached ports {reached:?} of the job\n{stdout}\n{stderr}"
-    );
-    assert!(
-        out.status.success(),
-        "the run failed ({:?})\n{stdout}\n{stderr}",
-        out.status
-    );
-    assert!(stdout.contains("false reports: none"), "{stdout}\n{stderr}");
-    assert!(
-        !stdout.contains("exited") && !stdout.contains("failed"),
-        "a rank ended or was reported\n{stdout}\n{stderr}"
-    );
+    let (child, agents) = start_job(&[], &[], false);
+    let (ports, out) = ports_until_the_end(child, &agents);
+    assert_eq!(ports, Vec::<u16>::new(), "the agents listen on TCP ports");
+    ended_well(&out);
 }
 
 #[test]
-fn with_a_shared_network_a_one_host_job_still_admits_nobody() {
-    if !prerequisites("with_a_shared_network_a_one_host_job_still_admits_nobody") {
+fn with_a_shared_network_a_one_host_job_still_listens_on_no_tcp_port() {
+    if !prerequisites("with_a_shared_network_a_one_host_job_still_listens_on_no_tcp_port") {
         return;
     }
-    let (mut child, ports) = start_job(&["--shared-network"], &[]);
-    // Every port at once, each attempt bounded (3 s), well within the run.
-    let attempts: Vec<_> = ports
-        .iter()
-        .map(|&port| thread::spawn(move || (port, attack_as_nobody(port, ""))))
-        .collect();
-    let reached: Vec<u16> = attempts
-        .into_iter()
-        .map(|t| t.join().expect("no panic"))
-        .filter_map(|(port, reached)| reached.then_some(port))
-        .collect();
-    assert!(
-        child.try_wait().expect("ffd run").is_none(),
-        "the job ended before the attempts did"
+    let (child, agents) = start_job(&["--shared-network"], &[], false);
+    let (ports, out) = ports_until_the_end(child, &agents);
+    assert_eq!(
+        ports,
+        Vec::<u16>::new(),
+        "the agents of a one-host job listen on TCP ports of the host"
     );
-    let out = child.wait_with_output().expect("ffd run ends");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        reached.is_empty(),
-        "nobody reached ports {reached:?} of a one-host job\n{stdout}"
+    ended_well(&out);
+}
+
+/// A job run by a user who may not attach a socket filter
+/// (`kernel.unprivileged_bpf_disabled` here, `nobody`): with the fabric its
+/// ports would listen unfiltered, for anyone on the host to reach; a
+/// one-host job has none, and the run ends with every rank alive.
+#[test]
+fn a_one_host_job_of_another_user_listens_on_no_tcp_port() {
+    if !prerequisites("a_one_host_job_of_another_user_listens_on_no_tcp_port") {
+        return;
+    }
+    // A copy `nobody` can run, whatever the target directory's modes.
+    let dir = std::env::temp_dir().join(format!("ffd-strangers-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let ffd = dir.join("ffd");
+    std::fs::copy(env!("CARGO_BIN_EXE_ffd"), &ffd).expect("copy ffd");
+    for path in [&dir, &ffd] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let wrap = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let tmp = std::env::temp_dir();
+    let env = [("TMPDIR", tmp.to_str().expect("utf-8 temp dir"))];
+    let (child, agents) = start_job_as(&wrap, &ffd, &["--shared-network"], &env, false);
+    let (ports, out) = ports_until_the_end(child, &agents);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        ports,
+        Vec::<u16>::new(),
+        "the agents of another user's one-host job listen on TCP ports"
     );
-    assert!(out.status.success(), "the run failed\n{stdout}");
-    assert!(stdout.contains("false reports: none"), "{stdout}");
+    ended_well(&out);
 }
 
 #[test]
@@ -201,7 +262,8 @@ fn with_a_shared_network_another_user_reaches_the_port() {
     }
     // Without the host's mailboxes its ranks talk over the fabric, and
     // their port admits the host's address.
-    let (mut child, ports) = start_job(&["--shared-network"], &[("FFD_LOCAL", "off")]);
+    let (mut child, agents) = start_job(&["--shared-network"], &[("FFD_LOCAL", "off")], true);
+    let ports = hostile::listening_ports(&agents[0].to_string());
     // Connect and send nothing: libfabric 1.17 would die of the streams.
     let reached = attack_as_nobody(ports[0], "");
     let _ = child.kill();

@@ -60,8 +60,11 @@ fn host_bootstrap(oob: &ffd_oob_t) -> Result<Box<dyn Bootstrap>, Error> {
     Ok(Box::new(bootstrap))
 }
 
-/// Starts this process's detector: opens its own libfabric endpoint,
-/// exchanges addresses with every other rank, builds the observation ring,
+/// Starts this process's detector: exchanges records with every other
+/// rank, opens its own libfabric endpoint (none when every rank is on this
+/// host and FFD_LOCAL=auto finds futex_waitv: the host's shared memory then
+/// carries everything and no socket of libfabric's listens), builds the
+/// observation ring,
 /// starts the pinned progress thread, and returns once this rank's
 /// heartbeat link is up (or the start-up grace has passed). **Collective**:
 /// every rank of the job must call it, each once per detector.

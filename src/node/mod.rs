@@ -9,7 +9,8 @@
 //! (`FFD_SCHED`); and, process-wide, which process a detector belongs to
 //! (a `fork()`ed child holds only a copy of its parent's); and the
 //! agreement area's bell that blocked agreement callers sleep on; and
-//! the mailboxes that carry same-host messages.
+//! the mailboxes that carry same-host messages; and the idle wait of a
+//! progress thread with no fabric endpoint (`ppoll` on its wake fd).
 //!
 //! Owns: `pidfd_open`, the epoll set, `shm_open`/`mmap`/`shm_unlink` of the
 //! segment and its layout, `set_robust_list`/`futex_waitv` and the
@@ -32,6 +33,7 @@ mod netns;
 mod pidfd;
 mod sched;
 mod segment;
+mod wait;
 
 pub use bell::{Bells, bells as agree_bells, ring as ring_agree_bell, wait as wait_agree_bells};
 pub use board::{
@@ -51,6 +53,7 @@ pub use segment::{
     AGREE_RECORD_HEAD, AGREE_ROUNDS, AgreeRecord, HostSegment, SegmentError, mail_capacity,
     segment_name,
 };
+pub use wait::wait_readable;
 
 /// Now on `CLOCK_MONOTONIC`, in ns: the clock every process of a host
 /// shares (Rust's `Instant` reads the same clock on Linux), so a wake-up

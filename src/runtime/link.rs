@@ -46,7 +46,9 @@ pub(super) const HOLD_BYTES: usize = 2 << 20;
 /// §5 "Wire format"; unchanged by later versions of the header).
 const JOB_KEY_AT: std::ops::Range<usize> = 8..16;
 
-/// What the linking phase needs besides the endpoint.
+/// What the linking phase needs besides the transport. A one-host job
+/// (no endpoint, `transport.rs`) has no link to set up: no target, none
+/// to warm.
 pub(super) struct Link {
     /// The observer and its slot region (none in a job of one).
     pub target: Option<(Rank, RemoteRegion)>,
@@ -139,7 +141,7 @@ pub(super) fn link_phase(parts: &mut Parts) -> Linked {
         }
         for (&to, in_flight) in warm.iter_mut().filter(|(_, f)| !**f) {
             match parts
-                .endpoint
+                .transport
                 .try_send(FiAddr(u64::from(to)), WARM_UP, u64::from(to))
             {
                 Ok(()) => *in_flight = true,
@@ -152,10 +154,13 @@ pub(super) fn link_phase(parts: &mut Parts) -> Linked {
         if let (false, false, Some((to, region))) =
             (observer_done, posted, parts.link.target.as_ref())
         {
-            match parts
-                .endpoint
-                .try_write_u64(FiAddr(u64::from(*to)), region, 0, 0, u64::from(*to))
-            {
+            match parts.transport.try_write_u64(
+                FiAddr(u64::from(*to)),
+                region,
+                0,
+                0,
+                u64::from(*to),
+            ) {
                 Ok(()) => posted = true,
                 Err(e) if e.is_refusal() => {}
                 Err(e) => parts
@@ -166,7 +171,7 @@ pub(super) fn link_phase(parts: &mut Parts) -> Linked {
         let target = parts.link.target.as_ref().map(|(t, _)| u64::from(*t));
         let mut done = false;
         let mut write_failed = false;
-        let waited = parts.endpoint.wait_or(
+        let waited = parts.transport.wait_or(
             Duration::from_millis(5),
             parts.wake.as_fd(),
             &mut |c| match c {

@@ -46,6 +46,9 @@ mod progress;
 pub mod startup;
 pub mod state;
 pub mod stats;
+mod transport;
+
+pub use transport::{NO_FABRIC_DOMAIN, NO_FABRIC_PROVIDER};
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -312,11 +315,13 @@ impl std::fmt::Debug for Detector {
 }
 
 impl Detector {
-    /// Starts the detector of this process: opens its own fabric endpoint,
-    /// exchanges addresses through `bootstrap` (a collective: every rank of
-    /// the job must call it), builds the ring, starts the progress thread,
-    /// and returns once this rank's heartbeat link to its observer is up
-    /// (or the start-up grace has passed).
+    /// Starts the detector of this process: exchanges records through
+    /// `bootstrap` (a collective: every rank of the job must call it),
+    /// opens its own fabric endpoint unless every rank is on this host and
+    /// reads its mailbox (then none: the host's segment carries
+    /// everything, [`NO_FABRIC_PROVIDER`]), builds the ring, starts the
+    /// progress thread, and returns once this rank's heartbeat link to its
+    /// observer is up (or the start-up grace has passed).
     pub fn start(config: &Config, bootstrap: &mut dyn Bootstrap) -> Result<Detector, StartError> {
         startup::start(config, bootstrap, None)
     }
@@ -521,7 +526,9 @@ impl Detector {
         &self.placement
     }
 
-    /// The libfabric provider and domain the detector opened.
+    /// The libfabric provider and domain the detector opened;
+    /// [`NO_FABRIC_PROVIDER`] and [`NO_FABRIC_DOMAIN`] in a one-host job,
+    /// which opens none.
     pub fn fabric(&self) -> (&str, &str) {
         (&self.provider, &self.domain)
     }

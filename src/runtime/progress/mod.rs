@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use crate::fabric::{AddressVector, Completion, Endpoint, FabricError, RemoteRegion, SlotPage};
+use crate::fabric::{Completion, FabricError, RemoteRegion, SlotPage};
 use crate::protocol::{
     Engine, EngineConfig, EngineOptions, Input, JobKeys, LocalBeat, Output, Participation, Rank,
     Readings, Ring, Time, wire,
@@ -38,11 +38,13 @@ use super::local::{LocalPlan, LocalWatching};
 use super::log::Logger;
 use super::state::{StopCause, StopReason};
 use super::stats::RuntimeCounters;
-use super::{Callback, PublishedState, SlotRegion};
+use super::transport::{Slots, Transport};
+use super::{Callback, PublishedState};
 use crate::node::{Boost, monotonic_ns};
 
 pub(super) use super::link::Link;
 
+mod agree_poll;
 mod cadence;
 mod diagnosis;
 mod live;
@@ -50,6 +52,7 @@ mod mail;
 mod sends;
 mod trace;
 
+use agree_poll::{agreement_poll, agreement_poll_every, polls_agreements};
 use cadence::Cadence;
 use diagnosis::Diagnosis;
 use sends::SendBook;
@@ -82,42 +85,6 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 /// While sends wait for a refused peer, retry this often.
 const RETRY_EVERY: Duration = Duration::from_millis(1);
 
-/// While an agreement or a view change is under way here, the thread
-/// sleeps at most this long between reads of its queue, for at most one
-/// timeout from when it began: every hop of an agreement is a message that
-/// a rank asleep until its next deadline (tens of ms under same-host
-/// watching, where most ranks beat no fabric heartbeat) handled only when
-/// its thread next ran. Measured with `benches/agreement.py`'s jobs on 2
-/// cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
-/// The bound keeps a participant that never calls (an agreement waits
-/// for every live rank) from costing the others more than one timeout of
-/// these wake-ups; nothing changes while none is under way. The interval
-/// grows with the ranks per CPU of the host ([`agreement_poll_every`]):
-/// each read of a `tcp;ofi_rxm` queue is some twenty system calls, and 32
-/// ranks on 2 cores reading every 100 µs would ask for several cores.
-const AGREEMENT_POLL: Duration = Duration::from_micros(100);
-
-/// The poll interval for `local_ranks` ranks of this host on `cpus` CPUs:
-/// [`AGREEMENT_POLL`] for every two ranks per CPU (rounded up), so that
-/// the host's ranks together read their queues about twice per CPU every
-/// [`AGREEMENT_POLL`].
-fn agreement_poll_every(local_ranks: usize, cpus: usize) -> Duration {
-    let per_cpu = local_ranks.max(1).div_ceil(cpus.max(1) * 2);
-    AGREEMENT_POLL.saturating_mul(u32::try_from(per_cpu).unwrap_or(u32::MAX))
-}
-
-/// The sleep cap at `now` (`every` apart): `Some` while an agreement that
-/// began at `since` is under way and at most `bound` old.
-fn agreement_poll(
-    since: Option<Instant>,
-    now: Instant,
-    bound: Duration,
-    every: Duration,
-) -> Option<Duration> {
-    let since = since?;
-    (now.saturating_duration_since(since) <= bound).then_some(every)
-}
-
 /// What the embedder asks of the progress thread.
 #[derive(Debug)]
 pub(super) enum Command {
@@ -139,11 +106,10 @@ pub(super) struct Parts {
     pub shared: Arc<PublishedState>,
     /// What the Engine is made of once every rank's link is up.
     pub seed: EngineSeed,
-    pub endpoint: Endpoint,
-    /// Kept open while the endpoint uses it.
-    pub _av: AddressVector,
-    pub slots: SlotRegion,
-    /// `peers[r]`: rank r's slot region.
+    /// The endpoint, or none in a one-host job (`transport.rs`).
+    pub transport: Transport,
+    pub slots: Slots,
+    /// `peers[r]`: rank r's slot region (empty with no endpoint).
     pub peers: Vec<RemoteRegion>,
     pub started: Instant,
     pub commands: Receiver<Command>,
@@ -167,9 +133,7 @@ pub(super) struct Parts {
 }
 
 pub(super) struct Progress<'d> {
-    endpoint: Endpoint,
-    /// Declared after the endpoint so it closes after it.
-    _av: AddressVector,
+    endpoint: Transport,
     /// Readable when the embedder sent a command.
     wake: UnixStream,
     /// The epoll set of same-host pidfds and `wake` (a second fd of it),
@@ -192,7 +156,7 @@ struct Core<'d> {
     mail: Option<super::mail::Mail>,
     /// This rank's slot page: the Engine reads one slot, and clears one
     /// when it reassigns it (`Output::ClearSlot`).
-    slots: SlotRegion,
+    slots: Slots,
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: Receiver<Command>,
@@ -418,8 +382,7 @@ impl<'d> Progress<'d> {
         let tick = config.local_check_interval().min(PUBLISH_EVERY);
         let cadence = Cadence::new(tick, config.check_interval(), config.strain_lateness());
         Progress {
-            endpoint: parts.endpoint,
-            _av: parts._av,
+            endpoint: parts.transport,
             wake: parts.wake,
             exits_fd,
             live_fd,
@@ -803,7 +766,7 @@ impl Core<'_> {
     }
 
     /// Carries out everything the Engine asked for.
-    fn carry_out(&mut self, endpoint: &mut Endpoint) {
+    fn carry_out(&mut self, endpoint: &mut Transport) {
         while let Some(output) = self.engine.poll_output() {
             match output {
                 Output::WriteHeartbeat { to, slot, value } => {
@@ -872,7 +835,13 @@ impl Core<'_> {
         } else {
             let started = *self.agreeing_since.get_or_insert_with(Instant::now);
             let every = self.agreement_poll_every;
-            if let Some(cap) = agreement_poll(Some(started), Instant::now(), self.timeout, every) {
+            let engine = &self.engine;
+            let polls = unattended
+                || polls_agreements(engine.hosts(), engine.me(), self.mail.is_some(), |r| {
+                    engine.is_gone(r)
+                });
+            let cap = agreement_poll(Some(started), Instant::now(), self.timeout, every);
+            if let Some(cap) = cap.filter(|_| polls) {
                 sleep = sleep.min(cap);
             }
         }
@@ -927,36 +896,6 @@ mod tests {
     use super::*;
     use crate::protocol::agreement::Value;
 
-    /// The agreement poll caps sleeps only while an agreement is under way
-    /// and for one timeout from its start; none under way, none after.
-    #[test]
-    fn the_agreement_poll_lasts_one_timeout_at_most() {
-        let t0 = Instant::now();
-        let timeout = Duration::from_millis(100);
-        let every = AGREEMENT_POLL;
-        assert_eq!(agreement_poll(None, t0, timeout, every), None);
-        assert_eq!(agreement_poll(Some(t0), t0, timeout, every), Some(every));
-        assert_eq!(
-            agreement_poll(Some(t0), t0 + timeout, timeout, every),
-            Some(every)
-        );
-        let after = t0 + timeout + Duration::from_micros(1);
-        assert_eq!(agreement_poll(Some(t0), after, timeout, every), None);
-        assert!(AGREEMENT_POLL < timeout);
-    }
-
-    /// Two ranks per CPU read every 100 µs; more ranks, proportionally
-    /// less often, so the host's reads stay about two per CPU per 100 µs.
-    #[test]
-    fn the_agreement_poll_slows_with_the_ranks_per_cpu() {
-        let us = |v| Duration::from_micros(v);
-        assert_eq!(agreement_poll_every(1, 2), us(100));
-        assert_eq!(agreement_poll_every(4, 2), us(100));
-        assert_eq!(agreement_poll_every(8, 2), us(200));
-        assert_eq!(agreement_poll_every(32, 2), us(800));
-        assert_eq!(agreement_poll_every(32, 16), us(100));
-        assert_eq!(agreement_poll_every(0, 0), us(100));
-    }
     use crate::protocol::wire::{AgreementId, Encoder, MAX_MARKS, TAG_LEN};
 
     /// The worst notice of a job (every other rank failed, as a list the

@@ -12,10 +12,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fabric::{CqError, Endpoint, FabricError, FailedOp, FiAddr};
+use crate::fabric::{CqError, FabricError, FailedOp, FiAddr};
 use crate::protocol::{Evidence, FabricSaid, Input, Rank, Time, TransportErrorKind};
 
 use super::super::evidence::{classify_completion, classify_post};
+use super::super::transport::Transport;
 use super::Core;
 
 /// What the progress thread keeps of its sends between turns.
@@ -171,7 +172,7 @@ impl Core<'_> {
 
     pub(super) fn write_heartbeat(
         &mut self,
-        endpoint: &mut Endpoint,
+        endpoint: &mut Transport,
         to: Rank,
         slot: u16,
         value: u64,
@@ -194,6 +195,11 @@ impl Core<'_> {
             }
             // The next period brings the next beat; only the run is counted.
             Err(e) if e.is_refusal() => self.refused(to),
+            // No endpoint (`transport.rs`): a bug, not evidence against `to`.
+            Err(FabricError::Invalid(why)) => {
+                self.logger
+                    .error(format_args!("heartbeat to rank {to} not written: {why}"));
+            }
             Err(e) => {
                 self.logger
                     .info(format_args!("heartbeat to rank {to} failed: {e}"));
@@ -204,7 +210,7 @@ impl Core<'_> {
 
     /// Tries a send; a refused one waits in `pending`. Returns whether the
     /// send left (or was abandoned as an error).
-    pub(super) fn send(&mut self, endpoint: &mut Endpoint, to: Rank, bytes: Arc<[u8]>) -> bool {
+    pub(super) fn send(&mut self, endpoint: &mut Transport, to: Rank, bytes: Arc<[u8]>) -> bool {
         // A rank of this host: its mailbox, not the fabric (`mail.rs`).
         if let Some(sent) = self.mail_send(to, &bytes) {
             return sent;
@@ -236,7 +242,7 @@ impl Core<'_> {
     }
 
     /// Retries refused sends in order; stops at the first peer still refusing.
-    pub(super) fn retry_pending(&mut self, endpoint: &mut Endpoint) {
+    pub(super) fn retry_pending(&mut self, endpoint: &mut Transport) {
         let mut round = std::mem::take(&mut self.sends.pending);
         let mut blocked: Vec<Rank> = Vec::new();
         // Sends to ranks already declared failed stay queued too: the Engine

@@ -47,6 +47,15 @@ impl JobView {
         !by_mail || of.host_id != self.records[self.rank as usize].host_id
     }
 
+    /// Whether the job needs no fabric at all: every rank on this rank's
+    /// host, each able to use the host's mailboxes (its record says so), so
+    /// that the node segment carries every message (`runtime/mail.rs`).
+    /// Every rank decides the same from the same records.
+    pub fn one_host_by_mail(&self) -> bool {
+        let host = self.records[self.rank as usize].host_id;
+        self.records.iter().all(|r| r.host_id == host && r.mailbox)
+    }
+
     /// A dense node index per rank (`0..node_count`), numbering hosts by
     /// their first rank: the same on every rank of the job.
     pub fn nodes(&self) -> Vec<u32> {
@@ -135,7 +144,7 @@ pub enum ExchangeError {
 
 /// Runs the address exchange: contributes `mine`, and checks that every
 /// rank runs the same protocol version, job size, provider and job-wide
-/// settings, that no rank is claimed twice, that every rank holds the same
+/// settings, that every rank sent a fabric address or none did, that no rank is claimed twice, that every rank holds the same
 /// job secret (by fingerprint) or none, and that rank 0 sent a job key and,
 /// when nobody holds a secret, the one it drew.
 pub fn exchange<B: Bootstrap + ?Sized>(
@@ -186,6 +195,10 @@ pub fn exchange<B: Bootstrap + ?Sized>(
         }
         claimed.insert(r.rank, position);
     }
+    // A round without fabric addresses (start-up's first, which decides
+    // whether the job needs the fabric) carries none at all; otherwise
+    // every rank's.
+    let with_addresses = records.iter().any(|r| !r.fabric_addr.is_empty());
     for (position, r) in (0..).zip(&records) {
         if r.rank != position {
             return Err(ExchangeError::Misplaced {
@@ -194,7 +207,7 @@ pub fn exchange<B: Bootstrap + ?Sized>(
             });
         }
         check_agreement(mine, r)?;
-        if r.fabric_addr.is_empty() {
+        if with_addresses && r.fabric_addr.is_empty() {
             return Err(ExchangeError::NoAddress { rank: r.rank });
         }
     }

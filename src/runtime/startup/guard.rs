@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use crate::config::{Config, SourceFilterMode};
 use crate::fabric::{
-    FabricError, GuardError, SourceFilter, SourceGuard, listens_on_sockets, socket_address,
+    FabricError, GuardError, Info, SourceFilter, SourceGuard, listens_on_sockets, socket_address,
 };
 
 use super::super::log::Logger;
@@ -25,11 +25,12 @@ use super::{JobView, OwnFabric, StartError};
 /// found) is a warning and no filter; with `on`, an error.
 pub(super) fn deny_all(
     config: &Config,
+    info: &Info,
     fabric: &OwnFabric,
     logger: &Logger,
 ) -> Result<Option<SourceGuard>, StartError> {
     let mode = config.source_filter();
-    if mode == SourceFilterMode::Off || !listens_on_sockets(&fabric.info.provider()) {
+    if mode == SourceFilterMode::Off || !listens_on_sockets(&info.provider()) {
         return Ok(None);
     }
     let guard = SourceGuard::deny_all(fabric.endpoint.name()).and_then(|guard| {

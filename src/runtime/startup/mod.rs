@@ -11,10 +11,15 @@
 //! without a bound of its own (a embedder's collective is the embedder's business).
 //!
 //! The steps, each a function below, in the order `start` runs them:
-//! `open_fabric` (then `guard::deny_all`: the source filter drops
-//! everyone), `exchange_records` (with this rank's claim on the job's
-//! secret, `keys`), `guard::admit_job` (the job's hosts only, locked),
-//! `insert_peers`, `agree_engine` (with the host groups
+//! `Info::query` (no endpoint, no socket), `own_record` (with this rank's
+//! claim on the job's secret, `keys`, and whether it reads its host's
+//! mailboxes) and the first `exchange`, without fabric fields; then, from
+//! the same records on every rank (`JobView::one_host_by_mail`), either
+//! nothing more (a one-host job: no endpoint, `runtime/transport.rs`) or
+//! `fabric_round`: `open_fabric` (then `guard::deny_all`: the source
+//! filter drops everyone), the liveness port, the second `exchange` with
+//! the fabric fields, `guard::admit_job` (the job's hosts only, locked),
+//! `insert_peers`. Then `agree_engine` (with the host groups
 //! unless `FFD_LOCAL=off`, then `local::plan`: the host's counter segment
 //! and the pidfds), `choose_placement`,
 //! `seed_engine` (the message key), `plan_links`, `publish_state`,
@@ -41,6 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::transport::{Fabric, NO_FABRIC_DOMAIN, NO_FABRIC_PROVIDER, Slots, Transport};
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::secret::JobSecret;
 use crate::config::{
@@ -84,31 +90,32 @@ pub(super) fn start(
     let engine_config = config.engine_config();
 
     check_fabric_version(&logger)?;
-    let fabric = open_fabric(config, size)?;
-    let source_guard =
-        guard::deny_all(config, &fabric, &logger).map_err(|e| abandon_exchange(bootstrap, e))?;
-    phases.done("fabric open");
-    let live = liveness_listener(config, &fabric, &logger);
-    let live_port = live
-        .as_ref()
-        .map_or(0, |(l, _)| l.local_addr().map_or(0, |a| a.port()));
-    let (view, secret) = exchange_records(config, bootstrap, &fabric, live_port)?;
-    phases.done("address exchange");
-    // Same-host messages go through the host's mailboxes: only other
-    // hosts' ranks need this rank's fabric port, or its liveness port
-    // (watched by fabric observers only); `local::plan` decides the same
-    // from the same setting.
+    // `fi_getinfo` only: no endpoint, no socket. A provider that is not
+    // there fails here, named, on every rank.
+    let info = Info::query(config.provider(), config.domain())
+        .map_err(|e| abandon_exchange(bootstrap, e.into()))?;
+    // First round: every rank's record without fabric fields, from which
+    // every rank decides alike whether the job needs the fabric at all.
+    let (mut record, held) = own_record(config, bootstrap, &info)?;
+    let view = exchange(bootstrap, &record)?;
+    let secret = job_secret(held, &view)?;
+    phases.done("record exchange");
     let by_mail = local::mailbox_usable(config.local());
-    let liveness = admit_liveness(live, &view, config.timeout(), by_mail, &logger);
-    let source_filter = guard::admit_job(source_guard, &view, by_mail)?;
-    phases.done("source filter");
-    if let Some(filter) = &source_filter {
+    let (fabric, view, liveness) = if view.one_host_by_mail() {
+        // Every rank on this host, each reading its mailbox: the node
+        // segment carries everything, and no endpoint (no socket of
+        // libfabric's, no liveness port) is opened.
         logger.info(format_args!(
-            "source filter on {} ({} sockets): admits {:?}",
-            filter.addr, filter.sockets, filter.allowed
+            "no fabric endpoint: every rank is on this host, messages go through its \
+             node segment (FFD_PROVIDER={} not opened)",
+            info.provider()
         ));
-    }
-    let peers = insert_peers(&fabric, &view)?;
+        (None, view, None)
+    } else {
+        let (fabric, view, liveness) =
+            fabric_round(config, bootstrap, (&info, &mut record), by_mail, &phases)?;
+        (Some(fabric), view, liveness)
+    };
     let (engine_config, ring, hosts) = agree_engine(config, engine_config, &view);
     let local = match hosts {
         Some(hosts) => Some(local::plan(config.local(), &view, hosts, me)?),
@@ -119,9 +126,12 @@ pub(super) fn start(
             logger.info(format_args!("local watching without pidfd: {why}"));
         }
     }
-    let placement = choose_placement(config, &fabric.info, &view)?;
+    let placement = choose_placement(config, &info, &view)?;
     phases.done("placement");
-    let (provider, domain) = (fabric.info.provider(), fabric.info.domain_name());
+    let (provider, domain) = match &fabric {
+        Some(_) => (info.provider(), info.domain_name()),
+        None => (NO_FABRIC_PROVIDER.to_owned(), NO_FABRIC_DOMAIN.to_owned()),
+    };
     logger.info(format_args!(
         "provider {provider} domain {domain}, {size} ranks, placement: {}",
         placement.reason
@@ -131,7 +141,14 @@ pub(super) fn start(
     let started = Instant::now();
     let seed = seed_engine(engine_config, ring, local, &view, &secret)?;
     let max_payload = seed.config.max_payload;
-    let links = plan_links(&seed, size, &peers);
+    let links = match &fabric {
+        Some((_, peers)) => plan_links(&seed, size, peers),
+        None => LinkPlan {
+            target: None,
+            warm: Vec::new(),
+        },
+    };
+    logger.debug(format_args!("start: links to warm up: {:?}", links.warm));
     // A one-host job agrees through the host's segment (`host_agree.rs`):
     // every rank decides the same from the same records.
     let one_host = seed.local.as_ref().is_some_and(|plan| {
@@ -152,12 +169,26 @@ pub(super) fn start(
     let link_progress = Arc::new(LinkProgress::default());
     let warm_links = links.warm.len();
 
+    let (transport, slots, peers) = match fabric {
+        Some((fabric, peers)) => (
+            Transport::Fabric(Box::new(Fabric {
+                endpoint: fabric.endpoint,
+                _av: fabric.av,
+            })),
+            Slots::Registered(fabric.slots),
+            peers,
+        ),
+        None => (
+            Transport::Node { refused: 0 },
+            Slots::Plain(SlotPage::new()?),
+            Vec::new(),
+        ),
+    };
     let parts = progress::Parts {
         shared: Arc::clone(&published),
         seed,
-        endpoint: fabric.endpoint,
-        _av: fabric.av,
-        slots: fabric.slots,
+        transport,
+        slots,
         peers,
         started,
         commands: command_rx,
@@ -221,7 +252,6 @@ impl Phases {
 /// The detector's own fabric resources, separate from the embedder's: open,
 /// the slot region registered, not yet linked to any peer.
 struct OwnFabric {
-    info: Info,
     av: AddressVector,
     endpoint: Endpoint,
     slots: SlotRegion,
@@ -242,9 +272,8 @@ fn check_fabric_version(logger: &Logger) -> Result<(), StartError> {
     Ok(())
 }
 
-fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
-    let info = Info::query(config.provider(), config.domain())?;
-    let domain = Domain::open_info(&info)?;
+fn open_fabric(info: &Info, size: u32) -> Result<OwnFabric, StartError> {
+    let domain = Domain::open_info(info)?;
     let av = AddressVector::open(&domain, size as usize)?;
     let (buffers, buffer_size) = progress::message_buffers(size);
     let endpoint_config = EndpointConfig {
@@ -260,24 +289,22 @@ fn open_fabric(config: &Config, size: u32) -> Result<OwnFabric, StartError> {
     let endpoint = Endpoint::open(&domain, &av, &endpoint_config)?;
     let slots = endpoint.register(SlotPage::new()?)?;
     Ok(OwnFabric {
-        info,
         av,
         endpoint,
         slots,
     })
 }
 
-/// Builds this rank's [`PeerRecord`] (host name, provider, fabric address,
-/// slot region, job-wide settings, its claim on the job's secret, and on rank
-/// 0 a fresh job key) and runs the [`exchange`] through `bootstrap`: every
-/// rank's record, checked to agree with ours. Returns the view and the
-/// job's secret (this rank's own, or the one rank 0 drew).
-fn exchange_records(
+/// Builds this rank's [`PeerRecord`] without its fabric fields (host
+/// name, provider, job-wide settings, its process, whether it can use the
+/// host's mailboxes, its claim on the job's secret, and on rank 0 a fresh
+/// job key), and returns it with the secret this rank holds, if any. On
+/// error this rank still takes part in the exchange (`abandon_exchange`).
+fn own_record(
     config: &Config,
     bootstrap: &mut dyn Bootstrap,
-    fabric: &OwnFabric,
-    liveness_port: u16,
-) -> Result<(JobView, JobSecret), StartError> {
+    info: &Info,
+) -> Result<(PeerRecord, Option<JobSecret>), StartError> {
     let (me, size) = (bootstrap.rank(), bootstrap.size());
     let secret = keys::held_secret(bootstrap, &Env::process())
         .and_then(|held| keys::claim(me, held.as_ref()).map(|claim| (held, claim)));
@@ -291,15 +318,11 @@ fn exchange_records(
             local_hostname().map_err(|e| abandon_exchange(bootstrap, StartError::Hostname(e)))?
         }
     };
-    let remote = fabric.slots.remote();
     let mut record = PeerRecord::new(me, size, hostname, config);
-    record.provider = fabric.info.provider();
-    record.fabric_addr = fabric.endpoint.name().to_vec();
-    record.slot_addr = remote.addr;
-    record.slot_key = remote.key;
+    record.provider = info.provider();
     record.secret = claim;
     record.process = this_process();
-    record.liveness_port = liveness_port;
+    record.mailbox = local::mailbox_usable(config.local());
     if me == 0 {
         record.job_key = random_job_key().map_err(|source| {
             abandon_exchange(
@@ -311,15 +334,67 @@ fn exchange_records(
             )
         })?;
     }
-    let view = exchange(bootstrap, &record)?;
-    let secret = match (held, &view.drawn_secret) {
-        (Some(held), _) => held,
-        (None, Some(drawn)) => drawn.clone(),
-        // The exchange checked that rank 0 drew one when nobody holds one.
-        (None, None) => return Err(ExchangeError::NoSecret.into()),
-    };
-    Ok((view, secret))
+    Ok((record, held))
 }
+
+/// The job's secret: the one this rank holds, or the one rank 0 drew.
+fn job_secret(held: Option<JobSecret>, view: &JobView) -> Result<JobSecret, StartError> {
+    match (held, &view.drawn_secret) {
+        (Some(held), _) => Ok(held),
+        (None, Some(drawn)) => Ok(drawn.clone()),
+        // The exchange checked that rank 0 drew one when nobody holds one.
+        (None, None) => Err(ExchangeError::NoSecret.into()),
+    }
+}
+
+/// A job across hosts: opens the fabric (the source filter deny-all from
+/// the start, the liveness port), exchanges the records again with the
+/// fabric address, slot region and liveness port filled in, admits the
+/// job's hosts, and inserts every rank's address. Returns the fabric with
+/// every rank's slot region, the second round's view, and the liveness
+/// parts. A collective, like the first round: a rank that cannot open its
+/// fabric still takes part, so that the others fail naming it.
+fn fabric_round(
+    config: &Config,
+    bootstrap: &mut dyn Bootstrap,
+    (info, record): (&Info, &mut PeerRecord),
+    by_mail: bool,
+    phases: &Phases,
+) -> Result<(OwnedFabricPeers, JobView, Option<LivenessParts>), StartError> {
+    let logger = phases.logger;
+    let fabric = open_fabric(info, bootstrap.size()).map_err(|e| abandon_exchange(bootstrap, e))?;
+    let source_guard = guard::deny_all(config, info, &fabric, &logger)
+        .map_err(|e| abandon_exchange(bootstrap, e))?;
+    phases.done("fabric open");
+    let live = liveness_listener(config, &fabric, &logger);
+    let remote = fabric.slots.remote();
+    record.fabric_addr = fabric.endpoint.name().to_vec();
+    record.slot_addr = remote.addr;
+    record.slot_key = remote.key;
+    record.liveness_port = live
+        .as_ref()
+        .map_or(0, |(l, _)| l.local_addr().map_or(0, |a| a.port()));
+    let view = exchange(bootstrap, record)?;
+    phases.done("address exchange");
+    // Same-host messages go through the host's mailboxes: only other
+    // hosts' ranks need this rank's fabric port, or its liveness port
+    // (watched by fabric observers only); `local::plan` decides the same
+    // from the same setting.
+    let liveness = admit_liveness(live, &view, config.timeout(), by_mail, &logger);
+    let source_filter = guard::admit_job(source_guard, &view, by_mail)?;
+    phases.done("source filter");
+    if let Some(filter) = &source_filter {
+        logger.info(format_args!(
+            "source filter on {} ({} sockets): admits {:?}",
+            filter.addr, filter.sockets, filter.allowed
+        ));
+    }
+    let peers = insert_peers(&fabric, &view)?;
+    Ok(((fabric, peers), view, liveness))
+}
+
+/// The fabric and every rank's slot region.
+type OwnedFabricPeers = (OwnFabric, Vec<RemoteRegion>);
 
 /// This rank's liveness port (`FFD_LIVENESS=auto`, design
 /// §4.5 "In-band detection"): a TCP listener at the fabric endpoint's IP that drops
@@ -539,12 +614,26 @@ fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan 
             .as_ref()
             .is_some_and(|plan| plan.mailbox && plan.hosts.host_of(r) == plan.hosts.host_of(me))
     };
-    let warm = protocol::Overlay::new(seed.config.bcast, size)
+    let mut warm: Vec<Rank> = protocol::Overlay::new(seed.config.bcast, size)
         .neighbours(ring.position_of(me))
         .into_iter()
         .map(|pos| ring.rank_at(pos))
-        .filter(|&r| r != me && !by_mail(r))
         .collect();
+    // With host groups, agreements run on a tree over the hosts' heads
+    // (design §4.10 "Agreement and views"), rooted at rank 0 while it
+    // lives: its edges between hosts are warmed too, so that the first
+    // agreement does not set up connections. (With the ring in rank order
+    // and hosts r mod H, as `ffd run --netns`, they are broadcast
+    // neighbours already; with another ring order they need not be.)
+    if let Some(plan) = &seed.local {
+        let tree = protocol::agreement::Shape::Hosts(Arc::clone(&plan.hosts));
+        let none = protocol::RankSet::new();
+        warm.extend(tree.effective_parent(me, 0, size, &none));
+        warm.extend(tree.effective_children(me, 0, size, &none));
+    }
+    warm.retain(|&r| r != me && !by_mail(r));
+    warm.sort_unstable();
+    warm.dedup();
     LinkPlan { target, warm }
 }
 

@@ -6,7 +6,7 @@
 //! each other (that is `exchange`'s job), or carry the bytes anywhere (the
 //! [`Bootstrap`](crate::bootstrap::Bootstrap) transport does).
 //!
-//! Format, little-endian, version [`RECORD_VERSION`] = 4:
+//! Format, little-endian, version [`RECORD_VERSION`] = 5:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -26,8 +26,9 @@
 //! | 93 | 8 | pid namespace: the inode of `/proc/self/ns/pid` (0: unknown) |
 //! | 101 | 8 | process start time, clock ticks since boot (`/proc/self/stat` field 22; 0: unknown) |
 //! | 109 | 2 | liveness port at the fabric address's IP (0: none; `FFD_LIVENESS`) |
-//! | 111 | 1 | k, the number of job-wide settings |
-//! | 112 | k × (1+n) | each job-wide setting's canonical value, UTF-8, n ≤ 255, in the settings table's order |
+//! | 111 | 1 | flags: bit 0, this rank's same-host messages can go through the host's mailboxes (`FFD_LOCAL=auto` with `futex_waitv`); the other bits 0 |
+//! | 112 | 1 | k, the number of job-wide settings |
+//! | 113 | k × (1+n) | each job-wide setting's canonical value, UTF-8, n ≤ 255, in the settings table's order |
 //! | | 1+n | hostname, UTF-8, n ≤ 255 |
 //! | | 1+n | provider name, UTF-8, n ≤ 255 |
 //! | | 2+n | fabric address, n ≤ 4096 |
@@ -44,6 +45,13 @@
 //! version is bumped (the test `each_record_version_names_its_job_wide_settings`
 //! fails until it is), so a rank of another build is refused naming both
 //! versions rather than compared value by misplaced value.
+//!
+//! Version 5 added the flags byte: a job whose ranks all share one host
+//! and can all use its mailboxes opens no fabric endpoint (`docs/design.md`
+//! §5.4 "What the authentication stops"), and every rank must decide that
+//! from the same records. In a one-host job the fabric fields (address,
+//! slot region, liveness port) stay empty: start-up exchanges them in a
+//! second round only when the job spans hosts.
 //!
 //! Version 4 made the job-wide settings a list derived from the settings
 //! table (version 3 had fixed fields for period and timeout in ns and codes
@@ -78,10 +86,12 @@ use crate::config::{Config, Setting, VARIABLES};
 use crate::protocol::{Rank, wire};
 
 /// The version of the record format above.
-pub const RECORD_VERSION: u16 = 4;
+pub const RECORD_VERSION: u16 = 5;
 
 const MAGIC: [u8; 4] = *b"FFDR";
-const FIXED_LEN: usize = 111;
+const FIXED_LEN: usize = 112;
+/// The flags byte's bit for [`PeerRecord::mailbox`].
+const FLAG_MAILBOX: u8 = 1;
 /// Bytes of a secret's fingerprint in a record.
 pub const FINGERPRINT_LEN: usize = 8;
 const MAX_NAME: usize = 255;
@@ -258,6 +268,9 @@ pub struct PeerRecord {
     pub process: ProcessIdentity,
     /// This rank's liveness port, at its fabric address's IP (0: none).
     pub liveness_port: u16,
+    /// This rank's same-host messages can go through the host's mailboxes
+    /// (`FFD_LOCAL=auto` where `futex_waitv` exists).
+    pub mailbox: bool,
 }
 
 impl PeerRecord {
@@ -283,6 +296,7 @@ impl PeerRecord {
             secret: SecretClaim::None,
             process: ProcessIdentity::default(),
             liveness_port: 0,
+            mailbox: false,
         }
     }
 
@@ -337,6 +351,7 @@ impl PeerRecord {
         out.extend_from_slice(&self.process.pid_namespace.to_le_bytes());
         out.extend_from_slice(&self.process.start_time.to_le_bytes());
         out.extend_from_slice(&self.liveness_port.to_le_bytes());
+        out.push(if self.mailbox { FLAG_MAILBOX } else { 0 });
         out.push(self.settings.values.len() as u8); // checked above: ≤ 255
         let texts = self.settings.values.iter();
         for text in texts.chain([&self.hostname, &self.provider]) {
@@ -377,6 +392,13 @@ impl PeerRecord {
             start_time: r.u64()?,
         };
         let liveness_port = r.u16()?;
+        let flags = r.u8()?;
+        if flags & !FLAG_MAILBOX != 0 {
+            return Err(RecordError::UnknownCode {
+                field: "flags",
+                code: flags,
+            });
+        }
         let count = r.u8()?;
         let values = (0..count)
             .map(|_| r.text("job-wide setting"))
@@ -413,6 +435,7 @@ impl PeerRecord {
             secret,
             process,
             liveness_port,
+            mailbox: flags & FLAG_MAILBOX != 0,
         })
     }
 }
@@ -614,6 +637,8 @@ mod tests {
         const VERSIONS: &[(u16, &[&str])] = &[
             (3, &[PERIOD, TIMEOUT, INBAND, BCAST, RING, LOCAL]),
             (4, &[PERIOD, TIMEOUT, INBAND, QUORUM, BCAST, RING, LOCAL]),
+            // Version 5 added the flags byte, not a setting.
+            (5, &[PERIOD, TIMEOUT, INBAND, QUORUM, BCAST, RING, LOCAL]),
         ];
         let now: Vec<&str> = JobWideSettings::variables().collect();
         let &(version, list) = VERSIONS.last().unwrap();
@@ -668,7 +693,7 @@ mod tests {
         let r = sample();
         let bytes = r.encode().unwrap();
         assert_eq!(&bytes[..4], b"FFDR");
-        assert_eq!(bytes[4..6], [4, 0]);
+        assert_eq!(bytes[4..6], [5, 0]);
         assert_eq!(bytes.len(), SAMPLE_HOSTNAME_AT + 1 + 6 + 1 + 11 + 2 + 5);
         assert_eq!(PeerRecord::decode(&bytes), Ok(r));
     }
@@ -694,6 +719,25 @@ mod tests {
         }
         let drawn = SecretClaim::Drawn(JobSecret::from_bytes([9; SECRET_LEN]));
         assert!(!format!("{drawn:?}").contains('9'), "Debug hides a secret");
+    }
+
+    /// The flags byte at 111: bit 0 the mailbox; an unknown bit is named.
+    #[test]
+    fn the_mailbox_flag_is_bit_0_at_111_and_unknown_bits_are_refused() {
+        let mut r = sample();
+        assert_eq!(r.encode().unwrap()[111], 0);
+        r.mailbox = true;
+        let mut bytes = r.encode().unwrap();
+        assert_eq!(bytes[111], 1);
+        assert_eq!(PeerRecord::decode(&bytes), Ok(r));
+        bytes[111] = 3;
+        assert_eq!(
+            PeerRecord::decode(&bytes),
+            Err(RecordError::UnknownCode {
+                field: "flags",
+                code: 3
+            })
+        );
     }
 
     #[test]
@@ -728,7 +772,7 @@ mod tests {
         v3[4] = 3;
         assert_eq!(
             PeerRecord::decode(&v3).unwrap_err().to_string(),
-            "is of record version 3, this rank reads version 4"
+            "is of record version 3, this rank reads version 5"
         );
         let mut claim = bytes.clone();
         claim[56] = 3;
