@@ -19,8 +19,8 @@ is on the fabric ring and one row covers them all.
                    [--timeout-periods 10,5]
 
 A rank that is not its host's leader wakes a few times per timeout
-(4, a fixed setting of the protocol) to check its same-host emitter and bump its own
-counter; a leader also every period for its fabric heartbeat. So the
+(2: `local_checks_per_timeout`, half of the protocol's fixed 4) to check its
+same-host emitter and bump its own counter; a leader also every period for its fabric heartbeat. So the
 non-leaders' cost per period falls with a longer timeout, the leaders'
 hardly.
 

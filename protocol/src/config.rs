@@ -353,6 +353,44 @@ impl EngineConfig {
         interval.max(Duration::from_nanos(1))
     }
 
+    /// How many times per timeout an idle rank checks its same-host
+    /// emitter's counter: half of `checks_per_timeout`, but at least 2
+    /// (and never more than `checks_per_timeout`): 2 at the default 4.
+    ///
+    /// The counter moves at every wake-up of the emitter's thread, and
+    /// an idle rank with no fabric duty wakes only for this check, so the
+    /// check interval is also the interval of its emitter's beats: the
+    /// counter stands still at most a local check interval while the
+    /// emitter's thread keeps time, which leaves the timeout minus that
+    /// interval (half a timeout at least, at 2 checks) as the margin for
+    /// a late wake-up. A late thread that the kernel shows runnable (one
+    /// waiting for a CPU) is not judged by the timeout at all but by the
+    /// ceiling of `health_max` timeouts (`docs/design.md` §4.12 "Hosts"), so
+    /// the margin only has to cover a thread that is held in the kernel
+    /// (not waiting for a CPU), where a fabric slot's margin has to cover
+    /// any lateness. A check comes at the counter's expiry, not on the
+    /// interval's next step, so fewer checks do not delay a declaration
+    /// (it comes a timeout after the emitter's last wake-up). Why fewer
+    /// (issue 35): on a host with more ranks than cores every idle wake-up
+    /// preempts an application thread; at 32 ranks on 2 cores, 4 checks
+    /// per timeout cost the shim's ping-pong about 4 % of its speed.
+    pub fn local_checks_per_timeout(&self) -> u32 {
+        let n = self.checks_per_timeout.max(1);
+        (n / 2).max(2).min(n)
+    }
+
+    /// Interval between idle checks of the same-host emitter's counter:
+    /// `timeout / local_checks_per_timeout` (50 ms at 100 ms and 4
+    /// checks per timeout).
+    pub fn local_check_interval(&self) -> Duration {
+        let n = self.local_checks_per_timeout();
+        let interval = match u64::try_from(self.timeout.as_nanos()) {
+            Ok(ns) => Duration::from_nanos(ns / u64::from(n)),
+            Err(_) => self.timeout / n,
+        };
+        interval.max(Duration::from_nanos(1))
+    }
+
     pub fn startup_grace(&self) -> Duration {
         self.startup_grace.unwrap_or(Self::DEFAULT_STARTUP_GRACE)
     }
@@ -482,6 +520,43 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Same-host checks: half the fabric's, at least 2, never more than
+    /// the fabric's: the counter of an emitter that keeps time stands
+    /// still at most half a timeout between two of its wake-ups (with
+    /// 2 checks or more).
+    #[test]
+    fn local_checks_are_half_the_fabric_checks_but_at_least_two() {
+        let want = [
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (4, 2),
+            (5, 2),
+            (6, 3),
+            (8, 4),
+            (16, 8),
+        ];
+        for (n, local) in want {
+            let c = EngineConfig {
+                checks_per_timeout: n,
+                ..EngineConfig::default()
+            };
+            assert_eq!(c.local_checks_per_timeout(), local, "{n} checks");
+            assert_eq!(c.local_check_interval(), c.timeout / local, "{n} checks");
+            assert!(c.local_check_interval() >= c.check_interval());
+            if n >= 2 {
+                assert!(c.local_check_interval() <= c.timeout / 2);
+            }
+        }
+        let c = EngineConfig::default();
+        assert_eq!(c.local_check_interval(), Duration::from_millis(50));
+        let tiny = EngineConfig {
+            timeout: Duration::from_nanos(1),
+            ..EngineConfig::default()
+        };
+        assert_eq!(tiny.local_check_interval(), Duration::from_nanos(1));
     }
 
     #[test]

@@ -880,8 +880,8 @@ fn a_local_mending_gives_the_next_emitter_a_full_timeout() {
 }
 
 /// Under `FFD_QUORUM=majority` a same-host emitter's silence is an
-/// accusation. Meanwhile the accuser keeps waking every check interval
-/// (its wake-ups are its own counter's beats), and a suspect that refutes
+/// accusation. Meanwhile the accuser keeps waking every local check
+/// interval (its wake-ups are its own counter's beats), and a suspect that refutes
 /// gets a fresh timeout. Before, the accuser stopped checking: it slept
 /// until the next message, its own counter stood still, its observer
 /// accused it in turn, and so on round the ring (32 ranks on
@@ -920,11 +920,14 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
     let (accused, nonce) = run(&mut e, Time::ZERO + ms(1000)).expect("accused");
     assert!(accused >= Time::ZERO + ms(250), "accused at {accused}");
     // The accusation is under way (it has no voters here: it would give
-    // up 75 ms on): rank 2 still wakes every check interval.
+    // up 75 ms on): rank 2 still wakes every local check interval (50 ms:
+    // half the timeout, with 4 fabric checks per timeout).
+    let every = e.config().local_check_interval();
+    assert_eq!(every, ms(50));
     let mut woke = accused;
     while woke < accused + ms(50) {
         let d = e.next_deadline().expect("a deadline");
-        assert!(d <= woke + ms(25), "woke at {woke}, next wake-up at {d}");
+        assert!(d <= woke + every, "woke at {woke}, next wake-up at {d}");
         wake(&mut e, d);
         drain(&mut e);
         woke = d;
@@ -934,7 +937,7 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
     let refute = wire::Encoder::new(KEY, 1).refute(2, nonce);
     deliver_sealed(&mut e, refuted_at, &JOB.seal_numbered(&refute, 1, 2));
     let next = e.next_deadline().expect("still checking");
-    assert!(next <= refuted_at + ms(25), "next wake-up at {next}");
+    assert!(next <= refuted_at + every, "next wake-up at {next}");
     // A fresh timeout from the refutation, though the counter is still
     // the old one; then accused again.
     let (again, _) = run(&mut e, refuted_at + ms(1000)).expect("accused again");
@@ -942,6 +945,51 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
         again >= refuted_at + ms(100) && again <= refuted_at + ms(126),
         "refuted at {refuted_at}, accused again at {again}"
     );
+}
+
+/// A same-host emitter's wake-ups and its observer's reads come once per
+/// local check interval on the same grid points, so two readings of a
+/// timely emitter can be two intervals apart (one just before a wake-up,
+/// the next just after the following one: 105 ms at 100 ms with the
+/// grid's 2.5 ms step): no `SlowEmitter` for that; a gap of two
+/// intervals plus half a timeout (a starved emitter, which the ceiling
+/// keeps from a declaration) raises one.
+#[test]
+fn two_readings_two_local_intervals_apart_are_no_slow_emitter() {
+    let n = 4;
+    let ids = vec![0; n as usize];
+    let hosts = Arc::new(Hosts::new(RingKind::Topology, &ids, 0));
+    let ring = Arc::new(Ring::topology(&ids));
+    let mut e = JOB.engine_on_hosts(host_config(QuorumMode::Off), ring, hosts, 2);
+    assert_eq!(e.local_emitter(), Some(1));
+    assert_eq!(e.config().local_check_interval(), ms(50));
+    let t = |v: u64| Time::ZERO + Duration::from_micros(v);
+    let mut slow = Vec::new();
+    // (when this rank reads, the emitter's last wake-up then)
+    for (now, woke) in [
+        (150_000, 150_000),
+        (202_500, 150_000), // read just before its wake-up at 202.5 ms
+        (255_000, 255_000), // and just after the next: 105 ms apart
+        (307_500, 307_500),
+        (462_500, 462_500), // starved for 155 ms (two intervals + half)
+    ] {
+        let beat = LocalBeat {
+            at: t(woke),
+            digest: fold_digest(e.digest()),
+            thread: EmitterThread::Runnable,
+        };
+        e.handle_timeout(t(now), &readings(|_| 0, |_| Some(beat)));
+        for o in drain(&mut e) {
+            match o {
+                Output::Event(Event::SlowEmitter { rank, stalled_for }) => {
+                    slow.push((now, rank, stalled_for));
+                }
+                Output::Event(Event::Failed { .. }) => panic!("declared at {now} µs"),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(slow, vec![(462_500, 1, ms(155))]);
 }
 
 /// The start-up grace gives way to the first wake-up read (the emitter is
@@ -952,9 +1000,11 @@ fn a_refuted_local_emitter_gets_a_fresh_timeout_and_the_accuser_keeps_waking() {
 #[test]
 fn a_rank_stopped_inside_the_start_up_grace_is_timed_from_its_last_wake_up() {
     let mut c = Cluster::new(9, 3); // start-up grace 100 ms, timeout 100 ms
-    c.run_for(ms(30));
+    // Its first wake-up: a local check interval (50 ms) from the start.
+    c.run_for(ms(60));
     c.status[4] = Status::Hung;
     let last_woke = c.counters[4].expect("rank 4 woke").at;
+    assert!(last_woke < Time::ZERO + ms(100), "inside the grace");
     c.run_for(ms(500));
     let at = c.declared_at(4).expect("declared");
     assert!(

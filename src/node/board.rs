@@ -11,7 +11,12 @@
 //! detector is there). The bitmap only grows, so a reader that was
 //! stopped finds every post when it runs again. A reader's flag (the
 //! exit-word matrix's diagonal) says it waits on the bell: a poster's
-//! fan-out skips the ranks so flagged.
+//! fan-out skips the ranks so flagged. Each change of a flag is followed
+//! by a bump of the readers' change count in the segment's header
+//! ([`set_reader`]), so a rank that finds the count as it was at its last
+//! scan of the flags skips the scan ([`readers_changes`]): one load of a
+//! line every rank reads, instead of one cold line per local rank at each
+//! idle wake-up.
 //!
 //! Owns: the post, the read, the flags. Must not: decide who failed (the
 //! Engine posts and learns), or block.
@@ -85,6 +90,24 @@ impl BoardReader {
     }
 }
 
+/// Sets local rank `index`'s reader flag (`on`: its exit-word thread
+/// waits on the bell) and then bumps the readers' change count (release:
+/// a rank that reads the new count sees the flag).
+pub fn set_reader(segment: &HostSegment, index: u32, on: bool) {
+    if let Some(flag) = segment.board_reader(index) {
+        flag.store(u32::from(on), Ordering::Release);
+        segment
+            .board_readers_changes()
+            .fetch_add(1, Ordering::Release);
+    }
+}
+
+/// The readers' change count: read it before a scan of the flags
+/// ([`readers`]); while it stays the same, so do the flags.
+pub fn readers_changes(segment: &HostSegment) -> u32 {
+    segment.board_readers_changes().load(Ordering::Acquire)
+}
+
 /// The same-host ranks (indices among the host's) whose exit-word threads
 /// wait on the board's bell, ascending.
 pub fn readers(segment: &HostSegment, out: &mut Vec<u32>) {
@@ -143,8 +166,23 @@ mod tests {
         let mut out = Vec::new();
         readers(&a, &mut out);
         assert!(out.is_empty());
-        a.board_reader(2).unwrap().store(1, Ordering::Release);
+        let before = readers_changes(&a);
+        set_reader(&a, 2, true);
+        let changed = readers_changes(&a);
+        assert_ne!(changed, before, "a change is counted");
         readers(&a, &mut out);
         assert_eq!(out, vec![2]);
+        // Another mapping sees the count and the flag; a clear counts too.
+        let b = HostSegment::open(&name, 3, 3).unwrap();
+        assert_eq!(readers_changes(&b), changed);
+        set_reader(&b, 2, false);
+        assert_ne!(readers_changes(&a), changed);
+        out.clear();
+        readers(&a, &mut out);
+        assert!(out.is_empty());
+        // Past the host's ranks: nothing, not even a count.
+        let now = readers_changes(&a);
+        set_reader(&a, 3, true);
+        assert_eq!(readers_changes(&a), now);
     }
 }

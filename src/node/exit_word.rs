@@ -512,11 +512,11 @@ pub(super) fn waiter(word: &AtomicU32, val: u32, private: bool) -> libc::futex_w
 
 /// Clears this rank's board-reader flag when its reading ends (also on
 /// unwind): posters then send it fabric copies again.
-struct ReaderFlag<'a>(&'a AtomicU32);
+struct ReaderFlag<'a>(&'a HostSegment, u32);
 
 impl Drop for ReaderFlag<'_> {
     fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
+        super::board::set_reader(self.0, self.1, false);
     }
 }
 
@@ -532,9 +532,9 @@ fn watch(
     // Flag first, then read the bell, then have the board read once: a
     // post made before the flag was seen is in the bitmap.
     let flag = board.then(|| segment.board_reader(me)).flatten();
-    let _flag = flag.map(|f| {
-        f.store(1, Ordering::Release);
-        ReaderFlag(f)
+    let _flag = flag.map(|_| {
+        super::board::set_reader(segment, me, true);
+        ReaderFlag(segment, me)
     });
     let bell = flag.map(|_| segment.board_bell());
     let mut bell_seen = bell.map(|b| b.load(Ordering::Acquire));

@@ -36,7 +36,10 @@ mod segment;
 mod wait;
 
 pub use bell::{Bells, bells as agree_bells, ring as ring_agree_bell, wait as wait_agree_bells};
-pub use board::{BoardReader, post as post_on_board, readers as board_readers};
+pub use board::{
+    BoardReader, post as post_on_board, readers as board_readers,
+    readers_changes as board_readers_changes,
+};
 pub use doorbell::{Doorbell, Knocker, door_name};
 pub use exit_word::{
     ExitWordUnavailable, ExitWords, MAX_HELD, WordEvent, exit_word_probe, watchers_of,

@@ -20,7 +20,8 @@
 //! exit-word thread waits on, bumped at each post), a bitmap of the job's
 //! `ranks` ranks (a bit set: posted as failed), and one u32 per job rank:
 //! the detector of its failure plus one (0: none posted). The header
-//! also holds the job's rank count (u32 at byte 16).
+//! also holds the job's rank count (u32 at byte 16) and the count of
+//! changes of the board readers' flags (u32 at byte 20, `board.rs`).
 //! In a one-host job (every rank of the job on this host), then the
 //! agreement area (`runtime/host_agree.rs`), from the next line: a line
 //! with its bell (u32, a futex word bumped at each contribution and
@@ -348,6 +349,12 @@ impl HostSegment {
     /// reader's exit-word thread.
     pub fn board_bell(&self) -> &AtomicU32 {
         self.word32(Self::board_at(self.count))
+    }
+
+    /// The count of changes of the board readers' flags (header u32 at
+    /// 20): bumped after each change of one (`board.rs`).
+    pub fn board_readers_changes(&self) -> &AtomicU32 {
+        self.header_u32(20)
     }
 
     /// Word `i` of the board's bitmap of failed ranks (`None` past it).

@@ -316,7 +316,7 @@ impl Engine {
         if same_host.local_emitter().is_some() {
             timers.set(
                 Timer::LocalCheck,
-                (now + config.check_interval()).min(grace_end),
+                (now + config.local_check_interval()).min(grace_end),
             );
         }
         if emitter.is_some() {

@@ -116,6 +116,14 @@ pub(super) struct Suspect {
     pub(super) said: FabricSaid,
 }
 
+/// [`Engine::next_check`] with the check interval `every` (a same-host
+/// counter's is `EngineConfig::local_check_interval`).
+pub(super) fn next_check_within(now: Time, expiry: Time, every: Duration) -> Time {
+    let interval = now + every;
+    let expiry = if expiry > now { expiry } else { interval };
+    interval.min(expiry).max(now + Duration::from_nanos(1))
+}
+
 impl Engine {
     /// How long the emitter's slot may stand still before it is declared,
     /// and the cause it is declared with: the timeout, or the suspect
@@ -180,9 +188,7 @@ impl Engine {
     /// interval away, or at `expiry` if sooner; once it is past (an
     /// accusation is under way), one check interval away.
     pub(super) fn next_check(&self, now: Time, expiry: Time) -> Time {
-        let interval = now + self.config.check_interval();
-        let expiry = if expiry > now { expiry } else { interval };
-        interval.min(expiry).max(now + Duration::from_nanos(1))
+        next_check_within(now, expiry, self.config.check_interval())
     }
 
     pub(super) fn on_slot(&mut self, now: Time, slot: u16, value: u64) {

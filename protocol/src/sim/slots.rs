@@ -10,7 +10,8 @@
 //! zeroes a slot no stream writes any more. The slot is read only when the
 //! observing Engine's deadline fires, exactly as the runtime reads slot
 //! memory. An idle rank therefore costs `checks_per_timeout` events per
-//! timeout, however short the period.
+//! timeout, however short the period (with host groups, a rank that
+//! watches only a same-host counter `local_checks_per_timeout`).
 //!
 //! Owns: stream table, slot cells, partition freezes. Must not: know about
 //! the protocol beyond `slot_value`.

@@ -12,15 +12,18 @@
 //! the grid the same wake-ups come in a few bursts per check interval: one
 //! timer interrupt and one preemption of the application per burst.
 //!
-//! Bound: only a sleep that runs to within one grid step of a full check
-//! interval is extended (a plain tick of an idle rank); a shorter one (the
+//! Bound: only a sleep that runs to within one grid step of a full tick
+//! is extended (a plain tick of an idle rank: the same-host check
+//! interval, `EngineConfig::local_check_interval`, or the publication of
+//! the counters if that comes sooner); a shorter one (the
 //! Engine's check at an emitter's expiry, a heartbeat period, a retry, an
 //! agreement's poll, a leave) is left alone, and nothing is extended while
 //! an agreement or view change is under way or sends wait. The completion
 //! queue and the wake socket still end any sleep at once. So a check runs
 //! at most one grid step (an eighth of the check interval, at most a
 //! quarter of a period: 2.5 ms at 10 ms / 100 ms) after its deadline, and
-//! an idle rank's counter moves every check interval plus at most a step.
+//! an idle rank's counter moves every tick plus at most a step (the
+//! same-host check interval: half the timeout at 4 checks per timeout).
 
 use std::time::Duration;
 
@@ -32,17 +35,21 @@ use std::time::Duration;
 const STEPS_PER_CHECK: u32 = 8;
 const STEPS_PER_STRAIN: u32 = 4;
 
-/// Where an idle rank's tick ends ([`Cadence::sleep`]).
+/// Where an idle rank's tick ends ([`Cadence::extend`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Cadence {
-    check_interval: Duration,
+    /// An idle rank's sleep when nothing else bounds it.
+    tick: Duration,
     grid: Duration,
 }
 
 impl Cadence {
-    pub(super) fn new(check_interval: Duration, strain_lateness: Duration) -> Self {
+    /// `tick`: an idle rank's sleep (its same-host check interval, or the
+    /// publication's if shorter); `check_interval`: the Engine's (fabric)
+    /// check interval, which sets the step with `strain_lateness`.
+    pub(super) fn new(tick: Duration, check_interval: Duration, strain_lateness: Duration) -> Self {
         Cadence {
-            check_interval,
+            tick,
             grid: (check_interval / STEPS_PER_CHECK).min(strain_lateness / STEPS_PER_STRAIN),
         }
     }
@@ -50,9 +57,9 @@ impl Cadence {
     /// The sleep to wait from `now_ns` (`CLOCK_MONOTONIC`) for one of
     /// `sleep`: extended to the next grid point if it is a plain tick
     /// (`plain`: only the Engine's deadline or the publication bounds it,
-    /// and it runs to within one step of a check interval); `None` keeps it.
+    /// and it runs to within one step of a tick); `None` keeps it.
     pub(super) fn extend(&self, now_ns: u64, sleep: Duration, plain: bool) -> Option<Duration> {
-        let tick = plain && self.grid > Duration::ZERO && sleep + self.grid >= self.check_interval;
+        let tick = plain && self.grid > Duration::ZERO && sleep + self.grid >= self.tick;
         tick.then(|| to_grid(now_ns, sleep, self.grid))
     }
 }
@@ -81,7 +88,7 @@ mod tests {
     /// at most one step after it.
     #[test]
     fn a_tick_ends_on_the_next_grid_point_within_one_step() {
-        let c = Cadence::new(ms(24), ms(24));
+        let c = Cadence::new(ms(24), ms(24), ms(24));
         assert_eq!(c.grid, ms(3));
         // Already on the grid.
         assert_eq!(c.extend(MS, ms(23), true), Some(ms(23)));
@@ -95,12 +102,12 @@ mod tests {
         }
     }
 
-    /// Only a plain sleep of about a check interval is a tick: a shorter
-    /// one (an emitter's expiry, a heartbeat period, a poll) and one that
+    /// Only a plain sleep of about a tick is extended: a shorter one (an
+    /// emitter's expiry, a heartbeat period, a poll) and one that
     /// something else bounds keep their end.
     #[test]
-    fn only_a_plain_sleep_of_a_check_interval_is_extended() {
-        let c = Cadence::new(ms(24), ms(24));
+    fn only_a_plain_sleep_of_a_tick_is_extended() {
+        let c = Cadence::new(ms(24), ms(24), ms(24));
         assert!(c.extend(7, ms(21), true).is_some());
         assert_eq!(c.extend(7, ms(20), true), None);
         assert_eq!(c.extend(7, ms(10), true), None);
@@ -108,9 +115,18 @@ mod tests {
         assert_eq!(c.extend(7, ms(24), false), None);
         // A zero interval has no grid.
         assert_eq!(
-            Cadence::new(Duration::ZERO, ms(1)).extend(7, ms(24), true),
+            Cadence::new(ms(24), Duration::ZERO, ms(1)).extend(7, ms(24), true),
             None
         );
+        // A same-host tick of 50 ms (half the timeout) with 25 ms fabric
+        // checks: the grid of the fabric checks, but a 25 ms sleep (a
+        // counter's expiry) is no tick.
+        let c = Cadence::new(ms(50), ms(25), ms(10));
+        assert_eq!(c.grid, Duration::from_micros(2_500));
+        assert!(c.extend(7, ms(50), true).is_some());
+        assert!(c.extend(7, Duration::from_micros(47_500), true).is_some());
+        assert_eq!(c.extend(7, ms(47), true), None);
+        assert_eq!(c.extend(7, ms(25), true), None);
     }
 
     /// The step is an eighth of the check interval, and never more than a
@@ -120,14 +136,17 @@ mod tests {
     #[test]
     fn the_step_stays_under_a_quarter_of_the_strain_lateness() {
         assert_eq!(
-            Cadence::new(ms(25), ms(10)).grid,
+            Cadence::new(ms(50), ms(25), ms(10)).grid,
             Duration::from_micros(2_500)
         );
-        assert_eq!(Cadence::new(ms(25), ms(1)).grid, Duration::from_micros(250));
         assert_eq!(
-            Cadence::new(ms(250), ms(100)).grid,
+            Cadence::new(ms(50), ms(25), ms(1)).grid,
+            Duration::from_micros(250)
+        );
+        assert_eq!(
+            Cadence::new(ms(500), ms(250), ms(100)).grid,
             Duration::from_micros(25_000)
         );
-        assert_eq!(Cadence::new(ms(8), ms(8)).grid, ms(1));
+        assert_eq!(Cadence::new(ms(8), ms(8), ms(8)).grid, ms(1));
     }
 }

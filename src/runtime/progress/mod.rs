@@ -379,7 +379,8 @@ impl<'d> Progress<'d> {
             std::thread::available_parallelism().map_or(1, usize::from),
         );
         let config = engine.config();
-        let cadence = Cadence::new(config.check_interval(), config.strain_lateness());
+        let tick = config.local_check_interval().min(PUBLISH_EVERY);
+        let cadence = Cadence::new(tick, config.check_interval(), config.strain_lateness());
         Progress {
             endpoint: parts.transport,
             wake: parts.wake,

@@ -29,6 +29,7 @@ use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
 use crate::wire::Kind;
 
+use super::observation::next_check_within;
 pub(super) use same_host::SameHost;
 use same_host::{BoardReaders, DeferredExit, HostCheck, live_of_host};
 
@@ -164,9 +165,9 @@ impl Engine {
 
     /// The driver's reading of the same-host emitter's counter (`None`: never
     /// written). A newer wake-up is a beat; a gap between two that exceeds
-    /// a check interval plus the slow-emitter threshold raises
+    /// two local check intervals plus the slow-emitter threshold raises
     /// `SlowEmitter` (the emitter bumps at every wake-up, at least every
-    /// check interval).
+    /// local check interval).
     pub(super) fn on_local_beat(&mut self, now: Time, reading: Option<LocalBeat>) {
         if self.participation == Participation::Excluded {
             return;
@@ -183,9 +184,10 @@ impl Engine {
             self.timers.stop(Timer::LocalCheck);
             return;
         }
-        let next = self.next_check(
+        let next = next_check_within(
             now,
             self.same_host.local_since() + self.same_host.local_limit(&self.config, &self.health),
+            self.config.local_check_interval(),
         );
         self.timers.set(Timer::LocalCheck, next);
     }
@@ -237,7 +239,7 @@ impl Engine {
             }
             // Declared (and mended), or excluded: the mending or the end
             // set the timer. Accused (`FFD_QUORUM=majority`): keep
-            // checking, and keep waking, every check interval meanwhile.
+            // checking, and keep waking, every local check interval meanwhile.
             // (This rank's wake-ups are its own counter's beats: a rank
             // that stopped checking slept until the next message, and its
             // observer accused it in turn, round the ring.)

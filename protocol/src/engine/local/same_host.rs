@@ -341,10 +341,10 @@ impl SameHost {
 
     /// The driver's reading of the same-host emitter's counter (`None`: never
     /// written). A newer wake-up is a beat; a gap between two that exceeds
-    /// a check interval plus the slow-emitter threshold is returned, once
+    /// two local check intervals plus the slow-emitter threshold is returned, once
     /// per timeout, as the emitter and how long it stalled, for a
     /// `SlowEmitter` (the emitter bumps at every wake-up, at least every
-    /// check interval).
+    /// local check interval, `EngineConfig::local_check_interval`).
     pub(super) fn on_local_beat(
         &mut self,
         now: Time,
@@ -366,7 +366,14 @@ impl SameHost {
                 .local
                 .slow_warned_at
                 .is_none_or(|t| now - t >= config.timeout);
-            let slow = config.check_interval() + config.slow_emitter_after();
+            // Two intervals: the emitter wakes and this rank reads once per
+            // local check interval, on the same grid points of the host,
+            // so with no stall at all a reading can come just before one
+            // wake-up and the next just after the following one.
+            let slow = config
+                .local_check_interval()
+                .saturating_mul(2)
+                .saturating_add(config.slow_emitter_after());
             if stalled_for >= slow && quiet {
                 self.local.slow_warned_at = Some(now);
                 slow_emitter = Some((emitter, stalled_for));
