@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -35,6 +36,16 @@ def ip(*args):
     out = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
     if out.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+
+
+def kill_in(ns):
+    """SIGKILL every process in namespace `ns` (`ip netns pids`)."""
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30)
+    for pid in out.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ValueError, ProcessLookupError):
+            pass
 
 
 class Net:
@@ -85,6 +96,12 @@ class Net:
         return self
 
     def close(self):
+        # Whatever still runs in these namespaces was started in them by
+        # this bench (a cut host's daemons never hear that their job
+        # ended): it goes with them, or it outlives the namespace.
+        for kind, name in self.made:
+            if kind == "netns":
+                kill_in(name)
         for kind, name in reversed(self.made):
             try:
                 ip(kind, "del", name)
