@@ -111,11 +111,12 @@ pub(super) fn plan(
         return Ok(plan);
     }
     plan.exit_words = mode == LocalMode::Auto;
-    // Every member's record must say it reads its mailbox: the host's
-    // ranks post to each other alike (and a job of one host then opens no
-    // fabric, `JobView::one_host_by_mail`).
+    // Every member's record must say it reads its mailbox (this rank's
+    // own says what `mailbox_usable` found when start-up made it): the
+    // host's ranks post to each other alike (and a job of one host then
+    // opens no fabric, `JobView::one_host_by_mail`).
     plan.mailbox =
-        mailbox_usable(mode) && members.iter().all(|&r| view.records[r as usize].mailbox);
+        mode == LocalMode::Auto && members.iter().all(|&r| view.records[r as usize].mailbox);
     for &r in members.iter().filter(|&&r| r != me) {
         let theirs = &view.records[r as usize].process;
         let refused = if !in_my_namespace(r) {

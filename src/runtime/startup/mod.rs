@@ -100,7 +100,9 @@ pub(super) fn start(
     let view = exchange(bootstrap, &record)?;
     let secret = job_secret(held, &view)?;
     phases.done("record exchange");
-    let by_mail = local::mailbox_usable(config.local());
+    // This rank reads its host's mailboxes (`futex_waitv` probed once,
+    // when its record was made).
+    let by_mail = record.mailbox;
     let (fabric, view, liveness) = if view.one_host_by_mail() {
         // Every rank on this host, each reading its mailbox: the node
         // segment carries everything, and no endpoint (no socket of
@@ -379,7 +381,7 @@ fn fabric_round(
     // Same-host messages go through the host's mailboxes: only other
     // hosts' ranks need this rank's fabric port, or its liveness port
     // (watched by fabric observers only); `local::plan` decides the same
-    // from the same setting.
+    // from the same records.
     let liveness = admit_liveness(live, &view, config.timeout(), by_mail, &logger);
     let source_filter = guard::admit_job(source_guard, &view, by_mail)?;
     phases.done("source filter");
