@@ -1,6 +1,6 @@
 //! The progress thread: drives one Engine with real time and the fabric.
 //!
-//! Owns: the detector's endpoint, slot region and Engine once started; the
+//! Owns: the detector's transport (its endpoint, if any), slot region and Engine once started; the
 //! per-peer bookkeeping of refused posts; how the thread ends (a leave, an
 //! exclusion, or a stop with its reason, a panic included). Must not: block
 //! on the embedder (callbacks are the embedder's promise), wait on anything but the
@@ -133,7 +133,7 @@ pub(super) struct Parts {
 }
 
 pub(super) struct Progress<'d> {
-    endpoint: Transport,
+    transport: Transport,
     /// Readable when the embedder sent a command.
     wake: UnixStream,
     /// The epoll set of same-host pidfds and `wake` (a second fd of it),
@@ -145,8 +145,8 @@ pub(super) struct Progress<'d> {
     core: Core<'d>,
 }
 
-/// The progress thread's state apart from the endpoint, so completions can
-/// be handled while the endpoint is borrowed for reading them.
+/// The progress thread's state apart from the transport, so completions can
+/// be handled while the transport is borrowed for reading them.
 struct Core<'d> {
     shared: Arc<PublishedState>,
     engine: Engine,
@@ -227,7 +227,7 @@ pub(super) fn run(mut parts: Parts) {
         parts.started,
         parts.logger,
     );
-    // The parts (endpoint, slots, Engine) are dropped inside, also when
+    // The parts (transport, slots, Engine) are dropped inside, also when
     // unwinding: the fabric resources are closed before the embedder hears.
     let end = catch_unwind(AssertUnwindSafe(|| drive(parts, &mut delivery)))
         .unwrap_or_else(|payload| End::Stopped(StopReason::panic(payload.as_ref())));
@@ -382,7 +382,7 @@ impl<'d> Progress<'d> {
         let tick = config.local_check_interval().min(PUBLISH_EVERY);
         let cadence = Cadence::new(tick, config.check_interval(), config.strain_lateness());
         Progress {
-            endpoint: parts.transport,
+            transport: parts.transport,
             wake: parts.wake,
             exits_fd,
             live_fd,
@@ -427,7 +427,7 @@ impl<'d> Progress<'d> {
     /// completion queue fails; says which.
     fn run(mut self) -> End {
         let Progress {
-            endpoint,
+            transport,
             wake,
             exits_fd,
             live_fd,
@@ -435,7 +435,7 @@ impl<'d> Progress<'d> {
             ..
         } = &mut self;
         // Engine::new produced the first heartbeat.
-        core.carry_out(endpoint);
+        core.carry_out(transport);
         // Whether the wake socket (and the exits' epoll set that holds it),
         // and the completion queue, may be readable: `false` only after a
         // wait that timed out on them (and read the queue just before), so
@@ -469,7 +469,7 @@ impl<'d> Progress<'d> {
             core.exits_unscanned = true;
             let polled = match core.take_injected_cq_error() {
                 Some(e) => Err(e),
-                None if queue => endpoint.poll(usize::MAX, &mut |c| core.on_completion(c)),
+                None if queue => transport.poll(usize::MAX, &mut |c| core.on_completion(c)),
                 None => Ok(0),
             };
             if let Err(e) = polled {
@@ -480,10 +480,10 @@ impl<'d> Progress<'d> {
             core.diagnosis.mark(0, || elapsed(started));
             core.on_deadline();
             core.diagnosis.mark(1, || elapsed(started));
-            core.carry_out(endpoint);
+            core.carry_out(transport);
             core.rewatch();
             core.bump();
-            core.retry_pending(endpoint);
+            core.retry_pending(transport);
             core.publish(false);
             let next_deadline = core.engine.next_deadline();
             core.diagnosis.end_turn(|| elapsed(started), next_deadline);
@@ -508,7 +508,7 @@ impl<'d> Progress<'d> {
                 .or(exits_fd.as_ref())
                 .map_or(wake.as_fd(), AsFd::as_fd);
             core.exits_unscanned = true;
-            match endpoint.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
+            match transport.wait_or(timeout, wake_fd, &mut |c| core.on_completion(c)) {
                 Ok(waited) => {
                     (queue, woken) = (waited.queue, waited.woken);
                     // A wait that returned on completions already queued
@@ -531,7 +531,7 @@ impl<'d> Progress<'d> {
         }
         // What the last completions produced (the SelfExcluded event when
         // the exclusion notice arrived during the wait) still goes out.
-        core.carry_out(endpoint);
+        core.carry_out(transport);
         core.publish(true);
         if let Some(reason) = core.failed.take() {
             End::Stopped(reason)
@@ -766,11 +766,11 @@ impl Core<'_> {
     }
 
     /// Carries out everything the Engine asked for.
-    fn carry_out(&mut self, endpoint: &mut Transport) {
+    fn carry_out(&mut self, transport: &mut Transport) {
         while let Some(output) = self.engine.poll_output() {
             match output {
                 Output::WriteHeartbeat { to, slot, value } => {
-                    self.write_heartbeat(endpoint, to, slot, value);
+                    self.write_heartbeat(transport, to, slot, value);
                 }
                 // Before the ObserveMe that names the slot goes out.
                 Output::ClearSlot { slot } => self.slots.memory().store(usize::from(slot), 0),
@@ -781,7 +781,7 @@ impl Core<'_> {
                         // Keep per-peer order behind the refused ones.
                         self.sends.queue(to, bytes);
                     } else {
-                        self.send(endpoint, to, bytes);
+                        self.send(transport, to, bytes);
                     }
                 }
                 // An agreement's result reaches its request before the

@@ -172,7 +172,7 @@ impl Core<'_> {
 
     pub(super) fn write_heartbeat(
         &mut self,
-        endpoint: &mut Transport,
+        transport: &mut Transport,
         to: Rank,
         slot: u16,
         value: u64,
@@ -181,7 +181,7 @@ impl Core<'_> {
             return;
         };
         self.sends.last_write_target = Some(to);
-        match endpoint.try_write_u64(
+        match transport.try_write_u64(
             FiAddr(u64::from(to)),
             region,
             usize::from(slot),
@@ -210,12 +210,12 @@ impl Core<'_> {
 
     /// Tries a send; a refused one waits in `pending`. Returns whether the
     /// send left (or was abandoned as an error).
-    pub(super) fn send(&mut self, endpoint: &mut Transport, to: Rank, bytes: Arc<[u8]>) -> bool {
+    pub(super) fn send(&mut self, transport: &mut Transport, to: Rank, bytes: Arc<[u8]>) -> bool {
         // A rank of this host: its mailbox, not the fabric (`mail.rs`).
         if let Some(sent) = self.mail_send(to, &bytes) {
             return sent;
         }
-        match endpoint.try_send(FiAddr(u64::from(to)), &bytes, u64::from(to)) {
+        match transport.try_send(FiAddr(u64::from(to)), &bytes, u64::from(to)) {
             Ok(()) => {
                 self.sends.refused_since.remove(&to);
                 true
@@ -242,7 +242,7 @@ impl Core<'_> {
     }
 
     /// Retries refused sends in order; stops at the first peer still refusing.
-    pub(super) fn retry_pending(&mut self, endpoint: &mut Transport) {
+    pub(super) fn retry_pending(&mut self, transport: &mut Transport) {
         let mut round = std::mem::take(&mut self.sends.pending);
         let mut blocked: Vec<Rank> = Vec::new();
         // Sends to ranks already declared failed stay queued too: the Engine
@@ -254,11 +254,11 @@ impl Core<'_> {
                 continue;
             }
             // `send` re-queues a refused message at the back of `pending`.
-            if !self.send(endpoint, to, bytes) {
+            if !self.send(transport, to, bytes) {
                 blocked.push(to);
             }
         }
         // Outputs raised by transport errors during the retries.
-        self.carry_out(endpoint);
+        self.carry_out(transport);
     }
 }
