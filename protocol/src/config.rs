@@ -341,11 +341,15 @@ impl EngineConfig {
 
     /// Interval between idle slot checks: `timeout / checks_per_timeout`.
     pub fn check_interval(&self) -> Duration {
-        let n = self.checks_per_timeout.max(1);
-        // One division of the timeout's nanoseconds: the same floor as
-        // `timeout / n`, which divides seconds, their remainder and
-        // nanoseconds apart (three divisions by a number known only at
-        // run time, for every timer step of every Engine).
+        self.timeout_over(self.checks_per_timeout.max(1))
+    }
+
+    /// `timeout / n` (n ≥ 1), at least a nanosecond. One division of the
+    /// timeout's nanoseconds: the same floor as `timeout / n`, which
+    /// divides seconds, their remainder and nanoseconds apart (three
+    /// divisions by a number known only at run time, for every timer step
+    /// of every Engine).
+    fn timeout_over(&self, n: u32) -> Duration {
         let interval = match u64::try_from(self.timeout.as_nanos()) {
             Ok(ns) => Duration::from_nanos(ns / u64::from(n)),
             Err(_) => self.timeout / n,
@@ -383,12 +387,7 @@ impl EngineConfig {
     /// `timeout / local_checks_per_timeout` (50 ms at 100 ms and 4
     /// checks per timeout).
     pub fn local_check_interval(&self) -> Duration {
-        let n = self.local_checks_per_timeout();
-        let interval = match u64::try_from(self.timeout.as_nanos()) {
-            Ok(ns) => Duration::from_nanos(ns / u64::from(n)),
-            Err(_) => self.timeout / n,
-        };
-        interval.max(Duration::from_nanos(1))
+        self.timeout_over(self.local_checks_per_timeout())
     }
 
     pub fn startup_grace(&self) -> Duration {
