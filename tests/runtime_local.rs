@@ -638,3 +638,101 @@ fn a_burst_beyond_a_full_mailbox_arrives_whole_and_in_order() {
         d.shutdown();
     }
 }
+
+/// The scheduling policy of this process's thread named `name` (field 41
+/// of its `/proc` stat: 0 normal, 1 `SCHED_FIFO`); `None` when no thread
+/// has that name.
+fn policy_of_thread(name: &str) -> Option<u32> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        // The fields after the name (which may hold spaces) start at 3.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        return rest.split_whitespace().nth(41 - 3)?.parse().ok();
+    }
+    None
+}
+
+/// Waits (bounded) until the progress thread of `rank` runs under
+/// `policy`; returns the last policy seen.
+fn wait_for_policy(rank: u32, policy: u32) -> Option<u32> {
+    let name = format!("ffd-progress-{rank}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = policy_of_thread(&name);
+        if seen == Some(policy) || Instant::now() > deadline {
+            return seen;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Under `FFD_SCHED=boost` (the default), a rank's progress thread runs at
+/// `SCHED_FIFO` from its agreement call until the agreement is decided
+/// here, so that the messages that finish it wake it ahead of the
+/// host's normal threads; then it is back at the normal policy. Over the
+/// fabric (`FFD_LOCAL=off`) and through the host's segment.
+#[test]
+fn an_agreement_holds_the_progress_thread_real_time_until_it_is_decided() {
+    const NORMAL: u32 = 0;
+    const FIFO: u32 = 1;
+    let mut modes = vec![LocalMode::Off];
+    if ffd::node::exit_word_probe().is_ok() {
+        modes.push(LocalMode::Auto);
+    }
+    for local in modes {
+        let detectors = start_group(3, &config_with(local));
+        let sched = detectors[0].stats().sched;
+        if sched != "boost" {
+            eprintln!("SCHED_FIFO refused here ({sched}): nothing is held");
+            assert!(
+                sched.starts_with("normal (FFD_SCHED=boost refused"),
+                "{sched}"
+            );
+            return;
+        }
+        let progress = |r: u32| policy_of_thread(&format!("ffd-progress-{r}"));
+        assert_eq!(progress(0), Some(NORMAL), "{local:?}: idle, normal");
+        // Rank 0 calls; the agreement waits for ranks 1 and 2.
+        let first = detectors[0].iagree(u64::MAX).expect("iagree");
+        assert_eq!(
+            wait_for_policy(0, FIFO),
+            Some(FIFO),
+            "{local:?}: held while it waits"
+        );
+        assert!(
+            first.test().is_none(),
+            "{local:?}: decided without ranks 1 and 2"
+        );
+        let rest: Vec<_> = detectors[1..]
+            .iter()
+            .map(|d| d.iagree(u64::MAX).expect("iagree"))
+            .collect();
+        for request in std::iter::once(&first).chain(&rest) {
+            let agreed = request.wait_timeout(Duration::from_secs(20));
+            assert!(matches!(agreed, Some(Ok(_))), "{local:?}: {agreed:?}");
+        }
+        for r in 0..3 {
+            assert_eq!(
+                wait_for_policy(r, NORMAL),
+                Some(NORMAL),
+                "{local:?}: rank {r} released"
+            );
+        }
+        // The counters are published every 50 ms.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while detectors[0].stats().runtime.local.boost_holds == 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            detectors[0].stats().runtime.local.boost_holds >= 1,
+            "{local:?}"
+        );
+        for d in detectors {
+            d.shutdown();
+        }
+    }
+}

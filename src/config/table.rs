@@ -178,7 +178,8 @@ settings_table! {
             accepted: "normal|boost|fifo",
             help: "The progress thread's scheduling policy; boost: normal, lifted to \
                    SCHED_FIFO priority 1 on any allowed CPU while it handles a same-host \
-                   exit or notice; fifo: SCHED_FIFO priority 1 always, so its wake-ups \
+                   exit or notice, and held at it on its own CPU while an agreement is \
+                   under way; fifo: SCHED_FIFO priority 1 always, so its wake-ups \
                    preempt application threads spinning on every core (both need \
                    CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, else normal and the stats say why)",
             default: SchedPolicy::Boost,

@@ -52,8 +52,9 @@ fn set_policy(tid: libc::pid_t, policy: libc::c_int, priority: i32) -> io::Resul
     };
     // SAFETY: `tid` is 0 (the calling thread) or a thread of this process
     // (the progress thread, alive while its exit-word threads run, which
-    // it joins before it ends); `param` is only read; the call changes
-    // that thread's policy or fails and changes nothing.
+    // it joins before it ends, and until it retires its Boost, which an
+    // embedder's agreement call checks first); `param` is only read; the
+    // call changes that thread's policy or fails and changes nothing.
     let ret = unsafe { libc::sched_setscheduler(tid, policy, &param) };
     if ret == 0 {
         Ok(())
@@ -122,6 +123,14 @@ pub struct Boost {
     lifted: AtomicBool,
     /// Lifts so far (stats).
     lifts: AtomicU64,
+    /// Held at `SCHED_FIFO` while an agreement is under way here
+    /// ([`Boost::hold`]); touched by the progress thread only.
+    held: AtomicBool,
+    /// Holds so far (stats).
+    holds: AtomicU64,
+    /// The progress thread is ending or has ended: no more lifts (its
+    /// thread id may be another thread's by now).
+    retired: AtomicBool,
 }
 
 impl std::fmt::Debug for Boost {
@@ -130,6 +139,7 @@ impl std::fmt::Debug for Boost {
             .field("tid", &self.tid)
             .field("raise_policy", &self.raise_policy)
             .field("lifts", &self.lifts.load(Ordering::Relaxed))
+            .field("holds", &self.holds.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -154,6 +164,9 @@ impl Boost {
             home: if widen { Some(affinity(0)?) } else { None },
             lifted: AtomicBool::new(false),
             lifts: AtomicU64::new(0),
+            held: AtomicBool::new(false),
+            holds: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
         })
     }
 
@@ -166,12 +179,17 @@ impl Boost {
 
     /// Lifts the progress thread: every allowed CPU, then `SCHED_FIFO`.
     /// Called by an exit-word thread before it rings the progress thread,
-    /// which lowers itself before it next sleeps. The lift is counted and
+    /// or by an embedder's thread before its agreement call wakes it; the
+    /// progress thread lowers itself before it next sleeps. Nothing once
+    /// it is retired ([`Boost::retire`]). The lift is counted and
     /// marked after its calls and before the ring, so a lift that races a
     /// lowering is followed by another turn of the progress thread, and
     /// that turn lowers it: the thread always ends up lowered. A refused
     /// call leaves the thread as it is.
     pub fn lift(&self) {
+        if self.retired.load(Ordering::Acquire) {
+            return;
+        }
         let widened = self.home.is_some() && set_affinity(self.tid, &every_cpu()).is_ok();
         let raised =
             self.raise_policy && set_policy(self.tid, libc::SCHED_FIFO, FIFO_PRIORITY).is_ok();
@@ -194,10 +212,11 @@ impl Boost {
     }
 
     /// Back to its own policy and CPUs if it was lifted (the progress
-    /// thread, also when it ends).
+    /// thread, also when it ends). A hold ([`Boost::hold`]) keeps the
+    /// policy: only the CPUs come back.
     pub fn lower(&self) {
         if self.lifted.load(Ordering::Acquire) && self.lifted.swap(false, Ordering::AcqRel) {
-            if self.raise_policy {
+            if self.raise_policy && !self.held.load(Ordering::Acquire) {
                 let _ = set_current_thread_normal();
             }
             if let Some(home) = &self.home {
@@ -209,6 +228,43 @@ impl Boost {
     /// How many times the progress thread was lifted.
     pub fn lifts(&self) -> u64 {
         self.lifts.load(Ordering::Acquire)
+    }
+
+    /// On the progress thread, before it sleeps: `agreeing` (an agreement
+    /// or a view change is under way here) holds it at `SCHED_FIFO` on its
+    /// own CPUs until it is not, so that the messages that finish it (the
+    /// decision coming down the tree) wake it ahead of the host's normal
+    /// threads, the embedder's among them; the policy goes back once no
+    /// agreement is under way, unless a lift holds it (then
+    /// [`Boost::lower`] does). One atomic load when nothing changes; under
+    /// `fifo` (the policy is real-time already) nothing to do. A refused
+    /// call leaves the thread as it is and is not counted.
+    pub fn hold(&self, agreeing: bool) {
+        if !self.raise_policy || agreeing == self.held.load(Ordering::Acquire) {
+            return;
+        }
+        if agreeing {
+            if set_current_thread_fifo().is_ok() {
+                self.held.store(true, Ordering::Release);
+                self.holds.fetch_add(1, Ordering::AcqRel);
+            }
+        } else {
+            self.held.store(false, Ordering::Release);
+            if !self.lifted.load(Ordering::Acquire) {
+                let _ = set_current_thread_normal();
+            }
+        }
+    }
+
+    /// On the progress thread as it ends, after its last lowering: no
+    /// lift from now on (an embedder's thread may still call).
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// How many times the progress thread was held for an agreement.
+    pub fn holds(&self) -> u64 {
+        self.holds.load(Ordering::Acquire)
     }
 }
 
@@ -405,6 +461,48 @@ mod tests {
             );
             assert_eq!(lowered, before);
         }
+    }
+
+    /// A hold raises the calling thread's policy only (its CPU stays); a
+    /// lift's lowering while held keeps the policy and restores the CPUs;
+    /// the release lowers it; a retired Boost lifts nothing.
+    #[test]
+    fn an_agreement_hold_keeps_the_policy_through_a_lowering_until_released() {
+        let outcome = std::thread::spawn(|| {
+            set_affinity(0, &one_cpu(first_cpu())).unwrap();
+            let boost = Boost::for_current_thread(true, true).ok()?;
+            let pinned = vec![first_cpu()];
+            boost.hold(true);
+            let held = seen();
+            boost.hold(true);
+            boost.lift();
+            boost.lower();
+            let lowered_while_held = seen();
+            boost.hold(false);
+            let released = seen();
+            boost.retire();
+            boost.lift();
+            let after_retire = seen();
+            Some((
+                pinned,
+                [held, lowered_while_held, released, after_retire],
+                (boost.holds(), boost.lifts()),
+            ))
+        })
+        .join()
+        .unwrap();
+        let Some((pinned, [held, lowered, released, retired], counts)) = outcome else {
+            return;
+        };
+        assert_eq!(held, (true, pinned.clone()), "held: FIFO on its own CPU");
+        assert_eq!(lowered, (true, pinned.clone()), "a lowering keeps the hold");
+        assert_eq!(released, (false, pinned.clone()), "released: normal");
+        assert_eq!(retired, released, "retired: a lift changes nothing");
+        assert_eq!(
+            counts,
+            (1, 1),
+            "one hold (the second asked nothing), one lift"
+        );
     }
 
     #[test]

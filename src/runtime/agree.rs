@@ -398,6 +398,17 @@ impl Detector {
                 pid: self.owner.pid(),
             });
         }
+        // The progress thread takes the call at `SCHED_FIFO`, ahead of the
+        // host's normal threads (this one among them), and then holds that
+        // policy until the agreement is decided here (docs/design.md §6
+        // "Runtime"); not from the callback (the thread is running).
+        let on_progress = self
+            .thread
+            .as_ref()
+            .is_some_and(|t| t.thread().id() == std::thread::current().id());
+        if let (Some(boost), false) = (self.shared.boost.get(), on_progress) {
+            boost.lift();
+        }
         if let Some(host) = &self.shared.host_agreement {
             let slot = host.call(flags, attended)?;
             // Contribute now (from the callback, only if nobody else is

@@ -273,6 +273,9 @@ struct PublishedState {
     /// A one-host job's agreements through the host's segment (`None`:
     /// by messages, `agreements`).
     host_agreement: Option<host_agree::HostAgreement>,
+    /// The progress thread's lift (`FFD_SCHED=boost|fifo`), set by it once
+    /// it runs under its policy: an agreement call lifts it to take the call.
+    boost: std::sync::OnceLock<Arc<crate::node::Boost>>,
     logger: Logger,
 }
 

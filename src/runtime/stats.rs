@@ -215,10 +215,16 @@ pub struct LocalCounters {
     pub exit_words: u64,
     /// Same-host exits seen through exit words.
     pub exit_words_seen: u64,
-    /// Times an exit-word thread lifted the progress thread to handle a
-    /// same-host exit or notice (`FFD_SCHED=boost|fifo`; 0 when neither
-    /// applies or the kernel refused real-time scheduling).
+    /// Times the progress thread was lifted: by an exit-word thread to
+    /// handle a same-host exit or notice, or by an embedder's agreement
+    /// call to take it (`FFD_SCHED=boost|fifo`; 0 when neither applies or
+    /// the kernel refused real-time scheduling).
     pub boost_lifts: u64,
+    /// Times the progress thread was held at `SCHED_FIFO` while an
+    /// agreement or a view change was under way here (`FFD_SCHED=boost`;
+    /// 0 under `normal` and `fifo`, or when the kernel refused real-time
+    /// scheduling).
+    pub boost_holds: u64,
     /// Idle ticks whose sleep was extended to the host's wake-up grid,
     /// so that the host's ranks wake together (`progress/cadence.rs`).
     pub grid_ticks: u64,

@@ -501,6 +501,11 @@ impl<'d> Progress<'d> {
                 continue;
             }
             let timeout = core.sleep_for();
+            // An agreement under way: its messages wake the thread ahead
+            // of the host's normal threads (design §6 "Runtime").
+            if let Some(boost) = &core.boost {
+                boost.hold(core.agreeing_since.is_some());
+            }
             // With pidfds, their epoll set (which holds the wake socket
             // too); with a liveness port, its set (which holds that one).
             let wake_fd = live_fd
@@ -525,8 +530,10 @@ impl<'d> Progress<'d> {
                 }
             }
         }
-        // The end is no exit's handling: not lifted.
+        // The end is no exit's handling nor an agreement's: not lifted.
         if let Some(boost) = &core.boost {
+            boost.retire();
+            boost.hold(false);
             boost.lower();
         }
         // What the last completions produced (the SelfExcluded event when
@@ -869,6 +876,7 @@ impl Core<'_> {
         self.counters.delivery.events_dropped = self.shared.events.dropped();
         self.counters.delivery.callback_panics = self.delivery.callback_panics;
         self.counters.local.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
+        self.counters.local.boost_holds = self.boost.as_ref().map_or(0, |b| b.holds());
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
     }

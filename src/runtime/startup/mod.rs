@@ -667,6 +667,7 @@ fn publish_state(
         }),
         agreements: Default::default(),
         host_agreement,
+        boost: std::sync::OnceLock::new(),
         logger: Logger::new(config.log(), me),
     }))
 }
@@ -712,6 +713,9 @@ fn spawn_progress(
             let (policy, boost) = apply_sched(sched, widen, logger);
             if let Ok(mut stats) = parts.shared.stats.lock() {
                 stats.sched = policy;
+            }
+            if let Some(boost) = &boost {
+                let _ = parts.shared.boost.set(Arc::clone(boost));
             }
             parts.boost = boost;
             progress::run(parts);
