@@ -490,21 +490,24 @@ impl<'d> Progress<'d> {
             if core.finished() {
                 break;
             }
-            // What lifted the thread is handled: back to its policy and CPU.
-            if let Some(boost) = &core.boost {
-                boost.lower_unless_lifted_since(lifts_seen);
-            }
             // Mail posted since the read: no sleep, no read of the queue.
             if core.spin || core.mail_waits() {
+                // What lifted the thread is handled (a hold stays).
+                if let Some(boost) = &core.boost {
+                    boost.lower_unless_lifted_since(lifts_seen);
+                }
                 std::hint::spin_loop();
                 (queue, woken, live) = (core.spin, core.spin, core.spin);
                 continue;
             }
             let timeout = core.sleep_for();
             // An agreement under way: its messages wake the thread ahead
-            // of the host's normal threads (design §6 "Runtime").
+            // of the host's normal threads (design §6 "Runtime"). Then
+            // what lifted the thread is handled: back to its policy (unless
+            // held) and CPU, before it sleeps.
             if let Some(boost) = &core.boost {
                 boost.hold(core.agreeing_since.is_some());
+                boost.lower_unless_lifted_since(lifts_seen);
             }
             // With pidfds, their epoll set (which holds the wake socket
             // too); with a liveness port, its set (which holds that one).
