@@ -227,6 +227,25 @@ impl Timeline {
         }
     }
 
+    /// The provider configured, or what the agents' stats say they used
+    /// when that differs and they all say the same (a one-host job opens
+    /// no fabric endpoint: `none (one host: node segment)`).
+    fn provider_used(&self) -> String {
+        let used: Vec<&str> = self
+            .ranks
+            .iter()
+            .filter_map(|s| s.stats.as_ref()?.get("provider")?.as_str())
+            .collect();
+        match used.split_first() {
+            Some((first, rest))
+                if *first != self.info.provider && rest.iter().all(|p| p == first) =>
+            {
+                format!("{first} (configured: {})", self.info.provider)
+            }
+            _ => self.info.provider.clone(),
+        }
+    }
+
     /// The summary printed at the end: a table of failures, then the lists.
     pub fn summary(&self) -> String {
         let report = self.report();
@@ -235,7 +254,7 @@ impl Timeline {
             out,
             "summary: {} ranks, provider {}, period {}, timeout {}",
             self.info.ranks,
-            self.info.provider,
+            self.provider_used(),
             format_duration(self.info.period),
             format_duration(self.info.timeout)
         );
@@ -406,6 +425,32 @@ false reports: none
 self-excluded: none
 ";
         assert_eq!(summary, want);
+    }
+
+    /// Agents that all report another transport than the one configured
+    /// (a one-host job opens no fabric endpoint) are named in the summary;
+    /// agents that differ, or report none, leave the configured one.
+    #[test]
+    fn the_summary_names_the_provider_the_agents_used() {
+        let stats = |provider: &str| {
+            line(AgentEvent::Stats {
+                stats: serde_json::json!({ "provider": provider }),
+            })
+        };
+        let first_line = |tl: &Timeline| tl.summary().lines().next().unwrap().to_owned();
+        let (mut tl, _) = kill_detected_in_band();
+        assert!(first_line(&tl).contains("provider tcp,"), "no stats yet");
+        let none = "none (one host: node segment)";
+        for rank in 0..3 {
+            tl.agent_line(900.0, rank, &stats(none));
+        }
+        assert!(
+            first_line(&tl).contains(&format!("provider {none} (configured: tcp),")),
+            "{}",
+            first_line(&tl)
+        );
+        tl.agent_line(901.0, 0, &stats("tcp;ofi_rxm"));
+        assert!(first_line(&tl).contains("provider tcp,"), "agents differ");
     }
 
     #[test]
