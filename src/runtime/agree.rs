@@ -400,8 +400,8 @@ impl Detector {
         }
         // The progress thread takes the call at `SCHED_FIFO`, ahead of the
         // host's normal threads (this one among them), and then holds that
-        // policy until the agreement is decided here (docs/design.md §6
-        // "Runtime"); not from the callback (the thread is running).
+        // policy until the agreement is decided here (docs/design.md
+        // §6 "Runtime"); not from the callback (the thread is running).
         let on_progress = self
             .thread
             .as_ref()
