@@ -30,7 +30,8 @@
  *   so that a hung rank does not hold MPI_Finalize's fence forever.
  * - abort: one report on stderr (which rank, the cause, who declared it,
  *   when), then PMPI_Abort(MPI_COMM_WORLD, 1). A rank the others declared
- *   failed exits at once with status 1 (SHIM_ABORT_CODE says why).
+ *   failed exits with status 1 once its line is read (SHIM_ABORT_CODE says
+ *   why).
  * - report: the report only.
  * - unset: ulfm when this MPI has ULFM (MPIX_ERR_PROC_FAILED at compile
  *   time) and the job runs with its fault tolerance on (Open MPI's control
@@ -106,19 +107,20 @@
 
 /* The error code PMPI_Abort ends the job with, and the exit status of a
  * rank the others declared failed under FFD_MPI_ON_FAILURE=abort. That
- * rank leaves with _exit at once (no report_read, no second abort): the
- * ranks still in the job end it (their reporter, or a backstop), and a
- * launcher already tearing the job down serves neither. Open MPI 4.1's
+ * rank, once its line on stderr has been read (report_read, at most
+ * 200 ms), leaves with _exit, not a second abort: the ranks still in the
+ * job end it (their reporter, or a backstop), and a launcher already
+ * tearing the job down may not serve a second abort. Open MPI 4.1's
  * mpirun/orted kills a job's processes from its main thread: SIGCONT to
- * each, sleep(odls_base_sigkill_timeout = 1 s), SIGTERM, sleep, SIGKILL,
- * where a sleep ends early only when a SIGCHLD interrupts it (glibc's
- * sleep then returns 0 whole seconds left). The SIGCONT resumes a stopped
- * declared rank; a second PMPI_Abort then blocked on its PMIx request,
- * which that sleeping thread does not serve (nor the rank's stderr, so
- * report_read waited its 200 ms first), and unless the reporter's own
- * exit fell inside the sleep, nothing interrupted it: the job ended 1 s
- * late (issue 35, 1 run in 10 of tests/dropin.rs under load). Its exit
- * now comes during that sleep and ends it. */
+ * each, sleep(odls_base_sigkill_timeout = 1 s), SIGTERM, sleep, SIGKILL;
+ * a sleep ends early only when a SIGCHLD interrupts it (glibc's sleep
+ * then has 0 whole seconds left). The SIGCONT resumes a stopped declared
+ * rank. Its second PMPI_Abort blocked on a PMIx request that the sleeping
+ * thread does not serve, so unless the reporter's own exit fell inside
+ * the sleep, nothing interrupted it and the job ended 1 s late (issue 35).
+ * Now its exit ends the sleep: the thread does not read stderr either, so
+ * it comes 200 ms in, a margin for a launcher thread held off the CPU
+ * after its last SIGCONT (exiting at once lost that race under load). */
 #define SHIM_ABORT_CODE 1
 /* How long a rank that is not the reporter waits before it reports and
  * acts itself (the reporter may have died too): longer than the reporter's
@@ -624,12 +626,14 @@ static void on_event(const ffd_event_t *ev, deferred *later) {
         say(LOG_ERROR, "the other ranks declared this rank failed (rank %" PRIu32 " told it); FFD_MPI_ON_FAILURE=%s%s",
             ev->detector, on_failure_names[shim.mode],
             shim.mode == ON_FAILURE_REPORT  ? ": going on"
-            : shim.mode == ON_FAILURE_ABORT ? ": fail-stop, this process exits now (status 1; their reporter ends the job)"
+            : shim.mode == ON_FAILURE_ABORT ? ": fail-stop, this process exits (status 1; the others' reporter ends the job)"
                                             : ": fail-stop, this process ends now");
         if (shim.mode == ON_FAILURE_ULFM)
             raise(SIGKILL); /* the others have it failed: it must not go on */
-        else if (shim.mode == ON_FAILURE_ABORT)
+        else if (shim.mode == ON_FAILURE_ABORT) {
+            report_read();          /* at most SHIM_REPORT_READ_NS */
             _exit(SHIM_ABORT_CODE); /* see SHIM_ABORT_CODE: not a second abort */
+        }
         break;
     case FFD_EVENT_STOPPED: {
         char why[512];
