@@ -29,7 +29,9 @@
  *   pidfd opened at start, so never another process that reused the pid),
  *   so that a hung rank does not hold MPI_Finalize's fence forever.
  * - abort: one report on stderr (which rank, the cause, who declared it,
- *   when), then PMPI_Abort(MPI_COMM_WORLD, 1).
+ *   when), then PMPI_Abort(MPI_COMM_WORLD, 1). A rank the others declared
+ *   failed exits with status 1 once its line is read (SHIM_ABORT_CODE says
+ *   why).
  * - report: the report only.
  * - unset: ulfm when this MPI has ULFM (MPIX_ERR_PROC_FAILED at compile
  *   time) and the job runs with its fault tolerance on (Open MPI's control
@@ -103,7 +105,22 @@
 #define SHIM_HAVE_ULFM 0
 #endif
 
-/* The error code PMPI_Abort ends the job with. */
+/* The error code PMPI_Abort ends the job with, and the exit status of a
+ * rank the others declared failed under FFD_MPI_ON_FAILURE=abort. That
+ * rank, once its line on stderr has been read (report_read, at most
+ * 200 ms), leaves with _exit, not a second abort: the ranks still in the
+ * job end it (their reporter, or a backstop), and a launcher already
+ * tearing the job down may not serve a second abort. Open MPI 4.1's
+ * mpirun/orted kills a job's processes from its main thread: SIGCONT to
+ * each, sleep(odls_base_sigkill_timeout = 1 s), SIGTERM, sleep, SIGKILL;
+ * a sleep ends early only when a SIGCHLD interrupts it (glibc's sleep
+ * then has 0 whole seconds left). The SIGCONT resumes a stopped declared
+ * rank. Its second PMPI_Abort blocked on a PMIx request that the sleeping
+ * thread does not serve, so unless the reporter's own exit fell inside
+ * the sleep, nothing interrupted it and the job ended 1 s late (issue 35).
+ * Now its exit ends the sleep: the thread does not read stderr either, so
+ * it comes 200 ms in, a margin for a launcher thread held off the CPU
+ * after its last SIGCONT (exiting at once lost that race under load). */
 #define SHIM_ABORT_CODE 1
 /* How long a rank that is not the reporter waits before it reports and
  * acts itself (the reporter may have died too): longer than the reporter's
@@ -554,6 +571,18 @@ static void act_on_failure(const deferred *f) {
 
 static void on_failed(const ffd_event_t *ev, deferred *later) {
     shim.any_failure = true;
+    if (ffd_is_excluded(shim.ffd) == 1) {
+        /* The others declared this rank failed; its SELF_EXCLUDED event
+         * follows. It reports and acts on no failure: the ranks still in
+         * the job have their own reporter, and reporter() would name this
+         * rank (ffd_is_alive says FFD_ERR_STOPPED for every rank now). A
+         * stopped rank that Open MPI 4.1's teardown resumed after the
+         * reporter's MPI_Abort learned the reporter's exit here, and used
+         * to print a second report and call a second MPI_Abort. */
+        say(LOG_INFO, "rank %" PRIu32 " failed (cause %s), learned after this rank was declared failed: left to the others",
+            ev->rank, cause_name(ev->cause));
+        return;
+    }
     if (shim.ending) {
         /* Abort mode, the job is ending: later failures are its teardown. */
         say(LOG_INFO, "rank %" PRIu32 " failed (cause %s) while the job ends", ev->rank, cause_name(ev->cause));
@@ -596,11 +625,15 @@ static void on_event(const ffd_event_t *ev, deferred *later) {
         }
         say(LOG_ERROR, "the other ranks declared this rank failed (rank %" PRIu32 " told it); FFD_MPI_ON_FAILURE=%s%s",
             ev->detector, on_failure_names[shim.mode],
-            shim.mode == ON_FAILURE_REPORT ? ": going on" : ": fail-stop, this process ends now");
+            shim.mode == ON_FAILURE_REPORT  ? ": going on"
+            : shim.mode == ON_FAILURE_ABORT ? ": fail-stop, this process exits (status 1; the others' reporter ends the job)"
+                                            : ": fail-stop, this process ends now");
         if (shim.mode == ON_FAILURE_ULFM)
             raise(SIGKILL); /* the others have it failed: it must not go on */
-        else if (shim.mode == ON_FAILURE_ABORT)
-            end_the_job();
+        else if (shim.mode == ON_FAILURE_ABORT) {
+            report_read();          /* at most SHIM_REPORT_READ_NS */
+            _exit(SHIM_ABORT_CODE); /* see SHIM_ABORT_CODE: not a second abort */
+        }
         break;
     case FFD_EVENT_STOPPED: {
         char why[512];

@@ -299,6 +299,22 @@ fn check_abort(out: &Output, ended_ns: i128) {
         &["error: rank 2 failed: cause ", "FFD_MPI_ON_FAILURE=abort"],
     );
     assert_eq!(reports.len(), 1, "one report naming rank 2\n{text}");
+    // And no other: a rank the others declared reports no failure (resumed
+    // by Open MPI 4.1's teardown, it could report the reporter's exit and
+    // abort a second time, docs/embedding.md "Why `_exit`, not a second
+    // `MPI_Abort`").
+    assert_eq!(
+        lines_with(
+            &out.stderr,
+            &[
+                " failed: cause ",
+                "FFD_MPI_ON_FAILURE=abort: ending the job"
+            ]
+        )
+        .len(),
+        1,
+        "one report in all\n{text}"
+    );
     // (No test of "barrier passed": the launchers SIGCONT every process
     // before they kill it, so the barrier may complete in the teardown.)
     eprintln!("ended {ms:.0} ms after the SIGSTOP: {}", reports[0]);
@@ -554,6 +570,15 @@ fn under_openshmem_a_hung_pe_ends_the_job_with_one_report() {
         ],
     );
     assert_eq!(reports.len(), 1, "one report naming PE 2\n{text}");
+    assert_eq!(
+        lines_with(
+            &out.stderr,
+            &[" failed: cause ", "ending the job (shmem_global_exit)"]
+        )
+        .len(),
+        1,
+        "one report in all\n{text}"
+    );
     let learned = reports[0]
         .split_once("learned here at ")
         .and_then(|(_, t)| t.split_once(' '))
