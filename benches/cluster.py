@@ -271,8 +271,8 @@ def ulfm_case(hosts, per_host, args, agree_exe):
 # The agents' progress threads are placed as `ffd run` places them (its
 # default: spread by rank over this machine's CPUs), with a short start-up
 # grace, as the end-to-end tests do. (Unpinned, `FFD_CORE=none`, costs an
-# agreement more migrations: p50 0.87 against 0.69 ms, docs/design.md §4.10
-# "Agreement and views".)
+# agreement more migrations: p50 0.87 against 0.69 ms, docs/design.md
+# §4.10 "Agreement and views".)
 ENV = {"FFD_STARTUP_GRACE": "300ms"}
 
 
