@@ -27,7 +27,7 @@
 //! to a free CPU by the real-time balancer, one pinned there waits.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The real-time priority asked for: the lowest, above every normal
 /// thread and below every real-time thread of the host.
@@ -52,9 +52,10 @@ fn set_policy(tid: libc::pid_t, policy: libc::c_int, priority: i32) -> io::Resul
     };
     // SAFETY: `tid` is 0 (the calling thread) or a thread of this process
     // (the progress thread, alive while its exit-word threads run, which
-    // it joins before it ends, and until it retires its Boost, which an
-    // embedder's agreement call checks first); `param` is only read; the
-    // call changes that thread's policy or fails and changes nothing.
+    // it joins before it ends, and until it retires its Boost, which waits
+    // for the lifts under way and makes later ones do nothing); `param` is
+    // only read; the call changes that thread's policy or fails and
+    // changes nothing.
     let ret = unsafe { libc::sched_setscheduler(tid, policy, &param) };
     if ret == 0 {
         Ok(())
@@ -131,6 +132,9 @@ pub struct Boost {
     /// The progress thread is ending or has ended: no more lifts (its
     /// thread id may be another thread's by now).
     retired: AtomicBool,
+    /// Lifts under way (their system calls name the thread's id):
+    /// [`Boost::retire`] waits for them.
+    lifting: AtomicU32,
 }
 
 impl std::fmt::Debug for Boost {
@@ -167,6 +171,7 @@ impl Boost {
             held: AtomicBool::new(false),
             holds: AtomicU64::new(0),
             retired: AtomicBool::new(false),
+            lifting: AtomicU32::new(0),
         })
     }
 
@@ -187,12 +192,17 @@ impl Boost {
     /// that turn lowers it: the thread always ends up lowered. A refused
     /// call leaves the thread as it is.
     pub fn lift(&self) {
-        if self.retired.load(Ordering::Acquire) {
+        // Counted before the check (both SeqCst): either this lift sees the
+        // thread retired, or `retire` sees the lift and waits for it.
+        self.lifting.fetch_add(1, Ordering::SeqCst);
+        if self.retired.load(Ordering::SeqCst) {
+            self.lifting.fetch_sub(1, Ordering::SeqCst);
             return;
         }
         let widened = self.home.is_some() && set_affinity(self.tid, &every_cpu()).is_ok();
         let raised =
             self.raise_policy && set_policy(self.tid, libc::SCHED_FIFO, FIFO_PRIORITY).is_ok();
+        self.lifting.fetch_sub(1, Ordering::SeqCst);
         if widened || raised {
             self.lifts.fetch_add(1, Ordering::AcqRel);
             self.lifted.store(true, Ordering::Release);
@@ -256,10 +266,15 @@ impl Boost {
         }
     }
 
-    /// On the progress thread as it ends, after its last lowering: no
-    /// lift from now on (an embedder's thread may still call).
+    /// On the progress thread as it ends, however it ends: no lift from
+    /// now on (an embedder's thread may still call), and none still under
+    /// way (waited for: two system calls at most), so that no lift names
+    /// this thread's id once it is gone. Lower it after this.
     pub fn retire(&self) {
-        self.retired.store(true, Ordering::Release);
+        self.retired.store(true, Ordering::SeqCst);
+        while self.lifting.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
     }
 
     /// How many times the progress thread was held for an agreement.

@@ -401,13 +401,16 @@ impl Detector {
         // The progress thread takes the call at `SCHED_FIFO`, ahead of the
         // host's normal threads (this one among them), and then holds that
         // policy until the agreement is decided here (docs/design.md
-        // §6 "Runtime"); not from the callback (the thread is running).
-        let on_progress = self
-            .thread
-            .as_ref()
-            .is_some_and(|t| t.thread().id() == std::thread::current().id());
-        if let (Some(boost), false) = (self.shared.boost.get(), on_progress) {
-            boost.lift();
+        // §6 "Runtime"): lifted when it will take the call (by message, or
+        // a one-host round nobody waits on), not from the callback (the
+        // thread is running) nor once it has ended.
+        let progress = self.thread.as_ref().map(|t| t.thread().id());
+        let on_progress = progress == Some(std::thread::current().id());
+        let takes_it = self.shared.host_agreement.is_none() || !attended;
+        if let Some(boost) = self.shared.boost.get() {
+            if takes_it && !on_progress && self.shared.life.is_running() {
+                boost.lift();
+            }
         }
         if let Some(host) = &self.shared.host_agreement {
             let slot = host.call(flags, attended)?;
@@ -415,8 +418,6 @@ impl Detector {
             // driving: the progress thread never waits on an embedder's thread);
             // the progress thread drives a request nobody may wait on (and
             // raises the event): wake it for one.
-            let progress = self.thread.as_ref().map(|t| t.thread().id());
-            let on_progress = progress == Some(std::thread::current().id());
             self.shared.drive_host_agreement(!on_progress);
             if !attended {
                 self.wake_progress();
@@ -445,7 +446,7 @@ impl Detector {
         }
         Ok(AgreeRequest {
             slot,
-            progress: self.thread.as_ref().map(|t| t.thread().id()),
+            progress,
             owner: self.owner,
             host: None,
         })

@@ -231,6 +231,13 @@ pub(super) fn run(mut parts: Parts) {
     // unwinding: the fabric resources are closed before the embedder hears.
     let end = catch_unwind(AssertUnwindSafe(|| drive(parts, &mut delivery)))
         .unwrap_or_else(|payload| End::Stopped(StopReason::panic(payload.as_ref())));
+    // However the loop ended (a panic, an early stop): no lift names this
+    // thread from now on, and it runs the last callbacks at its policy.
+    if let Some(boost) = shared.boost.get() {
+        boost.retire();
+        boost.hold(false);
+        boost.lower();
+    }
     let why = match &end {
         End::Left => AgreeError::Left,
         End::Excluded => AgreeError::Excluded,
@@ -492,8 +499,10 @@ impl<'d> Progress<'d> {
             }
             // Mail posted since the read: no sleep, no read of the queue.
             if core.spin || core.mail_waits() {
-                // What lifted the thread is handled (a hold stays).
+                // Held while an agreement is under way; what lifted the
+                // thread is handled.
                 if let Some(boost) = &core.boost {
+                    boost.hold(core.agreeing());
                     boost.lower_unless_lifted_since(lifts_seen);
                 }
                 std::hint::spin_loop();
@@ -533,9 +542,9 @@ impl<'d> Progress<'d> {
                 }
             }
         }
-        // The end is no exit's handling nor an agreement's: not lifted.
+        // The end is no exit's handling nor an agreement's: not lifted
+        // (`run` retires the lift once the loop has ended).
         if let Some(boost) = &core.boost {
-            boost.retire();
             boost.hold(false);
             boost.lower();
         }
@@ -816,6 +825,17 @@ impl Core<'_> {
         }
     }
 
+    /// Whether an agreement or a view change is under way here: one the
+    /// Engine has not settled, or a one-host round nobody waits on.
+    fn agreeing(&self) -> bool {
+        !self.engine.agreements_settled()
+            || self
+                .shared
+                .host_agreement
+                .as_ref()
+                .is_some_and(|h| h.is_unattended())
+    }
+
     /// How long to sleep: until the Engine's deadline, the end of a leave,
     /// the next retry of refused sends, or the next publication.
     fn sleep_for(&mut self) -> Duration {
@@ -840,7 +860,7 @@ impl Core<'_> {
             .host_agreement
             .as_ref()
             .is_some_and(|h| h.is_unattended());
-        if self.engine.agreements_settled() && !unattended {
+        if !self.agreeing() {
             self.agreeing_since = None;
         } else {
             let started = *self.agreeing_since.get_or_insert_with(Instant::now);

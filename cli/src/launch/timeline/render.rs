@@ -228,8 +228,9 @@ impl Timeline {
     }
 
     /// The provider configured, or what the agents' stats say they used
-    /// when that differs and they all say the same (a one-host job opens
-    /// no fabric endpoint: `none (one host: node segment)`).
+    /// when that is another provider and they all say the same (a one-host
+    /// job opens no fabric endpoint: `none (one host: node segment)`);
+    /// `tcp;ofi_rxm` for `tcp` is the same provider.
     fn provider_used(&self) -> String {
         let used: Vec<&str> = self
             .ranks
@@ -238,7 +239,8 @@ impl Timeline {
             .collect();
         match used.split_first() {
             Some((first, rest))
-                if *first != self.info.provider && rest.iter().all(|p| p == first) =>
+                if first.split(';').next() != self.info.provider.split(';').next()
+                    && rest.iter().all(|p| p == first) =>
             {
                 format!("{first} (configured: {})", self.info.provider)
             }
@@ -451,6 +453,13 @@ self-excluded: none
         );
         tl.agent_line(901.0, 0, &stats("tcp;ofi_rxm"));
         assert!(first_line(&tl).contains("provider tcp,"), "agents differ");
+        for rank in 1..3 {
+            tl.agent_line(902.0, rank, &stats("tcp;ofi_rxm"));
+        }
+        assert!(
+            first_line(&tl).contains("provider tcp,"),
+            "the same provider"
+        );
     }
 
     #[test]
