@@ -125,9 +125,6 @@ pub(super) struct Parts {
     pub period: Duration,
     pub timeout: Duration,
     pub logger: Logger,
-    /// The lift of this thread for a same-host exit (`FFD_SCHED`), made
-    /// on the thread once it runs under its policy.
-    pub boost: Option<Arc<Boost>>,
     /// The liveness port and the peers' (`FFD_LIVENESS`; `None`: off).
     pub liveness: Option<LivenessParts>,
 }
@@ -182,8 +179,6 @@ struct Core<'d> {
     /// No message handled since the last read of the queue began: the
     /// next one first reads the exit words (`LocalWatching::scan_exit_words`).
     exits_unscanned: bool,
-    /// Lowered before each sleep, after an exit-word thread lifted it.
-    boost: Option<Arc<Boost>>,
     /// Since when an agreement or view change has been under way here
     /// (`None`: none is); see [`AGREEMENT_POLL`].
     agreeing_since: Option<Instant>,
@@ -290,7 +285,7 @@ fn drive(mut parts: Parts, delivery: &mut Delivery) -> End {
                 parts.seed.me,
                 parts.wake.as_fd(),
                 (origin, parts.seed.config.timeout),
-                parts.boost.clone(),
+                parts.shared.boost.get().cloned(),
                 &mut fallback,
             ) {
                 Ok(w) => {
@@ -421,7 +416,6 @@ impl<'d> Progress<'d> {
                 inject_cq_error: false,
                 last_publish: parts.started,
                 exits_unscanned: true,
-                boost: parts.boost,
                 diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
                 liveness,
                 _kept_listener: kept_listener,
@@ -454,7 +448,7 @@ impl<'d> Progress<'d> {
         while !core.finished() {
             // Lifts counted before the exits are taken: a later one is
             // for an exit not taken yet (see the lowering below).
-            let lifts_seen = core.boost.as_ref().map_or(0, |b| b.lifts());
+            let lifts_seen = core.boost().map_or(0, |b| b.lifts());
             if woken {
                 // Empty the wake socket first: a command sent after this
                 // point writes a fresh byte, so the next wait returns at once.
@@ -497,27 +491,22 @@ impl<'d> Progress<'d> {
             if core.finished() {
                 break;
             }
+            // An agreement under way: its messages wake the thread ahead
+            // of the host's normal threads (design §6 "Runtime"). Then
+            // what lifted the thread is handled: back to its policy (unless
+            // held) and CPU, before it sleeps or goes round.
+            let agreeing = core.agreeing();
+            if let Some(boost) = core.boost() {
+                boost.hold(agreeing);
+                boost.lower_unless_lifted_since(lifts_seen);
+            }
             // Mail posted since the read: no sleep, no read of the queue.
             if core.spin || core.mail_waits() {
-                // Held while an agreement is under way; what lifted the
-                // thread is handled.
-                if let Some(boost) = &core.boost {
-                    boost.hold(core.agreeing());
-                    boost.lower_unless_lifted_since(lifts_seen);
-                }
                 std::hint::spin_loop();
                 (queue, woken, live) = (core.spin, core.spin, core.spin);
                 continue;
             }
-            let timeout = core.sleep_for();
-            // An agreement under way: its messages wake the thread ahead
-            // of the host's normal threads (design §6 "Runtime"). Then
-            // what lifted the thread is handled: back to its policy (unless
-            // held) and CPU, before it sleeps.
-            if let Some(boost) = &core.boost {
-                boost.hold(core.agreeing_since.is_some());
-                boost.lower_unless_lifted_since(lifts_seen);
-            }
+            let timeout = core.sleep_for(agreeing);
             // With pidfds, their epoll set (which holds the wake socket
             // too); with a liveness port, its set (which holds that one).
             let wake_fd = live_fd
@@ -544,7 +533,7 @@ impl<'d> Progress<'d> {
         }
         // The end is no exit's handling nor an agreement's: not lifted
         // (`run` retires the lift once the loop has ended).
-        if let Some(boost) = &core.boost {
+        if let Some(boost) = core.boost() {
             boost.hold(false);
             boost.lower();
         }
@@ -828,17 +817,28 @@ impl Core<'_> {
     /// Whether an agreement or a view change is under way here: one the
     /// Engine has not settled, or a one-host round nobody waits on.
     fn agreeing(&self) -> bool {
-        !self.engine.agreements_settled()
-            || self
-                .shared
-                .host_agreement
-                .as_ref()
-                .is_some_and(|h| h.is_unattended())
+        !self.engine.agreements_settled() || self.unattended()
+    }
+
+    /// A one-host round is open here that no caller drives.
+    fn unattended(&self) -> bool {
+        self.shared
+            .host_agreement
+            .as_ref()
+            .is_some_and(|h| h.is_unattended())
+    }
+
+    /// The progress thread's lift (`FFD_SCHED=boost|fifo`): lowered before
+    /// each sleep after an exit-word thread or an agreement call lifted
+    /// it, held while an agreement is under way.
+    fn boost(&self) -> Option<&Arc<Boost>> {
+        self.shared.boost.get()
     }
 
     /// How long to sleep: until the Engine's deadline, the end of a leave,
-    /// the next retry of refused sends, or the next publication.
-    fn sleep_for(&mut self) -> Duration {
+    /// the next retry of refused sends, or the next publication;
+    /// `agreeing`: [`Core::agreeing`] this turn.
+    fn sleep_for(&mut self, agreeing: bool) -> Duration {
         let now = self.now();
         let mut sleep = self
             .engine
@@ -855,18 +855,13 @@ impl Core<'_> {
         if let Some(at) = self.liveness.as_ref().and_then(Liveness::deadline) {
             sleep = sleep.min(at.saturating_duration_since(Instant::now()));
         }
-        let unattended = self
-            .shared
-            .host_agreement
-            .as_ref()
-            .is_some_and(|h| h.is_unattended());
-        if !self.agreeing() {
+        if !agreeing {
             self.agreeing_since = None;
         } else {
             let started = *self.agreeing_since.get_or_insert_with(Instant::now);
             let every = self.agreement_poll_every;
             let engine = &self.engine;
-            let polls = unattended
+            let polls = self.unattended()
                 || polls_agreements(engine.hosts(), engine.me(), self.mail.is_some(), |r| {
                     engine.is_gone(r)
                 });
@@ -898,8 +893,8 @@ impl Core<'_> {
         snapshot.epoch = self.shared.failed.epoch();
         self.counters.delivery.events_dropped = self.shared.events.dropped();
         self.counters.delivery.callback_panics = self.delivery.callback_panics;
-        self.counters.local.boost_lifts = self.boost.as_ref().map_or(0, |b| b.lifts());
-        self.counters.local.boost_holds = self.boost.as_ref().map_or(0, |b| b.holds());
+        self.counters.local.boost_lifts = self.boost().map_or(0, |b| b.lifts());
+        self.counters.local.boost_holds = self.boost().map_or(0, |b| b.holds());
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
     }

@@ -209,7 +209,6 @@ pub(super) fn start(
         period: config.period(),
         timeout: config.timeout(),
         logger,
-        boost: None,
         liveness,
     };
     let widen = !matches!(config.core(), CoreChoice::Cpu(_));
@@ -694,7 +693,7 @@ fn wake_socket() -> Result<(UnixStream, UnixStream), StartError> {
 /// placement (not when `FFD_CORE` named a CPU). Returns its handle and a
 /// receiver that disconnects when the thread ends, however it ends.
 fn spawn_progress(
-    mut parts: progress::Parts,
+    parts: progress::Parts,
     placement: &Placement,
     (sched, widen): (SchedPolicy, bool),
     logger: Logger,
@@ -714,10 +713,9 @@ fn spawn_progress(
             if let Ok(mut stats) = parts.shared.stats.lock() {
                 stats.sched = policy;
             }
-            if let Some(boost) = &boost {
-                let _ = parts.shared.boost.set(Arc::clone(boost));
+            if let Some(boost) = boost {
+                let _ = parts.shared.boost.set(boost);
             }
-            parts.boost = boost;
             progress::run(parts);
         })
         .map_err(|source| StartError::Io {
