@@ -4,12 +4,14 @@
 //! and another test's ranks running in the same process would share the
 //! names.
 
+mod group;
+
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
-use ffd::runtime::Detector;
+
+use group::start_group;
 
 const NORMAL: u32 = 0;
 const FIFO: u32 = 1;
@@ -26,24 +28,6 @@ fn config(local: LocalMode) -> Config {
         .local(local)
         .build()
         .expect("valid config")
-}
-
-/// Starts `n` detectors concurrently (start is a collective).
-fn start_group(n: u32, config: &Config) -> Vec<Detector> {
-    let handles: Vec<_> = InProcessBootstrap::group(n)
-        .expect("group")
-        .into_iter()
-        .map(|mut b| {
-            let config = config.clone();
-            thread::spawn(move || Detector::start(&config, &mut b))
-        })
-        .collect();
-    let mut out: Vec<Detector> = handles
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect();
-    out.sort_by_key(Detector::rank);
-    out
 }
 
 /// The scheduling policy of this process's thread named `name` (field 41

@@ -53,6 +53,7 @@
 //! child and not the test. The child says which libfabric it mapped and
 //! its version. It is killed and reaped on every path.
 
+mod group;
 mod hostile;
 mod prereq;
 
@@ -65,10 +66,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode};
 use ffd::fabric::{PATCHED_STAMP, mapped_libfabric, patched_stamp, runtime_version, version_text};
 use ffd::runtime::Detector;
+use group::start_group;
 use hostile::{ACK_STREAM, CONN_ID_STREAM, listening_ports, ranks_work, unhex};
 
 const CHILD_ENV: &str = "FFD_HOSTILE_RANKS";
@@ -164,18 +165,7 @@ fn rank_role() {
         .local(LocalMode::Off)
         .build()
         .expect("valid config");
-    let starts: Vec<_> = InProcessBootstrap::group(2)
-        .expect("group")
-        .into_iter()
-        .map(|mut b| {
-            let config = config.clone();
-            thread::spawn(move || Detector::start(&config, &mut b))
-        })
-        .collect();
-    let detectors: Vec<Detector> = starts
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect();
+    let detectors: Vec<Detector> = start_group(2, &config);
     let beats_before: Vec<u64> = detectors
         .iter()
         .map(|d| d.stats().runtime.heartbeats.completed)

@@ -4,6 +4,8 @@
 //! during shutdown, and a progress thread that dies (through the
 //! `fault-injection` hooks this crate's tests turn on).
 
+mod group;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
@@ -15,6 +17,8 @@ use ffd::runtime::{
     Callback, Detector, DetectorError, DetectorEvent, DetectorState, Event, Fault, Liveness,
     StopCause, StopReason,
 };
+
+use group::start_group;
 
 /// Threads of one process stand in for the ranks (one pid, one host):
 /// every rank on the fabric ring, as these tests expect. Same-host
@@ -36,24 +40,6 @@ fn builder_with(local: LocalMode) -> ConfigBuilder {
         .startup_grace(Duration::from_millis(200))
         .core(CoreChoice::None)
         .local(local)
-}
-
-/// Starts `n` detectors concurrently (start is a collective).
-fn start_group(n: u32, config: &Config) -> Vec<Detector> {
-    let group = InProcessBootstrap::group(n).expect("group");
-    let handles: Vec<_> = group
-        .into_iter()
-        .map(|mut b| {
-            let config = config.clone();
-            thread::spawn(move || Detector::start(&config, &mut b))
-        })
-        .collect();
-    let mut out: Vec<Detector> = handles
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect();
-    out.sort_by_key(|d| d.rank());
-    out
 }
 
 /// Waits (bounded) until `pred` holds for the events drained from `d`.

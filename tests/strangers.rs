@@ -19,6 +19,7 @@
 //! A child that cannot start its ranks fails the test; nothing is
 //! skipped.
 
+mod group;
 mod hostile;
 mod prereq;
 
@@ -33,6 +34,7 @@ use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode, SourceFilterMode};
 use ffd::fabric::{connect_within, filters_at_port};
 use ffd::runtime::Detector;
+use group::start_group;
 use hostile::{ACK_STREAM, CONN_ID_STREAM, STRANGER, noise, ranks_work, unhex};
 
 const CHILD_ENV: &str = "FFD_STRANGERS_RANKS";
@@ -333,19 +335,7 @@ fn a_one_host_job_opens_no_endpoint_and_talks_through_its_segment() {
         .source_filter(SourceFilterMode::On)
         .build()
         .expect("valid config");
-    let starts: Vec<_> = InProcessBootstrap::group(4)
-        .expect("group")
-        .into_iter()
-        .map(|mut b| {
-            let config = config.clone();
-            thread::spawn(move || Detector::start(&config, &mut b))
-        })
-        .collect();
-    let mut detectors: Vec<Detector> = starts
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect();
-    detectors.sort_by_key(Detector::rank);
+    let detectors: Vec<Detector> = start_group(4, &config);
     assert_eq!(
         listening_ports(),
         Vec::<u16>::new(),
