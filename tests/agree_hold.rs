@@ -9,25 +9,16 @@ mod group;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::config::{Config, CoreChoice, LocalMode};
+use ffd::config::{Config, LocalMode};
 
-use group::start_group;
+use group::{loopback, start_group};
 
 const NORMAL: u32 = 0;
 const FIFO: u32 = 1;
 const WITHIN: Duration = Duration::from_secs(10);
 
 fn config(local: LocalMode) -> Config {
-    Config::builder()
-        .provider("tcp")
-        .domain("lo")
-        .period(Duration::from_millis(10))
-        .timeout(Duration::from_millis(100))
-        .startup_grace(Duration::from_millis(200))
-        .core(CoreChoice::None)
-        .local(local)
-        .build()
-        .expect("valid config")
+    loopback(local).build().expect("valid config")
 }
 
 /// The scheduling policy of this process's thread named `name` (field 41

@@ -12,13 +12,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ffd::bootstrap::{Bootstrap, InProcessBootstrap};
-use ffd::config::{Config, ConfigBuilder, CoreChoice, Env, EnvPolicy, LocalMode};
+use ffd::config::{Config, CoreChoice, Env, EnvPolicy, LocalMode};
 use ffd::runtime::{
     Callback, Detector, DetectorError, DetectorEvent, DetectorState, Event, Fault, Liveness,
     StopCause, StopReason,
 };
 
-use group::start_group;
+use group::{loopback, start_group};
 
 /// Threads of one process stand in for the ranks (one pid, one host):
 /// every rank on the fabric ring, as these tests expect. Same-host
@@ -28,18 +28,7 @@ fn config() -> Config {
 }
 
 fn config_with(local: LocalMode) -> Config {
-    builder_with(local).build().expect("valid config")
-}
-
-fn builder_with(local: LocalMode) -> ConfigBuilder {
-    Config::builder()
-        .provider("tcp")
-        .domain("lo")
-        .period(Duration::from_millis(10))
-        .timeout(Duration::from_millis(100))
-        .startup_grace(Duration::from_millis(200))
-        .core(CoreChoice::None)
-        .local(local)
+    loopback(local).build().expect("valid config")
 }
 
 /// Waits (bounded) until `pred` holds for the events drained from `d`.
@@ -169,7 +158,7 @@ fn ranks_that_differ_in_a_job_wide_setting_fail_to_start_naming_it() {
                 } else {
                     vec![]
                 };
-                let config = builder_with(LocalMode::Off)
+                let config = loopback(LocalMode::Off)
                     .build_with_env(&Env::from_pairs(pairs), EnvPolicy::Override)
                     .expect("valid config");
                 thread::spawn(move || match Detector::start(&config, &mut b) {

@@ -30,7 +30,6 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, CoreChoice, LocalMode, SourceFilterMode};
 use ffd::fabric::{connect_within, filters_at_port};
 use ffd::runtime::Detector;
@@ -80,18 +79,7 @@ fn rank_role() {
         .source_filter(filter)
         .build()
         .expect("valid config");
-    let starts: Vec<_> = InProcessBootstrap::group(RANKS as u32)
-        .expect("group")
-        .into_iter()
-        .map(|mut b| {
-            let config = config.clone();
-            thread::spawn(move || Detector::start(&config, &mut b))
-        })
-        .collect();
-    let detectors: Vec<Detector> = starts
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect();
+    let detectors: Vec<Detector> = start_group(RANKS as u32, &config);
     // `FFD_LOCAL=off` keeps the fabric between one host's ranks.
     for d in &detectors {
         assert_eq!(d.fabric().0, "tcp;ofi_rxm", "rank {}", d.rank());
