@@ -439,11 +439,20 @@ impl Detector {
                 return Err(why.clone());
             }
             inner.sent.push_back(Arc::clone(&slot));
-            if self.command(Command::Agree(flags, Instant::now())).is_err() {
+            if self
+                .queue_command(Command::Agree(flags, Instant::now()))
+                .is_err()
+            {
                 inner.sent.pop_back();
                 return Err(AgreeError::Stopped("the progress thread has ended".into()));
             }
         }
+        // Woken only now the lock is released: the lifted thread, taking
+        // the call at once (at `SCHED_FIFO`, ahead of this thread on its
+        // CPU), numbers the request under that lock, and would otherwise
+        // wait for this thread to run again and release it (a priority
+        // inversion: 0.07 to 1.4 ms a call, seen under `ffd run`).
+        self.wake_progress();
         Ok(AgreeRequest {
             slot,
             progress,

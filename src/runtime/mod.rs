@@ -648,13 +648,18 @@ impl Detector {
     }
 
     fn command(&self, command: Command) -> Result<(), DetectorError> {
+        self.queue_command(command)?;
+        self.wake_progress();
+        Ok(())
+    }
+
+    /// Queues `command` without waking the thread: the caller wakes it
+    /// ([`Self::wake_progress`]) once it holds no lock the thread takes.
+    fn queue_command(&self, command: Command) -> Result<(), DetectorError> {
         self.owned_here(true)?;
         self.commands
             .send(command)
-            .map_err(|_| DetectorError::Stopped)?;
-        // WouldBlock means bytes are already waiting: the thread is awake.
-        let _ = (&self.wake).write(&[1]);
-        Ok(())
+            .map_err(|_| DetectorError::Stopped)
     }
 }
 
