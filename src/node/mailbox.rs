@@ -3,8 +3,8 @@
 //! every other rank of the host, read by its owner only.
 //!
 //! A mailbox is a line (the mail word: a futex word its owner's
-//! exit-word thread waits on; the owner's awake flag; the count of posts)
-//! and [`mail_slots`] records. A record's state word is `0` (free),
+//! exit-word thread waits on; the owner's awake flag; the count of posts;
+//! the bitmap of the records ever claimed) and [`mail_slots`] records. A record's state word is `0` (free),
 //! claimed (a writer took it: its local index), or published (its
 //! writer's local index and the length); then the writer's sequence
 //! number for this mailbox, then the bytes, as u64 words. A writer claims
@@ -12,7 +12,10 @@
 //! counts the post, and rings the mail word only when the owner's
 //! progress thread is not awake (no system call per message while it
 //! runs). The owner reads whenever the post count moved since its last
-//! scan, and hands each writer's records on in that writer's sequence
+//! scan, looking only at the records marked in the bitmap (a writer marks
+//! its record before it publishes; records a few kilobytes apart would
+//! otherwise cost a page, and a first-touch fault, each per scan), and
+//! hands each writer's records on in that writer's sequence
 //! order (writers are single-threaded progress threads, so each writer's
 //! records are published in order; a scan that saw a later one before an
 //! earlier one scans again). A full mailbox refuses the post: the writer
@@ -68,16 +71,26 @@ pub fn post(segment: &HostSegment, owner: u32, writer: u32, seq: u64, bytes: &[u
     let start = (writer as usize).wrapping_mul(7) % slots;
     let claimed = state(CLAIMED, writer, 0);
     let record = (0..slots).find_map(|k| {
-        let rec = segment.mail_record(owner, (start + k) % slots)?;
+        let slot = (start + k) % slots;
+        let rec = segment.mail_record(owner, slot)?;
         (rec[0].load(Ordering::Relaxed) == FREE
             && rec[0]
                 .compare_exchange(FREE, claimed, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok())
-        .then_some(rec)
+        .then_some((slot, rec))
     });
-    let Some(rec) = record else {
+    let Some((slot, rec)) = record else {
         return Posted::Full;
     };
+    // Marked before published: the owner, once it sees the count moved,
+    // sees the mark and scans this record (it scans no other).
+    if let Some(used) = segment.mailbox_used(owner) {
+        let bit = 1u64 << (slot % 64);
+        let word = used[slot / 64];
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::Release);
+        }
+    }
     rec[1].store(seq, Ordering::Relaxed);
     for (word, chunk) in rec[2..].iter().zip(bytes.chunks(8)) {
         let mut w = [0u8; 8];
@@ -126,6 +139,8 @@ pub struct MailReader {
     expected: Vec<u64>,
     /// Scratch: (writer, seq, record) of the published records.
     found: Vec<(u32, u64, usize)>,
+    /// The records the last scan looked at.
+    scanned_records: usize,
 }
 
 impl MailReader {
@@ -156,11 +171,12 @@ impl MailReader {
         bytes: &mut Vec<u8>,
         out: &mut Vec<(u32, std::ops::Range<usize>)>,
     ) {
-        let Some((_, _, posted)) = segment.mailbox_line(me) else {
+        let (Some((_, _, posted)), Some(used)) =
+            (segment.mailbox_line(me), segment.mailbox_used(me))
+        else {
             return;
         };
         self.expected.resize(segment.count() as usize, 0);
-        let slots = mail_slots(segment.count());
         loop {
             let now = posted.load(Ordering::SeqCst);
             if now == self.scanned {
@@ -168,10 +184,21 @@ impl MailReader {
             }
             self.scanned = now;
             self.found.clear();
-            for i in 0..slots {
+            // Only the records ever claimed: every one published before
+            // the count moved is marked (`post`), and a scan then touches
+            // a few lines, not one page per record of the mailbox.
+            let marked = used.map(|w| w.load(Ordering::Acquire));
+            let records = marked.iter().enumerate().flat_map(|(k, &bits)| {
+                (0..64)
+                    .filter(move |b| bits & (1 << b) != 0)
+                    .map(move |b| 64 * k + b)
+            });
+            self.scanned_records = 0;
+            for i in records {
                 let Some(rec) = segment.mail_record(me, i) else {
                     break;
                 };
+                self.scanned_records += 1;
                 let st = rec[0].load(Ordering::Acquire);
                 if st & PHASE == PUBLISHED {
                     let writer = ((st >> 8) & 0xff_ffff) as u32;
@@ -242,6 +269,33 @@ mod tests {
         }
         assert!(read_all(&mut reader, &b, 2).is_empty());
         assert!(!reader.doze(&b, 2));
+    }
+
+    #[test]
+    fn a_scan_looks_only_at_the_records_ever_claimed() {
+        let (a, b) = segment("scan", 4);
+        let mut reader = MailReader::default();
+        // Writers 1 and 2 start at different records; each takes its own
+        // again once it is read.
+        for seq in 0..3 {
+            for writer in [1, 2] {
+                assert!(matches!(
+                    post(&a, 0, writer, seq, &[writer as u8]),
+                    Posted::Sent { .. }
+                ));
+            }
+            assert_eq!(
+                read_all(&mut reader, &b, 0),
+                vec![(1, vec![1]), (2, vec![2])]
+            );
+            assert_eq!(reader.scanned_records, 2);
+        }
+        // Two more of writer 1's before a read: a third record, marked.
+        for seq in 3..5 {
+            assert!(matches!(post(&a, 0, 1, seq, b"x"), Posted::Sent { .. }));
+        }
+        assert_eq!(read_all(&mut reader, &b, 0).len(), 2);
+        assert_eq!(reader.scanned_records, 3);
     }
 
     #[test]

@@ -185,7 +185,8 @@ impl HostSegment {
         (16 + mail_capacity(ranks)).next_multiple_of(LINE)
     }
 
-    /// One mailbox: its line (mail word, awake flag, posted count), then
+    /// One mailbox: its line (mail word, awake flag, posted count, door
+    /// flag, the bitmap of records ever claimed), then
     /// its records.
     fn mailbox_len(count: u32, ranks: u32) -> usize {
         LINE + mail_slots(count) * Self::mail_record_len(ranks)
@@ -451,6 +452,19 @@ impl HostSegment {
         let at = Self::mail_at(self.count, self.ranks)
             + owner as usize * Self::mailbox_len(self.count, self.ranks);
         Some(self.word32(at + 16))
+    }
+
+    /// The records of local rank `owner`'s mailbox ever claimed: a bitmap
+    /// of [`mail_slots`] bits (at most 256) in four words of its line,
+    /// from byte 24; a bit is set by a writer before it publishes into
+    /// that record, and never cleared.
+    pub fn mailbox_used(&self, owner: u32) -> Option<[&AtomicU64; 4]> {
+        if self.count < 2 || owner >= self.count {
+            return None;
+        }
+        let at = Self::mail_at(self.count, self.ranks)
+            + owner as usize * Self::mailbox_len(self.count, self.ranks);
+        Some([0, 1, 2, 3].map(|k| self.word(at + 24 + 8 * k)))
     }
 
     /// Record `slot` of local rank `owner`'s mailbox: its state word, its
