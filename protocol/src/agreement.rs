@@ -21,13 +21,15 @@
 //! - **Ranks**: the binomial tree over ranks: with `rel = (rank − root) mod
 //!   N`, the parent of `rel` clears its highest set bit, and its children
 //!   are `rel + 2^k` for every `2^k > rel`.
-//! - **Hosts**: the binomial tree over hosts (host indices relative to the
-//!   root's host), each host represented by its *head* (the root on the
-//!   root's host, the host's lowest rank elsewhere), and every other rank of
-//!   a host a child of its head (flat; a host of more than [`FLAT_MAX`]
-//!   ranks is a binomial tree over its ranks in order from the head
-//!   instead). Without failures a message crosses between hosts only on
-//!   the tree over heads: 2·(1 + ⌈log2 H⌉) hops for H hosts.
+//! - **Hosts**: the [`HOST_RADIX`]-nomial tree over hosts (host indices
+//!   relative to the root's host: the parent of `rel` clears its most
+//!   significant base-4 digit, its children are `rel + j·4^m` for `j` in
+//!   1..4 and every `4^m > rel`), each host represented by its *head* (the
+//!   root on the root's host, the host's lowest rank elsewhere), and every
+//!   other rank of a host a child of its head (flat; a host of more than
+//!   [`FLAT_MAX`] ranks is a binomial tree over its ranks in order from
+//!   the head instead). Without failures a message crosses between hosts
+//!   only on the tree over heads: 2·(1 + ⌈log4 H⌉) hops for H hosts.
 //!
 //! A rank's
 //! *effective* parent is its nearest ancestor not known failed; its
@@ -85,13 +87,22 @@ use crate::{Hosts, Rank};
 /// receives or sends more than about this many messages for its host.
 pub const FLAT_MAX: usize = 16;
 
+/// The tree over the hosts' heads is this-nomial (a k-nomial tree, as
+/// MPI libraries shape their collectives): ⌈log4 H⌉ levels for H hosts,
+/// a head sending at most 3 per level. A hop between hosts is the
+/// slowest of an agreement (a fabric message and a wake-up on another
+/// host), and with 4 hosts the binomial tree's second level cost about
+/// 0.1 ms of its 0.6 (`ffd run -n 16 --netns 4`, docs/design.md §4.10
+/// "The tree over hosts").
+pub const HOST_RADIX: u32 = 4;
+
 /// The shape of an instance's tree (module docs, "The tree").
 #[derive(Clone, Debug, Default)]
 pub enum Shape {
     /// The binomial tree over ranks.
     #[default]
     Ranks,
-    /// A binomial tree over hosts, each host's ranks under its head.
+    /// A [`HOST_RADIX`]-nomial tree over hosts, each host's ranks under its head.
     Hosts(Arc<Hosts>),
 }
 
@@ -514,6 +525,33 @@ fn parent_rel(rel: u32) -> Option<u32> {
     (rel != 0).then(|| rel & !(1 << (31 - rel.leading_zeros())))
 }
 
+/// The structural parent of `rel` in the `radix`-nomial tree: its most
+/// significant base-`radix` digit cleared.
+fn parent_rel_radix(rel: u32, radix: u32) -> Option<u32> {
+    if rel == 0 {
+        return None;
+    }
+    let mut top = 1u32;
+    while rel / top >= radix {
+        top *= radix;
+    }
+    Some(rel % top)
+}
+
+/// The structural children of `rel` in the `radix`-nomial tree:
+/// `rel + j·radix^m` for `j` in `1..radix` and every `radix^m > rel`.
+fn children_rel_radix(rel: u32, n: u32, radix: u32) -> impl Iterator<Item = u32> {
+    let mut first = 1u64;
+    while first <= u64::from(rel) {
+        first *= u64::from(radix);
+    }
+    std::iter::successors(Some(first), move |&p| Some(p * u64::from(radix)))
+        .take_while(move |&p| p < u64::from(n))
+        .flat_map(move |p| (1..u64::from(radix)).map(move |j| u64::from(rel) + j * p))
+        .take_while(move |&c| c < u64::from(n))
+        .map(|c| c as u32)
+}
+
 /// The structural children of `rel`: `rel + 2^k` for every `2^k > rel`.
 fn children_rel(rel: u32, n: u32) -> impl Iterator<Item = u32> {
     let first = if rel == 0 {
@@ -546,7 +584,7 @@ impl Shape {
             let p = parent_rel(rel(at(me), at(head), len)).expect("not the head");
             return Some(members[abs(p, at(head), len) as usize]);
         }
-        let p = parent_rel(rel(h, hr, count))?;
+        let p = parent_rel_radix(rel(h, hr, count), HOST_RADIX)?;
         let ph = abs(p, hr, count);
         Some(if ph == hr { root } else { hosts.members(ph)[0] })
     }
@@ -580,7 +618,7 @@ impl Shape {
             }
         }
         out.extend(
-            children_rel(rel(h, hr, count), count)
+            children_rel_radix(rel(h, hr, count), count, HOST_RADIX)
                 .map(|c| abs(c, hr, count))
                 .map(|ch| hosts.members(ch)[0]),
         );
@@ -757,26 +795,61 @@ mod tests {
     }
 
     #[test]
+    fn the_radix_tree_covers_every_index_once_and_is_binomial_at_two() {
+        for radix in 2..=5u32 {
+            for n in 1..=130u32 {
+                let mut parent_of = vec![None; n as usize];
+                for rel in 0..n {
+                    for c in children_rel_radix(rel, n, radix) {
+                        assert!(parent_of[c as usize].is_none(), "{c} twice");
+                        parent_of[c as usize] = Some(rel);
+                    }
+                }
+                for rel in 0..n {
+                    assert_eq!(parent_of[rel as usize], parent_rel_radix(rel, radix));
+                }
+                if radix == 2 {
+                    for rel in 0..n {
+                        assert_eq!(parent_rel_radix(rel, 2), parent_rel(rel));
+                        assert!(children_rel_radix(rel, n, 2).eq(children_rel(rel, n)));
+                    }
+                }
+            }
+        }
+        // Radix 4: 3, 2 and 1 hang under 0; 5 under 1; 21 under 5.
+        assert_eq!(parent_rel_radix(21, 4), Some(5));
+        assert!(children_rel_radix(0, 17, 4).eq([1, 2, 3, 4, 8, 12, 16]));
+        assert!(children_rel_radix(5, 64, 4).eq([21, 37, 53]));
+    }
+
+    #[test]
     fn the_tree_over_hosts_crosses_hosts_only_between_heads() {
-        // 16 ranks on 4 hosts, r on host r mod 4: 1 + 2 levels deep.
+        // 16 ranks on 4 hosts, r on host r mod 4: 1 + 1 levels deep.
         let shape = hosts(16, |r| r % 4);
         let none = set(&[]);
         assert_eq!(
             shape.effective_children(0, 0, 16, &none),
-            vec![1, 2, 4, 8, 12]
+            vec![1, 2, 3, 4, 8, 12]
         );
-        assert_eq!(shape.effective_children(1, 0, 16, &none), vec![3, 5, 9, 13]);
+        assert_eq!(shape.effective_children(1, 0, 16, &none), vec![5, 9, 13]);
         assert_eq!(
             shape.effective_children(5, 0, 16, &none),
             Vec::<Rank>::new()
         );
         assert_eq!(shape.effective_parent(7, 0, 16, &none), Some(3));
+        assert_eq!(shape.effective_parent(3, 0, 16, &none), Some(0));
         // The decision leaves for the farthest host first, the host's own
         // ranks last.
         let mut order = shape.effective_children(0, 0, 16, &none);
         shape.send_order(0, 0, &mut order);
-        assert_eq!(order, vec![2, 1, 4, 8, 12]);
-        assert_eq!((0..16).map(|r| depth(&shape, r, 0, 16)).max(), Some(3));
+        assert_eq!(order, vec![3, 2, 1, 4, 8, 12]);
+        assert_eq!((0..16).map(|r| depth(&shape, r, 0, 16)).max(), Some(2));
+        // 8 hosts: 1 to 4 hang under the root's host, 5, 6 and 7 under
+        // 1, 2 and 3.
+        let eight = hosts(16, |r| r % 8);
+        assert_eq!(eight.effective_parent(4, 0, 16, &none), Some(0));
+        assert_eq!(eight.effective_parent(6, 0, 16, &none), Some(2));
+        assert_eq!((0..16).map(|r| depth(&eight, r, 0, 16)).max(), Some(3));
         // Rooted at 5 (0..4 failed): 5 heads host 1; the other hosts'
         // heads (their lowest ranks) failed, so their ranks, and host 0
         // below host 2, are adopted by 5.
@@ -788,14 +861,19 @@ mod tests {
         );
         assert_eq!(shape.effective_parent(7, 5, 16, &failed), Some(5));
         assert_eq!(shape.effective_parent(9, 5, 16, &set(&[0])), Some(5));
-        // One rank per host, in rank order: the binomial tree over ranks.
+        // One rank per host, in rank order: the radix-4 tree over ranks,
+        // relative to the root.
         let singles = hosts(13, |r| r);
         for root in [0, 5] {
             for r in 0..13 {
-                assert_eq!(
-                    singles.effective_children(r, root, 13, &none),
-                    effective_children(r, root, 13, &none)
-                );
+                let expected: Vec<Rank> = {
+                    let mut v: Vec<Rank> = children_rel_radix(rel(r, root, 13), 13, HOST_RADIX)
+                        .map(|c| abs(c, root, 13))
+                        .collect();
+                    v.sort_unstable();
+                    v
+                };
+                assert_eq!(singles.effective_children(r, root, 13, &none), expected);
             }
         }
         // A host larger than FLAT_MAX is a binomial tree over its ranks.

@@ -50,7 +50,7 @@
 //! Every agreement message carries the longest chain of agreement messages
 //! behind it (the sender's longest incoming chain for that instance, plus
 //! one); a decision's `hops` is that count at the deciding rank:
-//! 2·⌈log2 N⌉ without failures on the tree over ranks, 2·(1 + ⌈log2 H⌉)
+//! 2·⌈log2 N⌉ without failures on the tree over ranks, 2·(1 + ⌈log4 H⌉)
 //! on the tree over H hosts (when the Engine has `Hosts`: the instances'
 //! [`Shape`]).
 
