@@ -10,20 +10,43 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::{Hosts, Rank};
 
-/// While an agreement or a view change is under way here, the thread
-/// sleeps at most this long between reads of its queue, for at most one
-/// timeout from when it began: every hop of an agreement is a message that
-/// a rank asleep until its next deadline (tens of ms under same-host
-/// watching, where most ranks beat no fabric heartbeat) handled only when
-/// its thread next ran. Measured with `benches/agreement.py`'s jobs on 2
-/// cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
+/// While a one-host round nobody waits on is open here (`iagree`), the
+/// thread sleeps at most this long between turns, for at most one
+/// timeout from when it began: nothing wakes it when the round is decided
+/// in the host's segment (ringing it from the exit-word thread measured
+/// slower, docs/design.md §4.10). Measured with `benches/agreement.py`'s
+/// jobs on 2 cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
 /// The bound keeps a participant that never calls (an agreement waits
 /// for every live rank) from costing the others more than one timeout of
 /// these wake-ups; nothing changes while none is under way. The interval
 /// grows with the ranks per CPU of the host ([`agreement_poll_every`]):
-/// each read of a `tcp;ofi_rxm` queue is some twenty system calls, and 32
-/// ranks on 2 cores reading every 100 µs would ask for several cores.
+/// 32 ranks on 2 cores turning every 100 µs would ask for several cores.
 pub(super) const AGREEMENT_POLL: Duration = Duration::from_micros(100);
+
+/// While an agreement or a view change whose messages come over the
+/// fabric is under way here, the thread reads its queue at least this
+/// often, for at most one timeout: a safety net only. A message wakes the
+/// thread through the queue's wait fd (`fi_trywait`, then ppoll); with
+/// `tcp;ofi_rxm` no wake-up was missed in hundreds of agreements, and
+/// reading every 100 µs instead cost more than it saved (`ffd run -n 16
+/// --netns 4`, 40 agreements a run, 4 interleaved pairs: p50 1.03 ms
+/// polled every 100 µs, 0.91 not polled; `--hosts 4` and `FFD_LOCAL=off`
+/// the same way). The `sockets` provider missed some (maxima 7.4 ms
+/// unpolled against 3.4 at 100 µs): this bounds what one costs.
+pub(super) const FABRIC_POLL: Duration = Duration::from_millis(1);
+
+/// How often to turn while an agreement is under way here: every
+/// `every` ([`agreement_poll_every`]) while a one-host round nobody
+/// waits on is open (`unattended`), else every [`FABRIC_POLL`] if this
+/// rank's agreement messages come over the fabric (`fabric`,
+/// [`polls_agreements`]); `None`: its messages wake it.
+pub(super) fn poll_interval(unattended: bool, fabric: bool, every: Duration) -> Option<Duration> {
+    if unattended {
+        Some(every)
+    } else {
+        fabric.then_some(FABRIC_POLL)
+    }
+}
 
 /// The poll interval for `local_ranks` ranks of this host on `cpus` CPUs:
 /// [`AGREEMENT_POLL`] for every two ranks per CPU (rounded up), so that
@@ -46,11 +69,11 @@ pub(super) fn agreement_poll(
     (now.saturating_duration_since(since) <= bound).then_some(every)
 }
 
-/// Whether this rank must poll while an agreement is under way: a rank
-/// whose every agreement message comes through its host's mailboxes
-/// (`by_mail`) is woken by the mail itself (its doorbell or mail word),
-/// where a message over `tcp;ofi_rxm` does not reliably end a sleep on the
-/// queue's fd. That is a rank other than its host's head (the host's
+/// Whether this rank's agreement messages come over the fabric, so that
+/// it reads its queue every [`FABRIC_POLL`] while an agreement is under
+/// way: a rank whose every agreement message comes through its host's
+/// mailboxes (`by_mail`) is woken by the mail itself (its doorbell or
+/// mail word) and needs no safety net. That is a rank other than its host's head (the host's
 /// lowest rank, or the root on the root's host, which is then that rank)
 /// while the head is not gone: its parent in the tree over hosts is the
 /// head and its children are of its host. The head, a rank without host
@@ -104,6 +127,19 @@ mod tests {
         assert_eq!(agreement_poll_every(32, 2), us(800));
         assert_eq!(agreement_poll_every(32, 16), us(100));
         assert_eq!(agreement_poll_every(0, 0), us(100));
+    }
+
+    /// A one-host round nobody waits on turns every `every`; a rank whose
+    /// messages come over the fabric every FABRIC_POLL; one woken by its
+    /// mail not at all.
+    #[test]
+    fn the_poll_is_the_rounds_then_the_fabrics_safety_net() {
+        let every = agreement_poll_every(4, 2);
+        assert_eq!(poll_interval(true, true, every), Some(every));
+        assert_eq!(poll_interval(true, false, every), Some(every));
+        assert_eq!(poll_interval(false, true, every), Some(FABRIC_POLL));
+        assert_eq!(poll_interval(false, false, every), None);
+        assert!(AGREEMENT_POLL < FABRIC_POLL);
     }
 
     /// Only a host's head polls, while it lives, and only with mailboxes.

@@ -52,7 +52,7 @@ mod mail;
 mod sends;
 mod trace;
 
-use agree_poll::{agreement_poll, agreement_poll_every, polls_agreements};
+use agree_poll::{agreement_poll, agreement_poll_every, poll_interval, polls_agreements};
 use cadence::Cadence;
 use diagnosis::Diagnosis;
 use sends::SendBook;
@@ -859,14 +859,15 @@ impl Core<'_> {
             self.agreeing_since = None;
         } else {
             let started = *self.agreeing_since.get_or_insert_with(Instant::now);
-            let every = self.agreement_poll_every;
             let engine = &self.engine;
-            let polls = self.unattended()
-                || polls_agreements(engine.hosts(), engine.me(), self.mail.is_some(), |r| {
-                    engine.is_gone(r)
-                });
-            let cap = agreement_poll(Some(started), Instant::now(), self.timeout, every);
-            if let Some(cap) = cap.filter(|_| polls) {
+            let fabric = polls_agreements(engine.hosts(), engine.me(), self.mail.is_some(), |r| {
+                engine.is_gone(r)
+            });
+            let every = poll_interval(self.unattended(), fabric, self.agreement_poll_every);
+            let cap = every.and_then(|every| {
+                agreement_poll(Some(started), Instant::now(), self.timeout, every)
+            });
+            if let Some(cap) = cap {
                 sleep = sleep.min(cap);
             }
         }
