@@ -92,8 +92,8 @@ pub const FLAT_MAX: usize = 16;
 /// a head sending at most 3 per level. A hop between hosts is the
 /// slowest of an agreement (a fabric message and a wake-up on another
 /// host), and with 4 hosts the binomial tree's second level cost about
-/// 0.1 ms of its 0.6 (`ffd run -n 16 --netns 4`, docs/design.md §4.10
-/// "The tree over hosts").
+/// 0.1 ms of its 0.6 (`ffd run -n 16 --netns 4`; docs/design.md
+/// §4.10 "Agreement and views", its tree over hosts).
 pub const HOST_RADIX: u32 = 4;
 
 /// The shape of an instance's tree (module docs, "The tree").

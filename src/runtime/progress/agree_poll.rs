@@ -14,7 +14,7 @@ use crate::protocol::{Hosts, Rank};
 /// thread sleeps at most this long between turns, for at most one
 /// timeout from when it began: nothing wakes it when the round is decided
 /// in the host's segment (ringing it from the exit-word thread measured
-/// slower, docs/design.md §4.10). Measured with `benches/agreement.py`'s
+/// slower, docs/design.md §4.10 "Agreement and views"). Measured with `benches/agreement.py`'s
 /// jobs on 2 cores: p50 6.2 -> 0.20 ms at N = 4, 25 -> 0.91 ms at N = 16.
 /// The bound keeps a participant that never calls (an agreement waits
 /// for every live rank) from costing the others more than one timeout of
