@@ -625,9 +625,13 @@ impl Shape {
     }
 
     /// Puts `children` (of `me`, ascending) in the order the decision
-    /// goes to them: over hosts, the other hosts' heads first, the farthest
-    /// (the largest subtree) first, then this host's ranks, so that a host's
-    /// ranks wake after the messages that go on to other hosts have left.
+    /// goes to them: over hosts, the other hosts' heads first, the one
+    /// heading the largest subtree (the deepest path) first, then this
+    /// host's ranks, so that a host's ranks wake after the messages that go
+    /// on to other hosts have left. In the radix tree a child host's
+    /// subtree is the larger the smaller its index relative to the root's
+    /// host (`rel + j·4^m`: a smaller `m` leaves more levels below it;
+    /// within one `m`, the last ones are cut short by the host count).
     /// Over ranks, ascending (unchanged).
     fn send_order(&self, me: Rank, root: Rank, children: &mut [Rank]) {
         let Shape::Hosts(hosts) = self else {
@@ -636,7 +640,7 @@ impl Shape {
         let (mine, hr, count) = (hosts.host_of(me), hosts.host_of(root), hosts.count());
         children.sort_by_key(|&c| {
             let h = hosts.host_of(c);
-            (h == mine, std::cmp::Reverse(rel(h, hr, count)), c)
+            (h == mine, rel(h, hr, count), c)
         });
     }
 
@@ -838,17 +842,22 @@ mod tests {
         );
         assert_eq!(shape.effective_parent(7, 0, 16, &none), Some(3));
         assert_eq!(shape.effective_parent(3, 0, 16, &none), Some(0));
-        // The decision leaves for the farthest host first, the host's own
+        // The decision leaves for the other hosts first, the host's own
         // ranks last.
         let mut order = shape.effective_children(0, 0, 16, &none);
         shape.send_order(0, 0, &mut order);
-        assert_eq!(order, vec![3, 2, 1, 4, 8, 12]);
+        assert_eq!(order, vec![1, 2, 3, 4, 8, 12]);
         assert_eq!((0..16).map(|r| depth(&shape, r, 0, 16)).max(), Some(2));
         // 8 hosts: 1 to 4 hang under the root's host, 5, 6 and 7 under
         // 1, 2 and 3.
         let eight = hosts(16, |r| r % 8);
         assert_eq!(eight.effective_parent(4, 0, 16, &none), Some(0));
         assert_eq!(eight.effective_parent(6, 0, 16, &none), Some(2));
+        // The heads of the largest subtrees first: 1, 2 and 3 each head
+        // two hosts, 4 only its own; then the root's host's rank 8.
+        let mut order = eight.effective_children(0, 0, 16, &none);
+        eight.send_order(0, 0, &mut order);
+        assert_eq!(order, vec![1, 2, 3, 4, 8]);
         assert_eq!((0..16).map(|r| depth(&eight, r, 0, 16)).max(), Some(3));
         // Rooted at 5 (0..4 failed): 5 heads host 1; the other hosts'
         // heads (their lowest ranks) failed, so their ranks, and host 0
