@@ -451,7 +451,6 @@ mod tests {
         }
     }
 
-    /// The agent's lines read back as written: one contract.
     /// `--bind` puts the calling thread on the CPU named; with none, it
     /// stays where it was.
     #[test]
@@ -479,6 +478,7 @@ mod tests {
         .unwrap();
     }
 
+    /// The agent's lines read back as written: one contract.
     #[test]
     fn agent_lines_parse_as_the_launcher_reads_them() {
         let cases = [

@@ -13,7 +13,7 @@
 //! progress thread is not awake (no system call per message while it
 //! runs). The owner reads whenever the post count moved since its last
 //! scan, looking only at the records marked in the bitmap (a writer marks
-//! its record before it publishes; records a few kilobytes apart would
+//! its record before it publishes; records about 28 KiB apart would
 //! otherwise cost a page, and a first-touch fault, each per scan), and
 //! hands each writer's records on in that writer's sequence
 //! order (writers are single-threaded progress threads, so each writer's

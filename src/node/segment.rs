@@ -2,7 +2,7 @@
 //! (`/dev/shm/ffd-<job key>-<host id>`): one 64-byte line per local rank,
 //! each written by its owner only, with a plain store at every wake-up.
 //!
-//! Layout: line 0 is the header (magic `FFDLOCAL` u64, local rank count
+//! Layout: line 0 is the header (magic `FFDLOCA2` u64, local rank count
 //! u32, ranks that mapped it u32); line 1 + i belongs to the host's i-th
 //! rank (rank order): its last wake-up on `CLOCK_MONOTONIC` in ns (u64, 0:
 //! never) and the digest fold of its failed ∪ left set then (u64, low 32
@@ -41,7 +41,10 @@ use std::ffi::CString;
 use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"FFDLOCAL");
+/// Changed with the layout: a segment of another build is then refused
+/// as foreign (`FFDLOCA2`: the mailbox lines' bitmap of claimed records,
+/// which a reader trusts and an older writer would not mark).
+const MAGIC: u64 = u64::from_le_bytes(*b"FFDLOCA2");
 const LINE: usize = 64;
 
 /// The agreement area's rounds in use at once (see

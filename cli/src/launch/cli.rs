@@ -409,7 +409,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, log: &mut dyn Write) -> ExitCode
 /// rank is bound to its core: an event wakes a thread of the same CPU),
 /// then the user's (`-- ARGS`).
 fn agent_args(plan: &Plan, agent: &AgentCommand, user: &[String]) -> Vec<String> {
-    let ours = !plan.cores.is_empty() && agent.args.first().is_some_and(|a| a == "agent");
+    // A `--bind` of the user's is not given twice (clap refuses that).
+    let ours = !plan.cores.is_empty()
+        && agent.args.first().is_some_and(|a| a == "agent")
+        && !user.iter().any(|a| a == "--bind");
     ours.then(|| "--bind".to_owned())
         .into_iter()
         .chain(user.iter().cloned())
@@ -561,6 +564,8 @@ mod tests {
         assert_eq!(agent_args(&inherited, &ours, &user), user);
         let one_host = plan_of(&["-n", "4"], &[]).unwrap();
         assert!(agent_args(&one_host, &ours, &[]).is_empty());
+        let theirs = vec!["--bind".to_owned()];
+        assert_eq!(agent_args(&placed, &ours, &theirs), theirs);
     }
 
     #[test]

@@ -39,12 +39,14 @@ pub(super) const FABRIC_POLL: Duration = Duration::from_millis(1);
 /// `every` ([`agreement_poll_every`]) while a one-host round nobody
 /// waits on is open (`unattended`), else every [`FABRIC_POLL`] if this
 /// rank's agreement messages come over the fabric (`fabric`,
-/// [`polls_agreements`]); `None`: its messages wake it.
+/// [`polls_agreements`]; `every` if longer, on a host of more than 20
+/// ranks a CPU); `None`: its messages wake it.
 pub(super) fn poll_interval(unattended: bool, fabric: bool, every: Duration) -> Option<Duration> {
     if unattended {
         Some(every)
     } else {
-        fabric.then_some(FABRIC_POLL)
+        // No denser than a round's poll on a crowded host.
+        fabric.then_some(FABRIC_POLL.max(every))
     }
 }
 
@@ -139,6 +141,8 @@ mod tests {
         assert_eq!(poll_interval(true, false, every), Some(every));
         assert_eq!(poll_interval(false, true, every), Some(FABRIC_POLL));
         assert_eq!(poll_interval(false, false, every), None);
+        let crowded = agreement_poll_every(64, 2);
+        assert_eq!(poll_interval(false, true, crowded), Some(crowded));
         assert!(AGREEMENT_POLL < FABRIC_POLL);
     }
 

@@ -623,9 +623,9 @@ fn plan_links(seed: &EngineSeed, size: u32, peers: &[RemoteRegion]) -> LinkPlan 
     // With host groups, agreements run on a tree over the hosts' heads
     // (design §4.10 "Agreement and views"), rooted at rank 0 while it
     // lives: its edges between hosts are warmed too, so that the first
-    // agreement does not set up connections. (With the ring in rank order
-    // and hosts r mod H, as `ffd run --netns`, they are broadcast
-    // neighbours already; with another ring order they need not be.)
+    // agreement does not set up connections. (Broadcast neighbours need
+    // not be tree edges: with hosts r mod 4 and the ring in rank order,
+    // the root's edge to host 3's head, a difference of 3, is not one.)
     if let Some(plan) = &seed.local {
         let tree = protocol::agreement::Shape::Hosts(Arc::clone(&plan.hosts));
         let none = protocol::RankSet::new();
