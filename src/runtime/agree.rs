@@ -407,12 +407,15 @@ impl Detector {
         let progress = self.thread.as_ref().map(|t| t.thread().id());
         let on_progress = progress == Some(std::thread::current().id());
         let takes_it = self.shared.host_agreement.is_none() || !attended;
-        if let Some(boost) = self.shared.boost.get() {
-            if takes_it && !on_progress && self.shared.life.is_running() {
-                boost.lift();
+        let lift = || {
+            if let Some(boost) = self.shared.boost.get() {
+                if takes_it && !on_progress && self.shared.life.is_running() {
+                    boost.lift();
+                }
             }
-        }
+        };
         if let Some(host) = &self.shared.host_agreement {
+            lift();
             let slot = host.call(flags, attended)?;
             // Contribute now (from the callback, only if nobody else is
             // driving: the progress thread never waits on an embedder's thread);
@@ -447,11 +450,17 @@ impl Detector {
                 return Err(AgreeError::Stopped("the progress thread has ended".into()));
             }
         }
-        // Woken only now the lock is released: the lifted thread, taking
-        // the call at once (at `SCHED_FIFO`, ahead of this thread on its
-        // CPU), numbers the request under that lock, and would otherwise
-        // wait for this thread to run again and release it (a priority
+        // Lifted only now the command is sent, and woken only now the lock
+        // is released: the lifted thread takes the call at once (at
+        // `SCHED_FIFO`, ahead of this thread on its CPU). Lifted during the
+        // send, a wake-up of it (a message, its timer) preempted this thread
+        // mid-send, and its `try_recv` spun for the half-sent command, which
+        // this thread, on the same CPU at the normal policy, never got to
+        // finish (176 ms seen, embedder bound to the progress thread's
+        // CPU). Woken under the lock, it numbered the request under that
+        // lock and waited for this thread to release it (a priority
         // inversion: 0.07 to 1.4 ms a call, seen under `ffd run`).
+        lift();
         self.wake_progress();
         Ok(AgreeRequest {
             slot,
