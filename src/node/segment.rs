@@ -434,26 +434,27 @@ impl HostSegment {
         })
     }
 
+    /// Where local rank `owner`'s mailbox (its line, then its records)
+    /// starts. `None`: no mailboxes (a host of one), or out of range.
+    fn mailbox_at(&self, owner: u32) -> Option<usize> {
+        (self.count >= 2 && owner < self.count).then(|| {
+            Self::mail_at(self.count, self.ranks)
+                + owner as usize * Self::mailbox_len(self.count, self.ranks)
+        })
+    }
+
     /// The line of local rank `owner`'s mailbox: its mail word (u32 at 0,
     /// a futex word), its awake flag (u32 at 4) and its posted count (u64
     /// at 8). `None`: no mailboxes (a host of one), or out of range.
     pub fn mailbox_line(&self, owner: u32) -> Option<(&AtomicU32, &AtomicU32, &AtomicU64)> {
-        if self.count < 2 || owner >= self.count {
-            return None;
-        }
-        let at = Self::mail_at(self.count, self.ranks)
-            + owner as usize * Self::mailbox_len(self.count, self.ranks);
+        let at = self.mailbox_at(owner)?;
         Some((self.word32(at), self.word32(at + 4), self.word(at + 8)))
     }
 
     /// Local rank `owner`'s doorbell flag (u32 at 16 of its mailbox's
     /// line): 1 while its doorbell is bound (`doorbell.rs`).
     pub fn mailbox_door(&self, owner: u32) -> Option<&AtomicU32> {
-        if self.count < 2 || owner >= self.count {
-            return None;
-        }
-        let at = Self::mail_at(self.count, self.ranks)
-            + owner as usize * Self::mailbox_len(self.count, self.ranks);
+        let at = self.mailbox_at(owner)?;
         Some(self.word32(at + 16))
     }
 
@@ -462,25 +463,17 @@ impl HostSegment {
     /// from byte 24; a bit is set by a writer before it publishes into
     /// that record, and never cleared.
     pub fn mailbox_used(&self, owner: u32) -> Option<[&AtomicU64; 4]> {
-        if self.count < 2 || owner >= self.count {
-            return None;
-        }
-        let at = Self::mail_at(self.count, self.ranks)
-            + owner as usize * Self::mailbox_len(self.count, self.ranks);
+        let at = self.mailbox_at(owner)?;
         Some([0, 1, 2, 3].map(|k| self.word(at + 24 + 8 * k)))
     }
 
     /// Record `slot` of local rank `owner`'s mailbox: its state word, its
     /// sequence word and its [`mail_capacity`] bytes as u64 words.
     pub fn mail_record(&self, owner: u32, slot: usize) -> Option<&[AtomicU64]> {
-        if self.count < 2 || owner >= self.count || slot >= mail_slots(self.count) {
+        if slot >= mail_slots(self.count) {
             return None;
         }
-        let len = Self::mail_record_len(self.ranks);
-        let offset = Self::mail_at(self.count, self.ranks)
-            + owner as usize * Self::mailbox_len(self.count, self.ranks)
-            + LINE
-            + slot * len;
+        let offset = self.mailbox_at(owner)? + LINE + slot * Self::mail_record_len(self.ranks);
         let words = 2 + mail_capacity(self.ranks) / 8;
         assert!(offset + 8 * words <= self.len);
         // SAFETY: `offset` is line-aligned and the `words` u64s after it
