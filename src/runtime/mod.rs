@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 mod agree;
+mod commands;
 mod delivery;
 pub mod events;
 pub mod evidence;
@@ -287,7 +288,7 @@ pub struct Detector {
     /// this struct but none of the threads behind it.
     owner: Owner,
     shared: Arc<PublishedState>,
-    commands: mpsc::Sender<Command>,
+    commands: commands::CommandSender,
     /// Writing a byte wakes the progress thread.
     wake: UnixStream,
     thread: Option<JoinHandle<()>>,

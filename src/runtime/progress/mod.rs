@@ -21,7 +21,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use crate::fabric::{Completion, FabricError, RemoteRegion, SlotPage};
@@ -31,6 +30,7 @@ use crate::protocol::{
 };
 
 use super::AgreeError;
+use super::commands::{self, CommandReceiver};
 use super::delivery::Delivery;
 use super::link::{self, Linked, WARM_UP};
 use super::liveness::{Answer, Liveness, LivenessParts};
@@ -112,7 +112,7 @@ pub(super) struct Parts {
     /// `peers[r]`: rank r's slot region (empty with no endpoint).
     pub peers: Vec<RemoteRegion>,
     pub started: Instant,
-    pub commands: Receiver<Command>,
+    pub commands: CommandReceiver,
     pub wake: UnixStream,
     pub callback: Option<Callback>,
     /// The linking phase before the Engine starts.
@@ -156,7 +156,7 @@ struct Core<'d> {
     slots: Slots,
     peers: Vec<RemoteRegion>,
     started: Instant,
-    commands: Receiver<Command>,
+    commands: CommandReceiver,
     /// The embedder's callback and event queue; outlives a panic of the loop.
     delivery: &'d mut Delivery,
     spin: bool,
@@ -594,9 +594,9 @@ impl Core<'_> {
                 Ok(Command::Stop) => self.stop = true,
                 #[cfg(any(test, feature = "fault-injection"))]
                 Ok(Command::Fault(fault)) => self.inject(fault),
-                Err(TryRecvError::Empty) => break,
+                Err(commands::Empty::Now) => break,
                 // The Detector is gone without a word: leave cleanly.
-                Err(TryRecvError::Disconnected) => {
+                Err(commands::Empty::Forever) => {
                     self.begin_leave();
                     break;
                 }
