@@ -256,7 +256,33 @@ mod tests {
         assert_eq!(&b, b"A");
         // The process closes its listener (as its exit does): refused.
         drop(listener);
-        let e = TcpStream::connect(at).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED));
+        assert!(
+            refused(at) || (1..5).any(|_| closed_port_refuses()),
+            "a closed and admitted port did not refuse"
+        );
+    }
+
+    /// Whether a connection to `at` is refused; `false` when it is
+    /// accepted: another listener of this test binary took the port just
+    /// freed (libfabric's tcp provider listens on every address, at ports
+    /// the kernel chooses; seen once in a loaded run).
+    fn refused(at: std::net::SocketAddr) -> bool {
+        match TcpStream::connect(at) {
+            Ok(_) => false,
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED), "{e}");
+                true
+            }
+        }
+    }
+
+    /// Another admitted listener, closed at once: whether it refuses.
+    fn closed_port_refuses() -> bool {
+        let (listener, guard) = liveness_listener(OWN, true).unwrap();
+        let guard = guard.unwrap();
+        guard.allow(&[LO]).unwrap();
+        let at = listener.local_addr().unwrap();
+        drop(listener);
+        refused(at)
     }
 }
