@@ -52,6 +52,15 @@ pub struct AgentArgs {
     /// (`benches/victim_memory.py`).
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     pub memory: Option<usize>,
+    /// Bind this agent's own threads (not the detector's) to the CPU its
+    /// progress thread is pinned to, as an MPI launcher binds a rank to a
+    /// core: the detector's events then wake a thread of that CPU, not one
+    /// asleep on another (a wake-up across CPUs costs the waker an
+    /// interrupt to send). `ffd run` passes it when it places the progress
+    /// threads (`--netns`, `--hosts`). Nothing to bind to (no pinned
+    /// progress thread): a warning, and the agent runs unbound.
+    #[arg(long)]
+    pub bind: bool,
 }
 
 /// `--memory`'s SIZE: bytes, or a whole number of `KiB`, `MiB` or `GiB`.
@@ -79,6 +88,24 @@ fn ballast(bytes: usize) -> Result<Vec<u8>, AgentError> {
         .map_err(|e| AgentError::Failed(format!("--memory: cannot allocate {bytes} bytes: {e}")))?;
     held.resize(bytes, 1);
     Ok(held)
+}
+
+/// `--bind`: this thread (and the threads it starts later) on `cpu`, the
+/// progress thread's; a warning where that cannot be.
+fn bind_to(cpu: Option<u32>) {
+    let Some(cpu) = cpu else {
+        eprintln!(
+            "ffd agent: warning: --bind: the progress thread is not pinned to a CPU; running unbound"
+        );
+        return;
+    };
+    let mut set = nix::sched::CpuSet::new();
+    let bound = set
+        .set(cpu as usize)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = bound {
+        eprintln!("ffd agent: warning: --bind: cannot bind to CPU {cpu} ({e}); running unbound");
+    }
 }
 
 /// Runs one rank until it is told to stop or is excluded.
@@ -130,6 +157,9 @@ fn run_agent(args: &AgentArgs, out: &mut dyn Write) -> Result<(), AgentError> {
         }),
     )?;
 
+    if args.bind {
+        bind_to(core);
+    }
     // Signals and stdin wake the loop through this socket.
     let stop = Arc::new(AtomicBool::new(false));
     let (wake_rx, wake_tx) =
@@ -419,6 +449,33 @@ mod tests {
             started: Instant::now(),
             started_unix_ms: 1.5e12,
         }
+    }
+
+    /// `--bind` puts the calling thread on the CPU named; with none, it
+    /// stays where it was.
+    #[test]
+    fn bind_puts_this_thread_on_the_progress_threads_cpu() {
+        let allowed = |tid| nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid)).unwrap();
+        std::thread::spawn(move || {
+            let before = allowed(0);
+            bind_to(None);
+            let unchanged = allowed(0);
+            assert!(
+                (0..nix::sched::CpuSet::count())
+                    .all(|c| before.is_set(c).unwrap() == unchanged.is_set(c).unwrap())
+            );
+            let cpu = (0..nix::sched::CpuSet::count())
+                .rev()
+                .find(|&c| before.is_set(c).unwrap())
+                .unwrap();
+            bind_to(Some(cpu as u32));
+            let after = allowed(0);
+            for c in 0..nix::sched::CpuSet::count() {
+                assert_eq!(after.is_set(c).unwrap(), c == cpu, "CPU {c}");
+            }
+        })
+        .join()
+        .unwrap();
     }
 
     /// The agent's lines read back as written: one contract.

@@ -403,6 +403,22 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, log: &mut dyn Write) -> ExitCode
     ExitCode::from(run_with(args, &Env::process(), agent, true, out, log))
 }
 
+/// The arguments every agent gets after its command's own: `--bind`
+/// first where this launcher places the progress threads and the agent is
+/// `ffd agent` (its own threads then sit beside its progress thread, as a
+/// rank is bound to its core: an event wakes a thread of the same CPU),
+/// then the user's (`-- ARGS`).
+fn agent_args(plan: &Plan, agent: &AgentCommand, user: &[String]) -> Vec<String> {
+    // A `--bind` of the user's is not given twice (clap refuses that).
+    let ours = !plan.cores.is_empty()
+        && agent.args.first().is_some_and(|a| a == "agent")
+        && !user.iter().any(|a| a == "--bind");
+    ours.then(|| "--bind".to_owned())
+        .into_iter()
+        .chain(user.iter().cloned())
+        .collect()
+}
+
 /// [`run`] with the launcher's `FFD_*` environment `env` (which the agents
 /// must also inherit), another agent program, and optionally without
 /// catching SIGINT/SIGTERM; the exit status.
@@ -439,9 +455,10 @@ pub fn run_with(
         },
         None => None,
     };
+    let extra = agent_args(&plan, &agent, &args.agent_args);
     let launcher = Launcher::with_agent_command(plan, agent)
         .catch_signals(catch_signals)
-        .agent_args(&args.agent_args);
+        .agent_args(extra);
     let outcome = match launcher.run(out, log) {
         Ok(outcome) => outcome,
         Err(e) => {
@@ -522,6 +539,33 @@ mod tests {
             );
         }
         assert!(plan_of(&["-n", "4"], &[]).unwrap().cores.is_empty());
+    }
+
+    #[test]
+    fn ffd_agents_are_bound_beside_the_progress_threads_this_launcher_places() {
+        let ours = AgentCommand {
+            program: "/bin/ffd".into(),
+            args: vec!["agent".into(), "--stdin-control".into()],
+        };
+        let other = AgentCommand {
+            program: "/bin/other".into(),
+            args: vec!["--stdin-control".into()],
+        };
+        let user = vec!["--memory".to_owned(), "1MiB".to_owned()];
+        let placed = plan_of(&["-n", "4", "--netns", "2"], &[]).unwrap();
+        assert_eq!(
+            agent_args(&placed, &ours, &user),
+            ["--bind", "--memory", "1MiB"]
+        );
+        // Another program knows no --bind; FFD_CORE given, or one host,
+        // places nothing.
+        assert_eq!(agent_args(&placed, &other, &user), user);
+        let inherited = plan_of(&["-n", "4", "--hosts", "2"], &[("FFD_CORE", "0")]).unwrap();
+        assert_eq!(agent_args(&inherited, &ours, &user), user);
+        let one_host = plan_of(&["-n", "4"], &[]).unwrap();
+        assert!(agent_args(&one_host, &ours, &[]).is_empty());
+        let theirs = vec!["--bind".to_owned()];
+        assert_eq!(agent_args(&placed, &ours, &theirs), theirs);
     }
 
     #[test]
