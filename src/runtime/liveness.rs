@@ -75,6 +75,8 @@ pub(super) struct Answer {
     pub answer: ProbeAnswer,
     /// How the watch ended before the probe, for the log.
     pub after: &'static str,
+    /// Why a probe got no answer, for the log (empty otherwise).
+    pub why: &'static str,
 }
 
 pub(super) struct Liveness {
@@ -217,6 +219,20 @@ impl Liveness {
     }
 
     fn answered(&mut self, rank: Rank, answer: ProbeAnswer, after: &'static str) -> Answer {
+        let why = match answer {
+            ProbeAnswer::NoAnswer => "the connection failed without a refusal",
+            _ => "",
+        };
+        self.answered_because(rank, answer, after, why)
+    }
+
+    fn answered_because(
+        &mut self,
+        rank: Rank,
+        answer: ProbeAnswer,
+        after: &'static str,
+        why: &'static str,
+    ) -> Answer {
         match answer {
             ProbeAnswer::Refused => self.counters.refused += 1,
             ProbeAnswer::Greeted => self.counters.greeted += 1,
@@ -226,6 +242,7 @@ impl Liveness {
             rank,
             answer,
             after,
+            why,
         }
     }
 
@@ -240,9 +257,16 @@ impl Liveness {
     }
 
     /// Handles what is ready on the sockets (call after a wake-up) and a
-    /// probe's time running out; returns the probes' answers.
+    /// probe's time running out; returns the probes' answers. A probe's
+    /// time is judged only after its socket was read: a turn that did not
+    /// look at the sockets (`woken` false) reads them when the probe is
+    /// due, so a refusal that came meanwhile is not taken for silence.
     pub(super) fn take(&mut self, woken: bool, out: &mut Vec<Answer>) {
-        if woken {
+        let due = self
+            .probe
+            .as_ref()
+            .is_some_and(|(_, at, ..)| at.elapsed() >= self.probe_wait);
+        if woken || due {
             self.read_at = Instant::now();
             let mut events = std::mem::take(&mut self.events);
             events.clear();
@@ -264,7 +288,12 @@ impl Liveness {
                 if let Some((p, ..)) = self.probe.take() {
                     self.set.remove(p.stream.as_fd());
                 }
-                out.push(self.answered(rank, ProbeAnswer::NoAnswer, after));
+                out.push(self.answered_because(
+                    rank,
+                    ProbeAnswer::NoAnswer,
+                    after,
+                    "no answer within the probe's wait",
+                ));
             }
         }
     }
@@ -415,7 +444,12 @@ impl Liveness {
                     out.push(a);
                 }
             }
-            None => out.push(self.answered(rank, ProbeAnswer::NoAnswer, after)),
+            None => out.push(self.answered_because(
+                rank,
+                ProbeAnswer::NoAnswer,
+                after,
+                "closed before its greeting at every try",
+            )),
         }
     }
 
@@ -521,6 +555,47 @@ mod tests {
         assert_eq!(a.answer, ProbeAnswer::Refused);
         assert_eq!(l.counters.refused, 1);
         assert_eq!(l.counters.unanswered, 1);
+    }
+
+    /// A probe is read before it is judged silent: a turn that did not
+    /// look at the sockets (`woken` false) and finds the probe due still
+    /// takes the answer that came meanwhile. Here the prober connects to
+    /// a stopped process (its kernel completes the handshake, nobody
+    /// greets), which then dies before the probe's time is up: its
+    /// queued connection is reset, the probe asks again and is refused.
+    /// Judged on its time alone, the probe said NoAnswer.
+    #[test]
+    fn a_due_probe_is_read_before_it_is_judged_silent() {
+        let Some((mut child, at)) = listener_that_never_accepts() else {
+            eprintln!("skipped: python3 is not available here");
+            return;
+        };
+        let pid = child.id().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+        assert!(stopped.is_ok_and(|s| s.success()));
+        let wait = Duration::from_millis(300);
+        let (mut l, _wake) = liveness(at, wait);
+        assert!(l.start_probe(0, 1, "a test").is_none());
+        let mut out = Vec::new();
+        let connected = |l: &Liveness| l.probe.as_ref().is_some_and(|(p, ..)| p.connected);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !connected(&l) {
+            assert!(Instant::now() < until, "the handshake never completed");
+            l.take(true, &mut out);
+            assert!(out.is_empty(), "answered while stopped: {out:?}");
+            std::thread::yield_now();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The probe's time runs out before the thread looks again.
+        std::thread::sleep(wait);
+        l.take(false, &mut out);
+        let a = match out.pop() {
+            Some(a) => a,
+            None => answer_of(&mut l),
+        };
+        assert_eq!(a.answer, ProbeAnswer::Refused, "{a:?}");
+        assert_eq!(l.counters.unanswered, 0);
     }
 
     #[test]

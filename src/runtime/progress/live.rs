@@ -34,9 +34,11 @@ impl Core<'_> {
         self.counters.liveness = l.counters;
         let answers = std::mem::take(&mut self.answers);
         for a in &answers {
+            let why = if a.why.is_empty() { "" } else { " (" };
+            let end = if a.why.is_empty() { "" } else { ")" };
             self.logger.info(format_args!(
-                "liveness probe of rank {} after {}: {:?}",
-                a.rank, a.after, a.answer
+                "liveness probe of rank {} after {}: {:?}{why}{}{end}",
+                a.rank, a.after, a.answer, a.why
             ));
             if let Some(evidence) = crate::protocol::liveness::evidence(a.answer) {
                 let now = self.now();
