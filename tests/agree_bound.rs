@@ -13,13 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::InProcessBootstrap;
-use ffd::config::{Config, CoreChoice, LocalMode};
+use ffd::config::{CoreChoice, LocalMode};
 use ffd::runtime::Detector;
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;
 
-use group::loopback;
+use group::{loopback, start_group_with};
 
 /// Agreements each rank calls, one after the other.
 const ROUNDS: usize = 150;
@@ -47,25 +46,13 @@ fn bind_to(cpu: usize) {
 
 /// Rank 0's progress thread pinned to `home`, the others' to `away`.
 fn start(local: LocalMode, home: usize, away: usize) -> Vec<Detector> {
-    let handles: Vec<_> = InProcessBootstrap::group(3)
-        .expect("group")
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut b)| {
-            let cpu = if r == 0 { home } else { away };
-            let config: Config = loopback(local)
-                .core(CoreChoice::Cpu(cpu as u32))
-                .build()
-                .expect("valid config");
-            thread::spawn(move || Detector::start(&config, &mut b))
-        })
-        .collect();
-    let mut out: Vec<Detector> = handles
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect();
-    out.sort_by_key(Detector::rank);
-    out
+    start_group_with(3, |r| {
+        let cpu = if r == 0 { home } else { away };
+        loopback(local)
+            .core(CoreChoice::Cpu(cpu as u32))
+            .build()
+            .expect("valid config")
+    })
 }
 
 /// Every rank agrees `ROUNDS` times while a thread bound to rank 0's CPU

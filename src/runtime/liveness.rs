@@ -504,6 +504,19 @@ mod tests {
         Some((child, SocketAddr::new(LO, port)))
     }
 
+    /// [`listener_that_never_accepts`], stopped (SIGSTOP): its kernel still
+    /// completes a handshake from the backlog, nobody greets.
+    fn stopped_listener() -> Option<(Child, SocketAddr)> {
+        let Some((child, at)) = listener_that_never_accepts() else {
+            eprintln!("skipped: python3 is not available here");
+            return None;
+        };
+        let pid = child.id().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+        assert!(stopped.is_ok_and(|s| s.success()));
+        Some((child, at))
+    }
+
     /// A `Liveness` whose rank 0 is at `peer`, and its wake socket.
     fn liveness(peer: SocketAddr, wait: Duration) -> (Liveness, UnixStream) {
         let (wake, other) = UnixStream::pair().unwrap();
@@ -531,13 +544,9 @@ mod tests {
 
     #[test]
     fn a_stopped_process_is_not_refused_and_a_dead_one_is() {
-        let Some((mut child, at)) = listener_that_never_accepts() else {
-            eprintln!("skipped: python3 is not available here");
+        let Some((mut child, at)) = stopped_listener() else {
             return;
         };
-        let pid = child.id().to_string();
-        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
-        assert!(stopped.is_ok_and(|s| s.success()));
         let wait = Duration::from_millis(200);
         let (mut l, _wake) = liveness(at, wait);
         // Stopped: its kernel completes the handshake, nobody greets.
@@ -566,13 +575,9 @@ mod tests {
     /// Judged on its time alone, the probe said NoAnswer.
     #[test]
     fn a_due_probe_is_read_before_it_is_judged_silent() {
-        let Some((mut child, at)) = listener_that_never_accepts() else {
-            eprintln!("skipped: python3 is not available here");
+        let Some((mut child, at)) = stopped_listener() else {
             return;
         };
-        let pid = child.id().to_string();
-        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
-        assert!(stopped.is_ok_and(|s| s.success()));
         let wait = Duration::from_millis(300);
         let (mut l, _wake) = liveness(at, wait);
         assert!(l.start_probe(0, 1, "a test").is_none());

@@ -27,11 +27,17 @@ pub fn loopback(local: LocalMode) -> ConfigBuilder {
 /// Starts `n` detectors concurrently (start is a collective), all with
 /// `config`; sorted by rank.
 pub fn start_group(n: u32, config: &Config) -> Vec<Detector> {
+    start_group_with(n, |_| config.clone())
+}
+
+/// [`start_group`] with rank r's config `config_of(r)`.
+pub fn start_group_with(n: u32, config_of: impl Fn(u32) -> Config) -> Vec<Detector> {
     let handles: Vec<_> = InProcessBootstrap::group(n)
         .expect("group")
         .into_iter()
-        .map(|mut b| {
-            let config = config.clone();
+        .zip(0..)
+        .map(|(mut b, r)| {
+            let config = config_of(r);
             thread::spawn(move || Detector::start(&config, &mut b))
         })
         .collect();
