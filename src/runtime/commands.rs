@@ -85,11 +85,13 @@ pub(super) enum Empty {
 impl CommandReceiver {
     /// The oldest command queued, without waiting for one.
     pub(super) fn try_recv(&self) -> Result<Command, Empty> {
-        if let Some(command) = lock(&self.queue).pop_front() {
+        let mut queue = lock(&self.queue);
+        if let Some(command) = queue.pop_front() {
             return Ok(command);
         }
-        // Checked after the queue was found empty: a command sent before
-        // the sender went is always taken first.
+        // Checked under the lock, the queue found empty: a sender's last
+        // push comes before its drop, so a command sent before the sender
+        // went is always taken first.
         if alone(&self.queue) {
             Err(Empty::Forever)
         } else {
@@ -99,7 +101,7 @@ impl CommandReceiver {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
@@ -145,7 +147,7 @@ mod tests {
 
     /// The scheduler's state letter of the thread of this process named
     /// `name` ('R' running or runnable, 'S' asleep), from `/proc`.
-    fn state_of(name: &str) -> Option<char> {
+    pub(in crate::runtime) fn state_of(name: &str) -> Option<char> {
         for task in std::fs::read_dir("/proc/self/task").ok()? {
             let dir = task.ok()?.path();
             let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();

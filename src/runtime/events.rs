@@ -1,20 +1,26 @@
-//! Event delivery from the progress thread to the embedder: a bounded lock-free
+//! Event delivery from the progress thread to the embedder: a bounded
 //! queue and a file descriptor that is readable while events are pending.
 //!
 //! Owns: the queue, its wake-up fd, and the place of an event a consumer
-//! refused (it stays first in line). Must not: block the progress thread
-//! (it only pushes, lock-free; consumers take a lock among themselves).
+//! refused (it stays first in line). Must not: make the progress thread
+//! spin on a consumer. The queue is under a mutex held for one push or one
+//! pop, and a producer that finds it held sleeps on the lock after a
+//! bounded spin: a consumer preempted mid-pop by a progress thread held at
+//! `SCHED_FIFO` on its CPU then runs and finishes. A lock-free array queue
+//! (crossbeam's, until then) made a producer that met a full queue whose
+//! head a consumer had moved but not yet freed spin and yield, and that
+//! consumer, bound to the same CPU at the normal policy, never ran again
+//! (as `std::sync::mpsc` did for the commands, `commands.rs`).
 //! A full queue drops the new event and counts it; the failed set and the
 //! epoch stay exact, so an embedder that lost events re-reads `failed_ranks()`.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use crossbeam_queue::ArrayQueue;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A bounded multi-consumer queue with a readiness fd.
 ///
@@ -24,7 +30,10 @@ use crossbeam_queue::ArrayQueue;
 /// when it becomes readable.
 #[derive(Debug)]
 pub struct EventQueue<T> {
-    queue: ArrayQueue<T>,
+    /// The events, oldest first; at most `capacity` (allocated at the
+    /// start: a push never allocates).
+    queue: Mutex<VecDeque<T>>,
+    capacity: usize,
     /// An event a consumer did not take ([`EventQueue::try_pop_if`]): the
     /// next consumer gets it first. Locked by consumers only, for the
     /// whole of a pop, so that events leave in order.
@@ -42,8 +51,10 @@ impl<T> EventQueue<T> {
         let (ready, wake) = UnixStream::pair()?;
         ready.set_nonblocking(true)?;
         wake.set_nonblocking(true)?;
+        let capacity = capacity.max(1);
         Ok(EventQueue {
-            queue: ArrayQueue::new(capacity.max(1)),
+            queue: Mutex::new(VecDeque::with_capacity(capacity)),
+            capacity,
             front: Mutex::new(None),
             dropped: AtomicU64::new(0),
             ready,
@@ -54,12 +65,23 @@ impl<T> EventQueue<T> {
     /// Adds an event; never blocks. Returns `false` (and counts it) when the
     /// queue is full and the event was dropped.
     pub fn push(&self, event: T) -> bool {
-        if self.queue.push(event).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
+        {
+            let mut queue = self.events();
+            if queue.len() >= self.capacity {
+                drop(queue);
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            queue.push_back(event);
         }
         self.arm();
         true
+    }
+
+    /// The queue, locked for one push or one pop (a panic while it was
+    /// held cannot leave it half-done).
+    fn events(&self) -> MutexGuard<'_, VecDeque<T>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes the oldest event, if any. Never blocks on the producer (it may
@@ -84,7 +106,7 @@ impl<T> EventQueue<T> {
         // Drain the fd first: a producer that pushes after this point writes
         // a fresh byte, so the fd never reads empty while an event waits.
         self.disarm();
-        let event = front.take().or_else(|| self.queue.pop())?;
+        let event = front.take().or_else(|| self.events().pop_front())?;
         let taken = match take(&event) {
             Ok(()) => Ok(event),
             Err(refused) => {
@@ -92,7 +114,7 @@ impl<T> EventQueue<T> {
                 Err(refused)
             }
         };
-        if front.is_some() || !self.queue.is_empty() {
+        if front.is_some() || !self.events().is_empty() {
             self.arm();
         }
         Some(taken)
@@ -109,7 +131,7 @@ impl<T> EventQueue<T> {
             .front
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.queue.len() + usize::from(front.is_some())
+        self.events().len() + usize::from(front.is_some())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -188,7 +210,7 @@ mod tests {
         // Refused as the only event: the fd stays readable for it.
         assert!(q.push(9));
         assert_eq!(q.try_pop_if(too_big), Some(Err(9)));
-        assert!(q.queue.is_empty());
+        assert!(q.events().is_empty());
         assert!(readable(&q));
         assert_eq!(q.try_pop_if(|_| Ok::<(), u32>(())), Some(Ok(9)));
         assert!(!readable(&q));
@@ -215,6 +237,46 @@ mod tests {
         }
         assert_eq!(q.len(), 300_000);
         assert!(readable(&q));
+    }
+
+    /// The property the mutex is for: a producer (the progress thread)
+    /// that meets a consumer mid-pop (here: holding the queue, as a
+    /// preempted consumer does) sleeps instead of spinning, so on one CPU
+    /// the consumer gets to finish even when the producer runs at a
+    /// real-time priority.
+    #[test]
+    fn a_producer_meeting_a_consumer_mid_pop_sleeps_rather_than_spins() {
+        let q = Arc::new(EventQueue::new(1).unwrap());
+        assert!(q.push(1));
+        // Mid-pop: the consumer holds the (full) queue.
+        let mut held = q.events();
+        let name = "ffd-event-push";
+        let producer = {
+            let q = Arc::clone(&q);
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || q.push(2))
+                .unwrap()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut slept = false;
+        while std::time::Instant::now() < deadline {
+            if super::super::commands::tests::state_of(name) == Some('S') {
+                slept = true;
+                break;
+            }
+            std::thread::yield_now();
+        }
+        // The pop finishes: the producer wakes and finds room.
+        assert_eq!(held.pop_front(), Some(1));
+        drop(held);
+        let pushed = producer.join().unwrap();
+        assert!(
+            slept,
+            "the producer kept the CPU while a consumer held the queue"
+        );
+        assert!(pushed, "and pushed into the room the pop left");
+        assert_eq!(q.try_pop(), Some(2));
     }
 
     #[test]
