@@ -272,8 +272,11 @@ impl Boost {
     /// this thread's id once it is gone. Lower it after this.
     pub fn retire(&self) {
         self.retired.store(true, Ordering::SeqCst);
+        // Asleep, not yielding: a lifter on this thread's CPU at the
+        // normal policy, preempted by the lift it made, must get to run
+        // and end it while this thread is at `SCHED_FIFO`.
         while self.lifting.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
+            std::thread::sleep(std::time::Duration::from_micros(20));
         }
     }
 
