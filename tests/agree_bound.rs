@@ -8,6 +8,7 @@
 //! pins threads to CPUs.
 
 mod group;
+mod prereq;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -38,6 +39,15 @@ fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
+/// This process may run a thread at `SCHED_FIFO` (tried on a thread of
+/// its own): without it nothing is ever held.
+fn fifo_allowed() -> Result<(), String> {
+    thread::spawn(ffd::node::set_current_thread_fifo)
+        .join()
+        .expect("no panic")
+        .map_err(|e| format!("SCHED_FIFO refused here ({e})"))
+}
+
 fn bind_to(cpu: usize) {
     let mut set = CpuSet::new();
     set.set(cpu).expect("cpu in range");
@@ -64,21 +74,22 @@ fn start(local: LocalMode, home: usize, away: usize) -> Vec<Detector> {
 #[test]
 fn commands_from_the_progress_threads_cpu_never_stall_it_during_agreements() {
     let cpus = allowed_cpus();
-    let (Some(&home), Some(&away)) = (cpus.first(), cpus.get(1)) else {
-        eprintln!("one CPU only: nothing to bind apart");
-        return;
+    let two_cpus = if cpus.len() >= 2 {
+        Ok(())
+    } else {
+        Err(format!("one CPU only ({cpus:?}): nothing to bind apart"))
     };
-    let mut modes = vec![LocalMode::Off];
-    if ffd::node::exit_word_probe().is_ok() {
-        modes.push(LocalMode::Auto);
+    if !prereq::available(
+        &prereq::this_test(),
+        &[two_cpus, fifo_allowed(), prereq::exit_words()],
+    ) {
+        return;
     }
-    for local in modes {
+    let (home, away) = (cpus[0], cpus[1]);
+    for local in [LocalMode::Off, LocalMode::Auto] {
         let detectors = start(local, home, away);
         let sched = detectors[0].stats().sched;
-        if sched != "boost" {
-            eprintln!("SCHED_FIFO refused here ({sched}): nothing is held");
-            return;
-        }
+        assert_eq!(sched, "boost", "{local:?}: the default holds");
         let done = AtomicBool::new(false);
         let sent = AtomicU64::new(0);
         thread::scope(|s| {
@@ -125,6 +136,9 @@ fn commands_from_the_progress_threads_cpu_never_stall_it_during_agreements() {
             }
         });
         assert!(sent.load(Ordering::Relaxed) > 0, "{local:?}: nothing sent");
+        // The case under test happened: rank 0's thread was held.
+        let holds = detectors[0].stats().runtime.local.boost_holds;
+        assert!(holds > 0, "{local:?}: rank 0's thread was never held");
         for d in &detectors {
             assert!(
                 d.failed_ranks().is_empty(),

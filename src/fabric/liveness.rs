@@ -229,8 +229,10 @@ mod tests {
     /// A loopback address of this test's own: the refusal at the end needs
     /// nobody listening at the port once ours is closed, and the other
     /// tests of this binary, running at once, listen on 127.0.0.1 at ports
-    /// the kernel chooses (one took the just-freed port in a full ci/test).
-    /// Connections to it still come from 127.0.0.1 (lo's source address).
+    /// the kernel chooses. A listener on every address (libfabric's) can
+    /// still take the freed port: the refusal is then checked again on a
+    /// new one (`closed_port_refuses`). Connections to it still come from
+    /// 127.0.0.1 (lo's source address).
     const OWN: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 83, 0, 1));
 
     #[test]

@@ -452,14 +452,13 @@ impl Detector {
         }
         // Lifted only now the command is sent, and woken only now the lock
         // is released: the lifted thread takes the call at once (at
-        // `SCHED_FIFO`, ahead of this thread on its CPU). Lifted during the
-        // send, a wake-up of it (a message, its timer) preempted this thread
-        // mid-send, and its `try_recv` spun for the half-sent command, which
-        // this thread, on the same CPU at the normal policy, never got to
-        // finish (176 ms seen, embedder bound to the progress thread's
-        // CPU). Woken under the lock, it numbered the request under that
-        // lock and waited for this thread to release it (a priority
-        // inversion: 0.07 to 1.4 ms a call, seen under `ffd run`).
+        // `SCHED_FIFO`, ahead of this thread on its CPU). Woken under the
+        // lock, it would number the request under that lock and wait for
+        // this thread to release it (a priority inversion: 0.07 to 1.4 ms a
+        // call, seen under `ffd run`). Lifted before the send, it would
+        // preempt this thread mid-send; the command queue lets it sleep
+        // then (`commands.rs`), but the call is still taken sooner once
+        // sent.
         lift();
         self.wake_progress();
         Ok(AgreeRequest {

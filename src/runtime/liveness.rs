@@ -262,10 +262,13 @@ impl Liveness {
     /// look at the sockets (`woken` false) reads them when the probe is
     /// due, so a refusal that came meanwhile is not taken for silence.
     pub(super) fn take(&mut self, woken: bool, out: &mut Vec<Answer>) {
+        // One reading of the clock for both checks: a probe that came due
+        // after the first is not judged before its socket was read.
+        let now = Instant::now();
         let due = self
             .probe
             .as_ref()
-            .is_some_and(|(_, at, ..)| at.elapsed() >= self.probe_wait);
+            .is_some_and(|(_, at, ..)| now.duration_since(*at) >= self.probe_wait);
         if woken || due {
             self.read_at = Instant::now();
             let mut events = std::mem::take(&mut self.events);
@@ -283,7 +286,7 @@ impl Liveness {
             self.events = events;
         }
         if let Some((p, at, _, after)) = &self.probe {
-            if at.elapsed() >= self.probe_wait {
+            if now.duration_since(*at) >= self.probe_wait {
                 let (rank, after) = (p.rank, *after);
                 if let Some((p, ..)) = self.probe.take() {
                     self.set.remove(p.stream.as_fd());
@@ -484,20 +487,41 @@ mod tests {
 
     const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
+    /// The listening process: killed and reaped when the test ends, however
+    /// it ends (a failed assertion too).
+    struct Listener(Child);
+
+    impl Listener {
+        /// Kills and reaps it now: its kernel closes its sockets.
+        fn end(&mut self) {
+            let _ = self.0.kill();
+            self.0.wait().expect("reaped");
+        }
+    }
+
+    impl Drop for Listener {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     /// A process that listens on a port of loopback and never accepts:
     /// what a stopped or starved rank's kernel shows a prober. Returns it
     /// and its address.
-    fn listener_that_never_accepts() -> Option<(Child, SocketAddr)> {
+    fn listener_that_never_accepts() -> Option<(Listener, SocketAddr)> {
         let script = "import socket,sys,time\n\
                       s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(8)\n\
                       print(s.getsockname()[1]); sys.stdout.flush(); time.sleep(60)";
-        let mut child = Command::new("python3")
-            .args(["-c", script])
-            .stdout(Stdio::piped())
-            .spawn()
-            .ok()?;
+        let mut child = Listener(
+            Command::new("python3")
+                .args(["-c", script])
+                .stdout(Stdio::piped())
+                .spawn()
+                .ok()?,
+        );
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take()?)
+        std::io::BufReader::new(child.0.stdout.take()?)
             .read_line(&mut line)
             .ok()?;
         let port: u16 = line.trim().parse().ok()?;
@@ -506,12 +530,12 @@ mod tests {
 
     /// [`listener_that_never_accepts`], stopped (SIGSTOP): its kernel still
     /// completes a handshake from the backlog, nobody greets.
-    fn stopped_listener() -> Option<(Child, SocketAddr)> {
+    fn stopped_listener() -> Option<(Listener, SocketAddr)> {
         let Some((child, at)) = listener_that_never_accepts() else {
             eprintln!("skipped: python3 is not available here");
             return None;
         };
-        let pid = child.id().to_string();
+        let pid = child.0.id().to_string();
         let stopped = Command::new("kill").args(["-STOP", &pid]).status();
         assert!(stopped.is_ok_and(|s| s.success()));
         Some((child, at))
@@ -554,8 +578,7 @@ mod tests {
         let a = answer_of(&mut l);
         assert_eq!(a.answer, ProbeAnswer::NoAnswer);
         assert_eq!(crate::protocol::liveness::evidence(a.answer), None);
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.end();
         // Dead: nobody listens, its kernel refuses.
         let a = match l.start_probe(0, 1, "a test") {
             Some(a) => a,
@@ -590,8 +613,7 @@ mod tests {
             assert!(out.is_empty(), "answered while stopped: {out:?}");
             std::thread::yield_now();
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.end();
         // The probe's time runs out before the thread looks again.
         std::thread::sleep(wait);
         l.take(false, &mut out);
