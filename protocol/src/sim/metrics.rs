@@ -201,6 +201,7 @@ impl Simulator {
                 messages: Some(t.messages),
                 bytes: Some(t.bytes),
                 notified: None,
+                exited_at_ms: None,
             });
         }
         let messages = self

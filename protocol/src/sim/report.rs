@@ -56,6 +56,12 @@ pub struct FailureReport {
     /// `ffd run` only: every rank that reported it, ascending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notified: Option<Vec<Rank>>,
+    /// `ffd run` only, for a kill: when the launcher saw the process end
+    /// (its `waitid`), the end of the kernel's teardown, late in which its
+    /// sockets close: no evidence of the crash comes much before it
+    /// (absent if it did not end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited_at_ms: Option<f64>,
 }
 
 /// One application payload of a simulated run: who delivered it. All or
@@ -410,6 +416,7 @@ mod tests {
             messages: Some(12),
             bytes: Some(480),
             notified: None,
+            exited_at_ms: None,
         }
     }
 

@@ -202,6 +202,10 @@ impl Timeline {
                     messages: None,
                     bytes: None,
                     notified: Some(self.learned(f.rank).into_keys().collect()),
+                    // A kill's end (a stopped rank ends only with the job).
+                    exited_at_ms: (f.fault == FaultKind::Kill)
+                        .then(|| self.ranks[f.rank as usize].exited.map(|(t, _)| t))
+                        .flatten(),
                 }
             })
             .collect();
@@ -406,6 +410,7 @@ mod tests {
                 messages: None,
                 bytes: None,
                 notified: Some(vec![0, 1, 2]),
+                exited_at_ms: Some(510.0),
             }]
         );
         assert!(report.false_reports.is_empty());
@@ -515,6 +520,7 @@ self-excluded: none
                 "cause",
                 "detected_at_ms",
                 "detector",
+                "exited_at_ms",
                 "fault",
                 "injected_at_ms",
                 "missed",
