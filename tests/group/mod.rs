@@ -11,6 +11,8 @@ use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, ConfigBuilder, CoreChoice, LocalMode};
 use ffd::runtime::Detector;
 
+pub mod pinned;
+
 /// `tcp;ofi_rxm` over loopback at 10 ms / 100 ms, a short start-up grace,
 /// unpinned, same-host watching `local`.
 pub fn loopback(local: LocalMode) -> ConfigBuilder {
