@@ -254,6 +254,12 @@ impl Boost {
         }
     }
 
+    /// Whether a lift or hold raises the thread to `SCHED_FIFO` (`boost`);
+    /// `false` when it runs real-time already (`fifo`): nothing to hold.
+    pub fn raises_policy(&self) -> bool {
+        self.raise_policy
+    }
+
     /// How many times the progress thread was lifted.
     pub fn lifts(&self) -> u64 {
         self.lifts.load(Ordering::Acquire)

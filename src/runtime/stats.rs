@@ -228,7 +228,8 @@ pub struct LocalCounters {
     /// Times the agreement hold was given up because the progress thread
     /// was busy (more than half of a 2 ms window on its CPU): it then runs
     /// at the normal policy, so the other threads of its CPU, other ranks'
-    /// progress threads among them, keep their share (`progress/hold.rs`).
+    /// progress threads among them, keep their share (`progress/hold.rs`;
+    /// `FFD_SCHED=boost` only).
     pub busy_releases: u64,
     /// Idle ticks whose sleep was extended to the host's wake-up grid,
     /// so that the host's ranks wake together (`progress/cadence.rs`).

@@ -505,7 +505,9 @@ impl<'d> Progress<'d> {
             // its CPU from the other ranks' threads there (`hold.rs`).
             let agreeing = core.agreeing();
             if let Some(boost) = core.shared.boost.get() {
-                let hold = agreeing && core.hold_share.admits(monotonic_ns(), thread_cpu_ns);
+                let hold = agreeing
+                    && (!boost.raises_policy()
+                        || core.hold_share.admits(monotonic_ns(), thread_cpu_ns));
                 boost.hold(hold);
                 boost.lower_unless_lifted_since(lifts_seen);
             }
