@@ -48,7 +48,7 @@ pub use fork::Owner;
 pub use mailbox::{MailReader, Posted, door_open, post as post_mail, ring as ring_mail, set_door};
 pub use netns::{Namespaces, PrivateNetwork, enter_private_network};
 pub use pidfd::{ExitWatch, PidFd, PidfdUnavailable, pidfd_probe};
-pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo};
+pub use sched::{Boost, FIFO_PRIORITY, fifo_refusal, set_current_thread_fifo, thread_cpu_ns};
 pub use segment::{
     AGREE_RECORD_HEAD, AGREE_ROUNDS, AgreeRecord, HostSegment, SegmentError, mail_capacity,
     segment_name,

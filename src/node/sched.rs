@@ -46,6 +46,25 @@ pub fn set_current_thread_normal() -> io::Result<()> {
     set_policy(0, libc::SCHED_OTHER, 0)
 }
 
+/// The calling thread's CPU time so far (`CLOCK_THREAD_CPUTIME_ID`), in
+/// ns; 0 if the clock cannot be read. A system call (the vDSO serves only
+/// the wall clocks): read it seldom.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the calling thread's
+    // CPU clock always exists on Linux, and clock_gettime writes only `ts`.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if ret != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
 fn set_policy(tid: libc::pid_t, policy: libc::c_int, priority: i32) -> io::Result<()> {
     let param = libc::sched_param {
         sched_priority: priority,
@@ -235,6 +254,12 @@ impl Boost {
         }
     }
 
+    /// Whether a lift or hold raises the thread to `SCHED_FIFO` (`boost`);
+    /// `false` when it runs real-time already (`fifo`): nothing to hold.
+    pub fn raises_policy(&self) -> bool {
+        self.raise_policy
+    }
+
     /// How many times the progress thread was lifted.
     pub fn lifts(&self) -> u64 {
         self.lifts.load(Ordering::Acquire)
@@ -310,6 +335,27 @@ mod tests {
             return Err(io::Error::last_os_error());
         }
         Ok(policy == libc::SCHED_FIFO)
+    }
+
+    /// The thread's CPU clock moves while it computes and stands nearly
+    /// still while it sleeps (the agreement hold judges a thread busy by
+    /// it, `runtime/progress/hold.rs`).
+    #[test]
+    fn the_thread_cpu_clock_counts_computing_not_sleeping() {
+        let start = thread_cpu_ns();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // 5 ms of CPU, however long the machine takes to give it.
+        while thread_cpu_ns().saturating_sub(start) < 5_000_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the clock stood still"
+            );
+            std::hint::spin_loop();
+        }
+        let before = thread_cpu_ns();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let slept = thread_cpu_ns().saturating_sub(before);
+        assert!(slept < 25_000_000, "{slept} ns of CPU while asleep 50 ms");
     }
 
     #[test]

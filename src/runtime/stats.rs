@@ -225,6 +225,12 @@ pub struct LocalCounters {
     /// 0 under `normal` and `fifo`, or when the kernel refused real-time
     /// scheduling).
     pub boost_holds: u64,
+    /// Times the agreement hold was given up because the progress thread
+    /// was busy (more than half of a 2 ms window on its CPU): it then runs
+    /// at the normal policy, so the other threads of its CPU, other ranks'
+    /// progress threads among them, keep their share (`progress/hold.rs`;
+    /// `FFD_SCHED=boost` only).
+    pub busy_releases: u64,
     /// Idle ticks whose sleep was extended to the host's wake-up grid,
     /// so that the host's ranks wake together (`progress/cadence.rs`).
     pub grid_ticks: u64,

@@ -40,13 +40,14 @@ use super::state::{StopCause, StopReason};
 use super::stats::RuntimeCounters;
 use super::transport::{Slots, Transport};
 use super::{Callback, PublishedState};
-use crate::node::{Boost, monotonic_ns};
+use crate::node::{Boost, monotonic_ns, thread_cpu_ns};
 
 pub(super) use super::link::Link;
 
 mod agree_poll;
 mod cadence;
 mod diagnosis;
+mod hold;
 mod live;
 mod mail;
 mod sends;
@@ -55,6 +56,7 @@ mod trace;
 use agree_poll::{agreement_poll, agreement_poll_every, poll_interval, polls_agreements};
 use cadence::Cadence;
 use diagnosis::Diagnosis;
+use hold::HoldShare;
 use sends::SendBook;
 
 /// The largest application payload the runtime carries (`broadcast`).
@@ -189,6 +191,9 @@ struct Core<'d> {
     cadence: Cadence,
     /// The diagnosis ring for the log (`FFD_LOG=info`).
     diagnosis: Diagnosis,
+    /// Whether the agreement hold may keep the thread real-time: not
+    /// while it is busy (`hold.rs`).
+    hold_share: HoldShare,
     /// The liveness port, the watch of the emitter's, the probe.
     liveness: Option<Liveness>,
     /// The liveness listener, kept open when its epoll set could not be
@@ -417,6 +422,7 @@ impl<'d> Progress<'d> {
                 last_publish: parts.started,
                 exits_unscanned: true,
                 diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
+                hold_share: HoldShare::default(),
                 liveness,
                 _kept_listener: kept_listener,
                 answers: Vec::new(),
@@ -495,9 +501,14 @@ impl<'d> Progress<'d> {
             // of the host's normal threads (design §6 "Runtime"). Then
             // what lifted the thread is handled: back to its policy (unless
             // held) and CPU, before it sleeps or goes round.
+            // A busy thread is not held: at `SCHED_FIFO` it would keep
+            // its CPU from the other ranks' threads there (`hold.rs`).
             let agreeing = core.agreeing();
-            if let Some(boost) = core.boost() {
-                boost.hold(agreeing);
+            if let Some(boost) = core.shared.boost.get() {
+                let hold = agreeing
+                    && (!boost.raises_policy()
+                        || core.hold_share.admits(monotonic_ns(), thread_cpu_ns));
+                boost.hold(hold);
                 boost.lower_unless_lifted_since(lifts_seen);
             }
             // Mail posted since the read: no sleep, no read of the queue.
@@ -896,6 +907,7 @@ impl Core<'_> {
         self.counters.delivery.callback_panics = self.delivery.callback_panics;
         self.counters.local.boost_lifts = self.boost().map_or(0, |b| b.lifts());
         self.counters.local.boost_holds = self.boost().map_or(0, |b| b.holds());
+        self.counters.local.busy_releases = self.hold_share.releases();
         snapshot.runtime.clone_from(&self.counters);
         snapshot.engine.clone_from(self.engine.stats());
     }
