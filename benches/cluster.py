@@ -36,6 +36,11 @@ process's own end as the launcher saw it, `exited_at_ms`: the end of the
 kernel's teardown, late in which its sockets close; `-n 16 --netns 4` host
 kill; 10 agreements over 4 namespaces), and with --soak S a long run,
 `-n 64 --netns 8` for S seconds with no fault, counting false reports.
+First it measures how much CPU time the machine loses while every CPU is
+busy (common.cpu_gaps: a busy loop per CPU timing the gaps between its
+clock reads): on a VM whose host deschedules its vCPUs it loses tens of
+ms a second in gaps of up to 20 ms, which every millisecond figure below
+carries (printed, and `cpu_gaps` in the JSON).
 
     benches/cluster.py [--quick] [--hosts 2,4,8] [--per-host 4]
                        [--delays 0,50us] [--trials 5] [--agreements 10]
@@ -60,7 +65,7 @@ import time
 import agreement
 import ulfm
 import ulfm_netns
-from common import build, fmt, median, percentile, run_job, table, write_json
+from common import build, cpu_gaps, fmt, median, percentile, run_job, table, write_json
 
 
 def unavailable():
@@ -367,6 +372,10 @@ def main():
     build()
     load = os.getloadavg()
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    gaps = cpu_gaps()
+    print("CPU time lost while every CPU is busy (2 s; the host's preemption, mostly): "
+          + "; ".join(f"cpu {c}: {g['lost_ms']} ms, max gap {g['max_gap_us']} µs, {g['gaps_over_1ms']} over 1 ms"
+                      for c, g in sorted(gaps.items())))
 
     no_ulfm = "--no-ulfm given" if args.no_ulfm else ulfm_netns.available()
     if no_ulfm is None:
@@ -438,6 +447,7 @@ def main():
         "settings": {"period": args.period, "timeout": args.timeout, "per_host": args.per_host,
                      "trials": args.trials, "agreements": args.agreements, "quick": args.quick},
         "load_average": {"start": list(load), "end": list(end_load)},
+        "cpu_gaps": gaps,
         "results": results,
         "skipped": skipped,
         "ulfm": None if no_ulfm is None else f"not run: {no_ulfm}",
