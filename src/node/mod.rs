@@ -59,13 +59,18 @@ pub use wait::wait_readable;
 /// shares (Rust's `Instant` reads the same clock on Linux), so a wake-up
 /// time written by one process means the same instant to another.
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Clock `clock` now, in ns; 0 if it cannot be read.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
-    // exists on Linux, and clock_gettime writes only `ts`.
-    let ret = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes
+    // only `ts`, and fails (checked) for a clock that does not exist.
+    let ret = unsafe { libc::clock_gettime(clock, &mut ts) };
     if ret != 0 {
         return 0;
     }

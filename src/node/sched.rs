@@ -50,19 +50,7 @@ pub fn set_current_thread_normal() -> io::Result<()> {
 /// ns; 0 if the clock cannot be read. A system call (the vDSO serves only
 /// the wall clocks): read it seldom.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the calling thread's
-    // CPU clock always exists on Linux, and clock_gettime writes only `ts`.
-    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if ret != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    super::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn set_policy(tid: libc::pid_t, policy: libc::c_int, priority: i32) -> io::Result<()> {
