@@ -147,7 +147,7 @@ pub(super) mod tests {
 
     /// The scheduler's state letter of the thread of this process named
     /// `name` ('R' running or runnable, 'S' asleep), from `/proc`.
-    pub(in crate::runtime) fn state_of(name: &str) -> Option<char> {
+    fn state_of(name: &str) -> Option<char> {
         for task in std::fs::read_dir("/proc/self/task").ok()? {
             let dir = task.ok()?.path();
             let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
@@ -159,6 +159,21 @@ pub(super) mod tests {
             return stat[stat.rfind(')')? + 1..].trim_start().chars().next();
         }
         None
+    }
+
+    /// Whether this process's thread named `name` is seen asleep within
+    /// `bound` (looked at again and again, yielding between): a thread
+    /// that spins instead stays runnable, and the test fails rather than
+    /// hangs.
+    pub(in crate::runtime) fn sleeps_within(name: &str, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if state_of(name) == Some('S') {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
     }
 
     /// The property the queue exists for: a receiver that meets a sender
@@ -181,17 +196,8 @@ pub(super) mod tests {
                 done_tx.send(got).unwrap();
             })
             .unwrap();
-        // The receiver asleep on the lock; bounded so a spinning one fails
-        // rather than hangs the test.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut slept = false;
-        while Instant::now() < deadline {
-            if state_of(name) == Some('S') {
-                slept = true;
-                break;
-            }
-            std::thread::yield_now();
-        }
+        // The receiver asleep on the lock.
+        let slept = sleeps_within(name, Duration::from_secs(20));
         // The send finishes: the receiver wakes and takes it.
         held.push_back(broadcast(9));
         drop(held);

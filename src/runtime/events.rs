@@ -258,15 +258,8 @@ mod tests {
                 .spawn(move || q.push(2))
                 .unwrap()
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let mut slept = false;
-        while std::time::Instant::now() < deadline {
-            if super::super::commands::tests::state_of(name) == Some('S') {
-                slept = true;
-                break;
-            }
-            std::thread::yield_now();
-        }
+        let slept =
+            super::super::commands::tests::sleeps_within(name, std::time::Duration::from_secs(20));
         // The pop finishes: the producer wakes and finds room.
         assert_eq!(held.pop_front(), Some(1));
         drop(held);

@@ -270,7 +270,7 @@ impl Liveness {
             .as_ref()
             .is_some_and(|(_, at, ..)| now.duration_since(*at) >= self.probe_wait);
         if woken || due {
-            self.read_at = Instant::now();
+            self.read_at = now;
             let mut events = std::mem::take(&mut self.events);
             events.clear();
             self.set.ready(&mut events);

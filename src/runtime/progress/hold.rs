@@ -17,7 +17,7 @@
 //! (a timeout, confirmed by rank 1's vote), in about half the runs. At
 //! `FFD_SCHED=normal` the same runs passed 14 of 14.
 //!
-//! The rule: the thread's CPU time is read once a [`WINDOW`] (a system
+//! The rule: the thread's CPU time is read once a [`WINDOW_NS`] (a system
 //! call, only on the turns that would hold); a thread that used more than
 //! half of the last window is not held (it runs at the normal policy and
 //! shares its CPU by the kernel's fair share) until a window in which it
