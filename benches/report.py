@@ -3,7 +3,7 @@
 
     benches/report.py --adopt [NAME ...]   target/bench/NAME.json -> benches/results/ (all stamped ones if none named)
     benches/report.py                      benches/results/*.json -> docs/benchmarks.md and docs/img/*.png
-    benches/report.py --check              docs/benchmarks.md, docs/img/ and README.md's comparison are what benches/results/ gives (ci/test)
+    benches/report.py --check              docs/benchmarks.md, docs/img/ and README.md's comparison are what benches/results/ gives, and no benchmarks.md#NAME link in README.md or docs/ dangles (ci/test)
 
 Every benchmark writes target/bench/NAME.json stamped with its provenance
 (benches/common.py's write_json, benches/stamp.py for the Rust ones): the
@@ -324,6 +324,27 @@ def adopt(names, allow_dirty):
         sys.exit(f"report.py: nothing stamped to adopt in {os.path.relpath(BENCH, ROOT)}")
 
 
+def anchor(heading):
+    """GitHub's anchor of a Markdown heading: lower case, punctuation but
+    `-` and `_` dropped, spaces to `-`."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def dangling_links(page):
+    """`benchmarks.md#NAME` links in README.md and docs/*.md that name no
+    section of `page` (a result that was never committed, or renamed):
+    [(file, NAME)]."""
+    anchors = {anchor(line.lstrip("#")) for line in page.splitlines() if line.startswith("#")}
+    found = []
+    for path in [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        with open(path) as f:
+            text = f.read()
+        for name in re.findall(r"benchmarks\.md#([\w\-]+)", text):
+            if name not in anchors:
+                found.append((os.path.relpath(path, ROOT), name))
+    return found
+
+
 def check():
     problems = []
     try:
@@ -359,6 +380,9 @@ def check():
     if block is not None and block != text:
         problems.append("README.md's comparison with ULFM is not what benches/results/ gives: "
                         "run benches/report.py")
+    for path, name in dangling_links(page):
+        problems.append(f"{path} links benchmarks.md#{name}, which is no section of the page: "
+                        "commit that result (benches/report.py --adopt) or cite the script")
     for problem in problems:
         print(f"report.py --check: {problem}", file=sys.stderr)
     if problems:
