@@ -602,6 +602,14 @@ fn a_one_host_job_sends_nothing_over_the_fabric() {
     assert_all_learned(&report, 1, &[0, 2, 3, 5]);
     assert_all_learned(&report, 4, &[0, 2, 3, 5]);
     assert_no_false_reports(&report);
+    // Stopped 800 ms, rank 4 was excluded by the time it ran again; the
+    // first turn after its stop still records the stall (its wake-up
+    // lateness), which `support::run_job` takes as the machine's doing
+    // when a rank is falsely reported.
+    let stall_us = report["stats"]["4"]["runtime"]["lateness"]["max_us"]
+        .as_f64()
+        .unwrap();
+    assert!(stall_us >= 5.0 * TIMEOUT_MS * 1000.0, "{report:#}");
     let a = &report["agreements"][0];
     assert_eq!(a["decided_by"], serde_json::json!([0, 2, 3, 5]), "{a:#}");
     assert_eq!(a["distinct_decisions"], 1, "{a:#}");
@@ -625,4 +633,39 @@ fn a_one_host_job_sends_nothing_over_the_fabric() {
     // Its exclusion came by mail.
     let resumed = &report["stats"]["4"]["runtime"]["mailbox"]["received"];
     assert!(resumed.as_u64().unwrap() > 0, "{resumed}");
+}
+
+/// A job is run again only when each falsely reported rank's own stats
+/// show a wake-up a timeout late (`support::run_job`): the stall explains
+/// the declaration. A false report of a rank that ran on time, or one of
+/// two ranks that did, is not explained.
+#[test]
+fn only_a_stall_of_a_timeout_explains_a_false_report() {
+    let report = |late_us: &[(u64, u64)], reported: &[u64]| {
+        let stats: serde_json::Map<String, Value> = late_us
+            .iter()
+            .map(|&(rank, us)| {
+                let s = serde_json::json!({ "runtime": { "lateness": { "max_us": us } } });
+                (rank.to_string(), s)
+            })
+            .collect();
+        let false_reports: Vec<Value> = reported
+            .iter()
+            .map(|&r| serde_json::json!({ "rank": r, "reported_by": [1] }))
+            .collect();
+        serde_json::json!({ "false_reports": false_reports, "stats": stats })
+    };
+    let stalled = 168_296;
+    let on_time = 3_335;
+    let none = report(&[(0, stalled), (1, on_time)], &[]);
+    assert_eq!(support::stalled_false_reports(&none), None);
+    let explained = report(&[(0, stalled), (1, on_time), (2, 100_000)], &[0, 2]);
+    assert_eq!(
+        support::stalled_false_reports(&explained).as_deref(),
+        Some("rank 0 woke 168 ms late, rank 2 woke 100 ms late")
+    );
+    let one_on_time = report(&[(0, stalled), (1, on_time)], &[0, 1]);
+    assert_eq!(support::stalled_false_reports(&one_on_time), None);
+    let no_stats = report(&[(1, on_time)], &[0]);
+    assert_eq!(support::stalled_false_reports(&no_stats), None);
 }

@@ -19,8 +19,59 @@ pub const TIMEOUT_MS: f64 = 100.0;
 /// jobs do not compete for the machine's two cores. `ffd run` reaps its
 /// agents on every path and bounds its own run time, so the test only
 /// bounds the launcher.
+///
+/// A job whose every falsely reported rank shows, in its own stats, a
+/// wake-up at least a timeout late is run again (at most
+/// [`STALLED_RUNS`] runs in all): the machine took that rank's CPU from it
+/// for a whole timeout (a VM whose host deschedules a vCPU for 170 ms was
+/// seen in CI, every rank of an emulated host pinned there), and under
+/// the rules its observer was right to declare it. A false report without
+/// that evidence is returned as it is, for the test to fail on.
 pub fn run_job(local: &str, env: &[(&str, &str)], args: &[&str]) -> (Value, Output) {
     let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut run = 1;
+    loop {
+        let (report, out) = run_job_once(local, env, args);
+        match stalled_false_reports(&report) {
+            Some(stalled) if run < STALLED_RUNS => {
+                eprintln!(
+                    "ffd run {}: run {run} had false reports of ranks whose CPU was \
+                     taken for a timeout or more ({stalled}): the machine's, run again",
+                    args.join(" ")
+                );
+                run += 1;
+            }
+            _ => return (report, out),
+        }
+    }
+}
+
+/// How many times [`run_job`] runs a job whose false reports the machine
+/// explains.
+pub const STALLED_RUNS: u32 = 3;
+
+/// The falsely reported ranks with their latest wake-up in ms, if there
+/// are some and each of them woke at least a timeout late once
+/// (`runtime.lateness.max_us` of its stats); `None` otherwise.
+pub fn stalled_false_reports(report: &Value) -> Option<String> {
+    let reported = report["false_reports"].as_array()?;
+    if reported.is_empty() {
+        return None;
+    }
+    let mut stalled = Vec::new();
+    for entry in reported {
+        let rank = entry["rank"].as_u64()?;
+        let late_us =
+            report["stats"][rank.to_string()]["runtime"]["lateness"]["max_us"].as_f64()?;
+        if late_us < TIMEOUT_MS * 1000.0 {
+            return None;
+        }
+        stalled.push(format!("rank {rank} woke {:.0} ms late", late_us / 1000.0));
+    }
+    Some(stalled.join(", "))
+}
+
+fn run_job_once(local: &str, env: &[(&str, &str)], args: &[&str]) -> (Value, Output) {
     let dir = std::env::temp_dir().join(format!(
         "ffd-e2e-{}-{}-{}",
         std::process::id(),

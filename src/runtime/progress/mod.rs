@@ -181,6 +181,9 @@ struct Core<'d> {
     /// No message handled since the last read of the queue began: the
     /// next one first reads the exit words (`LocalWatching::scan_exit_words`).
     exits_unscanned: bool,
+    /// This turn began after the Engine's deadline, and its lateness is
+    /// recorded ([`Core::note_wake_lateness`]).
+    late_noted: bool,
     /// Since when an agreement or view change has been under way here
     /// (`None`: none is); see [`AGREEMENT_POLL`].
     agreeing_since: Option<Instant>,
@@ -421,6 +424,7 @@ impl<'d> Progress<'d> {
                 inject_cq_error: false,
                 last_publish: parts.started,
                 exits_unscanned: true,
+                late_noted: false,
                 diagnosis: Diagnosis::new(&parts.logger, parts.timeout),
                 hold_share: HoldShare::default(),
                 liveness,
@@ -463,6 +467,7 @@ impl<'d> Progress<'d> {
             }
             let started = core.started;
             core.diagnosis.begin_turn(|| elapsed(started));
+            core.note_wake_lateness();
             core.mail_awake();
             core.take_commands();
             core.drive_host_agreement();
@@ -684,8 +689,26 @@ impl Core<'_> {
         }
     }
 
+    /// How late this turn began after the Engine's deadline, recorded
+    /// before anything of the turn reaches the Engine: a thread whose CPU
+    /// was taken from it for a timeout, and whose first message then is
+    /// the notice that excludes it, still shows the stall in its stats
+    /// (an excluded Engine has no deadline left for [`Self::on_deadline`]).
+    fn note_wake_lateness(&mut self) {
+        self.late_noted = false;
+        let Some(deadline) = self.engine.next_deadline() else {
+            return;
+        };
+        let now = self.now();
+        if now >= deadline {
+            self.counters.lateness.record(now - deadline);
+            self.late_noted = true;
+        }
+    }
+
     /// The Engine's deadline has come: read the watched slot and the same-host
-    /// emitter's counter, then tick.
+    /// emitter's counter, then tick. Its lateness is recorded unless the
+    /// turn began late already ([`Self::note_wake_lateness`]).
     fn on_deadline(&mut self) {
         let Some(deadline) = self.engine.next_deadline() else {
             return;
@@ -694,7 +717,9 @@ impl Core<'_> {
         if now < deadline {
             return;
         }
-        self.counters.lateness.record(now - deadline);
+        if !std::mem::take(&mut self.late_noted) {
+            self.counters.lateness.record(now - deadline);
+        }
         let readings = DeadlineReadings {
             slots: self.slots.memory(),
             local: self.local.as_ref(),
