@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use serde_json::Value;
@@ -385,11 +385,11 @@ struct LineClock {
 
 impl LineClock {
     fn new(me: Rank, started: Instant) -> LineClock {
-        let unix_now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, ms);
+        let (now, unix_now_ms) = crate::wall::now_paired();
         LineClock {
             me,
             started,
-            started_unix_ms: unix_now_ms - ms(started.elapsed()),
+            started_unix_ms: unix_now_ms - ms(now.saturating_duration_since(started)),
         }
     }
 
@@ -693,7 +693,7 @@ mod tests {
 
     #[test]
     fn the_clock_places_the_detectors_start_on_the_wall_clock() {
-        let unix_now = || SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, ms);
+        let unix_now = || crate::wall::now_paired().1;
         let before = unix_now();
         let started = Instant::now() - Duration::from_millis(400);
         let clock = LineClock::new(0, started);

@@ -14,3 +14,4 @@ pub mod info;
 pub mod launch;
 pub mod rendezvous;
 pub mod sim;
+pub mod wall;

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
@@ -255,6 +255,7 @@ impl Launcher {
         }
         // Declared after the rendezvous: on any way out, the agents are
         // killed and reaped before the rendezvous is stopped.
+        let (start, start_unix_ms) = crate::wall::now_paired();
         let mut job = Job {
             agents: Vec::with_capacity(n as usize),
             timeline: Timeline::new(self.plan.info.clone(), self.plan.verbose),
@@ -266,8 +267,8 @@ impl Launcher {
             stdout_open: vec![true; n as usize],
             stderr_open: vec![true; n as usize],
             stderr_tail: vec![VecDeque::new(); n as usize],
-            start: Instant::now(),
-            start_unix_ms: unix_ms_now(),
+            start,
+            start_unix_ms,
             out,
             log,
         };
@@ -296,8 +297,7 @@ impl Launcher {
             return Err(self.startup_failed(job, rendezvous, reason));
         }
         let startup = spawned.elapsed();
-        job.start = Instant::now();
-        job.start_unix_ms = unix_ms_now();
+        (job.start, job.start_unix_ms) = crate::wall::now_paired();
         let fact = job.timeline.note(
             0.0,
             format!(
@@ -892,12 +892,6 @@ impl Drop for RendezvousGuard {
             let _ = handle.join();
         }
     }
-}
-
-fn unix_ms_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
 /// The timeline's line naming each host's ranks: `hosts (namespaces):
