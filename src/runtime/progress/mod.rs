@@ -159,6 +159,9 @@ struct Core<'d> {
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: CommandReceiver,
+    /// The last turn left commands queued (it took its most broadcasts):
+    /// the next one comes without a sleep.
+    commands_left: bool,
     /// The embedder's callback and event queue; outlives a panic of the loop.
     delivery: &'d mut Delivery,
     spin: bool,
@@ -402,6 +405,7 @@ impl<'d> Progress<'d> {
                 peers: parts.peers,
                 started: parts.started,
                 commands: parts.commands,
+                commands_left: false,
                 delivery,
                 spin: parts.spin,
                 eagain_limit: parts.eagain_limit,
@@ -577,41 +581,54 @@ impl Core<'_> {
         }
     }
 
+    /// Carries out the embedder's commands, in order, at most
+    /// [`commands::BROADCASTS_PER_TURN`] broadcasts of them: the rest are
+    /// for the next turn, which comes at once ([`Core::sleep_for`]).
     fn take_commands(&mut self) {
-        loop {
-            match self.commands.try_recv() {
-                Ok(Command::Broadcast(bytes)) => {
-                    let now = self.now();
-                    if let Err(e) = self.engine.handle(now, Input::Broadcast(&bytes)) {
-                        self.logger.warn(format_args!("broadcast refused: {e}"));
-                    }
-                }
-                Ok(Command::Agree(flags, called)) => {
-                    let now = self.now();
-                    let seq = match self.engine.handle(now, Input::Agree { flags }) {
-                        Ok(()) => {
-                            let seq = self.engine.agreements_called();
-                            trace::call(&self.logger, seq, called);
-                            Ok(seq)
-                        }
-                        Err(_) if self.engine.participation() == Participation::Excluded => {
-                            Err(AgreeError::Excluded)
-                        }
-                        Err(_) => Err(AgreeError::Left),
-                    };
-                    self.shared.agreements.numbered(seq);
-                }
-                Ok(Command::Leave) => self.begin_leave(),
-                Ok(Command::Stop) => self.stop = true,
-                #[cfg(any(test, feature = "fault-injection"))]
-                Ok(Command::Fault(fault)) => self.inject(fault),
-                Err(commands::Empty::Now) => break,
-                // The Detector is gone without a word: leave cleanly.
-                Err(commands::Empty::Forever) => {
-                    self.begin_leave();
-                    break;
+        let mut turn = commands::Turn::new(commands::BROADCASTS_PER_TURN);
+        let left = loop {
+            match self.commands.take(&mut turn) {
+                Ok(command) => self.command(command),
+                Err(left) => break left,
+            }
+        };
+        self.commands_left = left == commands::Left::More;
+        if left == commands::Left::More {
+            self.counters.commands.capped_turns += 1;
+        }
+        // The Detector is gone without a word: leave cleanly.
+        if left == commands::Left::Forever {
+            self.begin_leave();
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Broadcast(bytes) => {
+                let now = self.now();
+                if let Err(e) = self.engine.handle(now, Input::Broadcast(&bytes)) {
+                    self.logger.warn(format_args!("broadcast refused: {e}"));
                 }
             }
+            Command::Agree(flags, called) => {
+                let now = self.now();
+                let seq = match self.engine.handle(now, Input::Agree { flags }) {
+                    Ok(()) => {
+                        let seq = self.engine.agreements_called();
+                        trace::call(&self.logger, seq, called);
+                        Ok(seq)
+                    }
+                    Err(_) if self.engine.participation() == Participation::Excluded => {
+                        Err(AgreeError::Excluded)
+                    }
+                    Err(_) => Err(AgreeError::Left),
+                };
+                self.shared.agreements.numbered(seq);
+            }
+            Command::Leave => self.begin_leave(),
+            Command::Stop => self.stop = true,
+            #[cfg(any(test, feature = "fault-injection"))]
+            Command::Fault(fault) => self.inject(fault),
         }
     }
 
@@ -847,7 +864,8 @@ impl Core<'_> {
     }
 
     /// How long to sleep: until the Engine's deadline, the end of a leave,
-    /// the next retry of refused sends, or the next publication;
+    /// the next retry of refused sends, or the next publication; not at
+    /// all while commands wait;
     /// `agreeing`: [`Core::agreeing`] this turn.
     fn sleep_for(&mut self, agreeing: bool) -> Duration {
         let now = self.now();
@@ -866,6 +884,12 @@ impl Core<'_> {
         if let Some(at) = self.liveness.as_ref().and_then(Liveness::deadline) {
             sleep = sleep.min(at.saturating_duration_since(Instant::now()));
         }
+        // Commands wait (a turn took its most broadcasts): the next turn
+        // at once, after a look at the completion queue and the wake
+        // socket (a wait of zero), not on a spin.
+        if self.commands_left {
+            sleep = Duration::ZERO;
+        }
         if !agreeing {
             self.agreeing_since = None;
         } else {
@@ -883,7 +907,10 @@ impl Core<'_> {
             }
         }
         // A plain tick of an idle rank ends on the host's grid.
-        let plain = sleep == ticked && self.agreeing_since.is_none() && self.local.is_some();
+        let plain = sleep == ticked
+            && !self.commands_left
+            && self.agreeing_since.is_none()
+            && self.local.is_some();
         if let Some(extended) = self.cadence.extend(monotonic_ns(), sleep, plain) {
             self.counters.local.grid_ticks += 1;
             sleep = extended;
@@ -904,6 +931,7 @@ impl Core<'_> {
         snapshot.uptime_ms = self.started.elapsed().as_secs_f64() * 1e3;
         snapshot.epoch = self.shared.failed.epoch();
         self.counters.delivery.events_dropped = self.shared.events.dropped();
+        self.counters.commands.broadcasts_refused_busy = self.commands.refused_busy();
         self.counters.delivery.callback_panics = self.delivery.callback_panics;
         self.counters.local.boost_lifts = self.boost().map_or(0, |b| b.lifts());
         self.counters.local.boost_holds = self.boost().map_or(0, |b| b.holds());
