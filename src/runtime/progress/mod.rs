@@ -9,12 +9,15 @@
 //! without publishing why (a panic anywhere on the thread is caught and
 //! becomes [`StopCause::Panic`]).
 //!
-//! Each turn of the loop: take the embedder's commands; read the completion queue
+//! Each turn of the loop: take the embedder's commands (at most
+//! `BROADCASTS_PER_TURN` broadcasts, `embedder.rs`: a flood of payloads waits
+//! for the next turns, and the thread keeps beating); read the completion queue
 //! (before any judgement, so heartbeats that landed are seen and errors are
 //! evidence); if the Engine's deadline has come, read the slot it watches
 //! and tick it; carry out its outputs; retry refused sends; then sleep on
 //! the completion queue's wait object or the wake socket until the next
-//! deadline (`FFD_PROGRESS=sleep`), or go round again (`spin`).
+//! deadline (`FFD_PROGRESS=sleep`; no sleep while commands wait), or go
+//! round again (`spin`).
 
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
@@ -30,7 +33,7 @@ use crate::protocol::{
 };
 
 use super::AgreeError;
-use super::commands::{self, CommandReceiver};
+use super::commands::CommandReceiver;
 use super::delivery::Delivery;
 use super::link::{self, Linked, WARM_UP};
 use super::liveness::{Answer, Liveness, LivenessParts};
@@ -47,6 +50,7 @@ pub(super) use super::link::Link;
 mod agree_poll;
 mod cadence;
 mod diagnosis;
+mod embedder;
 mod hold;
 mod live;
 mod mail;
@@ -578,57 +582,6 @@ impl Core<'_> {
         match self.leaving_until {
             Some(until) => Instant::now() >= until && !self.sends.is_waiting(),
             None => false,
-        }
-    }
-
-    /// Carries out the embedder's commands, in order, at most
-    /// [`commands::BROADCASTS_PER_TURN`] broadcasts of them: the rest are
-    /// for the next turn, which comes at once ([`Core::sleep_for`]).
-    fn take_commands(&mut self) {
-        let mut turn = commands::Turn::new(commands::BROADCASTS_PER_TURN);
-        let left = loop {
-            match self.commands.take(&mut turn) {
-                Ok(command) => self.command(command),
-                Err(left) => break left,
-            }
-        };
-        self.commands_left = left == commands::Left::More;
-        if left == commands::Left::More {
-            self.counters.commands.capped_turns += 1;
-        }
-        // The Detector is gone without a word: leave cleanly.
-        if left == commands::Left::Forever {
-            self.begin_leave();
-        }
-    }
-
-    fn command(&mut self, command: Command) {
-        match command {
-            Command::Broadcast(bytes) => {
-                let now = self.now();
-                if let Err(e) = self.engine.handle(now, Input::Broadcast(&bytes)) {
-                    self.logger.warn(format_args!("broadcast refused: {e}"));
-                }
-            }
-            Command::Agree(flags, called) => {
-                let now = self.now();
-                let seq = match self.engine.handle(now, Input::Agree { flags }) {
-                    Ok(()) => {
-                        let seq = self.engine.agreements_called();
-                        trace::call(&self.logger, seq, called);
-                        Ok(seq)
-                    }
-                    Err(_) if self.engine.participation() == Participation::Excluded => {
-                        Err(AgreeError::Excluded)
-                    }
-                    Err(_) => Err(AgreeError::Left),
-                };
-                self.shared.agreements.numbered(seq);
-            }
-            Command::Leave => self.begin_leave(),
-            Command::Stop => self.stop = true,
-            #[cfg(any(test, feature = "fault-injection"))]
-            Command::Fault(fault) => self.inject(fault),
         }
     }
 
