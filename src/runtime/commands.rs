@@ -43,28 +43,29 @@ use super::progress::Command;
 /// one more is refused ([`Refused::Busy`], `DetectorError::Busy`) and not
 /// sent. Four turns of [`BROADCASTS_PER_TURN`] take them all, so an
 /// agreement, a leave or a stop called behind a full queue is taken by
-/// the fourth turn; it holds at most 1 MiB of payloads ([`super::MAX_APP_PAYLOAD`]
-/// each). An embedder that paces its payloads (they are for rare orders:
-/// revoke, reinit) never meets it. Measured on this project's 2-CPU
-/// machine (docs/design.md §4.9 "Payloads": 3 ranks, `FFD_LOCAL=off`,
-/// rank 0's embedder broadcasting unpaced for 3 s while every rank agrees
-/// in a loop): with 1024 the agreements stalled behind the queue (27 to
-/// 39 decided in the 3 s), with 256 about 1,850, with 128 2,500 to 4,200;
-/// no rank was declared with any of them.
+/// the fourth turn; it holds at most 1 MiB of payloads
+/// ([`super::MAX_APP_PAYLOAD`] each). An embedder that paces its payloads
+/// (they are for rare orders: revoke, reinit) never meets it. Measured on
+/// this project's 2-CPU machine (docs/design.md §4.9 "Payloads": 3 ranks,
+/// `FFD_LOCAL=off`, rank 0's embedder broadcasting unpaced for 3 s while
+/// every rank agrees in a loop; 3 runs each): with 1024 the agreements
+/// stalled behind the queue (27 to 39 decided in the 3 s), with 256 about
+/// 1,850 were decided, with 128 2,500 to 4,200.
 pub const MAX_QUEUED_BROADCASTS: usize = 128;
 
 /// The most broadcasts one turn of the progress thread takes; the next
 /// ones (and what is queued behind them, in order) are the next turn's,
 /// which comes at once (no sleep while commands wait). Between batches
-/// the turn reads the completion queue and the Engine beats and checks.
-/// A broadcast costs the origin its own delivery and one send per
-/// overlay link (at most 2·log2 N). Measured as for
-/// [`MAX_QUEUED_BROADCASTS`] (at 128): with 16, 32 or 64 alike, no rank
-/// declared, the origin's latest wake-up 2.5 to 5.5 ms past its deadline,
-/// 34,000 to 41,000 payloads a second carried (100,000 to 133,000 with
+/// the turn reads the completion queue and the Engine beats and checks. A
+/// broadcast costs the origin its own delivery and one send per overlay
+/// link (at most 2·log2 N). Measured as for [`MAX_QUEUED_BROADCASTS`] (at
+/// 128, 2 runs each): with 16, 32 or 64 alike, no rank declared in those
+/// runs, the origin's latest wake-up 2.5 to 5.5 ms past its deadline,
+/// 32,000 to 41,000 payloads a second carried (100,000 to 133,000 with
 /// `FFD_LOCAL=auto`, about 8 µs each: a batch of 32 is a quarter of a
-/// millisecond). 32 halves the turns of 16 and keeps a batch well inside
-/// a period where a payload has ten times the links.
+/// millisecond). 32 halves the turns of 16, and where a payload has ten
+/// times the links a batch stays about a quarter of the default 10 ms
+/// period.
 pub(super) const BROADCASTS_PER_TURN: usize = 32;
 
 /// A new queue: its sending and receiving sides, refusing broadcasts
