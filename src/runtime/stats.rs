@@ -439,7 +439,10 @@ mod tests {
         snap.runtime.heartbeats.posted = 6;
         snap.runtime.messages.sends_completed = 7;
         snap.runtime.local.boost_lifts = 8;
+        snap.runtime.commands.broadcasts_refused_busy = 9;
         let v = serde_json::to_value(&snap).unwrap();
+        assert_eq!(v["runtime"]["commands"]["broadcasts_refused_busy"], 9);
+        assert_eq!(v["runtime"]["commands"]["capped_turns"], 0);
         assert_eq!(v["runtime"]["heartbeats"]["posted"], 6);
         assert_eq!(v["runtime"]["messages"]["sends_completed"], 7);
         assert_eq!(v["runtime"]["local"]["boost_lifts"], 8);
