@@ -59,6 +59,12 @@
 #define FFD_MAX_PAYLOAD 8192
 
 /**
+ * The most payloads queued for the progress thread and not yet sent:
+ * ffd_broadcast() refuses one more with FFD_ERR_BUSY.
+ */
+#define FFD_MAX_QUEUED_BROADCASTS 128
+
+/**
  * Result codes of the ffd C API. `FFD_OK` (0) is success, positive codes
  * are informational, negative codes are errors. Every failing call also
  * leaves a detailed message for the calling thread
@@ -145,6 +151,14 @@ typedef enum {
      * parent's. A child that needs a detector calls ffd_init() anew.
      */
     FFD_ERR_FORKED = -10,
+    /**
+     * ffd_broadcast(): FFD_MAX_QUEUED_BROADCASTS payloads wait for the
+     * progress thread (the embedder broadcasts faster than it sends
+     * them). This payload was not sent; the queued ones are kept and go
+     * out in order. Retry later (after other work or a pause); never
+     * returned for anything but a broadcast.
+     */
+    FFD_ERR_BUSY = -11,
 } ffd_result;
 
 /**
@@ -969,7 +983,9 @@ int ffd_event_fd(const ffd_t *h);
  * @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
  * gives the limit, FFD_MAX_PAYLOAD); FFD_ERR_STOPPED once this rank has
  * been excluded or its detector stopped; FFD_ERR_FORKED in a fork()ed
- * child (nothing is sent).
+ * child (nothing is sent); FFD_ERR_BUSY when FFD_MAX_QUEUED_BROADCASTS
+ * payloads wait for the progress thread: this one is not sent (the
+ * queued ones are), retry later.
  *
  * # Safety
  * `h` is NULL or a live handle; `bytes` is NULL or valid for `len` reads.

@@ -554,7 +554,8 @@ fn a_completion_queue_error_stops_the_detector_with_its_cause() {
 
 /// A burst larger than a mailbox (two ranks of one host: 32 records):
 /// the posts a full mailbox refuses wait in the sender's book and go
-/// again, so every payload arrives, once, in order. Whether the mailbox
+/// again, so every payload arrives, once, in order (a broadcast refused
+/// as `Busy` is sent again until taken). Whether the mailbox
 /// fills depends on the reader's thread running less than the writer's
 /// (on two free cores it may keep up), so bursts go on, each checked
 /// whole and in order, until one filled it (at most `BURSTS`).
@@ -569,7 +570,18 @@ fn a_burst_beyond_a_full_mailbox_arrives_whole_and_in_order() {
     let mut bursts = 0;
     let stats = loop {
         for i in 0..BURST {
-            detectors[0].broadcast(&i.to_le_bytes()).expect("broadcast");
+            // Busy: `MAX_QUEUED_BROADCASTS` wait for the progress thread;
+            // this payload was not sent, and goes again once it took some.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match detectors[0].broadcast(&i.to_le_bytes()) {
+                    Ok(()) => break,
+                    Err(DetectorError::Busy { .. }) if Instant::now() < deadline => {
+                        thread::yield_now();
+                    }
+                    Err(e) => panic!("burst {}: broadcast {i}: {e}", bursts + 1),
+                }
+            }
         }
         bursts += 1;
         let mut next = 0u32;

@@ -19,7 +19,7 @@ use crate::config::ConfigError;
 use crate::runtime::{AgreeError, DetectorError, StartError};
 
 impl ffd_result {
-    pub(super) const ALL: [ffd_result; 14] = [
+    pub(super) const ALL: [ffd_result; 15] = [
         FFD_OK,
         FFD_NO_EVENT,
         FFD_BUFFER_TOO_SMALL,
@@ -34,6 +34,7 @@ impl ffd_result {
         FFD_ERR_PAYLOAD_TOO_LARGE,
         FFD_ERR_PANIC,
         FFD_ERR_FORKED,
+        FFD_ERR_BUSY,
     ];
 
     fn text(self) -> &'static CStr {
@@ -54,6 +55,7 @@ impl ffd_result {
             FFD_ERR_FORKED => {
                 c"the handle belongs to the parent process: a fork()ed child must call ffd_init anew"
             }
+            FFD_ERR_BUSY => c"too many payloads queued for the progress thread: retry later",
         }
     }
 }
@@ -139,6 +141,7 @@ impl From<DetectorError> for Error {
             DetectorError::Stopped => FFD_ERR_STOPPED,
             DetectorError::PayloadTooLarge { .. } => FFD_ERR_PAYLOAD_TOO_LARGE,
             DetectorError::Forked { .. } => FFD_ERR_FORKED,
+            DetectorError::Busy { .. } => FFD_ERR_BUSY,
         };
         Error::new(code, e.to_string())
     }

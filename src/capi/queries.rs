@@ -386,7 +386,9 @@ pub unsafe extern "C" fn ffd_event_fd(h: *const ffd_t) -> c_int {
 /// @return FFD_OK; FFD_ERR_NULL; FFD_ERR_PAYLOAD_TOO_LARGE (the message
 /// gives the limit, FFD_MAX_PAYLOAD); FFD_ERR_STOPPED once this rank has
 /// been excluded or its detector stopped; FFD_ERR_FORKED in a fork()ed
-/// child (nothing is sent).
+/// child (nothing is sent); FFD_ERR_BUSY when FFD_MAX_QUEUED_BROADCASTS
+/// payloads wait for the progress thread: this one is not sent (the
+/// queued ones are), retry later.
 ///
 /// # Safety
 /// `h` is NULL or a live handle; `bytes` is NULL or valid for `len` reads.

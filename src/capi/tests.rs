@@ -805,6 +805,16 @@ fn errors_map_to_their_codes() {
         code(DetectorError::PayloadTooLarge { len: 9, max: 8 }.into()),
         FFD_ERR_PAYLOAD_TOO_LARGE
     );
+    let busy: Error = DetectorError::Busy {
+        queued: FFD_MAX_QUEUED_BROADCASTS,
+    }
+    .into();
+    assert_eq!(busy.code, FFD_ERR_BUSY);
+    assert!(
+        busy.message.contains("128 payloads are queued") && busy.message.ends_with("retry later"),
+        "{}",
+        busy.message
+    );
     assert_eq!(
         code(BootstrapError::Embedder("x".into()).into()),
         FFD_ERR_BOOTSTRAP

@@ -22,6 +22,12 @@ pub const FFD_MAX_PAYLOAD: usize = 8192;
 
 const _: () = assert!(FFD_MAX_PAYLOAD == runtime::MAX_APP_PAYLOAD);
 
+/// The most payloads queued for the progress thread and not yet sent:
+/// ffd_broadcast() refuses one more with FFD_ERR_BUSY.
+pub const FFD_MAX_QUEUED_BROADCASTS: usize = 128;
+
+const _: () = assert!(FFD_MAX_QUEUED_BROADCASTS == runtime::MAX_QUEUED_BROADCASTS);
+
 /// Result codes of the ffd C API. `FFD_OK` (0) is success, positive codes
 /// are informational, negative codes are errors. Every failing call also
 /// leaves a detailed message for the calling thread
@@ -81,6 +87,12 @@ pub enum ffd_result {
     /// and ffd_finalize() frees the copy at once, touching nothing of the
     /// parent's. A child that needs a detector calls ffd_init() anew.
     FFD_ERR_FORKED = -10,
+    /// ffd_broadcast(): FFD_MAX_QUEUED_BROADCASTS payloads wait for the
+    /// progress thread (the embedder broadcasts faster than it sends
+    /// them). This payload was not sent; the queued ones are kept and go
+    /// out in order. Retry later (after other work or a pause); never
+    /// returned for anything but a broadcast.
+    FFD_ERR_BUSY = -11,
 }
 
 /// What an event is about (ffd_event_t::kind).

@@ -66,6 +66,7 @@ use crate::node::Owner;
 use crate::protocol::{self, Rank};
 
 pub use agree::{AgreeError, AgreeRequest, Agreement};
+pub use commands::MAX_QUEUED_BROADCASTS;
 pub use events::EventQueue;
 pub use failed_bits::FailedBits;
 pub use placement::Placement;
@@ -255,6 +256,15 @@ pub enum DetectorError {
     Forked { pid: u32 },
     #[error("payload of {len} bytes exceeds the {max}-byte limit")]
     PayloadTooLarge { len: usize, max: usize },
+    /// [`Detector::broadcast`]: `queued` payloads
+    /// ([`MAX_QUEUED_BROADCASTS`]) wait for the progress thread, which
+    /// carries them out more slowly than the embedder broadcasts. This
+    /// one was not sent; the queued ones are kept and go out in order.
+    #[error(
+        "{queued} payloads are queued for the progress thread, the limit; this one was not \
+         sent (the queued ones will be): retry later"
+    )]
+    Busy { queued: usize },
 }
 
 /// The state the progress thread publishes for the embedder: it writes it,
@@ -497,7 +507,11 @@ impl Detector {
     /// [`protocol::Event::Payload`]; this rank too, unless
     /// `FFD_DELIVER_OWN=no`): all or none, in order per origin, once each
     /// (docs/design.md §4.9 "Payloads"); returns at once. [`DetectorError::Forked`]
-    /// in a `fork()`ed child: nothing is sent.
+    /// in a `fork()`ed child: nothing is sent. [`DetectorError::Busy`] when
+    /// [`MAX_QUEUED_BROADCASTS`] payloads wait for the progress thread
+    /// (broadcast faster than it carries them out): this one is not sent,
+    /// the queued ones are; retry later (after a pause, or after other
+    /// work), the same payload or a newer one.
     pub fn broadcast(&self, payload: &[u8]) -> Result<(), DetectorError> {
         self.owned_here(false)?;
         if payload.len() > self.max_payload {
@@ -656,11 +670,13 @@ impl Detector {
 
     /// Queues `command` without waking the thread: the caller wakes it
     /// ([`Self::wake_progress`]) once it holds no lock the thread takes.
+    /// `Busy` only for a broadcast (nothing else is refused for load).
     fn queue_command(&self, command: Command) -> Result<(), DetectorError> {
         self.owned_here(true)?;
-        self.commands
-            .send(command)
-            .map_err(|_| DetectorError::Stopped)
+        self.commands.send(command).map_err(|e| match e {
+            commands::Refused::Disconnected => DetectorError::Stopped,
+            commands::Refused::Busy { queued } => DetectorError::Busy { queued },
+        })
     }
 }
 

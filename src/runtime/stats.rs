@@ -85,6 +85,21 @@ pub struct RuntimeCounters {
     pub liveness: LivenessCounters,
     /// Same-host messages through the host's segment (the mailboxes).
     pub mailbox: MailboxCounters,
+    /// The embedder's commands to the progress thread.
+    pub commands: CommandCounters,
+}
+
+/// The embedder's commands to the progress thread (`runtime/commands.rs`,
+/// docs/design.md §4.9 "Payloads").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct CommandCounters {
+    /// Broadcasts refused because `MAX_QUEUED_BROADCASTS` waited for the
+    /// progress thread (`DetectorError::Busy`): none of them was sent.
+    pub broadcasts_refused_busy: u64,
+    /// Turns that took their most broadcasts (`BROADCASTS_PER_TURN`) and
+    /// left the commands behind them to the next turn, which came at once.
+    pub capped_turns: u64,
 }
 
 /// Same-host messages through the mailboxes of the host's segment
@@ -424,7 +439,10 @@ mod tests {
         snap.runtime.heartbeats.posted = 6;
         snap.runtime.messages.sends_completed = 7;
         snap.runtime.local.boost_lifts = 8;
+        snap.runtime.commands.broadcasts_refused_busy = 9;
         let v = serde_json::to_value(&snap).unwrap();
+        assert_eq!(v["runtime"]["commands"]["broadcasts_refused_busy"], 9);
+        assert_eq!(v["runtime"]["commands"]["capped_turns"], 0);
         assert_eq!(v["runtime"]["heartbeats"]["posted"], 6);
         assert_eq!(v["runtime"]["messages"]["sends_completed"], 7);
         assert_eq!(v["runtime"]["local"]["boost_lifts"], 8);

@@ -483,7 +483,7 @@ static void part1_arguments(void) {
     const int codes[] = {FFD_OK, FFD_NO_EVENT, FFD_BUFFER_TOO_SMALL, FFD_STALE, FFD_ERR_NULL,
                          FFD_ERR_INVALID_ARGUMENT, FFD_ERR_CONFIG, FFD_ERR_BOOTSTRAP, FFD_ERR_FABRIC,
                          FFD_ERR_SYSTEM, FFD_ERR_STOPPED, FFD_ERR_PAYLOAD_TOO_LARGE, FFD_ERR_PANIC,
-                         FFD_ERR_FORKED};
+                         FFD_ERR_FORKED, FFD_ERR_BUSY};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         CHECK(strcmp(ffd_strerror(codes[i]), "unknown ffd result code") != 0);
     CHECK(strcmp(ffd_strerror(12345), "unknown ffd result code") == 0);

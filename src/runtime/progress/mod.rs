@@ -9,12 +9,15 @@
 //! without publishing why (a panic anywhere on the thread is caught and
 //! becomes [`StopCause::Panic`]).
 //!
-//! Each turn of the loop: take the embedder's commands; read the completion queue
+//! Each turn of the loop: take the embedder's commands (at most
+//! `BROADCASTS_PER_TURN` broadcasts, `embedder.rs`: a flood of payloads waits
+//! for the next turns, and the thread keeps beating); read the completion queue
 //! (before any judgement, so heartbeats that landed are seen and errors are
 //! evidence); if the Engine's deadline has come, read the slot it watches
 //! and tick it; carry out its outputs; retry refused sends; then sleep on
 //! the completion queue's wait object or the wake socket until the next
-//! deadline (`FFD_PROGRESS=sleep`), or go round again (`spin`).
+//! deadline (`FFD_PROGRESS=sleep`; no sleep while commands wait), or go
+//! round again (`spin`).
 
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
@@ -30,7 +33,7 @@ use crate::protocol::{
 };
 
 use super::AgreeError;
-use super::commands::{self, CommandReceiver};
+use super::commands::CommandReceiver;
 use super::delivery::Delivery;
 use super::link::{self, Linked, WARM_UP};
 use super::liveness::{Answer, Liveness, LivenessParts};
@@ -47,6 +50,7 @@ pub(super) use super::link::Link;
 mod agree_poll;
 mod cadence;
 mod diagnosis;
+mod embedder;
 mod hold;
 mod live;
 mod mail;
@@ -159,6 +163,9 @@ struct Core<'d> {
     peers: Vec<RemoteRegion>,
     started: Instant,
     commands: CommandReceiver,
+    /// The last turn left commands queued (it took its most broadcasts):
+    /// the next one comes without a sleep.
+    commands_left: bool,
     /// The embedder's callback and event queue; outlives a panic of the loop.
     delivery: &'d mut Delivery,
     spin: bool,
@@ -405,6 +412,7 @@ impl<'d> Progress<'d> {
                 peers: parts.peers,
                 started: parts.started,
                 commands: parts.commands,
+                commands_left: false,
                 delivery,
                 spin: parts.spin,
                 eagain_limit: parts.eagain_limit,
@@ -579,44 +587,6 @@ impl Core<'_> {
         match self.leaving_until {
             Some(until) => Instant::now() >= until && !self.sends.is_waiting(),
             None => false,
-        }
-    }
-
-    fn take_commands(&mut self) {
-        loop {
-            match self.commands.try_recv() {
-                Ok(Command::Broadcast(bytes)) => {
-                    let now = self.now();
-                    if let Err(e) = self.engine.handle(now, Input::Broadcast(&bytes)) {
-                        self.logger.warn(format_args!("broadcast refused: {e}"));
-                    }
-                }
-                Ok(Command::Agree(flags, called)) => {
-                    let now = self.now();
-                    let seq = match self.engine.handle(now, Input::Agree { flags }) {
-                        Ok(()) => {
-                            let seq = self.engine.agreements_called();
-                            trace::call(&self.logger, seq, called);
-                            Ok(seq)
-                        }
-                        Err(_) if self.engine.participation() == Participation::Excluded => {
-                            Err(AgreeError::Excluded)
-                        }
-                        Err(_) => Err(AgreeError::Left),
-                    };
-                    self.shared.agreements.numbered(seq);
-                }
-                Ok(Command::Leave) => self.begin_leave(),
-                Ok(Command::Stop) => self.stop = true,
-                #[cfg(any(test, feature = "fault-injection"))]
-                Ok(Command::Fault(fault)) => self.inject(fault),
-                Err(commands::Empty::Now) => break,
-                // The Detector is gone without a word: leave cleanly.
-                Err(commands::Empty::Forever) => {
-                    self.begin_leave();
-                    break;
-                }
-            }
         }
     }
 
@@ -872,7 +842,8 @@ impl Core<'_> {
     }
 
     /// How long to sleep: until the Engine's deadline, the end of a leave,
-    /// the next retry of refused sends, or the next publication;
+    /// the next retry of refused sends, or the next publication; not at
+    /// all while commands wait;
     /// `agreeing`: [`Core::agreeing`] this turn.
     fn sleep_for(&mut self, agreeing: bool) -> Duration {
         let now = self.now();
@@ -891,6 +862,12 @@ impl Core<'_> {
         if let Some(at) = self.liveness.as_ref().and_then(Liveness::deadline) {
             sleep = sleep.min(at.saturating_duration_since(Instant::now()));
         }
+        // Commands wait (a turn took its most broadcasts): the next turn
+        // at once, after a look at the completion queue and the wake
+        // socket (a wait of zero), not on a spin.
+        if self.commands_left {
+            sleep = Duration::ZERO;
+        }
         if !agreeing {
             self.agreeing_since = None;
         } else {
@@ -908,7 +885,10 @@ impl Core<'_> {
             }
         }
         // A plain tick of an idle rank ends on the host's grid.
-        let plain = sleep == ticked && self.agreeing_since.is_none() && self.local.is_some();
+        let plain = sleep == ticked
+            && !self.commands_left
+            && self.agreeing_since.is_none()
+            && self.local.is_some();
         if let Some(extended) = self.cadence.extend(monotonic_ns(), sleep, plain) {
             self.counters.local.grid_ticks += 1;
             sleep = extended;
@@ -929,6 +909,7 @@ impl Core<'_> {
         snapshot.uptime_ms = self.started.elapsed().as_secs_f64() * 1e3;
         snapshot.epoch = self.shared.failed.epoch();
         self.counters.delivery.events_dropped = self.shared.events.dropped();
+        self.counters.commands.broadcasts_refused_busy = self.commands.refused_busy();
         self.counters.delivery.callback_panics = self.delivery.callback_panics;
         self.counters.local.boost_lifts = self.boost().map_or(0, |b| b.lifts());
         self.counters.local.boost_holds = self.boost().map_or(0, |b| b.holds());

@@ -165,7 +165,7 @@ pub(super) fn start(
         host_agreement,
     )?;
     let (wake_rx, wake) = wake_socket()?;
-    let (commands, command_rx) = super::commands::command_queue();
+    let (commands, command_rx) = super::commands::command_queue(super::MAX_QUEUED_BROADCASTS);
     let (linked_tx, linked_rx) = mpsc::sync_channel(1);
     let (go_tx, go_rx) = mpsc::sync_channel(1);
     let link_progress = Arc::new(LinkProgress::default());
