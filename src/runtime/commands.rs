@@ -166,15 +166,6 @@ pub(super) struct CommandReceiver {
     shared: Arc<Shared>,
 }
 
-/// Why [`CommandReceiver::try_recv`] returned no command.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Empty {
-    /// None is queued now.
-    Now,
-    /// None is queued and the sender is gone: none will ever be.
-    Forever,
-}
-
 /// The broadcasts one turn took, and the most it takes
 /// ([`CommandReceiver::take`]).
 pub(super) struct Turn {
@@ -201,22 +192,6 @@ pub(super) enum Left {
 }
 
 impl CommandReceiver {
-    /// The oldest command queued, without waiting for one.
-    pub(super) fn try_recv(&self) -> Result<Command, Empty> {
-        let mut queue = lock(&self.shared);
-        if let Some(command) = queue.pop() {
-            return Ok(command);
-        }
-        // Checked under the lock, the queue found empty: a sender's last
-        // push comes before its drop, so a command sent before the sender
-        // went is always taken first.
-        if alone(&self.shared) {
-            Err(Empty::Forever)
-        } else {
-            Err(Empty::Now)
-        }
-    }
-
     /// The next command of a turn, oldest first, or what the turn leaves:
     /// a turn takes every command queued but the broadcasts beyond its
     /// most ([`BROADCASTS_PER_TURN`]) and what is queued behind them.
@@ -231,10 +206,18 @@ impl CommandReceiver {
                 turn.broadcasts += usize::from(broadcast);
                 Ok(command)
             }
-            // As in `try_recv`: checked under the lock.
+            // Checked under the lock, the queue found empty: a sender's
+            // last push comes before its drop, so a command sent before
+            // the sender went is always taken first.
             None if alone(&self.shared) => Err(Left::Forever),
             None => Err(Left::Nothing),
         }
+    }
+
+    /// The oldest command queued, without waiting for one and whatever
+    /// its kind (a turn with no limit: never [`Left::More`]).
+    pub(super) fn try_recv(&self) -> Result<Command, Left> {
+        self.take(&mut Turn::new(usize::MAX))
     }
 
     /// Broadcasts refused so far because the queue held the limit.
@@ -263,13 +246,13 @@ pub(super) mod tests {
     #[test]
     fn commands_come_out_in_the_order_they_were_sent() {
         let (tx, rx) = command_queue(MAX_QUEUED_BROADCASTS);
-        assert_eq!(rx.try_recv().err(), Some(Empty::Now));
+        assert_eq!(rx.try_recv().err(), Some(Left::Nothing));
         for b in 0..5 {
             tx.send(broadcast(b)).unwrap();
         }
         let taken: Vec<u8> = std::iter::from_fn(|| rx.try_recv().ok().map(byte)).collect();
         assert_eq!(taken, vec![0, 1, 2, 3, 4]);
-        assert_eq!(rx.try_recv().err(), Some(Empty::Now));
+        assert_eq!(rx.try_recv().err(), Some(Left::Nothing));
     }
 
     #[test]
@@ -278,7 +261,7 @@ pub(super) mod tests {
         tx.send(broadcast(7)).unwrap();
         drop(tx);
         assert_eq!(rx.try_recv().ok().map(byte), Some(7));
-        assert_eq!(rx.try_recv().err(), Some(Empty::Forever));
+        assert_eq!(rx.try_recv().err(), Some(Left::Forever));
     }
 
     #[test]
