@@ -202,6 +202,7 @@ impl Simulator {
                 bytes: Some(t.bytes),
                 notified: None,
                 exited_at_ms: None,
+                learned_at_ms: None,
             });
         }
         let messages = self

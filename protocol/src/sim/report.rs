@@ -62,6 +62,10 @@ pub struct FailureReport {
     /// (absent if it did not end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exited_at_ms: Option<f64>,
+    /// `ffd run` only: when each rank that reported it did so (its own
+    /// stamp, as `[rank, ms]`, ascending by rank): where the spread went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_at_ms: Option<Vec<(Rank, f64)>>,
 }
 
 /// One application payload of a simulated run: who delivered it. All or
@@ -417,6 +421,7 @@ mod tests {
             bytes: Some(480),
             notified: None,
             exited_at_ms: None,
+            learned_at_ms: None,
         }
     }
 

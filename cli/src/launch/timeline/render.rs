@@ -202,6 +202,7 @@ impl Timeline {
                     messages: None,
                     bytes: None,
                     notified: Some(self.learned(f.rank).into_keys().collect()),
+                    learned_at_ms: Some(self.learned(f.rank).into_iter().collect()),
                     // A kill's end (a stopped rank ends only with the job).
                     exited_at_ms: (f.fault == FaultKind::Kill)
                         .then(|| self.ranks[f.rank as usize].exited.map(|(t, _)| t))
@@ -411,6 +412,7 @@ mod tests {
                 bytes: None,
                 notified: Some(vec![0, 1, 2]),
                 exited_at_ms: Some(510.0),
+                learned_at_ms: Some(vec![(0, 504.0), (1, 507.2), (2, 502.5)]),
             }]
         );
         assert!(report.false_reports.is_empty());
@@ -523,6 +525,7 @@ self-excluded: none
                 "exited_at_ms",
                 "fault",
                 "injected_at_ms",
+                "learned_at_ms",
                 "missed",
                 "notified",
                 "rank"
