@@ -19,11 +19,12 @@
 
 use std::sync::Arc;
 
+use super::broadcast::Fanout;
 use super::payloads::Arrival;
 use super::views::{Views, ViewsAct, ViewsCtx};
 use super::{
     AgreeAbort, Cause, Engine, Event, Exclusion, FailureDetail, HandleError, HeartbeatMode,
-    NO_RANK, Participation, Timer, TimerTable, View,
+    NO_RANK, Participation, Timer, TimerTable, View, push_lean,
 };
 use crate::agreement::{AgreementMessage, Out};
 use crate::config::{Rank, Time};
@@ -109,17 +110,17 @@ impl Engine {
             });
         }
         let m: Arc<[u8]> = self.encoder.notice(self.me, 0, &new, &[]).into();
-        if cause != Cause::Exited {
-            for &rank in &new {
-                self.stats.notices.exclusions_sent += 1;
-                self.send_shared(rank, Kind::Notice, m.clone());
-            }
-        }
         if let Some(skip) = broadcast {
             // The declared ranks are skipped as failed when their turn
             // comes (`poll_fanout`). An exit is seen by the host itself.
             let board = cause != Cause::Exited && self.post_on_board(&new, self.me);
-            self.fan_out(Kind::Notice, m, self.me, skip, board);
+            self.fan_out(Kind::Notice, m.clone(), self.me, skip, board);
+        }
+        // Each declared rank is told too, after the survivors' copies
+        // (`Fanout::exclusions`). An exited process is not there to tell.
+        if cause != Cause::Exited {
+            self.stats.notices.exclusions_sent += new.len() as u64;
+            push_lean(&mut self.fanouts, Fanout::exclusions(m, &new));
         }
         self.after_gone_changed(now);
     }
