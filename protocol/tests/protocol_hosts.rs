@@ -500,6 +500,49 @@ fn an_exit_whose_broadcaster_died_with_it_unsent_is_broadcast_by_the_next() {
     assert_eq!(c.engines[6].stats().hosts.orphaned_exits_broadcast, 1);
 }
 
+/// News read on the board is forwarded to the other hosts a period later,
+/// not at once: the rank that took it off the fabric and posted it sent
+/// the copies that matter, and every other host knows before the held ones
+/// leave. They do leave (a host only they reach still learns).
+#[test]
+fn board_news_goes_to_other_hosts_a_period_after_it_was_read() {
+    // Three hosts of four: rank 4 is on host 1 with 1, 7 and 10.
+    let mut c = Cluster::new(12, 3).with_board();
+    c.run_for(ms(300));
+    c.kill(4);
+    assert!(c.all_know(4), "known everywhere in the step of the kill");
+    let learners: Vec<Rank> = (0..12)
+        .filter(|&r| c.engines[r as usize].stats().hosts.board_learned > 0)
+        .collect();
+    // On hosts 0 and 2, all but the rank the fabric reached first.
+    assert_eq!(learners.len(), 6, "{learners:?}");
+    assert!(learners.iter().all(|r| r % 3 != 1), "{learners:?}");
+    let held = |c: &Cluster| {
+        c.notices
+            .iter()
+            .filter(|(s, _)| learners.contains(s))
+            .count()
+    };
+    assert_eq!(held(&c), 0, "{:?}", c.notices);
+    c.run_for(ms(9));
+    assert_eq!(held(&c), 0, "{:?}", c.notices);
+    c.run_for(ms(2));
+    for &r in &learners {
+        let stats = &c.engines[r as usize].stats().hosts;
+        assert_eq!(stats.board_forwards_released, 1, "rank {r}");
+    }
+    let copies: Vec<(Rank, Rank)> = c
+        .notices
+        .iter()
+        .copied()
+        .filter(|(s, _)| learners.contains(s))
+        .collect();
+    assert!(
+        !copies.is_empty() && copies.iter().all(|(s, to)| s % 3 != to % 3 && *to != 4),
+        "only to other hosts' live ranks: {copies:?}"
+    );
+}
+
 /// A hang found on a host goes onto the host's notice board: every rank
 /// of the host learns it from there, none gets a fabric copy (at 32 ranks
 /// on one host the overlay's forward-once sent 244 copies for one hang),

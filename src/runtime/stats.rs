@@ -317,6 +317,10 @@ fn serialize_engine_stats<S: serde::Serializer>(
     )?;
     m.serialize_entry("board_posts", &stats.hosts.board_posts)?;
     m.serialize_entry("board_learned", &stats.hosts.board_learned)?;
+    m.serialize_entry(
+        "board_forwards_released",
+        &stats.hosts.board_forwards_released,
+    )?;
     m.serialize_entry("max_lateness_ns", &stats.health.max_lateness_ns)?;
     m.serialize_entry("sent", &Named(&kinds, &stats.messages.sent))?;
     m.serialize_entry("received", &Named(&kinds, &stats.messages.received))?;

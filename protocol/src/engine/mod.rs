@@ -767,6 +767,10 @@ impl Engine {
             self.timers.stop(Timer::HostCheck);
             self.resolve_host_check(now, lagging);
         }
+        if self.timers.get(Timer::BoardForward) <= now {
+            self.timers.stop(Timer::BoardForward);
+            self.release_board_forwards(now);
+        }
     }
 
     // ----- helpers -----

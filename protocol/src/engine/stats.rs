@@ -248,6 +248,9 @@ pub struct HostStats {
     pub board_posts: u64,
     /// Failures this rank learned from its host's notice board.
     pub board_learned: u64,
+    /// Board news whose held copies to other hosts went out, a period
+    /// after it was read (`Engine::on_board_notice`).
+    pub board_forwards_released: u64,
     /// Fabric emitters whose host was checked before declaring (a probe
     /// to each of its live ranks).
     pub host_checks: u64,

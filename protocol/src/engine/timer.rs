@@ -25,9 +25,11 @@ pub(super) enum Timer {
     LocalCheck = 6,
     /// A silent leader's host had its time to answer (host groups).
     HostCheck = 7,
+    /// News read on the board: its held copies to other hosts are due.
+    BoardForward = 8,
 }
 
-pub(super) const TIMERS: [Timer; 8] = [
+pub(super) const TIMERS: [Timer; 9] = [
     Timer::Beat,
     Timer::Check,
     Timer::Suspect,
@@ -36,6 +38,7 @@ pub(super) const TIMERS: [Timer; 8] = [
     Timer::Quorum,
     Timer::LocalCheck,
     Timer::HostCheck,
+    Timer::BoardForward,
 ];
 
 /// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer

@@ -6,10 +6,12 @@
 //! own health) as arguments; the Engine's glue, which declares, sends
 //! and sets timers, is in `local/mod.rs`.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{EngineConfig, Rank, Time};
+use crate::engine::broadcast::Fanout;
 use crate::engine::health::Health;
 use crate::engine::{EmitterThread, LocalBeat};
 use crate::hosts::Hosts;
@@ -33,6 +35,10 @@ pub(in crate::engine) struct SameHost {
     /// The other ranks of this host that read its notice board
     /// ([`Input::BoardReaders`](crate::engine::Input)).
     pub(in crate::engine) board_readers: BoardReaders,
+    /// News this rank read on the board, its copies to other hosts held
+    /// until the instant beside each (`Engine::on_board_notice`), oldest
+    /// first.
+    pub(in crate::engine) held_forwards: VecDeque<(Time, Fanout)>,
 }
 
 /// This rank's watch of its same-host emitter's counter.
@@ -134,6 +140,7 @@ impl SameHost {
             leading,
             check: None,
             board_readers: BoardReaders::None,
+            held_forwards: VecDeque::new(),
         }
     }
 
