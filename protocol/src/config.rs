@@ -383,9 +383,6 @@ impl EngineConfig {
         (n / 2).max(2).min(n)
     }
 
-    /// Interval between idle checks of the same-host emitter's counter:
-    /// `timeout / local_checks_per_timeout` (50 ms at 100 ms and 4
-    /// checks per timeout).
     /// How long a rank holds its copies to other hosts of news it read on
     /// its host's notice board: one period (§4.12 "Hosts" of
     /// docs/design.md).
@@ -393,6 +390,9 @@ impl EngineConfig {
         self.period
     }
 
+    /// Interval between idle checks of the same-host emitter's counter:
+    /// `timeout / local_checks_per_timeout` (50 ms at 100 ms and 4
+    /// checks per timeout).
     pub fn local_check_interval(&self) -> Duration {
         self.timeout_over(self.local_checks_per_timeout())
     }

@@ -369,6 +369,15 @@ impl Liveness {
                     w.connected = true;
                     let _ = self.set.modify(w.stream.as_fd(), WATCH, READABLE | HANG_UP);
                 }
+                // Reset once its handshake was done: the listener closed
+                // with it queued, an end of the watch (as below).
+                Ok(Some(e)) | Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {
+                    self.close_watch();
+                    self.counters.watches_ended += 1;
+                    if let Some(a) = self.start_probe(rank, 1, "the watch was reset") {
+                        out.push(a);
+                    }
+                }
                 Ok(Some(e)) | Err(e) => {
                     // The watch's own connection is a probe too.
                     self.close_watch();
@@ -457,7 +466,7 @@ impl Liveness {
                 rank,
                 ProbeAnswer::NoAnswer,
                 after,
-                "closed before its greeting at every try",
+                "closed or reset before its greeting at every try",
             )),
         }
     }
@@ -659,6 +668,31 @@ mod tests {
         assert_eq!(a.answer, ProbeAnswer::Refused, "{a:?}");
         assert_eq!(l.counters.probes, 2, "asked again");
         assert_eq!(l.counters.unanswered, 0);
+    }
+
+    /// The same reset met by the watch's own connection (the emitter died
+    /// while it was being watched anew): an end of the watch, probed.
+    #[test]
+    fn a_watch_reset_before_it_was_seen_connected_is_probed() {
+        let Some((mut child, at)) = stopped_listener() else {
+            return;
+        };
+        let (mut l, _wake) = liveness(at, Duration::from_millis(300));
+        l.watch(Some(0), Instant::now, Duration::from_secs(1));
+        let until = Instant::now() + Duration::from_secs(10);
+        while l
+            .watch
+            .as_ref()
+            .is_some_and(|w| w.stream.peer_addr().is_err())
+        {
+            assert!(Instant::now() < until, "the handshake never completed");
+            std::thread::yield_now();
+        }
+        child.end();
+        let a = answer_of(&mut l);
+        assert_eq!(a.answer, ProbeAnswer::Refused, "{a:?}");
+        assert_eq!(a.after, "the watch was reset");
+        assert_eq!(l.counters.watches_ended, 1);
     }
 
     #[test]

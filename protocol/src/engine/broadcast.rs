@@ -108,6 +108,11 @@ impl Fanout {
         }
     }
 
+    /// Whether this step is the exclusion notices of declared ranks.
+    pub(super) fn is_exclusion(&self) -> bool {
+        self.exclusion
+    }
+
     /// The next target of this step that is not `gone`, with its kind and
     /// bytes; `None` once all are sent.
     pub(super) fn next_copy(

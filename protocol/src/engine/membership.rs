@@ -119,7 +119,6 @@ impl Engine {
         // Each declared rank is told too, after the survivors' copies
         // (`Fanout::exclusions`). An exited process is not there to tell.
         if cause != Cause::Exited {
-            self.stats.notices.exclusions_sent += new.len() as u64;
             push_lean(&mut self.fanouts, Fanout::exclusions(m, &new));
         }
         self.after_gone_changed(now);

@@ -555,6 +555,9 @@ impl Engine {
             let (failed, left) = (&self.failed, &self.left);
             if let Some((to, kind, bytes)) = f.next_copy(|r| failed.contains(r) || left.contains(r))
             {
+                if f.is_exclusion() {
+                    self.stats.notices.exclusions_sent += 1;
+                }
                 self.stats.messages.sent[kind.index()] += 1;
                 self.stats.messages.bytes_sent += (bytes.len() + TAG_LEN) as u64;
                 let message = self.sealing.seal_copy(&self.ring, self.my_pos, to, bytes);

@@ -188,6 +188,7 @@ impl Timeline {
             .iter()
             .map(|f| {
                 let detection = self.detection(f.rank);
+                let learned = self.learned(f.rank);
                 FailureReport {
                     rank: f.rank,
                     fault: f.fault.as_word().to_owned(),
@@ -201,8 +202,8 @@ impl Timeline {
                     max_hops: None,
                     messages: None,
                     bytes: None,
-                    notified: Some(self.learned(f.rank).into_keys().collect()),
-                    learned_at_ms: Some(self.learned(f.rank).into_iter().collect()),
+                    notified: Some(learned.keys().copied().collect()),
+                    learned_at_ms: Some(learned.into_iter().collect()),
                     // A kill's end (a stopped rank ends only with the job).
                     exited_at_ms: (f.fault == FaultKind::Kill)
                         .then(|| self.ranks[f.rank as usize].exited.map(|(t, _)| t))

@@ -16,6 +16,7 @@
 //! send per-period messages, or change the failed set except through
 //! `membership`.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,7 +179,7 @@ impl Engine {
             });
         if let Some(f) = step {
             let due = now + self.config.board_forward_delay();
-            self.same_host.held_forwards.push_back((due, f));
+            push_lean(&mut self.same_host.held_forwards, (due, f));
             if self.timers.get(Timer::BoardForward) == Time::NEVER {
                 self.timers.set(Timer::BoardForward, due);
             }
@@ -188,21 +189,24 @@ impl Engine {
 
     /// The held copies of board news that are due go out (in the order
     /// they were held; a target gone meanwhile is skipped as for any
-    /// step); the timer then waits for the next. None go once this rank
-    /// is no longer active.
+    /// step); the timer then waits for the next. A rank that left still
+    /// sends them, as it still forwards; an excluded one holds nothing
+    /// (`SameHost::close`). An emptied queue gives its room back: most
+    /// ranks hold news once, and a simulator keeps a million of them.
     pub(super) fn release_board_forwards(&mut self, now: Time) {
         let held = &mut self.same_host.held_forwards;
         while held.front().is_some_and(|&(due, _)| due <= now) {
             let Some((_, f)) = held.pop_front() else {
                 break;
             };
-            if self.participation == Participation::Active {
+            if self.participation != Participation::Excluded {
                 self.stats.hosts.board_forwards_released += 1;
                 push_lean(&mut self.fanouts, f);
             }
         }
-        if let Some(&(due, _)) = self.same_host.held_forwards.front() {
-            self.timers.set(Timer::BoardForward, due);
+        match self.same_host.held_forwards.front() {
+            Some(&(due, _)) => self.timers.set(Timer::BoardForward, due),
+            None => self.same_host.held_forwards = VecDeque::new(),
         }
     }
 

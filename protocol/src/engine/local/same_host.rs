@@ -174,8 +174,8 @@ impl SameHost {
     #[cfg(feature = "model")]
     pub(in crate::engine) fn model_state(&self) -> String {
         format!(
-            "{:?}|{}|{:?}|{:?}",
-            self.local, self.leading, self.check, self.board_readers
+            "{:?}|{}|{:?}|{:?}|{:?}",
+            self.local, self.leading, self.check, self.board_readers, self.held_forwards
         )
     }
 
@@ -306,6 +306,7 @@ impl SameHost {
     pub(in crate::engine) fn close(&mut self) {
         self.check = None;
         self.local.deferred_exits = Vec::new();
+        self.held_forwards = VecDeque::new();
     }
 
     /// The same-host emitter is judged from this instant.
