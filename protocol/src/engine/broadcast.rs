@@ -8,7 +8,8 @@
 //! ranks learned by sync) is `membership`'s. Application payloads use the
 //! same fan-out; their delivery order, de-duplication and repair are
 //! `payloads`'. Must not: decide who failed, or send a copy to a rank
-//! known failed or left.
+//! known failed or left (but the declared ranks' own exclusion notices,
+//! [`Fanout::exclusions`]).
 
 use std::sync::Arc;
 

@@ -147,7 +147,8 @@ impl Engine {
     /// every survivor knew 2.8 to 3.5 ms after the first declaration with
     /// them, 1.4 to 1.8 ms later without). They are still sent, so a host
     /// that only they reach (the poster died before its copies left, or
-    /// its links miss a host) learns a period later, not never.
+    /// its links miss a host) learns a period later (a period for each
+    /// such hop), not never.
     ///
     /// [`EngineConfig::board_forward_delay`]: crate::config::EngineConfig::board_forward_delay
     pub(super) fn on_board_notice(&mut self, now: Time, failed: &[Rank], detector: Rank) {
