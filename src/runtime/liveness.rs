@@ -640,6 +640,16 @@ mod tests {
         assert_eq!(l.counters.unanswered, 0);
     }
 
+    /// Waits (10 s at most) until `done`: a connection's handshake completed
+    /// in the kernel, seen without reading its socket.
+    fn until_handshaken(done: impl Fn() -> bool) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < until, "the handshake never completed");
+            std::thread::yield_now();
+        }
+    }
+
     /// A probe whose handshake the listener's kernel completed, and which
     /// was reset (the listener died with it queued) before the prober's
     /// thread saw it connected, asks again and is refused: the reset comes
@@ -654,15 +664,11 @@ mod tests {
         let (mut l, _wake) = liveness(at, Duration::from_millis(300));
         assert!(l.start_probe(0, 1, "a test").is_none());
         // The kernel completes the handshake without the thread looking.
-        let until = Instant::now() + Duration::from_secs(10);
-        while l
-            .probe
-            .as_ref()
-            .is_some_and(|(p, ..)| p.stream.peer_addr().is_err())
-        {
-            assert!(Instant::now() < until, "the handshake never completed");
-            std::thread::yield_now();
-        }
+        until_handshaken(|| {
+            l.probe
+                .as_ref()
+                .is_none_or(|(p, ..)| p.stream.peer_addr().is_ok())
+        });
         child.end();
         let a = answer_of(&mut l);
         assert_eq!(a.answer, ProbeAnswer::Refused, "{a:?}");
@@ -679,15 +685,11 @@ mod tests {
         };
         let (mut l, _wake) = liveness(at, Duration::from_millis(300));
         l.watch(Some(0), Instant::now, Duration::from_secs(1));
-        let until = Instant::now() + Duration::from_secs(10);
-        while l
-            .watch
-            .as_ref()
-            .is_some_and(|w| w.stream.peer_addr().is_err())
-        {
-            assert!(Instant::now() < until, "the handshake never completed");
-            std::thread::yield_now();
-        }
+        until_handshaken(|| {
+            l.watch
+                .as_ref()
+                .is_none_or(|w| w.stream.peer_addr().is_ok())
+        });
         child.end();
         let a = answer_of(&mut l);
         assert_eq!(a.answer, ProbeAnswer::Refused, "{a:?}");
