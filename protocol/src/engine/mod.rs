@@ -538,13 +538,25 @@ impl Engine {
     /// skipping `skip`, and the host's board readers if `board` (the news
     /// was posted on the board).
     fn fan_out(&mut self, kind: Kind, bytes: Arc<[u8]>, root: Rank, skip: &[Rank], board: bool) {
-        let me = self.me;
-        let step = self.broadcast.step(kind, bytes, &self.ring, me, root, |r| {
-            skip.contains(&r) || (board && self.same_host.reads_board(me, r))
-        });
-        if let Some(f) = step {
+        if let Some(f) = self.broadcast_step(kind, bytes, root, skip, board) {
             push_lean(&mut self.fanouts, f);
         }
+    }
+
+    /// The broadcast step [`Self::fan_out`] queues, for a caller that
+    /// queues it elsewhere; `None` if it has no target.
+    fn broadcast_step(
+        &self,
+        kind: Kind,
+        bytes: Arc<[u8]>,
+        root: Rank,
+        skip: &[Rank],
+        board: bool,
+    ) -> Option<Fanout> {
+        let me = self.me;
+        self.broadcast.step(kind, bytes, &self.ring, me, root, |r| {
+            skip.contains(&r) || (board && self.same_host.reads_board(me, r))
+        })
     }
 
     /// The next copy of the oldest broadcast step in progress, skipping

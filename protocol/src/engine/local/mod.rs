@@ -172,13 +172,7 @@ impl Engine {
         self.learned_failed(&new, detector, 1);
         let m: Arc<[u8]> = self.encoder.notice(detector, 1, &new, &[]).into();
         self.stats.notices.notices_forwarded += 1;
-        let me = self.me;
-        let step = self
-            .broadcast
-            .step(Kind::Notice, m, &self.ring, me, detector, |r| {
-                r == detector || self.same_host.reads_board(me, r)
-            });
-        if let Some(f) = step {
+        if let Some(f) = self.broadcast_step(Kind::Notice, m, detector, &[detector], true) {
             let due = now + self.config.board_forward_delay();
             push_lean(&mut self.same_host.held_forwards, (due, f));
             if self.timers.get(Timer::BoardForward) == Time::NEVER {
