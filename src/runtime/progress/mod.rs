@@ -584,8 +584,13 @@ impl Core<'_> {
         if self.stop || self.engine.participation() == Participation::Excluded {
             return true;
         }
+        // After the linger, only sends to ranks still in the job hold the
+        // end (they go until sent or judged unreachable); one to a rank
+        // failed or left meanwhile is no reason to stay.
         match self.leaving_until {
-            Some(until) => Instant::now() >= until && !self.sends.is_waiting(),
+            Some(until) => {
+                Instant::now() >= until && !self.sends.waits_for_any(|r| !self.engine.is_gone(r))
+            }
             None => false,
         }
     }
@@ -853,8 +858,15 @@ impl Core<'_> {
             .map_or(PUBLISH_EVERY, |d| d.saturating_since(now))
             .min(PUBLISH_EVERY);
         let ticked = sleep;
-        if let Some(until) = self.leaving_until {
-            sleep = sleep.min(until.saturating_duration_since(Instant::now()));
+        // The linger's end, while it is ahead: once past, refused sends
+        // that still hold the end are retried at their own pace (a wait
+        // of zero here was a spin until their verdict).
+        if let Some(left) = self
+            .leaving_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero())
+        {
+            sleep = sleep.min(left);
         }
         if self.sends.is_waiting() {
             sleep = sleep.min(RETRY_EVERY);

@@ -43,6 +43,11 @@ impl SendBook {
         self.pending.iter().any(|(p, _)| *p == to)
     }
 
+    /// Whether a refused send waits for a peer that `pred` admits.
+    pub(super) fn waits_for_any(&self, pred: impl Fn(Rank) -> bool) -> bool {
+        self.pending.iter().any(|(p, _)| pred(*p))
+    }
+
     /// Queues a send behind the refused ones to the same peer.
     pub(super) fn queue(&mut self, to: Rank, bytes: Arc<[u8]>) {
         self.pending.push_back((to, bytes));
