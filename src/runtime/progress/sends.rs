@@ -161,18 +161,15 @@ impl Core<'_> {
     }
 
     /// How long a run of refused posts to `peer` may last before it is a
-    /// verdict: `FFD_EAGAIN_LIMIT`, or start-up grace + timeout on a link
-    /// that never carried anything (connection set-up), stretched like the
-    /// Engine's own timeouts while this rank's wake-ups run late (its
-    /// own health, `docs/design.md` §4.3 "Timeout"): a refusal run is timing
-    /// evidence too, and a starved rank drains its queues late.
+    /// verdict ([`refusal_bound`]).
     fn refusal_bound(&self, peer: Rank) -> Duration {
-        let bound = if self.sends.connected.contains(&peer) {
-            self.eagain_limit
-        } else {
-            self.eagain_limit.max(self.connect_grace)
-        };
-        bound.saturating_mul(self.engine.own_health())
+        refusal_bound(
+            self.eagain_limit,
+            self.connect_grace,
+            self.sends.connected.contains(&peer),
+            self.engine.is_gone(peer),
+            self.engine.own_health(),
+        )
     }
 
     pub(super) fn write_heartbeat(
@@ -265,5 +262,56 @@ impl Core<'_> {
         }
         // Outputs raised by transport errors during the retries.
         self.carry_out(transport);
+    }
+}
+
+/// How long a run of refused posts to a peer may last before it is a
+/// verdict: `eagain_limit` (`FFD_EAGAIN_LIMIT`), or `connect_grace`
+/// (start-up grace + timeout) on a link that never carried anything
+/// (`carried` false: connection set-up) to a rank still in the job (one
+/// failed or left, `gone`, is no link being set up: its refusals, a
+/// connection attempt each to a dead address, end after the limit and its
+/// sends with them), stretched like the Engine's own timeouts while this
+/// rank's wake-ups run late (its own `health`, `docs/design.md` §4.3
+/// "Timeout"): a refusal run is timing evidence too, and a starved rank
+/// drains its queues late.
+fn refusal_bound(
+    eagain_limit: Duration,
+    connect_grace: Duration,
+    carried: bool,
+    gone: bool,
+    health: u32,
+) -> Duration {
+    let bound = if carried || gone {
+        eagain_limit
+    } else {
+        eagain_limit.max(connect_grace)
+    };
+    bound.saturating_mul(health)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_millis(30);
+    const GRACE: Duration = Duration::from_millis(1100);
+
+    #[test]
+    fn only_a_link_being_set_up_to_a_rank_in_the_job_gets_the_grace() {
+        assert_eq!(refusal_bound(LIMIT, GRACE, false, false, 1), GRACE);
+        assert_eq!(refusal_bound(LIMIT, GRACE, true, false, 1), LIMIT);
+        // A failed rank's link that never carried anything: the exclusion
+        // notice to a dead process, retried every millisecond until this.
+        assert_eq!(refusal_bound(LIMIT, GRACE, false, true, 1), LIMIT);
+        assert_eq!(refusal_bound(LIMIT, GRACE, true, true, 1), LIMIT);
+    }
+
+    #[test]
+    fn a_late_rank_stretches_the_bound_and_a_limit_above_the_grace_stands() {
+        assert_eq!(refusal_bound(LIMIT, GRACE, true, false, 3), LIMIT * 3);
+        assert_eq!(refusal_bound(LIMIT, GRACE, false, false, 2), GRACE * 2);
+        let long = Duration::from_secs(5);
+        assert_eq!(refusal_bound(long, GRACE, false, false, 1), long);
     }
 }
