@@ -272,9 +272,9 @@ impl Core<'_> {
 /// failed or left, `gone`, is no link being set up: its refusals, a
 /// connection attempt each to a dead address, end after the limit and its
 /// sends with them), stretched like the Engine's own timeouts while this
-/// rank's wake-ups run late (its own `health`, `docs/design.md` §4.3
-/// "Timeout"): a refusal run is timing evidence too, and a starved rank
-/// drains its queues late.
+/// rank's wake-ups run late (its own `health`,
+/// `docs/design.md` §4.3 "Timeout"): a refusal run is timing evidence
+/// too, and a starved rank drains its queues late.
 fn refusal_bound(
     eagain_limit: Duration,
     connect_grace: Duration,
