@@ -17,8 +17,8 @@ use ffd_protocol::{
     QuorumMode, Rank, RejectReason, Ring, SlotReading, Time, TransportErrorKind, slot_value,
 };
 use support::{
-    Job, at, deliver_sealed, drain, drained, events, ms, readings, serve_deadlines, slot_reading,
-    tick,
+    Job, at, deliver_sealed, drain, drained, events, ms, readings, run_until, serve_deadlines,
+    slot_reading, tick,
 };
 
 const KEY: u64 = 0xABCD_0123_4567_89EF;
@@ -334,6 +334,48 @@ fn observe_me_switches_the_target_and_rejects_stale_requests() {
     // Across the wrap: 0 is farther from 2 than 4 is.
     JOB.deliver(&mut e, at(9), Encoder::new(KEY, 0).observe_me(3, 3));
     assert_eq!(e.heartbeat_target(), Some((0, 3)));
+}
+
+/// A forwarder sends a failure notice at once only to its overlay links
+/// that are not the origin's: the origin sent it to every one of its own
+/// as it declared. Its copies to the origin's links go a period later
+/// (a link the origin did not reach still learns), none to the origin.
+#[test]
+fn a_forwarders_copies_to_the_origins_links_go_a_period_later() {
+    let n = 32;
+    let overlay = Overlay::new(BcastKind::Bmg, n);
+    let (origin, sender, me) = (26, 27, 10);
+    let origin_links = overlay.neighbours(origin);
+    let mut e = drained(engine(n, me));
+    let outs = JOB.deliver(&mut e, at(1), notice(sender, origin, &[11], &[]));
+    let at_once = JOB.sent_to(&outs, n, Kind::Notice);
+    assert!(!at_once.is_empty(), "{outs:?}");
+    assert!(
+        at_once.iter().all(|r| !origin_links.contains(r)),
+        "at once, only to links the origin does not have: {at_once:?} (its: {origin_links:?})"
+    );
+    // Nothing more before the period is up...
+    let alive = || slot_reading(|_| 0);
+    let early = run_until(&mut e, at(10), alive());
+    assert!(JOB.sent_to(&early, n, Kind::Notice).is_empty(), "{early:?}");
+    assert_eq!(e.stats().notices.origin_copies_released, 0);
+    // ...then the held copies, to the origin's links only.
+    let later = JOB.sent_to(&run_until(&mut e, at(12), alive()), n, Kind::Notice);
+    assert!(
+        !later.is_empty() && later.iter().all(|r| origin_links.contains(r)),
+        "{later:?} (the origin's links: {origin_links:?})"
+    );
+    assert_eq!(e.stats().notices.origin_copies_released, 1);
+    // Together: every link of this rank but the sender, the origin and
+    // the failed rank, once.
+    let mut all: Vec<Rank> = at_once.iter().chain(&later).copied().collect();
+    all.sort_unstable();
+    let expected: Vec<Rank> = overlay
+        .neighbours(me)
+        .into_iter()
+        .filter(|r| ![sender, origin, 11].contains(r))
+        .collect();
+    assert_eq!(all, expected);
 }
 
 #[test]

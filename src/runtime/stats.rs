@@ -321,6 +321,10 @@ fn serialize_engine_stats<S: serde::Serializer>(
         "board_forwards_released",
         &stats.hosts.board_forwards_released,
     )?;
+    m.serialize_entry(
+        "origin_copies_released",
+        &stats.notices.origin_copies_released,
+    )?;
     m.serialize_entry("max_lateness_ns", &stats.health.max_lateness_ns)?;
     m.serialize_entry("sent", &Named(&kinds, &stats.messages.sent))?;
     m.serialize_entry("received", &Named(&kinds, &stats.messages.received))?;

@@ -328,6 +328,7 @@ impl Engine {
         let mut engine = Engine {
             broadcast: Broadcast {
                 overlay: Overlay::new(config.bcast, n),
+                held: VecDeque::new(),
                 pending_left: Vec::new(),
             },
             encoder: Encoder::new(keys.job_key(), me),
@@ -782,9 +783,9 @@ impl Engine {
             self.timers.stop(Timer::HostCheck);
             self.resolve_host_check(now, lagging);
         }
-        if self.timers.get(Timer::BoardForward) <= now {
-            self.timers.stop(Timer::BoardForward);
-            self.release_board_forwards(now);
+        if self.timers.get(Timer::HeldCopies) <= now {
+            self.timers.stop(Timer::HeldCopies);
+            self.release_held_copies(now);
         }
     }
 
@@ -942,8 +943,9 @@ impl Engine {
                 text,
                 "{participation:?}|{stream_dirty}|{me}|{:?}|{failed:?}|{left:?}|\
                  {pending_write:?}|{out:?}|{fanouts:?}|{timers:?}|{watch:?}|{health:?}|\
-                 {beat:?}|{payloads:?}|{:?}|{limits:?}|{:?}|{views:?}",
+                 {beat:?}|{payloads:?}|{:?}|{:?}|{limits:?}|{:?}|{views:?}",
                 sealing.links,
+                broadcast.held,
                 broadcast.pending_left,
                 quorum.model_state()
             );

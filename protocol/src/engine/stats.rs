@@ -136,6 +136,9 @@ pub struct ObservationStats {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NoticeStats {
     pub notices_forwarded: u64,
+    /// Forwarded failure notices whose copies to the origin's own overlay
+    /// links went out a period after the others (`Engine::forward_failures`).
+    pub origin_copies_released: u64,
     /// Failures this rank learned, indexed like [`Cause::ALL`].
     pub detections: [u64; Cause::COUNT],
     pub departures_learned: u64,

@@ -25,8 +25,8 @@ pub(super) enum Timer {
     LocalCheck = 6,
     /// A silent leader's host had its time to answer (host groups).
     HostCheck = 7,
-    /// News read on the board: its held copies to other hosts are due.
-    BoardForward = 8,
+    /// Held broadcast steps are due (`Broadcast::held`).
+    HeldCopies = 8,
 }
 
 pub(super) const TIMERS: [Timer; 9] = [
@@ -38,7 +38,7 @@ pub(super) const TIMERS: [Timer; 9] = [
     Timer::Quorum,
     Timer::LocalCheck,
     Timer::HostCheck,
-    Timer::BoardForward,
+    Timer::HeldCopies,
 ];
 
 /// Deadlines indexed by [`Timer`]; `Time::NEVER` when unset. A fired timer

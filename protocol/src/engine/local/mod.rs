@@ -16,7 +16,6 @@
 //! send per-period messages, or change the failed set except through
 //! `membership`.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,10 +23,11 @@ mod same_host;
 
 use super::{
     Cause, EmitterThread, Engine, Event, FabricSaid, FailureDetail, LocalBeat, Output,
-    Participation, Timer, push_lean,
+    Participation, Timer,
 };
 use crate::config::QuorumMode;
 use crate::config::{Rank, Time};
+use crate::engine::broadcast::Covered;
 use crate::wire::Kind;
 
 use super::observation::next_check_within;
@@ -172,37 +172,10 @@ impl Engine {
         self.learned_failed(&new, detector, 1);
         let m: Arc<[u8]> = self.encoder.notice(detector, 1, &new, &[]).into();
         self.stats.notices.notices_forwarded += 1;
-        if let Some(f) = self.broadcast_step(Kind::Notice, m, detector, &[detector], true) {
-            let due = now + self.config.board_forward_delay();
-            push_lean(&mut self.same_host.held_forwards, (due, f));
-            if self.timers.get(Timer::BoardForward) == Time::NEVER {
-                self.timers.set(Timer::BoardForward, due);
-            }
+        if let Some(step) = self.broadcast_step(Kind::Notice, m, detector, &[detector], true) {
+            self.hold_copies(now, Covered::ByBoardPoster, step);
         }
         self.after_gone_changed(now);
-    }
-
-    /// The held copies of board news that are due go out (in the order
-    /// they were held; a target gone meanwhile is skipped as for any
-    /// step); the timer then waits for the next. A rank that left still
-    /// sends them, as it still forwards; an excluded one holds nothing
-    /// (`SameHost::close`). An emptied queue gives its room back: most
-    /// ranks hold news once, and a simulator keeps a million of them.
-    pub(super) fn release_board_forwards(&mut self, now: Time) {
-        let held = &mut self.same_host.held_forwards;
-        while held.front().is_some_and(|&(due, _)| due <= now) {
-            let Some((_, f)) = held.pop_front() else {
-                break;
-            };
-            if self.participation != Participation::Excluded {
-                self.stats.hosts.board_forwards_released += 1;
-                push_lean(&mut self.fanouts, f);
-            }
-        }
-        match self.same_host.held_forwards.front() {
-            Some(&(due, _)) => self.timers.set(Timer::BoardForward, due),
-            None => self.same_host.held_forwards = VecDeque::new(),
-        }
     }
 
     // ----- the local counter -----

@@ -6,12 +6,10 @@
 //! own health) as arguments; the Engine's glue, which declares, sends
 //! and sets timers, is in `local/mod.rs`.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{EngineConfig, Rank, Time};
-use crate::engine::broadcast::Fanout;
 use crate::engine::health::Health;
 use crate::engine::{EmitterThread, LocalBeat};
 use crate::hosts::Hosts;
@@ -35,10 +33,6 @@ pub(in crate::engine) struct SameHost {
     /// The other ranks of this host that read its notice board
     /// ([`Input::BoardReaders`](crate::engine::Input)).
     pub(in crate::engine) board_readers: BoardReaders,
-    /// News this rank read on the board, its copies to other hosts held
-    /// until the instant beside each (`Engine::on_board_notice`), oldest
-    /// first.
-    pub(in crate::engine) held_forwards: VecDeque<(Time, Fanout)>,
 }
 
 /// This rank's watch of its same-host emitter's counter.
@@ -140,7 +134,6 @@ impl SameHost {
             leading,
             check: None,
             board_readers: BoardReaders::None,
-            held_forwards: VecDeque::new(),
         }
     }
 
@@ -174,8 +167,8 @@ impl SameHost {
     #[cfg(feature = "model")]
     pub(in crate::engine) fn model_state(&self) -> String {
         format!(
-            "{:?}|{}|{:?}|{:?}|{:?}",
-            self.local, self.leading, self.check, self.board_readers, self.held_forwards
+            "{:?}|{}|{:?}|{:?}",
+            self.local, self.leading, self.check, self.board_readers
         )
     }
 
@@ -306,7 +299,6 @@ impl SameHost {
     pub(in crate::engine) fn close(&mut self) {
         self.check = None;
         self.local.deferred_exits = Vec::new();
-        self.held_forwards = VecDeque::new();
     }
 
     /// The same-host emitter is judged from this instant.
