@@ -33,9 +33,10 @@ pub struct Plan {
     pub netns: Option<NetnsPlan>,
     /// Print every agent line, not only the first detection and the all-notified line.
     pub verbose: bool,
-    /// CPUs to pin the agents' progress threads to, spread by rank as one
-    /// host's ranks are (`FFD_CORE` = the `rank % len`-th from the top);
-    /// empty: each agent's own `FFD_CORE` decides.
+    /// CPUs to pin the agents' progress threads to, each host's ranks
+    /// spread over them as a host spreads its ranks over its cores, each
+    /// host from its own offset ([`Plan::core_index`]); empty: each
+    /// agent's own `FFD_CORE` decides.
     pub cores: Vec<usize>,
 }
 
@@ -47,6 +48,26 @@ impl Plan {
             .or(self.netns.map(|n| n.hosts))
             .filter(|&h| h > 0)
             .map(|h| rank % h)
+    }
+
+    /// Where rank `rank`'s progress thread goes among [`Plan::cores`]
+    /// (modulo their number, counted from the top): its host plus its
+    /// index among its host's ranks. Host h's ranks take consecutive CPUs
+    /// from the h-th, as a host's ranks are bound to cores of their own,
+    /// and the job stays balanced over the CPUs. By `rank` alone, as
+    /// before, with as many hosts as CPUs (or a multiple) every rank of a
+    /// host shared one CPU, and a killed rank's host mates waited there
+    /// for its teardown before they could handle its exit (a lift does
+    /// not move a thread `FFD_CORE` pins: docs/design.md §6 "Runtime").
+    pub fn core_index(&self, rank: Rank) -> usize {
+        match self
+            .hosts
+            .or(self.netns.map(|n| n.hosts))
+            .filter(|&h| h > 0)
+        {
+            Some(h) => (rank % h) as usize + (rank / h) as usize,
+            None => rank as usize,
+        }
     }
 
     /// When the launcher starts the shutdown, from job start.
@@ -73,7 +94,7 @@ impl Plan {
             secret_file.to_string_lossy().into_owned(),
         ));
         if !self.cores.is_empty() {
-            let at = self.cores.len() - 1 - rank as usize % self.cores.len();
+            let at = self.cores.len() - 1 - self.core_index(rank) % self.cores.len();
             env.push((var::CORE.into(), self.cores[at].to_string()));
         }
         let pinned = self.netns.is_some_and(|n| n.pin_hostname);
