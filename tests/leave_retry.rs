@@ -7,44 +7,14 @@
 
 mod group;
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, LocalMode};
 use ffd::runtime::{Callback, Detector, DetectorError, DetectorEvent, Event};
 
-use group::loopback;
-
-/// A one-way flag with a bounded wait.
-#[derive(Default)]
-struct Signal {
-    set: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Signal {
-    fn raise(&self) {
-        *self.set.lock().unwrap() = true;
-        self.cv.notify_all();
-    }
-
-    fn wait(&self, bound: Duration) -> bool {
-        let set = self.set.lock().unwrap();
-        *self.cv.wait_timeout_while(set, bound, |s| !*s).unwrap().0
-    }
-}
-
-/// Raises its signal when dropped: a failed assertion does not leave
-/// rank 1's callback (and its shutdown) waiting for the release.
-struct RaiseOnDrop(Arc<Signal>);
-
-impl Drop for RaiseOnDrop {
-    fn drop(&mut self) {
-        self.0.raise();
-    }
-}
+use group::{Signal, loopback, start_with_callbacks};
 
 /// User + system CPU time of this process so far (`/proc/self/stat`
 /// fields 14 and 15, in ticks of `USER_HZ`, 100 on Linux), threads that
@@ -65,19 +35,38 @@ fn process_cpu() -> Duration {
 /// One test at a time in this binary (`process_cpu`).
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Two ranks on one host (mailboxes), rank 1 with a callback that holds its
-/// progress thread at the first payload until `release` (bounded); returns
-/// them and a signal raised once rank 1's thread is held.
-fn start_with_rank_1_held(
-    config: &Config,
-    release: &Arc<Signal>,
-) -> (Detector, Detector, Arc<Signal>) {
+/// Rank 1 of a [`refused_job`], its progress thread held in its
+/// callback; dropped, it is released and shut down.
+struct HeldRank1 {
+    release: Arc<Signal>,
+    _detector: Detector,
+}
+
+impl Drop for HeldRank1 {
+    fn drop(&mut self) {
+        // Before the detector's own drop, which waits for its callback.
+        self.release.raise();
+    }
+}
+
+/// Two ranks on one host (mailboxes) at `period` and `timeout`, refused
+/// posts judged only after 30 s (`FFD_EAGAIN_LIMIT`): rank 1's progress
+/// thread is held in its callback from its first payload on (bounded),
+/// and rank 0 has broadcast until its posts to rank 1's mailbox were
+/// refused. Returns rank 0 and rank 1.
+fn refused_job(period: Duration, timeout: Duration) -> (Detector, HeldRank1) {
     if ffd::node::exit_word_probe().is_err() {
         panic!("futex_waitv (Linux 5.16 or later) for the mailboxes");
     }
-    let held = Arc::new(Signal::default());
+    let config: Config = loopback(LocalMode::Auto)
+        .period(period)
+        .timeout(timeout)
+        .eagain_limit(Duration::from_secs(30))
+        .build()
+        .expect("valid config");
+    let (held, release) = (Arc::new(Signal::default()), Arc::new(Signal::default()));
     let callback: Callback = {
-        let (held, release) = (Arc::clone(&held), Arc::clone(release));
+        let (held, release) = (Arc::clone(&held), Arc::clone(&release));
         Box::new(move |e: &DetectorEvent| {
             if matches!(&e.event, Event::Payload { .. }) {
                 held.raise();
@@ -86,27 +75,14 @@ fn start_with_rank_1_held(
             }
         })
     };
-    let mut callbacks = vec![None, Some(callback)];
-    let handles: Vec<_> = InProcessBootstrap::group(2)
-        .expect("group")
-        .into_iter()
-        .map(|mut b| {
-            let config = config.clone();
-            let callback: Option<Callback> = callbacks.remove(0);
-            thread::spawn(move || match callback {
-                Some(callback) => Detector::start_with_callback(&config, &mut b, callback),
-                None => Detector::start(&config, &mut b),
-            })
-        })
-        .collect();
-    let mut detectors: Vec<Detector> = handles
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect();
-    detectors.sort_by_key(Detector::rank);
-    let d1 = detectors.pop().expect("rank 1");
+    let mut detectors = start_with_callbacks(&config, vec![None, Some(callback)]);
+    let rank_1 = HeldRank1 {
+        release,
+        _detector: detectors.pop().expect("rank 1"),
+    };
     let d0 = detectors.pop().expect("rank 0");
-    (d0, d1, held)
+    fill_rank_1_mailbox(&d0, &held);
+    (d0, rank_1)
 }
 
 /// Rank 0 broadcasts until its posts to rank 1's mailbox are refused.
@@ -149,17 +125,7 @@ fn fill_rank_1_mailbox(d0: &Detector, held: &Signal) {
 #[test]
 fn a_leave_whose_sends_are_refused_retries_them_without_spinning() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let config: Config = loopback(LocalMode::Auto)
-        .period(Duration::from_millis(50))
-        .timeout(Duration::from_secs(10))
-        .eagain_limit(Duration::from_secs(30))
-        .build()
-        .expect("valid config");
-    let release = Arc::new(Signal::default());
-    let (d0, d1, held) = start_with_rank_1_held(&config, &release);
-    // Dropped before `d1`, whose drop waits for its callback.
-    let _release_on_exit = RaiseOnDrop(Arc::clone(&release));
-    fill_rank_1_mailbox(&d0, &held);
+    let (d0, _rank_1) = refused_job(Duration::from_millis(50), Duration::from_secs(10));
 
     let (cpu, started) = (process_cpu(), Instant::now());
     d0.shutdown();
@@ -175,8 +141,6 @@ fn a_leave_whose_sends_are_refused_retries_them_without_spinning() {
         cpu * 4 < wall,
         "the leave took {cpu:?} of CPU in {wall:?}: it spun"
     );
-    release.raise();
-    d1.shutdown();
 }
 
 /// The same refused sends, but rank 1 is declared failed (its thread held
@@ -186,16 +150,7 @@ fn a_leave_whose_sends_are_refused_retries_them_without_spinning() {
 #[test]
 fn a_leave_is_not_held_by_sends_to_a_rank_failed_meanwhile() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let config: Config = loopback(LocalMode::Auto)
-        .period(Duration::from_millis(20))
-        .timeout(Duration::from_millis(200))
-        .eagain_limit(Duration::from_secs(30))
-        .build()
-        .expect("valid config");
-    let release = Arc::new(Signal::default());
-    let (d0, d1, held) = start_with_rank_1_held(&config, &release);
-    let _release_on_exit = RaiseOnDrop(Arc::clone(&release));
-    fill_rank_1_mailbox(&d0, &held);
+    let (d0, _rank_1) = refused_job(Duration::from_millis(20), Duration::from_millis(200));
     let deadline = Instant::now() + Duration::from_secs(10);
     while d0.is_alive(1) {
         assert!(
@@ -217,6 +172,4 @@ fn a_leave_is_not_held_by_sends_to_a_rank_failed_meanwhile() {
         wall < Duration::from_millis(900),
         "the leave ended after {wall:?}: sends to a failed rank held it until the stop"
     );
-    release.raise();
-    d1.shutdown();
 }

@@ -7,7 +7,7 @@
 mod group;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use ffd::runtime::{
     StopCause, StopReason,
 };
 
-use group::{loopback, start_group};
+use group::{Signal, loopback, start_group, start_with_callbacks};
 
 /// Threads of one process stand in for the ranks (one pid, one host):
 /// every rank on the fabric ring, as these tests expect. Same-host
@@ -348,46 +348,6 @@ fn patient_config() -> Config {
         .core(CoreChoice::None)
         .build()
         .expect("valid config")
-}
-
-/// Starts `callbacks.len()` detectors concurrently, rank r with
-/// `callbacks[r]` when it has one.
-fn start_with_callbacks(config: &Config, callbacks: Vec<Option<Callback>>) -> Vec<Detector> {
-    let group = InProcessBootstrap::group(callbacks.len() as u32).expect("group");
-    let handles: Vec<_> = group
-        .into_iter()
-        .zip(callbacks)
-        .map(|(mut b, callback)| {
-            let config = config.clone();
-            thread::spawn(move || match callback {
-                Some(callback) => Detector::start_with_callback(&config, &mut b, callback),
-                None => Detector::start(&config, &mut b),
-            })
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("no panic").expect("detector starts"))
-        .collect()
-}
-
-/// A one-way flag with a bounded wait.
-#[derive(Default)]
-struct Signal {
-    set: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Signal {
-    fn raise(&self) {
-        *self.set.lock().unwrap() = true;
-        self.cv.notify_all();
-    }
-
-    fn wait(&self, bound: Duration) -> bool {
-        let set = self.set.lock().unwrap();
-        *self.cv.wait_timeout_while(set, bound, |s| !*s).unwrap().0
-    }
 }
 
 #[test]

@@ -4,12 +4,13 @@
 
 #![allow(dead_code)]
 
-use std::thread;
+use std::sync::{Condvar, Mutex};
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use ffd::bootstrap::InProcessBootstrap;
 use ffd::config::{Config, ConfigBuilder, CoreChoice, LocalMode};
-use ffd::runtime::Detector;
+use ffd::runtime::{Callback, Detector, StartError};
 
 /// `tcp;ofi_rxm` over loopback at 10 ms / 100 ms, a short start-up grace,
 /// unpinned, same-host watching `local`.
@@ -41,10 +42,53 @@ pub fn start_group_with(n: u32, config_of: impl Fn(u32) -> Config) -> Vec<Detect
             thread::spawn(move || Detector::start(&config, &mut b))
         })
         .collect();
+    joined(handles)
+}
+
+/// Starts `callbacks.len()` detectors concurrently, rank r with
+/// `callbacks[r]` when it has one; sorted by rank.
+pub fn start_with_callbacks(config: &Config, callbacks: Vec<Option<Callback>>) -> Vec<Detector> {
+    let group = InProcessBootstrap::group(callbacks.len() as u32).expect("group");
+    let handles: Vec<_> = group
+        .into_iter()
+        .zip(callbacks)
+        .map(|(mut b, callback)| {
+            let config = config.clone();
+            thread::spawn(move || match callback {
+                Some(callback) => Detector::start_with_callback(&config, &mut b, callback),
+                None => Detector::start(&config, &mut b),
+            })
+        })
+        .collect();
+    joined(handles)
+}
+
+/// The detectors the threads of `handles` started, sorted by rank.
+fn joined(handles: Vec<JoinHandle<Result<Detector, StartError>>>) -> Vec<Detector> {
     let mut out: Vec<Detector> = handles
         .into_iter()
         .map(|h| h.join().expect("no panic").expect("detector starts"))
         .collect();
     out.sort_by_key(Detector::rank);
     out
+}
+
+/// A one-way flag with a bounded wait.
+#[derive(Default)]
+pub struct Signal {
+    set: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Signal {
+    pub fn raise(&self) {
+        *self.set.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+
+    /// Whether it was raised within `bound`.
+    pub fn wait(&self, bound: Duration) -> bool {
+        let set = self.set.lock().unwrap();
+        *self.cv.wait_timeout_while(set, bound, |s| !*s).unwrap().0
+    }
 }
