@@ -532,30 +532,6 @@ mod tests {
             if cpus.len() > 1 {
                 assert_ne!(core_of(0), core_of(1), "{option}");
             }
-            // A host's ranks spread over the CPUs too (host 1 of 4: ranks
-            // 1, 5, 9, 13), not all on one (a killed rank's host mates
-            // waited there for its teardown); the job stays balanced.
-            let plan = plan_of(&["-n", "16", option, "4"], &[]).unwrap();
-            let core_of = |rank| {
-                plan.env_of(rank, "x", std::path::Path::new("/s"))
-                    .into_iter()
-                    .find(|(k, _)| k == "FFD_CORE")
-                    .map(|(_, v)| v)
-                    .expect("a core")
-            };
-            if cpus.len() > 1 {
-                assert_ne!(core_of(1), core_of(5), "{option}: host mates apart");
-                let mut per_cpu = std::collections::BTreeMap::<String, usize>::new();
-                for r in 0..16 {
-                    *per_cpu.entry(core_of(r)).or_default() += 1;
-                }
-                let (least, most) = (per_cpu.values().min(), per_cpu.values().max());
-                assert!(
-                    most.zip(least)
-                        .is_some_and(|(m, l)| m - l <= 1 + 16 % cpus.len()),
-                    "{option}: balanced: {per_cpu:?}"
-                );
-            }
             let set = plan_of(&["-n", "4", option, "4"], &[("FFD_CORE", "auto")]).unwrap();
             assert!(
                 set.cores.is_empty(),

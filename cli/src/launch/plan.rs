@@ -60,14 +60,7 @@ impl Plan {
     /// for its teardown before they could handle its exit (a lift does
     /// not move a thread `FFD_CORE` pins: docs/design.md §6 "Runtime").
     pub fn core_index(&self, rank: Rank) -> usize {
-        match self
-            .hosts
-            .or(self.netns.map(|n| n.hosts))
-            .filter(|&h| h > 0)
-        {
-            Some(h) => (rank % h) as usize + (rank / h) as usize,
-            None => rank as usize,
-        }
+        core_index(rank, self.hosts.or(self.netns.map(|n| n.hosts)))
     }
 
     /// When the launcher starts the shutdown, from job start.
@@ -104,5 +97,47 @@ impl Plan {
             }
         }
         env
+    }
+}
+
+/// [`Plan::core_index`] of `rank` in a job of `hosts` hosts (none: by rank).
+fn core_index(rank: Rank, hosts: Option<u32>) -> usize {
+    match hosts.filter(|&h| h > 0) {
+        Some(h) => (rank % h) as usize + (rank / h) as usize,
+        None => rank as usize,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU of each of `n` ranks over `hosts` hosts and `cpus` CPUs.
+    fn cpus_of(n: Rank, hosts: u32, cpus: usize) -> Vec<usize> {
+        (0..n).map(|r| core_index(r, Some(hosts)) % cpus).collect()
+    }
+
+    #[test]
+    fn a_hosts_ranks_spread_over_the_cpus_and_the_job_stays_balanced() {
+        for cpus in [2, 4] {
+            let of = cpus_of(16, 4, cpus);
+            // Host 1 of 4 is ranks 1, 5, 9, 13: by rank alone all of them
+            // were on one CPU.
+            let host_1: Vec<usize> = [1, 5, 9, 13].iter().map(|&r| of[r]).collect();
+            assert!(
+                host_1.windows(2).all(|w| w[0] != w[1]),
+                "{cpus} CPUs: {host_1:?}"
+            );
+            let per_cpu: Vec<usize> = (0..cpus)
+                .map(|c| of.iter().filter(|&&x| x == c).count())
+                .collect();
+            assert!(
+                per_cpu.iter().all(|&k| k == 16 / cpus),
+                "{cpus} CPUs: {per_cpu:?}"
+            );
+        }
+        // One rank a host: by rank, as before.
+        assert_eq!(cpus_of(8, 8, 2), [0, 1, 0, 1, 0, 1, 0, 1]);
+        assert_eq!(core_index(5, None), 5);
     }
 }
