@@ -44,10 +44,12 @@ impl Plan {
     /// The host of rank `rank` (rank mod H) when the job has hosts, faked
     /// (`--hosts`) or emulated (`--netns`).
     pub fn host_of(&self, rank: Rank) -> Option<u32> {
-        self.hosts
-            .or(self.netns.map(|n| n.hosts))
-            .filter(|&h| h > 0)
-            .map(|h| rank % h)
+        self.host_count().filter(|&h| h > 0).map(|h| rank % h)
+    }
+
+    /// The number of hosts, faked (`--hosts`) or emulated (`--netns`).
+    fn host_count(&self) -> Option<u32> {
+        self.hosts.or(self.netns.map(|n| n.hosts))
     }
 
     /// Where rank `rank`'s progress thread goes among [`Plan::cores`]
@@ -60,7 +62,7 @@ impl Plan {
     /// for its teardown before they could handle its exit (a lift does
     /// not move a thread `FFD_CORE` pins: docs/design.md §6 "Runtime").
     pub fn core_index(&self, rank: Rank) -> usize {
-        core_index(rank, self.hosts.or(self.netns.map(|n| n.hosts)))
+        core_index(rank, self.host_count())
     }
 
     /// When the launcher starts the shutdown, from job start.

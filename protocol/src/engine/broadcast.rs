@@ -93,14 +93,13 @@ impl Broadcast {
         })
     }
 
-    /// Whether `rank` is one of `origin`'s overlay links on `ring` (the
-    /// targets of every broadcast step `origin` roots).
-    pub(super) fn links_to(&self, ring: &Ring, origin: Rank, rank: Rank) -> bool {
+    /// `origin`'s overlay links on `ring` as ring positions, and how many
+    /// (the targets of every broadcast step `origin` roots).
+    pub(super) fn links_of(&self, ring: &Ring, origin: Rank) -> (Links, usize) {
         let mut buf: Links = [0; MAX_LINKS];
         let pos = ring.position_of(origin);
         let len = self.overlay.send_order(pos, pos, &mut buf);
-        let target = ring.position_of(rank);
-        buf[..len].contains(&target)
+        (buf, len)
     }
 
     /// Queues leaves learned from others for the next batch.

@@ -329,8 +329,11 @@ impl Engine {
             return;
         };
         if origin != self.me && origin < self.ring.len() {
-            let (broadcast, ring) = (&self.broadcast, &self.ring);
-            if let Some(held) = step.split_off(|r| broadcast.links_to(ring, origin, r)) {
+            // Once per forward, not per target: every rank of a simulated
+            // million forwards each failure.
+            let (links, len) = self.broadcast.links_of(&self.ring, origin);
+            let ring = &self.ring;
+            if let Some(held) = step.split_off(|r| links[..len].contains(&ring.position_of(r))) {
                 self.hold_copies(now, Covered::ByOrigin, held);
             }
         }
